@@ -1,0 +1,142 @@
+//! The [`BlockDevice`] trait: what a namespace needs from storage.
+//!
+//! Addresses are in logical blocks of [`Geometry::block_size`] bytes. All
+//! buffers are [`IoBuf`]s passed by value and returned with the result, so
+//! that an implementation may hand them to the kernel for the duration of
+//! the I/O.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::IoBuf;
+
+/// A boxed future returned by [`BlockDevice`] methods; boxing keeps the
+/// trait usable as `dyn BlockDevice`.
+pub type BlockFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Size and shape of a block device. The block count may change while the
+/// device is in use (a volume grows); the block size never does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Logical block size in bytes (512 or 4096).
+    pub block_size: u32,
+    /// Number of logical blocks.
+    pub num_blocks: u64,
+}
+
+impl Geometry {
+    /// Capacity in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.num_blocks.saturating_mul(u64::from(self.block_size))
+    }
+}
+
+/// Space used by a thin device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceUsage {
+    /// Bytes the device may grow to (its provisioned size).
+    pub provisioned_bytes: u64,
+    /// Bytes of backing storage currently allocated to it.
+    pub allocated_bytes: u64,
+}
+
+/// Why a block I/O failed. Each variant maps to one NVMe status in the
+/// target.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlockError {
+    /// The range `lba..lba+blocks` is not inside the device.
+    #[error("LBA range {lba}+{blocks} is outside the device ({num_blocks} blocks)")]
+    OutOfRange {
+        /// First block asked for.
+        lba: u64,
+        /// Number of blocks asked for.
+        blocks: u64,
+        /// Current size of the device in blocks.
+        num_blocks: u64,
+    },
+    /// A buffer's length is not a whole number of blocks, or does not match
+    /// the block count.
+    #[error("buffer of {len} bytes does not match the request ({expected} bytes expected)")]
+    BadBuffer {
+        /// Length of the buffer passed.
+        len: usize,
+        /// Length the request needs.
+        expected: u64,
+    },
+    /// Thin provisioning ran out of backing space; nothing was written.
+    #[error("no space left on the backing drives")]
+    NoSpace,
+    /// An earlier write or flush failed with an unknown outcome; the device
+    /// refuses writes until it is recovered (reopened).
+    #[error("device is failed after an earlier I/O error; restart to recover")]
+    Failed,
+    /// The device has been deleted or shut down.
+    #[error("device is gone")]
+    Gone,
+    /// The backing drive reported an I/O error.
+    #[error("drive I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Storage for one namespace.
+///
+/// Implementations MUST:
+/// - complete a `read` of a range that was never written, or was
+///   deallocated or write-zeroed since, with zeros;
+/// - make every write that completed before a `flush` was issued durable by
+///   the time that `flush` completes, and a write with `fua` durable before
+///   it completes, including whatever allocation holds it;
+/// - never return data written to another device, nor torn garbage, after a
+///   crash; a block reads back either as before or as after an unflushed
+///   write;
+/// - fail requests outside `0..geometry().num_blocks` with
+///   [`BlockError::OutOfRange`] without touching anything.
+///
+/// Callers MUST pass buffers whose length is `blocks * block_size` and need
+/// not serialise requests: implementations take any number concurrently.
+/// Overlapping concurrent writes land in an unspecified order, as on NVMe.
+pub trait BlockDevice: Send + Sync {
+    /// Current geometry.
+    fn geometry(&self) -> Geometry;
+
+    /// Space accounting.
+    fn usage(&self) -> DeviceUsage;
+
+    /// Reads `buf.len() / block_size` blocks starting at `lba` into `buf`.
+    fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)>;
+
+    /// Writes `buf` at `lba`; with `fua` the data is durable on completion.
+    fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)>;
+
+    /// Makes `blocks` blocks at `lba` read as zeros. With `deallocate` the
+    /// device may also release the space behind them.
+    fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>>;
+
+    /// Releases the space behind each `(lba, blocks)` range; afterwards the
+    /// ranges read as zeros.
+    fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>>;
+
+    /// Makes every write completed before this call durable.
+    fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>>;
+}
+
+/// Checks that `lba..lba+blocks` lies inside `geometry`. Shared by
+/// implementations so that they all report ranges the same way.
+pub fn check_range(geometry: Geometry, lba: u64, blocks: u64) -> Result<(), BlockError> {
+    match lba.checked_add(blocks) {
+        Some(end) if end <= geometry.num_blocks => Ok(()),
+        _ => Err(BlockError::OutOfRange { lba, blocks, num_blocks: geometry.num_blocks }),
+    }
+}
+
+/// Number of blocks in `len` bytes, or [`BlockError::BadBuffer`] when `len`
+/// is not a whole, non-zero number of blocks.
+pub fn blocks_in(geometry: Geometry, len: usize) -> Result<u64, BlockError> {
+    let bs = geometry.block_size as usize;
+    if len == 0 || len % bs != 0 {
+        let expected = (len.div_ceil(bs).max(1) * bs) as u64;
+        return Err(BlockError::BadBuffer { len, expected });
+    }
+    Ok((len / bs) as u64)
+}
