@@ -1,1 +1,658 @@
-//! (being written)
+//! The 64-byte submission queue entry and the fields of the admin and I/O
+//! commands strata handles (NVMe Base 2.0 section 4.2, NVM Command Set 1.0).
+//!
+//! | offset | size | field                                        |
+//! |--------|------|----------------------------------------------|
+//! | 0      | 1    | OPC: opcode                                  |
+//! | 1      | 1    | FUSE (bits 0-1), PSDT (bits 6-7)             |
+//! | 2      | 2    | CID: command identifier                      |
+//! | 4      | 4    | NSID (fabrics: byte 4 is FCTYPE)             |
+//! | 8      | 4    | CDW2                                         |
+//! | 12     | 4    | CDW3                                         |
+//! | 16     | 8    | MPTR: metadata pointer                       |
+//! | 24     | 16   | DPTR: data pointer, an SGL descriptor here   |
+//! | 40     | 24   | CDW10 .. CDW15                               |
+//!
+//! NVMe over Fabrics always uses SGLs (PSDT = 01b or 10b). The SGL
+//! descriptor in DPTR:
+//!
+//! | offset | size | field                                        |
+//! |--------|------|----------------------------------------------|
+//! | 0      | 8    | address (in-capsule: offset into the data)   |
+//! | 8      | 4    | length                                       |
+//! | 12     | 3    | reserved                                     |
+//! | 15     | 1    | type (bits 4-7) and subtype (bits 0-3)       |
+//!
+//! [`Sqe`] is a 64-byte value with accessors; command decoders below read
+//! the dwords of each command they concern and validate them, returning a
+//! [`Status`] for the target to send when a field is invalid.
+
+use crate::codec::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
+use crate::status::Status;
+
+/// Size of a submission queue entry.
+pub const SQE_LEN: usize = 64;
+/// Offset of the opcode.
+pub const OPCODE_OFFSET: usize = 0;
+/// Offset of the flags byte (FUSE, PSDT).
+pub const FLAGS_OFFSET: usize = OPCODE_OFFSET + 1;
+/// Offset of the command identifier.
+pub const CID_OFFSET: usize = FLAGS_OFFSET + 1;
+/// Offset of the namespace identifier.
+pub const NSID_OFFSET: usize = CID_OFFSET + 2;
+/// Offset of the fabrics command type (overlays NSID byte 0).
+pub const FCTYPE_OFFSET: usize = NSID_OFFSET;
+/// Offset of command dword 2.
+pub const CDW2_OFFSET: usize = NSID_OFFSET + 4;
+/// Offset of command dword 3.
+pub const CDW3_OFFSET: usize = CDW2_OFFSET + 4;
+/// Offset of the metadata pointer.
+pub const MPTR_OFFSET: usize = CDW3_OFFSET + 4;
+/// Offset of the data pointer (SGL descriptor 1).
+pub const DPTR_OFFSET: usize = MPTR_OFFSET + 8;
+/// Offset of command dword 10.
+pub const CDW10_OFFSET: usize = DPTR_OFFSET + 16;
+
+/// Offset of the SGL address within DPTR.
+pub const SGL_ADDR_OFFSET: usize = 0;
+/// Offset of the SGL length within DPTR.
+pub const SGL_LENGTH_OFFSET: usize = SGL_ADDR_OFFSET + 8;
+/// Offset of the SGL type/subtype byte within DPTR.
+pub const SGL_TYPE_OFFSET: usize = SGL_LENGTH_OFFSET + 4 + 3;
+
+/// SGL type byte for data carried in the command capsule: Data Block
+/// descriptor (type 0) with subtype Offset (1).
+pub const SGL_INCAPSULE_DATA: u8 = 0x01;
+/// SGL type byte for data moved by the transport (R2T/H2CData, C2HData):
+/// Transport SGL Data Block (type 5) with the transport-specific subtype
+/// (0xA).
+pub const SGL_TRANSPORT_DATA: u8 = 0x5A;
+
+/// PSDT value for "SGLs used, metadata pointer to contiguous buffer".
+pub const PSDT_SGL: u8 = 0x40;
+
+/// An SGL descriptor (the DPTR of a fabrics command).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SglDescriptor {
+    /// Address; for in-capsule data, the offset from the start of the data.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Type (high nibble) and subtype (low nibble).
+    pub sgl_type: u8,
+}
+
+/// A submission queue entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Sqe(pub [u8; SQE_LEN]);
+
+macro_rules! cdw_accessors {
+    ($($get:ident, $set:ident, $n:expr;)*) => {$(
+        #[doc = concat!("Command dword ", stringify!($n), ".")]
+        pub fn $get(&self) -> u32 {
+            get_u32(&self.0, CDW10_OFFSET + ($n - 10) * 4)
+        }
+        #[doc = concat!("Sets command dword ", stringify!($n), ".")]
+        pub fn $set(&mut self, v: u32) {
+            put_u32(&mut self.0, CDW10_OFFSET + ($n - 10) * 4, v)
+        }
+    )*};
+}
+
+impl Sqe {
+    /// A zeroed entry with `opcode` and `cid`, PSDT set for SGLs.
+    pub fn new(opcode: u8, cid: u16) -> Sqe {
+        let mut s = Sqe([0; SQE_LEN]);
+        s.0[OPCODE_OFFSET] = opcode;
+        s.0[FLAGS_OFFSET] = PSDT_SGL;
+        s.set_cid(cid);
+        s
+    }
+
+    /// Reads an entry from exactly [`SQE_LEN`] bytes.
+    pub fn from_bytes(b: &[u8; SQE_LEN]) -> Sqe {
+        Sqe(*b)
+    }
+
+    /// Opcode.
+    pub fn opcode(&self) -> u8 {
+        self.0[OPCODE_OFFSET]
+    }
+    /// Flags byte (FUSE bits 0-1, PSDT bits 6-7).
+    pub fn flags(&self) -> u8 {
+        self.0[FLAGS_OFFSET]
+    }
+    /// Fused operation bits.
+    pub fn fuse(&self) -> u8 {
+        self.flags() & 0x3
+    }
+    /// Command identifier.
+    pub fn cid(&self) -> u16 {
+        get_u16(&self.0, CID_OFFSET)
+    }
+    /// Sets the command identifier.
+    pub fn set_cid(&mut self, cid: u16) {
+        put_u16(&mut self.0, CID_OFFSET, cid)
+    }
+    /// Namespace identifier.
+    pub fn nsid(&self) -> u32 {
+        get_u32(&self.0, NSID_OFFSET)
+    }
+    /// Sets the namespace identifier.
+    pub fn set_nsid(&mut self, nsid: u32) {
+        put_u32(&mut self.0, NSID_OFFSET, nsid)
+    }
+    /// Fabrics command type (meaningful when the opcode is
+    /// [`crate::fabrics::FABRICS_OPCODE`]).
+    pub fn fctype(&self) -> u8 {
+        self.0[FCTYPE_OFFSET]
+    }
+    /// Sets the fabrics command type.
+    pub fn set_fctype(&mut self, t: u8) {
+        self.0[FCTYPE_OFFSET] = t
+    }
+
+    /// The SGL descriptor in DPTR.
+    pub fn sgl(&self) -> SglDescriptor {
+        let d = &self.0[DPTR_OFFSET..DPTR_OFFSET + 16];
+        SglDescriptor {
+            addr: get_u64(d, SGL_ADDR_OFFSET),
+            length: get_u32(d, SGL_LENGTH_OFFSET),
+            sgl_type: d[SGL_TYPE_OFFSET],
+        }
+    }
+
+    /// Sets the SGL descriptor in DPTR.
+    pub fn set_sgl(&mut self, sgl: SglDescriptor) {
+        let d = &mut self.0[DPTR_OFFSET..DPTR_OFFSET + 16];
+        d.fill(0);
+        put_u64(d, SGL_ADDR_OFFSET, sgl.addr);
+        put_u32(d, SGL_LENGTH_OFFSET, sgl.length);
+        d[SGL_TYPE_OFFSET] = sgl.sgl_type;
+    }
+
+    cdw_accessors! {
+        cdw10, set_cdw10, 10;
+        cdw11, set_cdw11, 11;
+        cdw12, set_cdw12, 12;
+        cdw13, set_cdw13, 13;
+        cdw14, set_cdw14, 14;
+        cdw15, set_cdw15, 15;
+    }
+
+    /// Bytes at `off..off+len` of the entry, for fields that do not fit the
+    /// dword accessors (fabrics commands).
+    pub fn bytes(&self) -> &[u8; SQE_LEN] {
+        &self.0
+    }
+
+    /// Mutable bytes of the entry.
+    pub fn bytes_mut(&mut self) -> &mut [u8; SQE_LEN] {
+        &mut self.0
+    }
+}
+
+impl std::fmt::Debug for Sqe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sqe")
+            .field("opcode", &format_args!("{:#04x}", self.opcode()))
+            .field("cid", &self.cid())
+            .field("nsid", &self.nsid())
+            .field("sgl", &self.sgl())
+            .field("cdw10", &format_args!("{:#x}", self.cdw10()))
+            .field("cdw11", &format_args!("{:#x}", self.cdw11()))
+            .field("cdw12", &format_args!("{:#x}", self.cdw12()))
+            .finish()
+    }
+}
+
+/// Admin command opcodes (NVMe Base 2.0, figure 139).
+pub mod admin {
+    /// Get Log Page.
+    pub const GET_LOG_PAGE: u8 = 0x02;
+    /// Identify.
+    pub const IDENTIFY: u8 = 0x06;
+    /// Abort.
+    pub const ABORT: u8 = 0x08;
+    /// Set Features.
+    pub const SET_FEATURES: u8 = 0x09;
+    /// Get Features.
+    pub const GET_FEATURES: u8 = 0x0A;
+    /// Asynchronous Event Request.
+    pub const ASYNC_EVENT_REQUEST: u8 = 0x0C;
+    /// Keep Alive.
+    pub const KEEP_ALIVE: u8 = 0x18;
+}
+
+/// NVM command set I/O opcodes (NVM Command Set 1.0, figure 18).
+pub mod io {
+    /// Flush.
+    pub const FLUSH: u8 = 0x00;
+    /// Write.
+    pub const WRITE: u8 = 0x01;
+    /// Read.
+    pub const READ: u8 = 0x02;
+    /// Compare.
+    pub const COMPARE: u8 = 0x05;
+    /// Write Zeroes.
+    pub const WRITE_ZEROES: u8 = 0x08;
+    /// Dataset Management.
+    pub const DATASET_MANAGEMENT: u8 = 0x09;
+}
+
+/// True when `opcode` transfers data from host to controller (bits 0-1 of
+/// the opcode are the data transfer direction: 01b host to controller).
+pub fn is_host_to_controller(opcode: u8) -> bool {
+    opcode & 0x3 == 0x1
+}
+
+/// True when `opcode` transfers data from controller to host (10b).
+pub fn is_controller_to_host(opcode: u8) -> bool {
+    opcode & 0x3 == 0x2
+}
+
+/// Fields of Read, Write and Compare (NVM Command Set 1.0, section 3.2.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadWrite {
+    /// Starting LBA (CDW10-11).
+    pub slba: u64,
+    /// Number of logical blocks, 1-based (CDW12 bits 0-15 hold it 0-based).
+    pub nlb: u32,
+    /// Force Unit Access (CDW12 bit 30).
+    pub fua: bool,
+    /// Limited Retry (CDW12 bit 31).
+    pub limited_retry: bool,
+}
+
+impl ReadWrite {
+    /// Decodes the fields of a Read, Write or Compare entry.
+    pub fn decode(sqe: &Sqe) -> ReadWrite {
+        let cdw12 = sqe.cdw12();
+        ReadWrite {
+            slba: u64::from(sqe.cdw10()) | (u64::from(sqe.cdw11()) << 32),
+            nlb: (cdw12 & 0xffff) + 1,
+            fua: cdw12 & (1 << 30) != 0,
+            limited_retry: cdw12 & (1 << 31) != 0,
+        }
+    }
+
+    /// Encodes these fields into `sqe`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `nlb` is 0 or above 65536 (a caller bug).
+    pub fn encode(&self, sqe: &mut Sqe) {
+        assert!(
+            (1..=65536).contains(&self.nlb),
+            "nlb {} out of 1..=65536",
+            self.nlb
+        );
+        sqe.set_cdw10(self.slba as u32);
+        sqe.set_cdw11((self.slba >> 32) as u32);
+        sqe.set_cdw12(
+            (self.nlb - 1) | (u32::from(self.fua) << 30) | (u32::from(self.limited_retry) << 31),
+        );
+    }
+}
+
+/// Fields of Write Zeroes (NVM Command Set 1.0, section 3.2.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteZeroes {
+    /// Starting LBA.
+    pub slba: u64,
+    /// Number of logical blocks, 1-based.
+    pub nlb: u32,
+    /// Deallocate (CDW12 bit 25).
+    pub deallocate: bool,
+    /// Force Unit Access (CDW12 bit 30).
+    pub fua: bool,
+}
+
+impl WriteZeroes {
+    /// Decodes the fields of a Write Zeroes entry.
+    pub fn decode(sqe: &Sqe) -> WriteZeroes {
+        let rw = ReadWrite::decode(sqe);
+        WriteZeroes {
+            slba: rw.slba,
+            nlb: rw.nlb,
+            deallocate: sqe.cdw12() & (1 << 25) != 0,
+            fua: rw.fua,
+        }
+    }
+
+    /// Encodes these fields into `sqe`.
+    pub fn encode(&self, sqe: &mut Sqe) {
+        ReadWrite {
+            slba: self.slba,
+            nlb: self.nlb,
+            fua: self.fua,
+            limited_retry: false,
+        }
+        .encode(sqe);
+        sqe.set_cdw12(sqe.cdw12() | (u32::from(self.deallocate) << 25));
+    }
+}
+
+/// Length of one Dataset Management range.
+pub const DSM_RANGE_LEN: usize = 16;
+/// Most ranges one Dataset Management command may carry.
+pub const DSM_MAX_RANGES: usize = 256;
+
+/// Fields of Dataset Management (NVM Command Set 1.0, section 3.2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatasetManagement {
+    /// Number of ranges, 1-based (CDW10 bits 0-7 hold it 0-based).
+    pub nr: usize,
+    /// Attribute - Deallocate (CDW11 bit 2).
+    pub deallocate: bool,
+}
+
+impl DatasetManagement {
+    /// Decodes the fields of a Dataset Management entry.
+    pub fn decode(sqe: &Sqe) -> DatasetManagement {
+        DatasetManagement {
+            nr: (sqe.cdw10() & 0xff) as usize + 1,
+            deallocate: sqe.cdw11() & (1 << 2) != 0,
+        }
+    }
+
+    /// Bytes of range data this command carries.
+    pub fn data_len(&self) -> usize {
+        self.nr * DSM_RANGE_LEN
+    }
+}
+
+/// One Dataset Management range (figure 39): context attributes at 0,
+/// length in logical blocks at 4, starting LBA at 8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DsmRange {
+    /// Context attributes.
+    pub attributes: u32,
+    /// Length in logical blocks.
+    pub nlb: u32,
+    /// Starting LBA.
+    pub slba: u64,
+}
+
+impl DsmRange {
+    /// Decodes the ranges in `data`; trailing bytes short of a whole range
+    /// are ignored.
+    pub fn decode_all(data: &[u8]) -> impl Iterator<Item = DsmRange> + '_ {
+        data.chunks_exact(DSM_RANGE_LEN).map(|r| DsmRange {
+            attributes: get_u32(r, 0),
+            nlb: get_u32(r, 4),
+            slba: get_u64(r, 8),
+        })
+    }
+
+    /// Encodes this range.
+    pub fn encode(&self) -> [u8; DSM_RANGE_LEN] {
+        let mut b = [0u8; DSM_RANGE_LEN];
+        put_u32(&mut b, 0, self.attributes);
+        put_u32(&mut b, 4, self.nlb);
+        put_u64(&mut b, 8, self.slba);
+        b
+    }
+}
+
+/// Fields of Identify (NVMe Base 2.0, section 5.17).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdentifyCmd {
+    /// Controller or Namespace Structure (CDW10 bits 0-7).
+    pub cns: u8,
+    /// Controller identifier (CDW10 bits 16-31).
+    pub cntid: u16,
+    /// Command set identifier (CDW11 bits 24-31).
+    pub csi: u8,
+}
+
+impl IdentifyCmd {
+    /// Decodes the fields of an Identify entry.
+    pub fn decode(sqe: &Sqe) -> IdentifyCmd {
+        IdentifyCmd {
+            cns: sqe.cdw10() as u8,
+            cntid: (sqe.cdw10() >> 16) as u16,
+            csi: (sqe.cdw11() >> 24) as u8,
+        }
+    }
+}
+
+/// Fields of Get Log Page (NVMe Base 2.0, section 5.16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetLogPage {
+    /// Log page identifier.
+    pub lid: u8,
+    /// Log specific field.
+    pub lsp: u8,
+    /// Retain Asynchronous Event.
+    pub rae: bool,
+    /// Bytes to return (NUMD + 1 dwords).
+    pub len: usize,
+    /// Byte offset into the log page (must be dword aligned).
+    pub offset: u64,
+}
+
+impl GetLogPage {
+    /// Decodes the fields of a Get Log Page entry.
+    pub fn decode(sqe: &Sqe) -> GetLogPage {
+        let cdw10 = sqe.cdw10();
+        let numdl = cdw10 >> 16;
+        let numdu = sqe.cdw11() & 0xffff;
+        let numd = ((numdu << 16) | numdl) as usize + 1;
+        GetLogPage {
+            lid: cdw10 as u8,
+            lsp: ((cdw10 >> 8) & 0x7f) as u8,
+            rae: cdw10 & (1 << 15) != 0,
+            len: numd * 4,
+            offset: u64::from(sqe.cdw12()) | (u64::from(sqe.cdw13()) << 32),
+        }
+    }
+
+    /// Encodes these fields into `sqe`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `len` is not a non-zero multiple of 4 (a caller bug).
+    pub fn encode(&self, sqe: &mut Sqe) {
+        assert!(
+            self.len >= 4 && self.len % 4 == 0,
+            "log length {} is not whole dwords",
+            self.len
+        );
+        let numd = (self.len / 4 - 1) as u32;
+        sqe.set_cdw10(
+            u32::from(self.lid)
+                | (u32::from(self.lsp & 0x7f) << 8)
+                | (u32::from(self.rae) << 15)
+                | (numd << 16),
+        );
+        sqe.set_cdw11(numd >> 16);
+        sqe.set_cdw12(self.offset as u32);
+        sqe.set_cdw13((self.offset >> 32) as u32);
+    }
+}
+
+/// Feature identifiers (NVMe Base 2.0, figure 271).
+pub mod feature {
+    /// Arbitration.
+    pub const ARBITRATION: u8 = 0x01;
+    /// Power Management.
+    pub const POWER_MANAGEMENT: u8 = 0x02;
+    /// Temperature Threshold.
+    pub const TEMPERATURE_THRESHOLD: u8 = 0x04;
+    /// Error Recovery.
+    pub const ERROR_RECOVERY: u8 = 0x05;
+    /// Volatile Write Cache.
+    pub const VOLATILE_WRITE_CACHE: u8 = 0x06;
+    /// Number of Queues.
+    pub const NUMBER_OF_QUEUES: u8 = 0x07;
+    /// Interrupt Coalescing.
+    pub const INTERRUPT_COALESCING: u8 = 0x08;
+    /// Write Atomicity Normal.
+    pub const WRITE_ATOMICITY: u8 = 0x0A;
+    /// Asynchronous Event Configuration.
+    pub const ASYNC_EVENT_CONFIG: u8 = 0x0B;
+    /// Keep Alive Timer.
+    pub const KEEP_ALIVE_TIMER: u8 = 0x0F;
+    /// Host Identifier.
+    pub const HOST_IDENTIFIER: u8 = 0x81;
+}
+
+/// Fields common to Get Features and Set Features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeaturesCmd {
+    /// Feature identifier (CDW10 bits 0-7).
+    pub fid: u8,
+    /// Get Features: select (CDW10 bits 8-10).
+    pub sel: u8,
+    /// Set Features: save (CDW10 bit 31).
+    pub save: bool,
+    /// Feature specific value (CDW11).
+    pub value: u32,
+}
+
+impl FeaturesCmd {
+    /// Decodes the fields of a Get or Set Features entry.
+    pub fn decode(sqe: &Sqe) -> FeaturesCmd {
+        let cdw10 = sqe.cdw10();
+        FeaturesCmd {
+            fid: cdw10 as u8,
+            sel: ((cdw10 >> 8) & 0x7) as u8,
+            save: cdw10 & (1 << 31) != 0,
+            value: sqe.cdw11(),
+        }
+    }
+}
+
+/// Asynchronous event types (completion DW0 bits 0-2).
+pub mod async_event {
+    /// Notice.
+    pub const TYPE_NOTICE: u8 = 0x2;
+    /// Notice information: Namespace Attribute Changed.
+    pub const INFO_NS_ATTR_CHANGED: u8 = 0x00;
+    /// Asynchronous Event Configuration bit enabling namespace attribute
+    /// notices.
+    pub const CONFIG_NS_ATTR: u32 = 1 << 8;
+
+    /// Completion DW0 for an event: type in bits 0-2, information in bits
+    /// 8-15, log page identifier in bits 16-23.
+    pub fn dw0(event_type: u8, info: u8, log_page: u8) -> u32 {
+        u32::from(event_type & 0x7) | (u32::from(info) << 8) | (u32::from(log_page) << 16)
+    }
+}
+
+/// Validates that a command with no data has a null or zero-length SGL.
+pub fn sgl_is_empty(sqe: &Sqe) -> bool {
+    sqe.sgl().length == 0
+}
+
+/// Checks the PSDT field says SGLs: fabrics commands must not use PRPs
+/// (NVMe-oF 1.1 section 2.2).
+pub fn check_psdt(sqe: &Sqe) -> Result<(), Status> {
+    match sqe.flags() >> 6 {
+        1 | 2 => Ok(()),
+        _ => Err(Status::INVALID_FIELD),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn layout_matches_spec() {
+        // struct nvme_common_command in include/linux/nvme.h.
+        assert_eq!(OPCODE_OFFSET, 0);
+        assert_eq!(FLAGS_OFFSET, 1);
+        assert_eq!(CID_OFFSET, 2);
+        assert_eq!(NSID_OFFSET, 4);
+        assert_eq!(CDW2_OFFSET, 8);
+        assert_eq!(MPTR_OFFSET, 16);
+        assert_eq!(DPTR_OFFSET, 24);
+        assert_eq!(CDW10_OFFSET, 40);
+        assert_eq!(CDW10_OFFSET + 6 * 4, SQE_LEN);
+        // struct nvme_sgl_desc: addr, length, rsvd[3], type.
+        assert_eq!(
+            (SGL_ADDR_OFFSET, SGL_LENGTH_OFFSET, SGL_TYPE_OFFSET),
+            (0, 8, 15)
+        );
+    }
+
+    #[test]
+    fn sgl_lands_in_dptr() {
+        let mut s = Sqe::new(io::WRITE, 7);
+        s.set_sgl(SglDescriptor {
+            addr: 0,
+            length: 8192,
+            sgl_type: SGL_TRANSPORT_DATA,
+        });
+        assert_eq!(&s.0[32..36], &8192u32.to_le_bytes());
+        assert_eq!(s.0[39], 0x5A);
+        assert_eq!(s.sgl().length, 8192);
+        assert!(check_psdt(&s).is_ok());
+        s.0[FLAGS_OFFSET] = 0;
+        assert_eq!(check_psdt(&s), Err(Status::INVALID_FIELD));
+    }
+
+    #[test]
+    fn data_direction_follows_opcode_bits() {
+        assert!(is_host_to_controller(io::WRITE));
+        assert!(is_controller_to_host(io::READ));
+        assert!(is_host_to_controller(io::COMPARE));
+        assert!(is_host_to_controller(io::DATASET_MANAGEMENT));
+        assert!(!is_host_to_controller(io::FLUSH) && !is_controller_to_host(io::FLUSH));
+        assert!(
+            is_controller_to_host(admin::IDENTIFY) && is_controller_to_host(admin::GET_LOG_PAGE)
+        );
+    }
+
+    #[test]
+    fn dsm_ranges_decode() {
+        let r = DsmRange {
+            attributes: 1,
+            nlb: 8,
+            slba: 1 << 40,
+        };
+        let mut data = r.encode().to_vec();
+        data.extend_from_slice(&[0; 5]);
+        assert_eq!(DsmRange::decode_all(&data).collect::<Vec<_>>(), vec![r]);
+        let mut s = Sqe::new(io::DATASET_MANAGEMENT, 1);
+        s.set_cdw10(255);
+        s.set_cdw11(4);
+        let d = DatasetManagement::decode(&s);
+        assert_eq!((d.nr, d.deallocate, d.data_len()), (256, true, 4096));
+    }
+
+    #[test]
+    fn write_zeroes_flags() {
+        let mut s = Sqe::new(io::WRITE_ZEROES, 1);
+        let wz = WriteZeroes {
+            slba: 10,
+            nlb: 65536,
+            deallocate: true,
+            fua: true,
+        };
+        wz.encode(&mut s);
+        assert_eq!(s.cdw12(), 0xffff | (1 << 25) | (1 << 30));
+        assert_eq!(WriteZeroes::decode(&s), wz);
+    }
+
+    proptest! {
+        #[test]
+        fn read_write_round_trip(slba: u64, nlb in 1u32..=65536, fua: bool, lr: bool) {
+            let rw = ReadWrite { slba, nlb, fua, limited_retry: lr };
+            let mut s = Sqe::new(io::READ, 3);
+            rw.encode(&mut s);
+            prop_assert_eq!(ReadWrite::decode(&s), rw);
+        }
+
+        #[test]
+        fn get_log_page_round_trip(lid: u8, lsp in 0u8..0x80, rae: bool, dwords in 1usize..(1 << 20), offset: u64) {
+            let g = GetLogPage { lid, lsp, rae, len: dwords * 4, offset };
+            let mut s = Sqe::new(admin::GET_LOG_PAGE, 3);
+            g.encode(&mut s);
+            prop_assert_eq!(GetLogPage::decode(&s), g);
+        }
+    }
+}

@@ -1,1 +1,422 @@
-//! (being written)
+//! NVMe over Fabrics commands and controller properties (NVMe-oF 1.1,
+//! chapter 3; NVMe Base 2.0, section 3.1.3 for the registers).
+//!
+//! Fabrics commands share opcode 0x7F and are told apart by FCTYPE in byte
+//! 4 of the entry. Connect (FCTYPE 0x01):
+//!
+//! | SQE offset | size | field                               |
+//! |------------|------|-------------------------------------|
+//! | 40         | 2    | RECFMT: record format (0)           |
+//! | 42         | 2    | QID: queue to create (0 = admin)    |
+//! | 44         | 2    | SQSIZE: queue size, 0-based         |
+//! | 46         | 1    | CATTR: connect attributes           |
+//! | 48         | 4    | KATO: keep alive timeout (ms)       |
+//!
+//! Its 1024-byte data:
+//!
+//! | offset | size | field                               |
+//! |--------|------|-------------------------------------|
+//! | 0      | 16   | HOSTID                              |
+//! | 16     | 2    | CNTLID (0xFFFF: dynamic)            |
+//! | 256    | 256  | SUBNQN, NUL-terminated              |
+//! | 512    | 256  | HOSTNQN, NUL-terminated             |
+//!
+//! Property Get (FCTYPE 0x04): ATTRIB (size, bits 0-2: 0 = 4 bytes,
+//! 1 = 8 bytes) at 40, OFST at 44. Property Set (0x00): ATTRIB at 40, OFST
+//! at 44, VALUE at 48.
+
+use crate::codec::{get_str, get_u16, get_u32, get_u64, put_str, put_u16, put_u32, put_u64};
+use crate::command::Sqe;
+
+/// Opcode of every fabrics command.
+pub const FABRICS_OPCODE: u8 = 0x7F;
+
+/// Fabrics command types (NVMe-oF 1.1, figure 11).
+pub mod fctype {
+    /// Property Set.
+    pub const PROPERTY_SET: u8 = 0x00;
+    /// Connect.
+    pub const CONNECT: u8 = 0x01;
+    /// Property Get.
+    pub const PROPERTY_GET: u8 = 0x04;
+    /// Authentication Send.
+    pub const AUTH_SEND: u8 = 0x05;
+    /// Authentication Receive.
+    pub const AUTH_RECEIVE: u8 = 0x06;
+    /// Disconnect.
+    pub const DISCONNECT: u8 = 0x08;
+}
+
+/// The well-known NQN of a discovery subsystem.
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+/// Longest NQN in bytes, without the NUL (NVMe Base 2.0, section 4.5).
+pub const NQN_MAX_LEN: usize = 223;
+/// Controller ID a host sends to ask for any controller (dynamic model).
+pub const CNTLID_DYNAMIC: u16 = 0xFFFF;
+
+/// Offset of RECFMT in a Connect entry.
+pub const CONNECT_RECFMT_OFFSET: usize = 40;
+/// Offset of QID in a Connect entry.
+pub const CONNECT_QID_OFFSET: usize = CONNECT_RECFMT_OFFSET + 2;
+/// Offset of SQSIZE in a Connect entry.
+pub const CONNECT_SQSIZE_OFFSET: usize = CONNECT_QID_OFFSET + 2;
+/// Offset of CATTR in a Connect entry.
+pub const CONNECT_CATTR_OFFSET: usize = CONNECT_SQSIZE_OFFSET + 2;
+/// Offset of KATO in a Connect entry.
+pub const CONNECT_KATO_OFFSET: usize = CONNECT_CATTR_OFFSET + 2;
+
+/// Size of the Connect data.
+pub const CONNECT_DATA_LEN: usize = 1024;
+/// Offset of HOSTID in the Connect data.
+pub const CONNECT_HOSTID_OFFSET: usize = 0;
+/// Offset of CNTLID in the Connect data.
+pub const CONNECT_CNTLID_OFFSET: usize = CONNECT_HOSTID_OFFSET + 16;
+/// Offset of SUBNQN in the Connect data.
+pub const CONNECT_SUBNQN_OFFSET: usize = 256;
+/// Offset of HOSTNQN in the Connect data.
+pub const CONNECT_HOSTNQN_OFFSET: usize = CONNECT_SUBNQN_OFFSET + 256;
+/// Size of each NQN field in the Connect data.
+pub const CONNECT_NQN_FIELD_LEN: usize = 256;
+
+/// Offset of ATTRIB in Property Get/Set.
+pub const PROPERTY_ATTRIB_OFFSET: usize = 40;
+/// Offset of OFST in Property Get/Set.
+pub const PROPERTY_OFFSET_OFFSET: usize = 44;
+/// Offset of VALUE in Property Set.
+pub const PROPERTY_VALUE_OFFSET: usize = 48;
+
+/// Fields of a Connect command entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectCmd {
+    /// Record format; only 0 is defined.
+    pub recfmt: u16,
+    /// Queue to create: 0 for the admin queue.
+    pub qid: u16,
+    /// Submission queue size, 0-based.
+    pub sqsize: u16,
+    /// Connect attributes.
+    pub cattr: u8,
+    /// Keep alive timeout in milliseconds (admin queue only).
+    pub kato: u32,
+}
+
+impl ConnectCmd {
+    /// Decodes a Connect entry's fields.
+    pub fn decode(sqe: &Sqe) -> ConnectCmd {
+        let b = sqe.bytes();
+        ConnectCmd {
+            recfmt: get_u16(b, CONNECT_RECFMT_OFFSET),
+            qid: get_u16(b, CONNECT_QID_OFFSET),
+            sqsize: get_u16(b, CONNECT_SQSIZE_OFFSET),
+            cattr: b[CONNECT_CATTR_OFFSET],
+            kato: get_u32(b, CONNECT_KATO_OFFSET),
+        }
+    }
+
+    /// Writes these fields (and the fabrics opcode and type) into `sqe`.
+    pub fn encode(&self, sqe: &mut Sqe) {
+        sqe.bytes_mut()[0] = FABRICS_OPCODE;
+        sqe.set_fctype(fctype::CONNECT);
+        let b = sqe.bytes_mut();
+        put_u16(b, CONNECT_RECFMT_OFFSET, self.recfmt);
+        put_u16(b, CONNECT_QID_OFFSET, self.qid);
+        put_u16(b, CONNECT_SQSIZE_OFFSET, self.sqsize);
+        b[CONNECT_CATTR_OFFSET] = self.cattr;
+        put_u32(b, CONNECT_KATO_OFFSET, self.kato);
+    }
+}
+
+/// Why Connect data is unacceptable; each names the field, for the
+/// IATTR/IPO result of a Connect Invalid Parameters status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectDataError {
+    /// The data is shorter than 1024 bytes.
+    #[error("connect data is {0} bytes, expected 1024")]
+    Short(usize),
+    /// An NQN field is not NUL-terminated UTF-8 of at most 223 bytes.
+    #[error("{field} in connect data is not a valid NQN")]
+    BadNqn {
+        /// Which field.
+        field: &'static str,
+        /// Its offset in the data.
+        offset: usize,
+    },
+}
+
+impl ConnectDataError {
+    /// Byte offset of the offending field in the Connect data.
+    pub fn offset(&self) -> usize {
+        match self {
+            ConnectDataError::Short(_) => 0,
+            ConnectDataError::BadNqn { offset, .. } => *offset,
+        }
+    }
+}
+
+/// The Connect command's data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectData {
+    /// Host identifier.
+    pub hostid: [u8; 16],
+    /// Requested controller ID (0xFFFF for dynamic).
+    pub cntlid: u16,
+    /// Subsystem NQN.
+    pub subnqn: String,
+    /// Host NQN.
+    pub hostnqn: String,
+}
+
+impl ConnectData {
+    /// Decodes and validates Connect data.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectDataError`] naming the first bad field.
+    pub fn decode(b: &[u8]) -> Result<ConnectData, ConnectDataError> {
+        if b.len() < CONNECT_DATA_LEN {
+            return Err(ConnectDataError::Short(b.len()));
+        }
+        let nqn = |off: usize, field: &'static str| -> Result<String, ConnectDataError> {
+            let raw = &b[off..off + CONNECT_NQN_FIELD_LEN];
+            let len = raw
+                .iter()
+                .position(|&c| c == 0)
+                .unwrap_or(CONNECT_NQN_FIELD_LEN);
+            let s = get_str(b, off, CONNECT_NQN_FIELD_LEN)
+                .filter(|s| !s.is_empty() && len <= NQN_MAX_LEN);
+            s.map(str::to_owned)
+                .ok_or(ConnectDataError::BadNqn { field, offset: off })
+        };
+        let mut hostid = [0u8; 16];
+        hostid.copy_from_slice(&b[CONNECT_HOSTID_OFFSET..CONNECT_HOSTID_OFFSET + 16]);
+        Ok(ConnectData {
+            hostid,
+            cntlid: get_u16(b, CONNECT_CNTLID_OFFSET),
+            subnqn: nqn(CONNECT_SUBNQN_OFFSET, "SUBNQN")?,
+            hostnqn: nqn(CONNECT_HOSTNQN_OFFSET, "HOSTNQN")?,
+        })
+    }
+
+    /// Encodes the data (NQNs longer than their field are cut).
+    pub fn encode(&self) -> [u8; CONNECT_DATA_LEN] {
+        let mut b = [0u8; CONNECT_DATA_LEN];
+        b[CONNECT_HOSTID_OFFSET..CONNECT_HOSTID_OFFSET + 16].copy_from_slice(&self.hostid);
+        put_u16(&mut b, CONNECT_CNTLID_OFFSET, self.cntlid);
+        put_str(
+            &mut b,
+            CONNECT_SUBNQN_OFFSET,
+            CONNECT_NQN_FIELD_LEN - 1,
+            &self.subnqn,
+            0,
+        );
+        put_str(
+            &mut b,
+            CONNECT_HOSTNQN_OFFSET,
+            CONNECT_NQN_FIELD_LEN - 1,
+            &self.hostnqn,
+            0,
+        );
+        b
+    }
+}
+
+/// Completion DW0 for Connect Invalid Parameters: IATTR (bit 0 of byte 0:
+/// 1 when the bad field is in the data) and IPO (bytes 2-3: its offset).
+pub fn connect_invalid_param_result(in_data: bool, offset: u16) -> u32 {
+    u32::from(in_data) | (u32::from(offset) << 16)
+}
+
+/// Fields of Property Get and Property Set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PropertyCmd {
+    /// True for an 8-byte property access, false for 4 bytes.
+    pub eight_bytes: bool,
+    /// Property offset (a register offset below).
+    pub offset: u32,
+    /// Value to set (Property Set only).
+    pub value: u64,
+}
+
+impl PropertyCmd {
+    /// Decodes a Property Get/Set entry.
+    pub fn decode(sqe: &Sqe) -> PropertyCmd {
+        let b = sqe.bytes();
+        PropertyCmd {
+            eight_bytes: b[PROPERTY_ATTRIB_OFFSET] & 0x7 == 1,
+            offset: get_u32(b, PROPERTY_OFFSET_OFFSET),
+            value: get_u64(b, PROPERTY_VALUE_OFFSET),
+        }
+    }
+
+    /// Writes a Property Get (`set == false`) or Set into `sqe`.
+    pub fn encode(&self, sqe: &mut Sqe, set: bool) {
+        sqe.bytes_mut()[0] = FABRICS_OPCODE;
+        sqe.set_fctype(if set {
+            fctype::PROPERTY_SET
+        } else {
+            fctype::PROPERTY_GET
+        });
+        let b = sqe.bytes_mut();
+        b[PROPERTY_ATTRIB_OFFSET] = u8::from(self.eight_bytes);
+        put_u32(b, PROPERTY_OFFSET_OFFSET, self.offset);
+        if set {
+            put_u64(b, PROPERTY_VALUE_OFFSET, self.value);
+        }
+    }
+}
+
+/// Controller registers exposed as fabrics properties (NVMe Base 2.0,
+/// figure 35) and their fields.
+pub mod reg {
+    /// Controller Capabilities (8 bytes).
+    pub const CAP: u32 = 0x00;
+    /// Version (4 bytes).
+    pub const VS: u32 = 0x08;
+    /// Controller Configuration (4 bytes).
+    pub const CC: u32 = 0x14;
+    /// Controller Status (4 bytes).
+    pub const CSTS: u32 = 0x1C;
+    /// NVM Subsystem Reset (4 bytes).
+    pub const NSSR: u32 = 0x20;
+
+    /// CC.EN: enable.
+    pub const CC_EN: u32 = 1 << 0;
+    /// CC.SHN: shutdown notification, bits 14-15.
+    pub const CC_SHN_SHIFT: u32 = 14;
+    /// CC.IOSQES shift (bits 16-19).
+    pub const CC_IOSQES_SHIFT: u32 = 16;
+    /// CC.IOCQES shift (bits 20-23).
+    pub const CC_IOCQES_SHIFT: u32 = 20;
+    /// CC.CSS shift (bits 4-6).
+    pub const CC_CSS_SHIFT: u32 = 4;
+    /// CC.MPS shift (bits 7-10).
+    pub const CC_MPS_SHIFT: u32 = 7;
+
+    /// CSTS.RDY.
+    pub const CSTS_RDY: u32 = 1 << 0;
+    /// CSTS.CFS: controller fatal status.
+    pub const CSTS_CFS: u32 = 1 << 1;
+    /// CSTS.SHST = 10b: shutdown processing complete.
+    pub const CSTS_SHST_COMPLETE: u32 = 2 << 2;
+
+    /// NVMe version 1.4.0 in VS format.
+    pub const VERSION_1_4: u32 = 0x0001_0400;
+
+    /// Builds CAP: `mqes` (0-based maximum queue entries), `timeout_500ms`
+    /// (CAP.TO, worst-case time to ready in 500 ms units); NVM command set
+    /// supported (CSS bit 37), contiguous queues required (CQR),
+    /// MPSMIN = MPSMAX = 0 (4 KiB).
+    pub fn cap(mqes: u16, timeout_500ms: u8) -> u64 {
+        u64::from(mqes) | (1 << 16) | (u64::from(timeout_500ms) << 24) | (1 << 37)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_matches_spec() {
+        // struct nvmf_connect_command / nvmf_connect_data in include/linux/nvme.h.
+        assert_eq!(
+            (
+                CONNECT_RECFMT_OFFSET,
+                CONNECT_QID_OFFSET,
+                CONNECT_SQSIZE_OFFSET,
+                CONNECT_CATTR_OFFSET,
+                CONNECT_KATO_OFFSET
+            ),
+            (40, 42, 44, 46, 48)
+        );
+        assert_eq!(
+            (
+                CONNECT_CNTLID_OFFSET,
+                CONNECT_SUBNQN_OFFSET,
+                CONNECT_HOSTNQN_OFFSET
+            ),
+            (16, 256, 512)
+        );
+        // struct nvmf_property_get_command / _set_command.
+        assert_eq!(
+            (
+                PROPERTY_ATTRIB_OFFSET,
+                PROPERTY_OFFSET_OFFSET,
+                PROPERTY_VALUE_OFFSET
+            ),
+            (40, 44, 48)
+        );
+    }
+
+    #[test]
+    fn connect_round_trip() {
+        let c = ConnectCmd {
+            recfmt: 0,
+            qid: 3,
+            sqsize: 127,
+            cattr: 0,
+            kato: 5000,
+        };
+        let mut s = Sqe::new(FABRICS_OPCODE, 9);
+        c.encode(&mut s);
+        assert_eq!(s.fctype(), fctype::CONNECT);
+        assert_eq!(ConnectCmd::decode(&s), c);
+        let d = ConnectData {
+            hostid: [7; 16],
+            cntlid: CNTLID_DYNAMIC,
+            subnqn: "nqn.2026-11.io.strata:vol".into(),
+            hostnqn: "nqn.2014-08.org.nvmexpress:uuid:1234".into(),
+        };
+        assert_eq!(ConnectData::decode(&d.encode()), Ok(d));
+    }
+
+    #[test]
+    fn bad_connect_data_names_the_field() {
+        assert_eq!(
+            ConnectData::decode(&[0; 10]),
+            Err(ConnectDataError::Short(10))
+        );
+        let mut b = [0u8; CONNECT_DATA_LEN];
+        b[CONNECT_HOSTNQN_OFFSET] = b'h';
+        // Empty SUBNQN.
+        let e = ConnectData::decode(&b).unwrap_err();
+        assert_eq!(e.offset(), 256);
+        // Unterminated 256-byte HOSTNQN is longer than 223 bytes.
+        b[CONNECT_SUBNQN_OFFSET] = b's';
+        b[CONNECT_HOSTNQN_OFFSET..].fill(b'h');
+        assert_eq!(ConnectData::decode(&b).unwrap_err().offset(), 512);
+        // Not UTF-8.
+        b[CONNECT_HOSTNQN_OFFSET..].fill(0);
+        b[CONNECT_HOSTNQN_OFFSET] = 0xff;
+        assert_eq!(ConnectData::decode(&b).unwrap_err().offset(), 512);
+    }
+
+    #[test]
+    fn property_round_trip() {
+        let p = PropertyCmd {
+            eight_bytes: true,
+            offset: reg::CAP,
+            value: 0,
+        };
+        let mut s = Sqe::new(0, 1);
+        p.encode(&mut s, false);
+        assert_eq!(s.fctype(), fctype::PROPERTY_GET);
+        assert_eq!(PropertyCmd::decode(&s), p);
+        let p = PropertyCmd {
+            eight_bytes: false,
+            offset: reg::CC,
+            value: 0x460001,
+        };
+        p.encode(&mut s, true);
+        assert_eq!(PropertyCmd::decode(&s), p);
+    }
+
+    #[test]
+    fn cap_fields() {
+        let cap = reg::cap(1023, 30);
+        assert_eq!(cap & 0xffff, 1023);
+        assert_eq!((cap >> 24) & 0xff, 30);
+        assert_ne!(cap & (1 << 37), 0);
+        assert_eq!(connect_invalid_param_result(true, 256), 0x0100_0001);
+    }
+}
