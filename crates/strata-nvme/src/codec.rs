@@ -75,9 +75,7 @@ pub(crate) fn put_str(b: &mut [u8], off: usize, len: usize, s: &str, pad: u8) {
 pub(crate) fn get_str(b: &[u8], off: usize, len: usize) -> Option<&str> {
     let field = &b[off..off + len];
     let end = field.iter().position(|&c| c == 0).unwrap_or(len);
-    std::str::from_utf8(&field[..end])
-        .ok()
-        .map(|s| s.trim_end_matches(' '))
+    std::str::from_utf8(&field[..end]).ok().map(|s| s.trim_end_matches(' '))
 }
 
 #[cfg(test)]

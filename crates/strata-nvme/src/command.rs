@@ -282,16 +282,10 @@ impl ReadWrite {
     ///
     /// Panics if `nlb` is 0 or above 65536 (a caller bug).
     pub fn encode(&self, sqe: &mut Sqe) {
-        assert!(
-            (1..=65536).contains(&self.nlb),
-            "nlb {} out of 1..=65536",
-            self.nlb
-        );
+        assert!((1..=65536).contains(&self.nlb), "nlb {} out of 1..=65536", self.nlb);
         sqe.set_cdw10(self.slba as u32);
         sqe.set_cdw11((self.slba >> 32) as u32);
-        sqe.set_cdw12(
-            (self.nlb - 1) | (u32::from(self.fua) << 30) | (u32::from(self.limited_retry) << 31),
-        );
+        sqe.set_cdw12((self.nlb - 1) | (u32::from(self.fua) << 30) | (u32::from(self.limited_retry) << 31));
     }
 }
 
@@ -312,23 +306,12 @@ impl WriteZeroes {
     /// Decodes the fields of a Write Zeroes entry.
     pub fn decode(sqe: &Sqe) -> WriteZeroes {
         let rw = ReadWrite::decode(sqe);
-        WriteZeroes {
-            slba: rw.slba,
-            nlb: rw.nlb,
-            deallocate: sqe.cdw12() & (1 << 25) != 0,
-            fua: rw.fua,
-        }
+        WriteZeroes { slba: rw.slba, nlb: rw.nlb, deallocate: sqe.cdw12() & (1 << 25) != 0, fua: rw.fua }
     }
 
     /// Encodes these fields into `sqe`.
     pub fn encode(&self, sqe: &mut Sqe) {
-        ReadWrite {
-            slba: self.slba,
-            nlb: self.nlb,
-            fua: self.fua,
-            limited_retry: false,
-        }
-        .encode(sqe);
+        ReadWrite { slba: self.slba, nlb: self.nlb, fua: self.fua, limited_retry: false }.encode(sqe);
         sqe.set_cdw12(sqe.cdw12() | (u32::from(self.deallocate) << 25));
     }
 }
@@ -350,10 +333,7 @@ pub struct DatasetManagement {
 impl DatasetManagement {
     /// Decodes the fields of a Dataset Management entry.
     pub fn decode(sqe: &Sqe) -> DatasetManagement {
-        DatasetManagement {
-            nr: (sqe.cdw10() & 0xff) as usize + 1,
-            deallocate: sqe.cdw11() & (1 << 2) != 0,
-        }
+        DatasetManagement { nr: (sqe.cdw10() & 0xff) as usize + 1, deallocate: sqe.cdw11() & (1 << 2) != 0 }
     }
 
     /// Bytes of range data this command carries.
@@ -409,11 +389,7 @@ pub struct IdentifyCmd {
 impl IdentifyCmd {
     /// Decodes the fields of an Identify entry.
     pub fn decode(sqe: &Sqe) -> IdentifyCmd {
-        IdentifyCmd {
-            cns: sqe.cdw10() as u8,
-            cntid: (sqe.cdw10() >> 16) as u16,
-            csi: (sqe.cdw11() >> 24) as u8,
-        }
+        IdentifyCmd { cns: sqe.cdw10() as u8, cntid: (sqe.cdw10() >> 16) as u16, csi: (sqe.cdw11() >> 24) as u8 }
     }
 }
 
@@ -454,17 +430,10 @@ impl GetLogPage {
     ///
     /// Panics if `len` is not a non-zero multiple of 4 (a caller bug).
     pub fn encode(&self, sqe: &mut Sqe) {
-        assert!(
-            self.len >= 4 && self.len % 4 == 0,
-            "log length {} is not whole dwords",
-            self.len
-        );
+        assert!(self.len >= 4 && self.len % 4 == 0, "log length {} is not whole dwords", self.len);
         let numd = (self.len / 4 - 1) as u32;
         sqe.set_cdw10(
-            u32::from(self.lid)
-                | (u32::from(self.lsp & 0x7f) << 8)
-                | (u32::from(self.rae) << 15)
-                | (numd << 16),
+            u32::from(self.lid) | (u32::from(self.lsp & 0x7f) << 8) | (u32::from(self.rae) << 15) | (numd << 16),
         );
         sqe.set_cdw11(numd >> 16);
         sqe.set_cdw12(self.offset as u32);
@@ -573,20 +542,13 @@ mod tests {
         assert_eq!(CDW10_OFFSET, 40);
         assert_eq!(CDW10_OFFSET + 6 * 4, SQE_LEN);
         // struct nvme_sgl_desc: addr, length, rsvd[3], type.
-        assert_eq!(
-            (SGL_ADDR_OFFSET, SGL_LENGTH_OFFSET, SGL_TYPE_OFFSET),
-            (0, 8, 15)
-        );
+        assert_eq!((SGL_ADDR_OFFSET, SGL_LENGTH_OFFSET, SGL_TYPE_OFFSET), (0, 8, 15));
     }
 
     #[test]
     fn sgl_lands_in_dptr() {
         let mut s = Sqe::new(io::WRITE, 7);
-        s.set_sgl(SglDescriptor {
-            addr: 0,
-            length: 8192,
-            sgl_type: SGL_TRANSPORT_DATA,
-        });
+        s.set_sgl(SglDescriptor { addr: 0, length: 8192, sgl_type: SGL_TRANSPORT_DATA });
         assert_eq!(&s.0[32..36], &8192u32.to_le_bytes());
         assert_eq!(s.0[39], 0x5A);
         assert_eq!(s.sgl().length, 8192);
@@ -602,18 +564,12 @@ mod tests {
         assert!(is_host_to_controller(io::COMPARE));
         assert!(is_host_to_controller(io::DATASET_MANAGEMENT));
         assert!(!is_host_to_controller(io::FLUSH) && !is_controller_to_host(io::FLUSH));
-        assert!(
-            is_controller_to_host(admin::IDENTIFY) && is_controller_to_host(admin::GET_LOG_PAGE)
-        );
+        assert!(is_controller_to_host(admin::IDENTIFY) && is_controller_to_host(admin::GET_LOG_PAGE));
     }
 
     #[test]
     fn dsm_ranges_decode() {
-        let r = DsmRange {
-            attributes: 1,
-            nlb: 8,
-            slba: 1 << 40,
-        };
+        let r = DsmRange { attributes: 1, nlb: 8, slba: 1 << 40 };
         let mut data = r.encode().to_vec();
         data.extend_from_slice(&[0; 5]);
         assert_eq!(DsmRange::decode_all(&data).collect::<Vec<_>>(), vec![r]);
@@ -627,12 +583,7 @@ mod tests {
     #[test]
     fn write_zeroes_flags() {
         let mut s = Sqe::new(io::WRITE_ZEROES, 1);
-        let wz = WriteZeroes {
-            slba: 10,
-            nlb: 65536,
-            deallocate: true,
-            fua: true,
-        };
+        let wz = WriteZeroes { slba: 10, nlb: 65536, deallocate: true, fua: true };
         wz.encode(&mut s);
         assert_eq!(s.cdw12(), 0xffff | (1 << 25) | (1 << 30));
         assert_eq!(WriteZeroes::decode(&s), wz);

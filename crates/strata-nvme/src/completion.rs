@@ -42,13 +42,7 @@ pub struct Cqe {
 impl Cqe {
     /// A completion for `cid` with `status` and a zero result.
     pub fn new(cid: u16, status: Status) -> Cqe {
-        Cqe {
-            result: 0,
-            sqhd: 0,
-            sqid: 0,
-            cid,
-            status,
-        }
+        Cqe { result: 0, sqhd: 0, sqid: 0, cid, status }
     }
 
     /// Encodes the entry (phase bit 0: fabrics do not use it).
@@ -86,16 +80,7 @@ mod tests {
     #[test]
     fn layout_matches_spec() {
         // struct nvme_completion in include/linux/nvme.h.
-        assert_eq!(
-            (
-                RESULT_OFFSET,
-                SQHD_OFFSET,
-                SQID_OFFSET,
-                CID_OFFSET,
-                STATUS_OFFSET
-            ),
-            (0, 8, 10, 12, 14)
-        );
+        assert_eq!((RESULT_OFFSET, SQHD_OFFSET, SQID_OFFSET, CID_OFFSET, STATUS_OFFSET), (0, 8, 10, 12, 14));
         assert_eq!(STATUS_OFFSET + 2, CQE_LEN);
     }
 

@@ -31,11 +31,7 @@ pub fn digest_bytes(data: &[u8]) -> [u8; DIGEST_LEN] {
 /// computed value on mismatch, for the error message.
 pub fn check_digest(data: &[u8], received: [u8; DIGEST_LEN]) -> Result<(), u32> {
     let computed = crc32c(data);
-    if computed == u32::from_le_bytes(received) {
-        Ok(())
-    } else {
-        Err(computed)
-    }
+    if computed == u32::from_le_bytes(received) { Ok(()) } else { Err(computed) }
 }
 
 #[cfg(test)]

@@ -179,14 +179,9 @@ impl ConnectData {
         }
         let nqn = |off: usize, field: &'static str| -> Result<String, ConnectDataError> {
             let raw = &b[off..off + CONNECT_NQN_FIELD_LEN];
-            let len = raw
-                .iter()
-                .position(|&c| c == 0)
-                .unwrap_or(CONNECT_NQN_FIELD_LEN);
-            let s = get_str(b, off, CONNECT_NQN_FIELD_LEN)
-                .filter(|s| !s.is_empty() && len <= NQN_MAX_LEN);
-            s.map(str::to_owned)
-                .ok_or(ConnectDataError::BadNqn { field, offset: off })
+            let len = raw.iter().position(|&c| c == 0).unwrap_or(CONNECT_NQN_FIELD_LEN);
+            let s = get_str(b, off, CONNECT_NQN_FIELD_LEN).filter(|s| !s.is_empty() && len <= NQN_MAX_LEN);
+            s.map(str::to_owned).ok_or(ConnectDataError::BadNqn { field, offset: off })
         };
         let mut hostid = [0u8; 16];
         hostid.copy_from_slice(&b[CONNECT_HOSTID_OFFSET..CONNECT_HOSTID_OFFSET + 16]);
@@ -203,20 +198,8 @@ impl ConnectData {
         let mut b = [0u8; CONNECT_DATA_LEN];
         b[CONNECT_HOSTID_OFFSET..CONNECT_HOSTID_OFFSET + 16].copy_from_slice(&self.hostid);
         put_u16(&mut b, CONNECT_CNTLID_OFFSET, self.cntlid);
-        put_str(
-            &mut b,
-            CONNECT_SUBNQN_OFFSET,
-            CONNECT_NQN_FIELD_LEN - 1,
-            &self.subnqn,
-            0,
-        );
-        put_str(
-            &mut b,
-            CONNECT_HOSTNQN_OFFSET,
-            CONNECT_NQN_FIELD_LEN - 1,
-            &self.hostnqn,
-            0,
-        );
+        put_str(&mut b, CONNECT_SUBNQN_OFFSET, CONNECT_NQN_FIELD_LEN - 1, &self.subnqn, 0);
+        put_str(&mut b, CONNECT_HOSTNQN_OFFSET, CONNECT_NQN_FIELD_LEN - 1, &self.hostnqn, 0);
         b
     }
 }
@@ -252,11 +235,7 @@ impl PropertyCmd {
     /// Writes a Property Get (`set == false`) or Set into `sqe`.
     pub fn encode(&self, sqe: &mut Sqe, set: bool) {
         sqe.bytes_mut()[0] = FABRICS_OPCODE;
-        sqe.set_fctype(if set {
-            fctype::PROPERTY_SET
-        } else {
-            fctype::PROPERTY_GET
-        });
+        sqe.set_fctype(if set { fctype::PROPERTY_SET } else { fctype::PROPERTY_GET });
         let b = sqe.bytes_mut();
         b[PROPERTY_ATTRIB_OFFSET] = u8::from(self.eight_bytes);
         put_u32(b, PROPERTY_OFFSET_OFFSET, self.offset);
@@ -329,34 +308,14 @@ mod tests {
             ),
             (40, 42, 44, 46, 48)
         );
-        assert_eq!(
-            (
-                CONNECT_CNTLID_OFFSET,
-                CONNECT_SUBNQN_OFFSET,
-                CONNECT_HOSTNQN_OFFSET
-            ),
-            (16, 256, 512)
-        );
+        assert_eq!((CONNECT_CNTLID_OFFSET, CONNECT_SUBNQN_OFFSET, CONNECT_HOSTNQN_OFFSET), (16, 256, 512));
         // struct nvmf_property_get_command / _set_command.
-        assert_eq!(
-            (
-                PROPERTY_ATTRIB_OFFSET,
-                PROPERTY_OFFSET_OFFSET,
-                PROPERTY_VALUE_OFFSET
-            ),
-            (40, 44, 48)
-        );
+        assert_eq!((PROPERTY_ATTRIB_OFFSET, PROPERTY_OFFSET_OFFSET, PROPERTY_VALUE_OFFSET), (40, 44, 48));
     }
 
     #[test]
     fn connect_round_trip() {
-        let c = ConnectCmd {
-            recfmt: 0,
-            qid: 3,
-            sqsize: 127,
-            cattr: 0,
-            kato: 5000,
-        };
+        let c = ConnectCmd { recfmt: 0, qid: 3, sqsize: 127, cattr: 0, kato: 5000 };
         let mut s = Sqe::new(FABRICS_OPCODE, 9);
         c.encode(&mut s);
         assert_eq!(s.fctype(), fctype::CONNECT);
@@ -372,10 +331,7 @@ mod tests {
 
     #[test]
     fn bad_connect_data_names_the_field() {
-        assert_eq!(
-            ConnectData::decode(&[0; 10]),
-            Err(ConnectDataError::Short(10))
-        );
+        assert_eq!(ConnectData::decode(&[0; 10]), Err(ConnectDataError::Short(10)));
         let mut b = [0u8; CONNECT_DATA_LEN];
         b[CONNECT_HOSTNQN_OFFSET] = b'h';
         // Empty SUBNQN.
@@ -393,20 +349,12 @@ mod tests {
 
     #[test]
     fn property_round_trip() {
-        let p = PropertyCmd {
-            eight_bytes: true,
-            offset: reg::CAP,
-            value: 0,
-        };
+        let p = PropertyCmd { eight_bytes: true, offset: reg::CAP, value: 0 };
         let mut s = Sqe::new(0, 1);
         p.encode(&mut s, false);
         assert_eq!(s.fctype(), fctype::PROPERTY_GET);
         assert_eq!(PropertyCmd::decode(&s), p);
-        let p = PropertyCmd {
-            eight_bytes: false,
-            offset: reg::CC,
-            value: 0x460001,
-        };
+        let p = PropertyCmd { eight_bytes: false, offset: reg::CC, value: 0x460001 };
         p.encode(&mut s, true);
         assert_eq!(PropertyCmd::decode(&s), p);
     }

@@ -142,20 +142,13 @@ impl PduType {
     pub fn has_header_digest(self) -> bool {
         matches!(
             self,
-            PduType::CAPSULE_CMD
-                | PduType::CAPSULE_RESP
-                | PduType::H2C_DATA
-                | PduType::C2H_DATA
-                | PduType::R2T
+            PduType::CAPSULE_CMD | PduType::CAPSULE_RESP | PduType::H2C_DATA | PduType::C2H_DATA | PduType::R2T
         )
     }
 
     /// True for types that may carry data with a data digest.
     pub fn has_data_digest(self) -> bool {
-        matches!(
-            self,
-            PduType::CAPSULE_CMD | PduType::H2C_DATA | PduType::C2H_DATA
-        )
+        matches!(self, PduType::CAPSULE_CMD | PduType::H2C_DATA | PduType::C2H_DATA)
     }
 }
 
@@ -242,9 +235,7 @@ impl PduError {
     /// header field errors, else 0.
     pub fn fei(&self) -> u32 {
         match self {
-            PduError::InvalidField { offset, .. } | PduError::Unsupported { offset, .. } => {
-                *offset as u32
-            }
+            PduError::InvalidField { offset, .. } | PduError::Unsupported { offset, .. } => *offset as u32,
             _ => 0,
         }
     }
@@ -301,10 +292,7 @@ pub struct Digests {
 
 impl Digests {
     fn from_byte(b: u8) -> Digests {
-        Digests {
-            header: b & 1 != 0,
-            data: b & 2 != 0,
-        }
+        Digests { header: b & 1 != 0, data: b & 2 != 0 }
     }
 
     fn to_byte(self) -> u8 {
@@ -344,11 +332,7 @@ impl PduLayout {
     pub fn new(ch: CommonHeader, digests: Digests, max_data: usize) -> Result<PduLayout, PduError> {
         let t = ch.pdu_type;
         let hlen = t.hlen().ok_or(PduError::UnknownType(t.0))?;
-        let bad = |field: &'static str, offset: usize, value: u32| PduError::InvalidField {
-            field,
-            offset,
-            value,
-        };
+        let bad = |field: &'static str, offset: usize, value: u32| PduError::InvalidField { field, offset, value };
         if usize::from(ch.hlen) != hlen {
             return Err(bad("HLEN", HLEN_OFFSET, ch.hlen.into()));
         }
@@ -358,15 +342,7 @@ impl PduLayout {
             return Err(bad("FLAGS (HDGSTF)", FLAGS_OFFSET, ch.flags.into()));
         }
         let header_end = hlen + if hdgst { DIGEST_LEN } else { 0 };
-        let mut layout = PduLayout {
-            header: ch,
-            hlen,
-            hdgst,
-            data_offset: 0,
-            data_len: 0,
-            ddgst: false,
-            total: plen,
-        };
+        let mut layout = PduLayout { header: ch, hlen, hdgst, data_offset: 0, data_len: 0, ddgst: false, total: plen };
         match t {
             PduType::IC_REQ | PduType::IC_RESP => {
                 if plen != IC_LEN {
@@ -418,10 +394,7 @@ impl PduLayout {
                 }
                 let data_len = plen - pdo - trailer;
                 if data_len > max_data {
-                    return Err(PduError::DataLimitExceeded {
-                        len: data_len,
-                        max: max_data,
-                    });
+                    return Err(PduError::DataLimitExceeded { len: data_len, max: max_data });
                 }
                 layout.data_offset = pdo;
                 layout.data_len = data_len;
@@ -448,10 +421,8 @@ impl PduLayout {
         }
         let mut received = [0u8; DIGEST_LEN];
         received.copy_from_slice(&b[self.hlen..self.hlen + DIGEST_LEN]);
-        check_digest(&b[..self.hlen], received).map_err(|computed| PduError::HeaderDigest {
-            received: u32::from_le_bytes(received),
-            computed,
-        })
+        check_digest(&b[..self.hlen], received)
+            .map_err(|computed| PduError::HeaderDigest { received: u32::from_le_bytes(received), computed })
     }
 
     /// True when the data digest of a complete PDU in `b` matches (or no
@@ -540,13 +511,7 @@ impl IcResp {
 }
 
 fn ic_header(t: PduType) -> CommonHeader {
-    CommonHeader {
-        pdu_type: t,
-        flags: 0,
-        hlen: IC_LEN as u8,
-        pdo: 0,
-        plen: IC_LEN as u32,
-    }
+    CommonHeader { pdu_type: t, flags: 0, hlen: IC_LEN as u8, pdo: 0, plen: IC_LEN as u32 }
 }
 
 /// The type-specific header of H2CData and C2HData.
@@ -669,11 +634,7 @@ pub struct Decoded<'a> {
 ///
 /// [`PduError`] when the bytes cannot be a valid PDU; the connection should
 /// be terminated with [`encode_term_req`].
-pub fn decode_pdu(
-    b: &[u8],
-    digests: Digests,
-    max_data: usize,
-) -> Result<Option<Decoded<'_>>, PduError> {
+pub fn decode_pdu(b: &[u8], digests: Digests, max_data: usize) -> Result<Option<Decoded<'_>>, PduError> {
     let Some(ch) = CommonHeader::parse(b) else {
         return Ok(None);
     };
@@ -690,11 +651,7 @@ pub fn decode_pdu(
             ic.copy_from_slice(b);
             let pfv = get_u16(&ic, IC_PFV_OFFSET);
             if pfv != 0 {
-                return Err(PduError::Unsupported {
-                    field: "PFV",
-                    offset: IC_PFV_OFFSET,
-                    value: pfv.into(),
-                });
+                return Err(PduError::Unsupported { field: "PFV", offset: IC_PFV_OFFSET, value: pfv.into() });
             }
             if ch.pdu_type == PduType::IC_REQ {
                 Pdu::IcReq(IcReq::decode(&ic))
@@ -703,24 +660,13 @@ pub fn decode_pdu(
             }
         }
         PduType::H2C_TERM_REQ | PduType::C2H_TERM_REQ => {
-            let t = TermReq {
-                fes: get_u16(b, TERM_FES_OFFSET),
-                fei: get_u32(b, TERM_FEI_OFFSET),
-                error_data: data,
-            };
-            if ch.pdu_type == PduType::H2C_TERM_REQ {
-                Pdu::H2cTermReq(t)
-            } else {
-                Pdu::C2hTermReq(t)
-            }
+            let t = TermReq { fes: get_u16(b, TERM_FES_OFFSET), fei: get_u32(b, TERM_FEI_OFFSET), error_data: data };
+            if ch.pdu_type == PduType::H2C_TERM_REQ { Pdu::H2cTermReq(t) } else { Pdu::C2hTermReq(t) }
         }
         PduType::CAPSULE_CMD => {
             let mut sqe = [0u8; SQE_LEN];
             sqe.copy_from_slice(&b[CH_LEN..CAPSULE_CMD_HLEN]);
-            Pdu::CapsuleCmd {
-                sqe: Sqe(sqe),
-                data,
-            }
+            Pdu::CapsuleCmd { sqe: Sqe(sqe), data }
         }
         PduType::CAPSULE_RESP => {
             let mut cqe = [0u8; CQE_LEN];
@@ -730,42 +676,21 @@ pub fn decode_pdu(
         PduType::H2C_DATA | PduType::C2H_DATA => {
             let header = DataHeader::decode(b);
             if header.datal as usize != layout.data_len {
-                return Err(PduError::InvalidField {
-                    field: "DATAL",
-                    offset: DATA_LENGTH_OFFSET,
-                    value: header.datal,
-                });
+                return Err(PduError::InvalidField { field: "DATAL", offset: DATA_LENGTH_OFFSET, value: header.datal });
             }
             if ch.pdu_type == PduType::H2C_DATA {
-                Pdu::H2cData {
-                    header,
-                    flags: ch.flags,
-                    data,
-                }
+                Pdu::H2cData { header, flags: ch.flags, data }
             } else {
-                Pdu::C2hData {
-                    header,
-                    flags: ch.flags,
-                    data,
-                }
+                Pdu::C2hData { header, flags: ch.flags, data }
             }
         }
         PduType::R2T => {
             let h = DataHeader::decode(b);
-            Pdu::R2t(R2t {
-                cccid: h.cccid,
-                ttag: h.ttag,
-                r2to: h.datao,
-                r2tl: h.datal,
-            })
+            Pdu::R2t(R2t { cccid: h.cccid, ttag: h.ttag, r2to: h.datao, r2tl: h.datal })
         }
         other => return Err(PduError::UnknownType(other.0)),
     };
-    Ok(Some(Decoded {
-        pdu,
-        len: layout.total,
-        data_digest_ok: layout.data_digest_ok(b),
-    }))
+    Ok(Some(Decoded { pdu, len: layout.total, data_digest_ok: layout.data_digest_ok(b) }))
 }
 
 /// An encoded PDU header (common header, type-specific part and header
@@ -791,13 +716,7 @@ impl std::fmt::Debug for HeaderBuf {
 
 /// Builds a header of type `t` whose type-specific part is written by
 /// `fill`, for a PDU carrying `data_len` data bytes.
-fn build_header(
-    t: PduType,
-    flags: u8,
-    data_len: usize,
-    digests: Digests,
-    fill: impl FnOnce(&mut [u8]),
-) -> HeaderBuf {
+fn build_header(t: PduType, flags: u8, data_len: usize, digests: Digests, fill: impl FnOnce(&mut [u8])) -> HeaderBuf {
     // Only called with the fixed-size types below.
     let hlen = t.hlen().unwrap_or(CH_LEN);
     let hdgst = digests.header && t.has_header_digest();
@@ -812,18 +731,8 @@ fn build_header(
         flags |= FLAG_DDGSTF;
     }
     let pdo = if data_len > 0 { header_end as u8 } else { 0 };
-    let mut h = HeaderBuf {
-        buf: [0; MAX_HEADER_LEN],
-        len: header_end,
-    };
-    CommonHeader {
-        pdu_type: t,
-        flags,
-        hlen: hlen as u8,
-        pdo,
-        plen: plen as u32,
-    }
-    .encode(&mut h.buf);
+    let mut h = HeaderBuf { buf: [0; MAX_HEADER_LEN], len: header_end };
+    CommonHeader { pdu_type: t, flags, hlen: hlen as u8, pdo, plen: plen as u32 }.encode(&mut h.buf);
     fill(&mut h.buf[..hlen]);
     if hdgst {
         let d = digest_bytes(&h.buf[..hlen]);
@@ -835,49 +744,28 @@ fn build_header(
 /// Header of a CapsuleCmd carrying `data_len` bytes of in-capsule data
 /// (the data, then its digest when enabled, follow).
 pub fn encode_capsule_cmd(sqe: &Sqe, data_len: usize, digests: Digests) -> HeaderBuf {
-    build_header(PduType::CAPSULE_CMD, 0, data_len, digests, |b| {
-        b[CH_LEN..CAPSULE_CMD_HLEN].copy_from_slice(&sqe.0)
-    })
+    build_header(PduType::CAPSULE_CMD, 0, data_len, digests, |b| b[CH_LEN..CAPSULE_CMD_HLEN].copy_from_slice(&sqe.0))
 }
 
 /// A whole CapsuleResp PDU.
 pub fn encode_capsule_resp(cqe: &Cqe, digests: Digests) -> HeaderBuf {
-    build_header(PduType::CAPSULE_RESP, 0, 0, digests, |b| {
-        b[CH_LEN..CAPSULE_RESP_HLEN].copy_from_slice(&cqe.encode())
-    })
+    build_header(PduType::CAPSULE_RESP, 0, 0, digests, |b| b[CH_LEN..CAPSULE_RESP_HLEN].copy_from_slice(&cqe.encode()))
 }
 
 /// Header of a C2HData PDU; `flags` may hold [`FLAG_DATA_LAST`] and
 /// [`FLAG_DATA_SUCCESS`].
 pub fn encode_c2h_data(header: &DataHeader, flags: u8, digests: Digests) -> HeaderBuf {
-    build_header(
-        PduType::C2H_DATA,
-        flags,
-        header.datal as usize,
-        digests,
-        |b| header.encode(b),
-    )
+    build_header(PduType::C2H_DATA, flags, header.datal as usize, digests, |b| header.encode(b))
 }
 
 /// Header of an H2CData PDU; `flags` may hold [`FLAG_DATA_LAST`].
 pub fn encode_h2c_data(header: &DataHeader, flags: u8, digests: Digests) -> HeaderBuf {
-    build_header(
-        PduType::H2C_DATA,
-        flags,
-        header.datal as usize,
-        digests,
-        |b| header.encode(b),
-    )
+    build_header(PduType::H2C_DATA, flags, header.datal as usize, digests, |b| header.encode(b))
 }
 
 /// A whole R2T PDU.
 pub fn encode_r2t(r2t: &R2t, digests: Digests) -> HeaderBuf {
-    let h = DataHeader {
-        cccid: r2t.cccid,
-        ttag: r2t.ttag,
-        datao: r2t.r2to,
-        datal: r2t.r2tl,
-    };
+    let h = DataHeader { cccid: r2t.cccid, ttag: r2t.ttag, datao: r2t.r2to, datal: r2t.r2tl };
     build_header(PduType::R2T, 0, 0, digests, |b| h.encode(b))
 }
 
@@ -886,14 +774,7 @@ pub fn encode_r2t(r2t: &R2t, digests: Digests) -> HeaderBuf {
 pub fn encode_term_req(t: PduType, fes: u16, fei: u32, offending: &[u8]) -> Vec<u8> {
     let n = offending.len().min(TERM_MAX_ERROR_DATA);
     let mut b = vec![0u8; TERM_HLEN + n];
-    CommonHeader {
-        pdu_type: t,
-        flags: 0,
-        hlen: TERM_HLEN as u8,
-        pdo: 0,
-        plen: (TERM_HLEN + n) as u32,
-    }
-    .encode(&mut b);
+    CommonHeader { pdu_type: t, flags: 0, hlen: TERM_HLEN as u8, pdo: 0, plen: (TERM_HLEN + n) as u32 }.encode(&mut b);
     put_u16(&mut b, TERM_FES_OFFSET, fes);
     put_u32(&mut b, TERM_FEI_OFFSET, fei);
     b[TERM_HLEN..].copy_from_slice(&offending[..n]);
@@ -906,43 +787,16 @@ mod tests {
     use crate::status::Status;
     use proptest::prelude::*;
 
-    const ALL_DIGESTS: Digests = Digests {
-        header: true,
-        data: true,
-    };
+    const ALL_DIGESTS: Digests = Digests { header: true, data: true };
 
     #[test]
     fn layout_matches_spec() {
         // struct nvme_tcp_hdr and the PDU structs of include/linux/nvme-tcp.h.
-        assert_eq!(
-            (
-                TYPE_OFFSET,
-                FLAGS_OFFSET,
-                HLEN_OFFSET,
-                PDO_OFFSET,
-                PLEN_OFFSET,
-                CH_LEN
-            ),
-            (0, 1, 2, 3, 4, 8)
-        );
-        assert_eq!(
-            (IC_PFV_OFFSET, IC_PDA_OFFSET, IC_DGST_OFFSET, IC_MAX_OFFSET),
-            (8, 10, 11, 12)
-        );
-        assert_eq!(
-            (
-                DATA_CCCID_OFFSET,
-                DATA_TTAG_OFFSET,
-                DATA_OFFSET_OFFSET,
-                DATA_LENGTH_OFFSET
-            ),
-            (8, 10, 12, 16)
-        );
+        assert_eq!((TYPE_OFFSET, FLAGS_OFFSET, HLEN_OFFSET, PDO_OFFSET, PLEN_OFFSET, CH_LEN), (0, 1, 2, 3, 4, 8));
+        assert_eq!((IC_PFV_OFFSET, IC_PDA_OFFSET, IC_DGST_OFFSET, IC_MAX_OFFSET), (8, 10, 11, 12));
+        assert_eq!((DATA_CCCID_OFFSET, DATA_TTAG_OFFSET, DATA_OFFSET_OFFSET, DATA_LENGTH_OFFSET), (8, 10, 12, 16));
         assert_eq!((TERM_FES_OFFSET, TERM_FEI_OFFSET), (8, 10));
-        assert_eq!(
-            (CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, DATA_HLEN, IC_LEN),
-            (72, 24, 24, 128)
-        );
+        assert_eq!((CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, DATA_HLEN, IC_LEN), (72, 24, 24, 128));
     }
 
     fn whole(header: HeaderBuf, data: &[u8], digests: Digests) -> Vec<u8> {
@@ -956,40 +810,18 @@ mod tests {
 
     #[test]
     fn ic_round_trip() {
-        let req = IcReq {
-            pfv: 0,
-            hpda: 0,
-            digests: ALL_DIGESTS,
-            maxr2t: 0,
-        };
+        let req = IcReq { pfv: 0, hpda: 0, digests: ALL_DIGESTS, maxr2t: 0 };
         let b = req.encode();
         let d = decode_pdu(&b, Digests::default(), 0).unwrap().unwrap();
         assert_eq!((d.pdu, d.len), (Pdu::IcReq(req), 128));
-        let resp = IcResp {
-            pfv: 0,
-            cpda: 0,
-            digests: Digests {
-                header: true,
-                data: false,
-            },
-            maxh2cdata: 131072,
-        };
+        let resp = IcResp { pfv: 0, cpda: 0, digests: Digests { header: true, data: false }, maxh2cdata: 131072 };
         let b = resp.encode();
-        assert_eq!(
-            decode_pdu(&b, Digests::default(), 0).unwrap().unwrap().pdu,
-            Pdu::IcResp(resp)
-        );
+        assert_eq!(decode_pdu(&b, Digests::default(), 0).unwrap().unwrap().pdu, Pdu::IcResp(resp));
     }
 
     #[test]
     fn unsupported_pfv_is_reported_at_its_offset() {
-        let mut b = IcReq {
-            pfv: 0,
-            hpda: 0,
-            digests: Digests::default(),
-            maxr2t: 0,
-        }
-        .encode();
+        let mut b = IcReq { pfv: 0, hpda: 0, digests: Digests::default(), maxr2t: 0 }.encode();
         b[8] = 1;
         let e = decode_pdu(&b, Digests::default(), 0).unwrap_err();
         assert_eq!((e.fes(), e.fei()), (fes::UNSUPPORTED_PARAMETER, 8));
@@ -997,22 +829,11 @@ mod tests {
 
     #[test]
     fn capsule_with_data_round_trips_with_and_without_digests() {
-        for digests in [
-            Digests::default(),
-            ALL_DIGESTS,
-            Digests {
-                header: true,
-                data: false,
-            },
-        ] {
+        for digests in [Digests::default(), ALL_DIGESTS, Digests { header: true, data: false }] {
             let mut sqe = Sqe::new(crate::command::io::WRITE, 42);
             sqe.set_nsid(1);
             let data = vec![0xabu8; 4096];
-            let b = whole(
-                encode_capsule_cmd(&sqe, data.len(), digests),
-                &data,
-                digests,
-            );
+            let b = whole(encode_capsule_cmd(&sqe, data.len(), digests), &data, digests);
             let d = decode_pdu(&b, digests, 8192).unwrap().unwrap();
             assert_eq!(d.len, b.len());
             assert!(d.data_digest_ok);
@@ -1039,74 +860,30 @@ mod tests {
         let cqe = Cqe::new(9, Status::INVALID_FIELD.dnr());
         let b = encode_capsule_resp(&cqe, digests);
         assert_eq!(b.as_slice().len(), 28);
-        assert_eq!(
-            decode_pdu(b.as_slice(), digests, 0).unwrap().unwrap().pdu,
-            Pdu::CapsuleResp(cqe)
-        );
+        assert_eq!(decode_pdu(b.as_slice(), digests, 0).unwrap().unwrap().pdu, Pdu::CapsuleResp(cqe));
 
-        let r2t = R2t {
-            cccid: 3,
-            ttag: 5,
-            r2to: 4096,
-            r2tl: 8192,
-        };
+        let r2t = R2t { cccid: 3, ttag: 5, r2to: 4096, r2tl: 8192 };
         let b = encode_r2t(&r2t, digests);
-        assert_eq!(
-            decode_pdu(b.as_slice(), digests, 0).unwrap().unwrap().pdu,
-            Pdu::R2t(r2t)
-        );
+        assert_eq!(decode_pdu(b.as_slice(), digests, 0).unwrap().unwrap().pdu, Pdu::R2t(r2t));
 
         let data = [1u8, 2, 3, 4, 5, 6, 7, 8];
-        let header = DataHeader {
-            cccid: 3,
-            ttag: 0,
-            datao: 16,
-            datal: 8,
-        };
-        let b = whole(
-            encode_c2h_data(&header, FLAG_DATA_LAST | FLAG_DATA_SUCCESS, digests),
-            &data,
-            digests,
-        );
+        let header = DataHeader { cccid: 3, ttag: 0, datao: 16, datal: 8 };
+        let b = whole(encode_c2h_data(&header, FLAG_DATA_LAST | FLAG_DATA_SUCCESS, digests), &data, digests);
         let d = decode_pdu(&b, digests, 64).unwrap().unwrap();
         assert_eq!(
             d.pdu,
-            Pdu::C2hData {
-                header,
-                flags: FLAG_DATA_LAST | FLAG_DATA_SUCCESS | FLAG_HDGSTF | FLAG_DDGSTF,
-                data: &data
-            }
+            Pdu::C2hData { header, flags: FLAG_DATA_LAST | FLAG_DATA_SUCCESS | FLAG_HDGSTF | FLAG_DDGSTF, data: &data }
         );
-        let header = DataHeader {
-            cccid: 3,
-            ttag: 5,
-            datao: 0,
-            datal: 8,
-        };
-        let b = whole(
-            encode_h2c_data(&header, FLAG_DATA_LAST, Digests::default()),
-            &data,
-            Digests::default(),
-        );
+        let header = DataHeader { cccid: 3, ttag: 5, datao: 0, datal: 8 };
+        let b = whole(encode_h2c_data(&header, FLAG_DATA_LAST, Digests::default()), &data, Digests::default());
         let d = decode_pdu(&b, Digests::default(), 64).unwrap().unwrap();
-        assert_eq!(
-            d.pdu,
-            Pdu::H2cData {
-                header,
-                flags: FLAG_DATA_LAST,
-                data: &data
-            }
-        );
+        assert_eq!(d.pdu, Pdu::H2cData { header, flags: FLAG_DATA_LAST, data: &data });
     }
 
     #[test]
     fn corrupt_data_digest_is_flagged_not_fatal() {
         let sqe = Sqe::new(crate::command::io::WRITE, 1);
-        let mut b = whole(
-            encode_capsule_cmd(&sqe, 8, ALL_DIGESTS),
-            &[7; 8],
-            ALL_DIGESTS,
-        );
+        let mut b = whole(encode_capsule_cmd(&sqe, 8, ALL_DIGESTS), &[7; 8], ALL_DIGESTS);
         let last = b.len() - 1;
         b[last] ^= 1;
         let d = decode_pdu(&b, ALL_DIGESTS, 64).unwrap().unwrap();
@@ -1126,11 +903,7 @@ mod tests {
     #[test]
     fn each_header_field_error_names_its_offset() {
         let sqe = Sqe::new(crate::command::io::WRITE, 1);
-        let good = whole(
-            encode_capsule_cmd(&sqe, 16, Digests::default()),
-            &[0; 16],
-            Digests::default(),
-        );
+        let good = whole(encode_capsule_cmd(&sqe, 16, Digests::default()), &[0; 16], Digests::default());
         let check = |mutate: &dyn Fn(&mut Vec<u8>), fes_: u16, fei: u32| {
             let mut b = good.clone();
             mutate(&mut b);
@@ -1143,11 +916,7 @@ mod tests {
         check(&|b| b[1] |= FLAG_DDGSTF, fes::INVALID_HEADER_FIELD, 1);
         check(&|b| b[3] = 10, fes::INVALID_HEADER_FIELD, 3);
         check(&|b| b[3] = 200, fes::INVALID_HEADER_FIELD, 3);
-        check(
-            &|b| b[4..8].copy_from_slice(&70u32.to_le_bytes()),
-            fes::INVALID_HEADER_FIELD,
-            4,
-        );
+        check(&|b| b[4..8].copy_from_slice(&70u32.to_le_bytes()), fes::INVALID_HEADER_FIELD, 4);
         // More data than the in-capsule limit.
         let e = decode_pdu(&good, Digests::default(), 8).unwrap_err();
         assert_eq!(e, PduError::DataLimitExceeded { len: 16, max: 8 });
@@ -1156,17 +925,8 @@ mod tests {
 
     #[test]
     fn data_pdu_with_wrong_datal_is_rejected() {
-        let header = DataHeader {
-            cccid: 1,
-            ttag: 1,
-            datao: 0,
-            datal: 8,
-        };
-        let mut b = whole(
-            encode_h2c_data(&header, 0, Digests::default()),
-            &[0; 8],
-            Digests::default(),
-        );
+        let header = DataHeader { cccid: 1, ttag: 1, datao: 0, datal: 8 };
+        let mut b = whole(encode_h2c_data(&header, 0, Digests::default()), &[0; 8], Digests::default());
         b[DATA_LENGTH_OFFSET] = 9;
         let e = decode_pdu(&b, Digests::default(), 64).unwrap_err();
         assert_eq!(e.fei(), DATA_LENGTH_OFFSET as u32);
@@ -1175,21 +935,12 @@ mod tests {
     #[test]
     fn term_req_round_trip_and_cap() {
         let offending = [0xeeu8; 200];
-        let b = encode_term_req(
-            PduType::C2H_TERM_REQ,
-            fes::PDU_SEQUENCE_ERROR,
-            0,
-            &offending,
-        );
+        let b = encode_term_req(PduType::C2H_TERM_REQ, fes::PDU_SEQUENCE_ERROR, 0, &offending);
         assert_eq!(b.len(), 152);
         let d = decode_pdu(&b, ALL_DIGESTS, 0).unwrap().unwrap();
         assert_eq!(
             d.pdu,
-            Pdu::C2hTermReq(TermReq {
-                fes: fes::PDU_SEQUENCE_ERROR,
-                fei: 0,
-                error_data: &offending[..128]
-            })
+            Pdu::C2hTermReq(TermReq { fes: fes::PDU_SEQUENCE_ERROR, fei: 0, error_data: &offending[..128] })
         );
     }
 

@@ -169,13 +169,7 @@ impl Status {
 
 impl std::fmt::Debug for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Status(sct={:#x}, sc={:#04x}{})",
-            self.sct(),
-            self.sc(),
-            if self.is_dnr() { ", dnr" } else { "" }
-        )
+        write!(f, "Status(sct={:#x}, sc={:#04x}{})", self.sct(), self.sc(), if self.is_dnr() { ", dnr" } else { "" })
     }
 }
 
