@@ -1,0 +1,563 @@
+//! One drive: its format, its extent table, its journal and its free list.
+//!
+//! A [`Drive`] owns the reverse map of its extents (who owns physical
+//! extent `P`). Volumes own the forward maps. The drive keeps three lists:
+//!
+//! - `free`: extents that may be handed out now;
+//! - `pending`: journal ops (set-owner, free) not yet committed;
+//! - `freeing`: extents freed in memory whose free op is in `pending`.
+//!   They become `free` only when the commit that records the free is
+//!   durable, so a crash can never show one volume's data in another.
+//!
+//! [`Drive::commit`] is the group commit: it snapshots `pending`, runs
+//! fdatasync (making the data and zeroing under new mappings durable),
+//! writes the journal blocks (or a checkpoint, when the ring is full) and
+//! runs fdatasync again. Concurrent commits coalesce on a ticket counter.
+//! See `docs/durability.md` for the protocol and its crash analysis.
+//!
+//! Opening is synchronous and uses the backend's blocking calls, so it
+//! works inside or outside a tokio runtime.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use strata_block::{BlockError, IoBuf};
+
+use crate::StoreError;
+use crate::format::{
+    BLOCK, CK_ENTRIES_OFFSET, CheckpointHeader, ENTRY_LEN, FormatError, JOURNAL_MAX_ENTRIES, JournalOp, JournalRead,
+    Owner, SUPERBLOCK_COPIES, Superblock, checkpoint_crc, decode_entry, decode_journal_block, encode_entry,
+    encode_journal_block,
+};
+use crate::io::Backend;
+
+/// Entries per checkpoint I/O chunk: 24 * 512 bytes is a multiple of
+/// [`BLOCK`], so every chunk but the last is block-aligned in length.
+const CK_CHUNK_ENTRIES: usize = 512 * 85;
+
+/// What backs a drive, for stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriveClass {
+    /// A regular file.
+    File,
+    /// A block device.
+    BlockDevice,
+    /// Volatile RAM.
+    Mem,
+}
+
+impl DriveClass {
+    /// Lower-case name: `file`, `block-device` or `mem`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DriveClass::File => "file",
+            DriveClass::BlockDevice => "block-device",
+            DriveClass::Mem => "mem",
+        }
+    }
+}
+
+struct AllocState {
+    free: Vec<u64>,
+    pending: Vec<JournalOp>,
+    freeing: Vec<u64>,
+    allocated: u64,
+}
+
+struct CommitState {
+    /// The reverse map as of the last durable commit.
+    durable: Vec<Option<Owner>>,
+    /// Seq of the next journal record.
+    next_seq: u64,
+    /// Seq of the newest checkpoint; replay starts after it.
+    ckpt_seq: u64,
+    /// Slot (0/1) holding the newest checkpoint.
+    ckpt_slot: usize,
+}
+
+/// A drive after its metadata was read (or formatted), before the store
+/// reconciles it with the other drives.
+pub(crate) struct LoadedDrive {
+    pub(crate) label: String,
+    pub(crate) class: DriveClass,
+    pub(crate) backend: Backend,
+    pub(crate) sb: Superblock,
+    /// The recovered reverse map; the store may free duplicate claims.
+    pub(crate) table: Vec<Option<Owner>>,
+    last_seq: u64,
+    ckpt_slot: usize,
+}
+
+/// A drive in service.
+pub(crate) struct Drive {
+    pub(crate) label: String,
+    pub(crate) class: DriveClass,
+    pub(crate) backend: Backend,
+    pub(crate) sb: Superblock,
+    state: Mutex<AllocState>,
+    commit: tokio::sync::Mutex<CommitState>,
+    requested: AtomicU64,
+    completed: AtomicU64,
+    failed: AtomicBool,
+}
+
+fn random_uuid() -> Result<[u8; 16], StoreError> {
+    use std::io::Read;
+    let mut u = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut u))
+        .map_err(|e| StoreError::io("/dev/urandom", "read random drive uuid", e))?;
+    Ok(u)
+}
+
+fn fmt_err(label: &str, what: &'static str, e: FormatError) -> StoreError {
+    match e {
+        FormatError::UnsupportedVersion { found } => StoreError::UnsupportedVersion {
+            path: label.to_owned(),
+            what,
+            found,
+            supported: crate::format::FORMAT_VERSION,
+        },
+        e => StoreError::corrupt(label, format!("{what}: {e}")),
+    }
+}
+
+/// Writes a checkpoint of `table` with `seq` into slot `slot`: entries
+/// first, header last, so a torn checkpoint fails its crc. `write` does
+/// one block-aligned write.
+fn checkpoint_chunks(
+    table: &[Option<Owner>],
+    sb: &Superblock,
+    seq: u64,
+    slot: usize,
+) -> (Vec<(u64, usize, usize)>, IoBuf) {
+    let mut crc_scratch = [0u8; ENTRY_LEN];
+    let mut header = IoBuf::zeroed(BLOCK);
+    CheckpointHeader::encode(&mut header, &sb.uuid, seq, sb.extent_count, |mut c| {
+        for o in table {
+            encode_entry(&mut crc_scratch, *o);
+            c = checkpoint_crc(c, &crc_scratch);
+        }
+        c
+    });
+    let base = sb.ckpt_slot_offset(slot) + CK_ENTRIES_OFFSET;
+    let chunks = (0..table.len())
+        .step_by(CK_CHUNK_ENTRIES)
+        .map(|first| {
+            let n = CK_CHUNK_ENTRIES.min(table.len() - first);
+            (base + (first * ENTRY_LEN) as u64, first, n)
+        })
+        .collect();
+    (chunks, header)
+}
+
+fn encode_chunk(table: &[Option<Owner>], first: usize, n: usize) -> IoBuf {
+    let len = (n * ENTRY_LEN).div_ceil(BLOCK) * BLOCK;
+    let mut buf = IoBuf::zeroed(len);
+    for (i, o) in table[first..first + n].iter().enumerate() {
+        encode_entry(&mut buf[i * ENTRY_LEN..], *o);
+    }
+    buf
+}
+
+fn apply(table: &mut [Option<Owner>], op: &JournalOp) {
+    // Extents were range-checked on decode (replay) or come from our own
+    // free list (run time), so indexing is in bounds.
+    match *op {
+        JournalOp::Set { extent, owner } => table[extent as usize] = Some(owner),
+        JournalOp::Free { extent } => table[extent as usize] = None,
+    }
+}
+
+impl LoadedDrive {
+    /// Reads the superblock, formatting a blank drive; loads the newest
+    /// valid checkpoint and replays the journal.
+    pub(crate) fn load(
+        label: String,
+        class: DriveClass,
+        backend: Backend,
+        capacity: u64,
+        extent_size: u32,
+        force_format: bool,
+    ) -> Result<LoadedDrive, StoreError> {
+        let io = |op, e| StoreError::io(&label, op, e);
+        let mut head = IoBuf::zeroed(2 * BLOCK);
+        if capacity >= 2 * BLOCK as u64 {
+            backend.read_sync(0, &mut head).map_err(|e| io("read superblock", e))?;
+        }
+        let copies = [&head[..BLOCK], &head[BLOCK..]];
+        let any_magic = copies.iter().any(|c| Superblock::has_magic(c));
+        let sb = if !any_magic {
+            if head[..BLOCK].iter().any(|&b| b != 0) && !force_format {
+                return Err(StoreError::NotStrataDrive { path: label });
+            }
+            None
+        } else {
+            let decoded: Vec<_> = copies.iter().map(|c| Superblock::decode(c)).collect();
+            match decoded.iter().find_map(|d| d.as_ref().ok()) {
+                Some(sb) => {
+                    if decoded[0].is_err() {
+                        tracing::warn!(drive = %label, error = ?decoded[0], "superblock copy 0 is damaged; repairing it from copy 1");
+                        let mut b = IoBuf::zeroed(BLOCK);
+                        sb.encode(&mut b);
+                        backend.write_sync(SUPERBLOCK_COPIES[0], &b).map_err(|e| io("repair superblock", e))?;
+                        backend.sync_sync().map_err(|e| io("fdatasync", e))?;
+                    }
+                    Some(*sb)
+                }
+                None if force_format => None,
+                None => {
+                    if let Some(Err(FormatError::UnsupportedVersion { found })) =
+                        decoded.iter().find(|d| matches!(d, Err(FormatError::UnsupportedVersion { .. })))
+                    {
+                        return Err(fmt_err(&label, "superblock", FormatError::UnsupportedVersion { found: *found }));
+                    }
+                    let detail = format!(
+                        "both superblock copies are invalid (copy 0: {}; copy 1: {})",
+                        decoded[0].as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
+                        decoded[1].as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
+                    );
+                    return Err(StoreError::corrupt(&label, detail));
+                }
+            }
+        };
+        match sb {
+            None => Self::format(label, class, backend, capacity, extent_size),
+            Some(sb) => {
+                if sb.extent_size != extent_size {
+                    return Err(StoreError::ExtentSizeMismatch {
+                        path: label,
+                        on_disk: sb.extent_size,
+                        configured: extent_size,
+                    });
+                }
+                if sb.capacity > capacity {
+                    return Err(StoreError::TooSmall {
+                        path: label,
+                        actual: capacity,
+                        needed: sb.capacity,
+                        why: "its superblock records a larger drive (truncated file?)",
+                    });
+                }
+                Self::recover(label, class, backend, sb)
+            }
+        }
+    }
+
+    fn format(
+        label: String,
+        class: DriveClass,
+        backend: Backend,
+        capacity: u64,
+        extent_size: u32,
+    ) -> Result<LoadedDrive, StoreError> {
+        let sb = Superblock::layout(random_uuid()?, capacity, extent_size).map_err(|t| StoreError::TooSmall {
+            path: label.clone(),
+            actual: capacity,
+            needed: t.needed,
+            why: "the format needs room for its metadata and one extent",
+        })?;
+        tracing::info!(drive = %label, capacity, extent_size, extents = sb.extent_count, "formatting drive");
+        let io = |op, e| StoreError::io(&label, op, e);
+        let table = vec![None; sb.extent_count as usize];
+        // Checkpoint A (seq 0, all free), then a blank header in slot B,
+        // then the superblocks last: until they are durable the drive
+        // still reads as blank and will be formatted again.
+        write_checkpoint_sync(&backend, &sb, &table, 0, 0).map_err(|e| io("write checkpoint", e))?;
+        backend.write_sync(sb.ckpt_slot_offset(1), &IoBuf::zeroed(BLOCK)).map_err(|e| io("write checkpoint", e))?;
+        backend.sync_sync().map_err(|e| io("fdatasync", e))?;
+        let mut b = IoBuf::zeroed(BLOCK);
+        sb.encode(&mut b);
+        for off in SUPERBLOCK_COPIES {
+            backend.write_sync(off, &b).map_err(|e| io("write superblock", e))?;
+        }
+        backend.sync_sync().map_err(|e| io("fdatasync", e))?;
+        Ok(LoadedDrive { label, class, backend, sb, table, last_seq: 0, ckpt_slot: 0 })
+    }
+
+    fn read_checkpoint(
+        backend: &Backend,
+        sb: &Superblock,
+        slot: usize,
+    ) -> Result<Result<(u64, Vec<Option<Owner>>), FormatError>, std::io::Error> {
+        let mut h = IoBuf::zeroed(BLOCK);
+        backend.read_sync(sb.ckpt_slot_offset(slot), &mut h)?;
+        let hdr = match CheckpointHeader::decode(&h, &sb.uuid, sb.extent_count) {
+            Ok(hdr) => hdr,
+            Err(e) => return Ok(Err(e)),
+        };
+        let mut crc = CheckpointHeader::crc_seed(&h);
+        let n = sb.extent_count as usize;
+        let mut table = Vec::with_capacity(n);
+        let base = sb.ckpt_slot_offset(slot) + CK_ENTRIES_OFFSET;
+        for first in (0..n).step_by(CK_CHUNK_ENTRIES) {
+            let cnt = CK_CHUNK_ENTRIES.min(n - first);
+            let mut buf = IoBuf::zeroed((cnt * ENTRY_LEN).div_ceil(BLOCK) * BLOCK);
+            backend.read_sync(base + (first * ENTRY_LEN) as u64, &mut buf)?;
+            let bytes = &buf[..cnt * ENTRY_LEN];
+            crc = checkpoint_crc(crc, bytes);
+            for e in bytes.chunks_exact(ENTRY_LEN) {
+                match decode_entry(e) {
+                    Ok(o) => table.push(o),
+                    Err(e) => return Ok(Err(e)),
+                }
+            }
+        }
+        if crc != hdr.crc {
+            return Ok(Err(FormatError::BadCrc { stored: hdr.crc, computed: crc }));
+        }
+        Ok(Ok((hdr.seq, table)))
+    }
+
+    fn recover(label: String, class: DriveClass, backend: Backend, sb: Superblock) -> Result<LoadedDrive, StoreError> {
+        let io = |op, e| StoreError::io(&label, op, e);
+        let a = Self::read_checkpoint(&backend, &sb, 0).map_err(|e| io("read checkpoint", e))?;
+        let b = Self::read_checkpoint(&backend, &sb, 1).map_err(|e| io("read checkpoint", e))?;
+        let (slot, (seq, mut table)) = match (a, b) {
+            (Ok(a), Ok(b)) => {
+                if b.0 > a.0 {
+                    (1, b)
+                } else {
+                    (0, a)
+                }
+            }
+            (Ok(a), Err(_)) => (0, a),
+            (Err(_), Ok(b)) => (1, b),
+            (Err(ea), Err(eb)) => {
+                for e in [&ea, &eb] {
+                    if let FormatError::UnsupportedVersion { found } = e {
+                        return Err(fmt_err(&label, "checkpoint", FormatError::UnsupportedVersion { found: *found }));
+                    }
+                }
+                return Err(StoreError::corrupt(
+                    &label,
+                    format!("no valid extent-table checkpoint (slot A: {ea}; slot B: {eb})"),
+                ));
+            }
+        };
+        // Replay: read the whole ring once, then follow consecutive seqs.
+        let mut ring = IoBuf::zeroed(sb.journal_blocks as usize * BLOCK);
+        backend.read_sync(sb.journal_offset, &mut ring).map_err(|e| io("read journal", e))?;
+        let mut last = seq;
+        let mut replayed = 0u64;
+        loop {
+            let next = last + 1;
+            let idx = (next % sb.journal_blocks) as usize;
+            let block = &ring[idx * BLOCK..(idx + 1) * BLOCK];
+            match decode_journal_block(block, &sb.uuid, next, sb.extent_count) {
+                Ok(JournalRead::Record(ops)) => {
+                    for op in &ops {
+                        apply(&mut table, op);
+                    }
+                    last = next;
+                    replayed += 1;
+                    if replayed >= sb.journal_blocks {
+                        break;
+                    }
+                }
+                Ok(JournalRead::End(why)) => {
+                    tracing::debug!(drive = %label, seq = next, why, "journal replay ends");
+                    break;
+                }
+                Err(e) => return Err(fmt_err(&label, "journal", e)),
+            }
+        }
+        tracing::info!(drive = %label, checkpoint_seq = seq, replayed, "drive recovered");
+        Ok(LoadedDrive { label, class, backend, sb, table, last_seq: last, ckpt_slot: slot })
+    }
+
+    /// Puts the drive in service: writes the (possibly reconciled) table as
+    /// a new checkpoint in the other slot, so that the journal restarts
+    /// past every record on disk, and builds the free list.
+    pub(crate) fn into_drive(self) -> Result<Drive, StoreError> {
+        let LoadedDrive { label, class, backend, sb, table, last_seq, ckpt_slot, .. } = self;
+        // Every record ever written has seq <= (checkpoint seq it followed)
+        // + journal_blocks <= last_seq + journal_blocks, so jumping past
+        // that makes stale records unreachable by the next replay.
+        let seq = last_seq + sb.journal_blocks + 1;
+        let slot = 1 - ckpt_slot;
+        write_checkpoint_sync(&backend, &sb, &table, seq, slot)
+            .map_err(|e| StoreError::io(&label, "write checkpoint", e))?;
+        backend.sync_sync().map_err(|e| StoreError::io(&label, "fdatasync", e))?;
+        let free: Vec<u64> = (0..table.len() as u64).rev().filter(|&p| table[p as usize].is_none()).collect();
+        let allocated = table.len() as u64 - free.len() as u64;
+        Ok(Drive {
+            label,
+            class,
+            backend,
+            sb,
+            state: Mutex::new(AllocState { free, pending: Vec::new(), freeing: Vec::new(), allocated }),
+            commit: tokio::sync::Mutex::new(CommitState {
+                durable: table,
+                next_seq: seq + 1,
+                ckpt_seq: seq,
+                ckpt_slot: slot,
+            }),
+            requested: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+        })
+    }
+}
+
+fn write_checkpoint_sync(
+    backend: &Backend,
+    sb: &Superblock,
+    table: &[Option<Owner>],
+    seq: u64,
+    slot: usize,
+) -> std::io::Result<()> {
+    let (chunks, header) = checkpoint_chunks(table, sb, seq, slot);
+    for (off, first, n) in chunks {
+        backend.write_sync(off, &encode_chunk(table, first, n))?;
+    }
+    backend.sync_sync()?;
+    backend.write_sync(sb.ckpt_slot_offset(slot), &header)
+}
+
+/// Extent counts of one drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DriveCounts {
+    pub(crate) free: u64,
+    pub(crate) freeing: u64,
+    pub(crate) allocated: u64,
+}
+
+impl Drive {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AllocState> {
+        // The state is a set of lists updated with single pushes/pops; a
+        // panic elsewhere cannot leave it half-updated.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True once a commit failed; the drive takes no new allocations and
+    /// its commits fail.
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn counts(&self) -> DriveCounts {
+        let st = self.lock();
+        DriveCounts { free: st.free.len() as u64, freeing: st.freeing.len() as u64, allocated: st.allocated }
+    }
+
+    /// Takes a free extent, if any.
+    pub(crate) fn take_free(&self) -> Option<u64> {
+        if self.is_failed() {
+            return None;
+        }
+        self.lock().free.pop()
+    }
+
+    /// Gives back an extent taken with [`Drive::take_free`] but never
+    /// installed.
+    pub(crate) fn untake(&self, p: u64) {
+        self.lock().free.push(p);
+    }
+
+    /// Records that `p` now belongs to `owner` (durable at the next commit).
+    /// The caller has already made `p` read as zeros or hold the owner's data.
+    pub(crate) fn install(&self, p: u64, owner: Owner) {
+        let mut st = self.lock();
+        st.pending.push(JournalOp::Set { extent: p, owner });
+        st.allocated += 1;
+    }
+
+    /// Records that `p` is free. It is reused only after the commit that
+    /// records this is durable. The caller guarantees no I/O to `p` is in
+    /// flight or can start (it holds the owning volume's write guard).
+    pub(crate) fn release(&self, p: u64) {
+        let mut st = self.lock();
+        st.pending.push(JournalOp::Free { extent: p });
+        st.freeing.push(p);
+        st.allocated = st.allocated.saturating_sub(1);
+    }
+
+    pub(crate) fn has_freeing(&self) -> bool {
+        !self.lock().freeing.is_empty()
+    }
+
+    /// Group commit; with `checkpoint`, also folds everything into a new
+    /// checkpoint so the next open replays nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`BlockError::Io`] when a sync or journal write fails (the drive
+    /// then turns failed), [`BlockError::Failed`] afterwards.
+    pub(crate) async fn commit(&self, checkpoint: bool) -> Result<(), BlockError> {
+        let ticket = self.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut cs = self.commit.lock().await;
+        if self.is_failed() {
+            return Err(BlockError::Failed);
+        }
+        if !checkpoint && self.completed.load(Ordering::SeqCst) >= ticket {
+            // A commit that started after our ticket covered us.
+            return Ok(());
+        }
+        let started = self.requested.load(Ordering::SeqCst);
+        let (ops, freeing) = {
+            let mut st = self.lock();
+            (std::mem::take(&mut st.pending), std::mem::take(&mut st.freeing))
+        };
+        match self.commit_locked(&mut cs, &ops, checkpoint).await {
+            Ok(()) => {
+                self.lock().free.extend(freeing);
+                self.completed.fetch_max(started, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                self.failed.store(true, Ordering::Release);
+                tracing::error!(drive = %self.label, error = %e, "commit failed; drive refuses writes until restart");
+                Err(BlockError::Io(e))
+            }
+        }
+    }
+
+    async fn commit_locked(&self, cs: &mut CommitState, ops: &[JournalOp], checkpoint: bool) -> std::io::Result<()> {
+        // Data and zeroing under the new mappings become durable first.
+        self.backend.sync().await?;
+        if ops.is_empty() && !checkpoint {
+            return Ok(());
+        }
+        for op in ops {
+            apply(&mut cs.durable, op);
+        }
+        let blocks = ops.len().div_ceil(JOURNAL_MAX_ENTRIES) as u64;
+        let used = cs.next_seq - 1 - cs.ckpt_seq;
+        if checkpoint || used + blocks > self.sb.journal_blocks {
+            let seq = cs.next_seq;
+            let slot = 1 - cs.ckpt_slot;
+            self.write_checkpoint(&cs.durable, seq, slot).await?;
+            cs.next_seq = seq + 1;
+            cs.ckpt_seq = seq;
+            cs.ckpt_slot = slot;
+            return Ok(());
+        }
+        let mut block = IoBuf::zeroed(BLOCK);
+        for chunk in ops.chunks(JOURNAL_MAX_ENTRIES) {
+            encode_journal_block(&mut block, &self.sb.uuid, cs.next_seq, chunk);
+            let (b, r) = self.backend.write(self.sb.journal_block_offset(cs.next_seq), block).await;
+            r?;
+            block = b;
+            cs.next_seq += 1;
+        }
+        self.backend.sync().await
+    }
+
+    async fn write_checkpoint(&self, table: &[Option<Owner>], seq: u64, slot: usize) -> std::io::Result<()> {
+        let (chunks, header) = checkpoint_chunks(table, &self.sb, seq, slot);
+        for (off, first, n) in chunks {
+            let (_, r) = self.backend.write(off, encode_chunk(table, first, n)).await;
+            r?;
+        }
+        self.backend.sync().await?;
+        let (_, r) = self.backend.write(self.sb.ckpt_slot_offset(slot), header).await;
+        r?;
+        self.backend.sync().await
+    }
+
+    /// Byte offset on the drive of `off` within extent `p`.
+    pub(crate) fn offset(&self, p: u64, off: u64) -> u64 {
+        self.sb.extent_offset(p) + off
+    }
+}

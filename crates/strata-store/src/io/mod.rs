@@ -1,0 +1,296 @@
+//! Drive backends: where a drive's bytes live and how I/O reaches them.
+//!
+//! [`Backend`] is the seam between the allocator/journal logic and the
+//! media. It has two faces: synchronous calls used only while opening
+//! (before any engine thread matters, and so that `Store::open` can run
+//! inside or outside a tokio runtime), and async calls used at run time.
+//!
+//! - `Mem`: volatile RAM, completes inline.
+//! - `Engine`: a file or block device served by one dedicated thread
+//!   (io_uring, or pread/pwrite when io_uring is unavailable); requests go
+//!   over a channel and results come back through `tokio::sync::oneshot`.
+//! - `Sim` (tests only): a RAM disk that keeps a durable image and a
+//!   volatile overlay, to simulate crashes.
+//!
+//! Every buffer is an [`IoBuf`] owned by the request while in flight and
+//! handed back with the result, even on error.
+
+mod mem;
+#[cfg(test)]
+pub(crate) mod sim;
+mod threaded;
+mod uring;
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, mpsc};
+
+use strata_block::IoBuf;
+use tokio::sync::oneshot;
+
+pub(crate) use mem::MemDisk;
+
+/// How a range is made to read as zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ZeroMethod {
+    /// `fallocate(PUNCH_HOLE | KEEP_SIZE)`, falling back to writing zeros.
+    PunchHole,
+    /// The `BLKZEROOUT` ioctl.
+    BlkZeroOut,
+}
+
+/// One request to an engine thread.
+pub(crate) enum Request {
+    Read { off: u64, buf: IoBuf, done: oneshot::Sender<(IoBuf, io::Result<()>)> },
+    Write { off: u64, buf: IoBuf, done: oneshot::Sender<(IoBuf, io::Result<()>)> },
+    Zero { off: u64, len: u64, done: oneshot::Sender<io::Result<()>> },
+    Sync { done: oneshot::Sender<io::Result<()>> },
+}
+
+impl Request {
+    /// Completes the request with `err` without doing it.
+    fn fail(self, err: io::Error) {
+        match self {
+            Request::Read { buf, done, .. } | Request::Write { buf, done, .. } => {
+                let _ = done.send((buf, Err(err)));
+            }
+            Request::Zero { done, .. } | Request::Sync { done } => {
+                let _ = done.send(Err(err));
+            }
+        }
+    }
+}
+
+/// Zeroes a range synchronously; shared by both engine threads.
+pub(crate) fn zero_range(file: &File, method: ZeroMethod, off: u64, len: u64) -> io::Result<()> {
+    match method {
+        ZeroMethod::BlkZeroOut => crate::sys::blk_zeroout(file, off, len),
+        ZeroMethod::PunchHole => match crate::sys::punch_hole(file, off, len) {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => write_zeros(file, off, len),
+            r => r,
+        },
+    }
+}
+
+fn write_zeros(file: &File, mut off: u64, len: u64) -> io::Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let zeros = IoBuf::zeroed(CHUNK.min(len) as usize);
+    let end = off + len;
+    while off < end {
+        let n = (end - off).min(CHUNK) as usize;
+        file.write_all_at(&zeros[..n], off)?;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// A file or block device served by a dedicated I/O thread.
+pub(crate) struct Engine {
+    file: Arc<File>,
+    tx: Option<mpsc::Sender<Request>>,
+    /// Wakes an io_uring thread; `None` for the blocking thread, which
+    /// sleeps in `recv`.
+    notify: Option<Arc<uring::Notify>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Starts the I/O thread for `file`: io_uring if `use_uring` and the
+    /// kernel allows it, otherwise a pread/pwrite thread.
+    pub(crate) fn start(file: Arc<File>, zero: ZeroMethod, label: &str, use_uring: bool) -> io::Result<Engine> {
+        let (tx, rx) = mpsc::channel();
+        let name = format!("strata-io-{}", label.rsplit('/').next().unwrap_or(label));
+        if use_uring {
+            match uring::Ring::new() {
+                Ok(ring) => {
+                    let notify = ring.notify();
+                    let f = file.clone();
+                    let thread = std::thread::Builder::new().name(name).spawn(move || ring.run(f, zero, rx))?;
+                    return Ok(Engine { file, tx: Some(tx), notify: Some(notify), thread: Some(thread) });
+                }
+                Err(e) => tracing::warn!(
+                    drive = label,
+                    error = %e,
+                    "io_uring is unavailable (seccomp or old kernel?); using a pread/pwrite thread"
+                ),
+            }
+        }
+        let f = file.clone();
+        let thread = std::thread::Builder::new().name(name).spawn(move || threaded::run(f, zero, rx))?;
+        Ok(Engine { file, tx: Some(tx), notify: None, thread: Some(thread) })
+    }
+
+    fn submit(&self, req: Request) {
+        match &self.tx {
+            Some(tx) => {
+                if let Err(mpsc::SendError(req)) = tx.send(req) {
+                    req.fail(io::Error::other("drive I/O thread has stopped"));
+                    return;
+                }
+                if let Some(n) = &self.notify {
+                    n.wake();
+                }
+            }
+            None => req.fail(io::Error::other("drive I/O thread has stopped")),
+        }
+    }
+
+    /// True when the thread uses io_uring.
+    pub(crate) fn is_uring(&self) -> bool {
+        self.notify.is_some()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Closing the channel tells the thread to finish in-flight work
+        // and exit; a forced wake makes an io_uring thread notice.
+        self.tx = None;
+        if let Some(n) = &self.notify {
+            n.wake_always();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn stopped() -> io::Error {
+    io::Error::other("drive I/O thread stopped before completing the request")
+}
+
+/// Where a drive's bytes live.
+pub(crate) enum Backend {
+    Mem(MemDisk),
+    Engine(Engine),
+    #[cfg(test)]
+    Sim(Arc<sim::SimDisk>),
+}
+
+impl Backend {
+    /// Reads `buf.len()` bytes at `off`, blocking. Open-time only.
+    pub(crate) fn read_sync(&self, off: u64, buf: &mut IoBuf) -> io::Result<()> {
+        match self {
+            Backend::Mem(m) => {
+                m.read(off, buf);
+                Ok(())
+            }
+            Backend::Engine(e) => e.file.read_exact_at(buf, off),
+            #[cfg(test)]
+            Backend::Sim(s) => s.read(off, buf),
+        }
+    }
+
+    /// Writes `buf` at `off`, blocking. Open-time only.
+    pub(crate) fn write_sync(&self, off: u64, buf: &IoBuf) -> io::Result<()> {
+        match self {
+            Backend::Mem(m) => {
+                m.write(off, buf);
+                Ok(())
+            }
+            Backend::Engine(e) => e.file.write_all_at(buf, off),
+            #[cfg(test)]
+            Backend::Sim(s) => s.write(off, buf),
+        }
+    }
+
+    /// Makes completed writes durable, blocking. Open-time only.
+    pub(crate) fn sync_sync(&self) -> io::Result<()> {
+        match self {
+            Backend::Mem(_) => Ok(()),
+            Backend::Engine(e) => e.file.sync_data(),
+            #[cfg(test)]
+            Backend::Sim(s) => s.sync(),
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `off`.
+    pub(crate) async fn read(&self, off: u64, mut buf: IoBuf) -> (IoBuf, io::Result<()>) {
+        match self {
+            Backend::Mem(m) => {
+                m.read(off, &mut buf);
+                (buf, Ok(()))
+            }
+            Backend::Engine(e) => {
+                let len = buf.len();
+                let (done, rx) = oneshot::channel();
+                e.submit(Request::Read { off, buf, done });
+                rx.await.unwrap_or_else(|_| (IoBuf::zeroed(len), Err(stopped())))
+            }
+            #[cfg(test)]
+            Backend::Sim(s) => {
+                let r = s.read(off, &mut buf);
+                (buf, r)
+            }
+        }
+    }
+
+    /// Writes `buf` at `off`.
+    pub(crate) async fn write(&self, off: u64, buf: IoBuf) -> (IoBuf, io::Result<()>) {
+        match self {
+            Backend::Mem(m) => {
+                m.write(off, &buf);
+                (buf, Ok(()))
+            }
+            Backend::Engine(e) => {
+                let len = buf.len();
+                let (done, rx) = oneshot::channel();
+                e.submit(Request::Write { off, buf, done });
+                rx.await.unwrap_or_else(|_| (IoBuf::zeroed(len), Err(stopped())))
+            }
+            #[cfg(test)]
+            Backend::Sim(s) => {
+                let r = s.write(off, &buf);
+                (buf, r)
+            }
+        }
+    }
+
+    /// Makes `len` bytes at `off` read as zeros.
+    pub(crate) async fn zero(&self, off: u64, len: u64) -> io::Result<()> {
+        match self {
+            Backend::Mem(m) => {
+                m.zero(off, len);
+                Ok(())
+            }
+            Backend::Engine(e) => {
+                let (done, rx) = oneshot::channel();
+                e.submit(Request::Zero { off, len, done });
+                rx.await.unwrap_or_else(|_| Err(stopped()))
+            }
+            #[cfg(test)]
+            Backend::Sim(s) => s.zero(off, len),
+        }
+    }
+
+    /// Makes every write completed before this call durable (fdatasync).
+    pub(crate) async fn sync(&self) -> io::Result<()> {
+        match self {
+            Backend::Mem(_) => Ok(()),
+            Backend::Engine(e) => {
+                let (done, rx) = oneshot::channel();
+                e.submit(Request::Sync { done });
+                rx.await.unwrap_or_else(|_| Err(stopped()))
+            }
+            #[cfg(test)]
+            Backend::Sim(s) => s.sync(),
+        }
+    }
+
+    /// True when contents do not survive the process.
+    pub(crate) fn volatile(&self) -> bool {
+        matches!(self, Backend::Mem(_))
+    }
+
+    /// Short name of the I/O path, for stats.
+    pub(crate) fn engine_name(&self) -> &'static str {
+        match self {
+            Backend::Mem(_) => "memory",
+            Backend::Engine(e) if e.is_uring() => "io_uring",
+            Backend::Engine(_) => "thread",
+            #[cfg(test)]
+            Backend::Sim(_) => "sim",
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! A crash-simulating RAM disk for tests: the fault-injection seam.
+//!
+//! It keeps a durable image and a volatile overlay of 4 KiB blocks. Writes
+//! and zeroing land in the overlay; `sync` merges the overlay into the
+//! durable image. [`SimDisk::crash`] throws the overlay away after
+//! applying a random subset of it, as a power cut may persist any subset
+//! of unsynced writes. It can also fail writes or syncs on demand.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Mutex;
+
+const SB: u64 = 4096;
+
+struct State {
+    durable: Vec<u8>,
+    overlay: BTreeMap<u64, Box<[u8]>>,
+    fail_writes: bool,
+    fail_syncs: bool,
+}
+
+/// The simulated disk, shared by the test and successive stores.
+pub(crate) struct SimDisk {
+    size: u64,
+    state: Mutex<State>,
+}
+
+impl SimDisk {
+    pub(crate) fn new(size: u64) -> SimDisk {
+        let state =
+            State { durable: vec![0; size as usize], overlay: BTreeMap::new(), fail_writes: false, fail_syncs: false };
+        SimDisk { size, state: Mutex::new(state) }
+    }
+
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check(&self, off: u64, len: u64) -> io::Result<()> {
+        if off.checked_add(len).is_none_or(|e| e > self.size) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "beyond the sim disk"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.check(off, buf.len() as u64)?;
+        let st = self.lock();
+        for (i, b) in buf.iter_mut().enumerate() {
+            let pos = off + i as u64;
+            *b = match st.overlay.get(&(pos / SB)) {
+                Some(blk) => blk[(pos % SB) as usize],
+                None => st.durable[pos as usize],
+            };
+        }
+        Ok(())
+    }
+
+    fn modify(&self, off: u64, len: u64, mut f: impl FnMut(u64) -> u8) -> io::Result<()> {
+        self.check(off, len)?;
+        let mut st = self.lock();
+        if st.fail_writes {
+            return Err(io::Error::other("injected write failure"));
+        }
+        let mut pos = off;
+        while pos < off + len {
+            let bi = pos / SB;
+            let st = &mut *st;
+            let blk = st.overlay.entry(bi).or_insert_with(|| {
+                let s = (bi * SB) as usize;
+                st.durable[s..s + SB as usize].to_vec().into_boxed_slice()
+            });
+            let end = ((bi + 1) * SB).min(off + len);
+            for p in pos..end {
+                blk[(p % SB) as usize] = f(p - off);
+            }
+            pos = end;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        self.modify(off, buf.len() as u64, |i| buf[i as usize])
+    }
+
+    pub(crate) fn zero(&self, off: u64, len: u64) -> io::Result<()> {
+        self.modify(off, len, |_| 0)
+    }
+
+    pub(crate) fn sync(&self) -> io::Result<()> {
+        let mut st = self.lock();
+        if st.fail_syncs {
+            return Err(io::Error::other("injected sync failure"));
+        }
+        let overlay = std::mem::take(&mut st.overlay);
+        for (bi, blk) in overlay {
+            let s = (bi * SB) as usize;
+            st.durable[s..s + SB as usize].copy_from_slice(&blk);
+        }
+        Ok(())
+    }
+
+    /// Power cut: each unsynced block persists if `keep(block)` says so.
+    pub(crate) fn crash(&self, mut keep: impl FnMut(u64) -> bool) {
+        let mut st = self.lock();
+        let overlay = std::mem::take(&mut st.overlay);
+        for (bi, blk) in overlay {
+            if keep(bi) {
+                let s = (bi * SB) as usize;
+                st.durable[s..s + SB as usize].copy_from_slice(&blk);
+            }
+        }
+        st.fail_writes = false;
+        st.fail_syncs = false;
+    }
+
+    pub(crate) fn set_fail_writes(&self, v: bool) {
+        self.lock().fail_writes = v;
+    }
+
+    pub(crate) fn set_fail_syncs(&self, v: bool) {
+        self.lock().fail_syncs = v;
+    }
+
+    /// Direct access to the durable image, for corruption tests.
+    pub(crate) fn corrupt(&self, off: u64, f: impl FnOnce(&mut [u8])) {
+        let mut st = self.lock();
+        let s = off as usize;
+        f(&mut st.durable[s..]);
+    }
+}

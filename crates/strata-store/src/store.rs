@@ -1,0 +1,482 @@
+//! [`Store`]: one node's drives pooled into thin volumes.
+//!
+//! The store keeps no volume records: the metadata store above supplies
+//! each volume's id and size when it opens it. At open the store scans the
+//! reverse maps of all drives and rebuilds every volume's forward map in
+//! memory; extents that belong to volumes nobody opens stay allocated until
+//! [`Store::retain_volumes`] or [`Store::delete_volume`] frees them.
+//!
+//! When two extents claim the same `(volume, logical extent)` after a crash
+//! (a free committed on one drive, the re-allocation on another), the
+//! higher allocation generation wins and the loser is freed.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use strata_block::BlockError;
+
+use crate::drive::{Drive, DriveClass, LoadedDrive};
+use crate::io::{Backend, Engine, MemDisk, ZeroMethod};
+use crate::volume::{Volume, decode_entry, encode_entry};
+use crate::{DriveKind, DriveSpec, StoreConfig, StoreError};
+
+/// State shared by the store and its volumes.
+pub(crate) struct Shared {
+    pub(crate) drives: Vec<Drive>,
+    extent_size: u32,
+    next_gen: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn extent_size(&self) -> u64 {
+        u64::from(self.extent_size)
+    }
+
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.next_gen.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Takes a free extent from the drive with the most free extents.
+    /// When none is free but frees are waiting for a commit, commits them
+    /// and tries again.
+    ///
+    /// # Errors
+    ///
+    /// [`BlockError::NoSpace`] when every drive is full.
+    pub(crate) async fn allocate(&self) -> Result<(usize, u64), BlockError> {
+        for _ in 0..2 {
+            loop {
+                let best = (0..self.drives.len())
+                    .filter(|&i| !self.drives[i].is_failed())
+                    .map(|i| (self.drives[i].counts().free, i))
+                    .max();
+                match best {
+                    Some((free, i)) if free > 0 => {
+                        if let Some(p) = self.drives[i].take_free() {
+                            return Ok((i, p));
+                        }
+                        // Raced with another allocation; look again.
+                    }
+                    _ => break,
+                }
+            }
+            let mut reclaimed = false;
+            for d in &self.drives {
+                if d.has_freeing() && d.commit(false).await.is_ok() {
+                    reclaimed = true;
+                }
+            }
+            if !reclaimed {
+                break;
+            }
+        }
+        Err(BlockError::NoSpace)
+    }
+
+    /// Commits every drive; the first error wins, but all are tried.
+    pub(crate) async fn commit_all(&self, checkpoint: bool) -> Result<(), BlockError> {
+        let mut first = Ok(());
+        for d in &self.drives {
+            if let Err(e) = d.commit(checkpoint).await
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+}
+
+/// Space accounting of one drive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DriveStats {
+    /// The drive's path, or `mem:SIZE`.
+    pub path: String,
+    /// `file`, `block-device` or `mem`.
+    pub kind: &'static str,
+    /// I/O path: `io_uring`, `thread` or `memory`.
+    pub engine: &'static str,
+    /// Bytes the format uses.
+    pub capacity_bytes: u64,
+    /// Extents in the data region.
+    pub extents_total: u64,
+    /// Extents owned by volumes.
+    pub extents_allocated: u64,
+    /// Extents ready to allocate.
+    pub extents_free: u64,
+    /// Extents freed but not yet reusable (waiting for a commit).
+    pub extents_pending_free: u64,
+    /// True for RAM drives: contents are lost on exit.
+    pub volatile: bool,
+    /// True after a commit failed; restart to recover.
+    pub failed: bool,
+}
+
+/// Space accounting of the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreStats {
+    /// Extent size in bytes.
+    pub extent_size: u32,
+    /// Per drive, in configuration order.
+    pub drives: Vec<DriveStats>,
+    /// Sum of drive capacities.
+    pub capacity_bytes: u64,
+    /// Sum of extents.
+    pub extents_total: u64,
+    /// Sum of allocated extents.
+    pub extents_allocated: u64,
+    /// Sum of free extents (ready plus pending).
+    pub extents_free: u64,
+    /// True if any drive is volatile.
+    pub volatile: bool,
+}
+
+/// One node's drives, pooled. Shared as `Arc<Store>`.
+pub struct Store {
+    shared: Arc<Shared>,
+    volumes: Mutex<HashMap<u64, Arc<Volume>>>,
+    /// Forward maps recovered at open for volumes not opened yet:
+    /// volume id -> (logical extent, map entry).
+    recovered: Mutex<HashMap<u64, Vec<(u32, u64)>>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("drives", &self.shared.drives.len()).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Maps updated by single insert/remove calls; poison carries no
+    // half-done state.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Opens a drive file or device, with `O_DIRECT` unless refused and
+/// allowed to fall back. Returns the file and whether it is direct.
+fn open_direct(path: &Path, create: bool, allow_buffered: bool) -> Result<File, StoreError> {
+    let label = path.display().to_string();
+    let mut o = OpenOptions::new();
+    o.read(true).write(true).create(create);
+    match o.clone().custom_flags(libc::O_DIRECT).open(path) {
+        Ok(f) => Ok(f),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            if !allow_buffered {
+                return Err(StoreError::DirectIoUnsupported { path: path.to_owned() });
+            }
+            tracing::warn!(drive = %label, "O_DIRECT is not supported here; using buffered I/O with fdatasync (allow_buffered)");
+            o.open(path).map_err(|e| StoreError::io(&label, "open", e))
+        }
+        Err(e) => Err(StoreError::io(&label, "open", e)),
+    }
+}
+
+fn open_backend(spec: &DriveSpec, cfg: &StoreConfig) -> Result<(String, DriveClass, Backend, u64), StoreError> {
+    let label = spec.label();
+    match &spec.kind {
+        DriveKind::Mem { size } => {
+            tracing::warn!(drive = %label, "mem drive is VOLATILE: its contents are lost when the process exits");
+            Ok((label, DriveClass::Mem, Backend::Mem(MemDisk::new(*size)), *size))
+        }
+        DriveKind::File { path, size } => {
+            let exists = path.exists();
+            if !exists && size.is_none() {
+                return Err(StoreError::BadDriveSpec {
+                    spec: label,
+                    reason: "the file does not exist and no size was given".into(),
+                });
+            }
+            let file = open_direct(path, !exists, cfg.allow_buffered)?;
+            lock_drive(&file, &label)?;
+            let mut len = file.metadata().map_err(|e| StoreError::io(&label, "stat", e))?.len();
+            if let Some(size) = size {
+                if len == 0 {
+                    file.set_len(*size).map_err(|e| StoreError::io(&label, "set_len", e))?;
+                    len = *size;
+                } else if len != *size {
+                    tracing::warn!(drive = %label, file_bytes = len, requested = size, "existing drive file keeps its size");
+                }
+            }
+            probe_direct(&file, path, len)?;
+            start_engine(label, DriveClass::File, file, ZeroMethod::PunchHole, len, cfg)
+        }
+        DriveKind::BlockDevice { path } => {
+            let file = open_direct(path, false, cfg.allow_buffered)?;
+            let is_blk = file.metadata().map(|m| m.file_type().is_block_device()).unwrap_or(false);
+            if !is_blk {
+                return Err(StoreError::BadDriveSpec { spec: label, reason: "not a block device".into() });
+            }
+            lock_drive(&file, &label)?;
+            let len = crate::sys::block_device_size(&file).map_err(|e| StoreError::io(&label, "BLKGETSIZE64", e))?;
+            start_engine(label, DriveClass::BlockDevice, file, ZeroMethod::BlkZeroOut, len, cfg)
+        }
+    }
+}
+
+fn lock_drive(file: &File, label: &str) -> Result<(), StoreError> {
+    file.try_lock().map_err(|e| match e {
+        std::fs::TryLockError::WouldBlock => {
+            StoreError::BadConfig(format!("drive {label} is in use by another process (or listed twice)"))
+        }
+        std::fs::TryLockError::Error(e) => StoreError::io(label, "lock", e),
+    })
+}
+
+/// Some file systems accept `O_DIRECT` at open and refuse it at I/O time.
+fn probe_direct(file: &File, path: &Path, len: u64) -> Result<(), StoreError> {
+    use std::os::unix::fs::FileExt;
+    if len < crate::format::BLOCK as u64 {
+        return Ok(());
+    }
+    let mut b = strata_block::IoBuf::zeroed(crate::format::BLOCK);
+    match file.read_exact_at(&mut b, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            Err(StoreError::DirectIoUnsupported { path: path.to_owned() })
+        }
+        Err(e) => Err(StoreError::io(&path.display().to_string(), "read", e)),
+        Ok(()) => Ok(()),
+    }
+}
+
+fn start_engine(
+    label: String,
+    class: DriveClass,
+    file: File,
+    zero: ZeroMethod,
+    len: u64,
+    cfg: &StoreConfig,
+) -> Result<(String, DriveClass, Backend, u64), StoreError> {
+    let engine = Engine::start(Arc::new(file), zero, &label, cfg.use_io_uring)
+        .map_err(|e| StoreError::io(&label, "start I/O thread", e))?;
+    Ok((label, class, Backend::Engine(engine), len))
+}
+
+impl Store {
+    /// Opens the store: formats blank drives, recovers formatted ones
+    /// (newest checkpoint plus journal replay) and rebuilds the forward
+    /// maps. Works inside or outside a tokio runtime; I/O at run time needs
+    /// one.
+    ///
+    /// # Errors
+    ///
+    /// A bad configuration, a drive that cannot be opened, a drive with
+    /// foreign data (see [`StoreConfig::force_format`]), a different extent
+    /// size or an unknown format version, or corruption with no valid copy
+    /// left. Each error names the drive.
+    pub fn open(cfg: StoreConfig) -> Result<Arc<Store>, StoreError> {
+        cfg.validate()?;
+        let mut loaded = Vec::with_capacity(cfg.drives.len());
+        for spec in &cfg.drives {
+            let (label, class, backend, capacity) = open_backend(spec, &cfg)?;
+            loaded.push(LoadedDrive::load(label, class, backend, capacity, cfg.extent_size, cfg.force_format)?);
+        }
+        Self::open_loaded(loaded)
+    }
+
+    /// Opens over already-loaded drives (tests pass simulated disks here).
+    pub(crate) fn open_loaded(mut loaded: Vec<LoadedDrive>) -> Result<Arc<Store>, StoreError> {
+        if loaded.len() > u16::MAX as usize - 1 {
+            return Err(StoreError::BadConfig(format!("{} drives; at most 65534 are supported", loaded.len())));
+        }
+        let extent_size = loaded.first().map(|d| d.sb.extent_size).unwrap_or(crate::DEFAULT_EXTENT_SIZE);
+        // Reconcile duplicate claims across drives: highest generation wins.
+        let mut claims: HashMap<(u64, u32), (u64, usize, u64)> = HashMap::new();
+        let mut losers = Vec::new();
+        let mut max_gen = 0u64;
+        for (d, ld) in loaded.iter().enumerate() {
+            for (p, o) in ld.table.iter().enumerate() {
+                let Some(o) = o else { continue };
+                max_gen = max_gen.max(o.generation);
+                let cand = (o.generation, d, p as u64);
+                match claims.get_mut(&(o.volume, o.lext)) {
+                    None => {
+                        claims.insert((o.volume, o.lext), cand);
+                    }
+                    Some(cur) => {
+                        if cand.0 > cur.0 {
+                            losers.push((cur.1, cur.2));
+                            *cur = cand;
+                        } else {
+                            losers.push((d, p as u64));
+                        }
+                    }
+                }
+            }
+        }
+        for (d, p) in losers {
+            tracing::warn!(drive = %loaded[d].label, extent = p, "freeing an extent superseded by a newer allocation");
+            loaded[d].table[p as usize] = None;
+        }
+        let mut recovered: HashMap<u64, Vec<(u32, u64)>> = HashMap::new();
+        for ((vol, lext), (_, d, p)) in claims {
+            recovered.entry(vol).or_default().push((lext, encode_entry(d, p)));
+        }
+        let drives = loaded.into_iter().map(LoadedDrive::into_drive).collect::<Result<Vec<_>, _>>()?;
+        let shared = Arc::new(Shared { drives, extent_size, next_gen: AtomicU64::new(max_gen + 1) });
+        Ok(Arc::new(Store { shared, volumes: Mutex::new(HashMap::new()), recovered: Mutex::new(recovered) }))
+    }
+
+    /// Extent size in bytes.
+    pub fn extent_size(&self) -> u32 {
+        self.shared.extent_size
+    }
+
+    /// Opens volume `id` with `size_bytes` (a multiple of `block_size`,
+    /// which is 512 or 4096). Its extents are those recovered for `id`;
+    /// any beyond `size_bytes` are freed. Opening an open volume again
+    /// with the same geometry returns the same volume.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::BadVolume`] for a bad block size or size, or when the
+    /// volume is open with another geometry.
+    pub fn open_volume(&self, id: u64, size_bytes: u64, block_size: u32) -> Result<Arc<Volume>, StoreError> {
+        let bad = |reason: String| StoreError::BadVolume { id, reason };
+        if block_size != 512 && block_size != 4096 {
+            return Err(bad(format!("block size {block_size} is not 512 or 4096")));
+        }
+        if size_bytes % u64::from(block_size) != 0 {
+            return Err(bad(format!("size {size_bytes} is not a multiple of the block size {block_size}")));
+        }
+        let e = self.shared.extent_size();
+        let n_ext =
+            usize::try_from(size_bytes.div_ceil(e)).map_err(|_| bad(format!("size {size_bytes} is too large")))?;
+        if n_ext as u64 > u64::from(u32::MAX) {
+            return Err(bad(format!("size {size_bytes} needs more than 2^32 extents")));
+        }
+        let mut vols = lock(&self.volumes);
+        if let Some(v) = vols.get(&id) {
+            use strata_block::BlockDevice;
+            let g = v.geometry();
+            if g.block_size == block_size && g.size_bytes() == size_bytes {
+                return Ok(v.clone());
+            }
+            return Err(bad(format!("already open with {} bytes of {}-byte blocks", g.size_bytes(), g.block_size)));
+        }
+        let entries = lock(&self.recovered).remove(&id).unwrap_or_default();
+        let map: Vec<AtomicU64> = (0..n_ext).map(|_| AtomicU64::new(0)).collect();
+        for (lext, entry) in entries {
+            match map.get(lext as usize) {
+                Some(slot) => slot.store(entry, Ordering::Relaxed),
+                None => {
+                    // Past the end: the volume shrank before a crash, or
+                    // the caller's size is smaller. No I/O can target it.
+                    if let Some((d, p)) = decode_entry(entry) {
+                        self.shared.drives[d].release(p);
+                    }
+                }
+            }
+        }
+        let v = Arc::new(Volume::new(self.shared.clone(), id, size_bytes, block_size, map));
+        vols.insert(id, v.clone());
+        Ok(v)
+    }
+
+    /// Deletes volume `id`: unmaps and frees all its extents, durably.
+    /// Open handles to it fail with [`BlockError::Gone`] afterwards.
+    ///
+    /// # Errors
+    ///
+    /// A commit failure.
+    pub async fn delete_volume(&self, id: u64) -> Result<(), StoreError> {
+        self.free_volume(id).await;
+        self.shared.commit_all(false).await?;
+        Ok(())
+    }
+
+    async fn free_volume(&self, id: u64) -> bool {
+        let open = lock(&self.volumes).remove(&id);
+        let mut any = false;
+        if let Some(v) = open {
+            v.destroy().await;
+            any = true;
+        }
+        let entries = lock(&self.recovered).remove(&id);
+        for (_, entry) in entries.iter().flatten() {
+            if let Some((d, p)) = decode_entry(*entry) {
+                self.shared.drives[d].release(p);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Frees, durably, the extents of every volume not in `ids` (orphans
+    /// left by a crash between a metadata update and the store's), and
+    /// deletes open volumes not listed. Returns the ids freed, sorted.
+    ///
+    /// # Errors
+    ///
+    /// A commit failure.
+    pub async fn retain_volumes(&self, ids: &[u64]) -> Result<Vec<u64>, StoreError> {
+        let keep: std::collections::HashSet<u64> = ids.iter().copied().collect();
+        let mut victims: Vec<u64> = lock(&self.recovered).keys().chain(lock(&self.volumes).keys()).copied().collect();
+        victims.retain(|id| !keep.contains(id));
+        victims.sort_unstable();
+        victims.dedup();
+        for &id in &victims {
+            tracing::info!(volume = id, "freeing extents of a volume the metadata does not list");
+            self.free_volume(id).await;
+        }
+        self.shared.commit_all(false).await?;
+        Ok(victims)
+    }
+
+    /// Ids of volumes that have extents on the drives or are open.
+    pub fn volume_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = lock(&self.recovered).keys().chain(lock(&self.volumes).keys()).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Space accounting per drive and in total.
+    pub fn stats(&self) -> StoreStats {
+        let drives: Vec<DriveStats> = self
+            .shared
+            .drives
+            .iter()
+            .map(|d| {
+                let c = d.counts();
+                DriveStats {
+                    path: d.label.clone(),
+                    kind: d.class.as_str(),
+                    engine: d.backend.engine_name(),
+                    capacity_bytes: d.sb.capacity,
+                    extents_total: d.sb.extent_count,
+                    extents_allocated: c.allocated,
+                    extents_free: c.free,
+                    extents_pending_free: c.freeing,
+                    volatile: d.backend.volatile(),
+                    failed: d.is_failed(),
+                }
+            })
+            .collect();
+        StoreStats {
+            extent_size: self.shared.extent_size,
+            capacity_bytes: drives.iter().map(|d| d.capacity_bytes).sum(),
+            extents_total: drives.iter().map(|d| d.extents_total).sum(),
+            extents_allocated: drives.iter().map(|d| d.extents_allocated).sum(),
+            extents_free: drives.iter().map(|d| d.extents_free + d.extents_pending_free).sum(),
+            volatile: drives.iter().any(|d| d.volatile),
+            drives,
+        }
+    }
+
+    /// Makes everything durable and folds the journal into a checkpoint,
+    /// so the next open replays nothing. Call on clean shutdown.
+    ///
+    /// # Errors
+    ///
+    /// A commit failure on any drive (all are tried).
+    pub async fn flush_all(&self) -> Result<(), StoreError> {
+        self.shared.commit_all(true).await?;
+        Ok(())
+    }
+}
