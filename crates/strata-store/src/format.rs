@@ -733,7 +733,8 @@ mod tests {
         let mut b = vec![0u8; BLOCK];
         sb().encode(&mut b);
         put_u32(&mut b, SB_VERSION_OFFSET, FORMAT_VERSION + 1);
-        put_u32(&mut b, SB_CRC_OFFSET, crc32c(&b[..SB_CRC_OFFSET]));
+        let c = crc32c(&b[..SB_CRC_OFFSET]);
+        put_u32(&mut b, SB_CRC_OFFSET, c);
         assert_eq!(Superblock::decode(&b), Err(FormatError::UnsupportedVersion { found: 2 }));
     }
 
@@ -742,7 +743,8 @@ mod tests {
         let mut b = vec![0u8; BLOCK];
         sb().encode(&mut b);
         put_u32(&mut b, SB_FLAGS_OFFSET, 4);
-        put_u32(&mut b, SB_CRC_OFFSET, crc32c(&b[..SB_CRC_OFFSET]));
+        let c = crc32c(&b[..SB_CRC_OFFSET]);
+        put_u32(&mut b, SB_CRC_OFFSET, c);
         assert!(matches!(Superblock::decode(&b), Err(FormatError::BadField { field: "flags", .. })));
     }
 
@@ -762,7 +764,8 @@ mod tests {
             let mut b = vec![0u8; BLOCK];
             sb().encode(&mut b);
             put_u64(&mut b, off, v);
-            put_u32(&mut b, SB_CRC_OFFSET, crc32c(&b[..SB_CRC_OFFSET]));
+            let c = crc32c(&b[..SB_CRC_OFFSET]);
+            put_u32(&mut b, SB_CRC_OFFSET, c);
             match Superblock::decode(&b) {
                 Err(FormatError::BadField { field: f, .. }) => assert_eq!(f, field),
                 other => panic!("{field}: {other:?}"),

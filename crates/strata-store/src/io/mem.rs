@@ -102,6 +102,6 @@ mod tests {
         assert_eq!(m.resident_bytes(), CHUNK);
         m.zero(CHUNK, 2);
         m.read(CHUNK - 4, &mut b);
-        assert_eq!(b, [0, 0, 0, 0, 0, 6, 0, 0]);
+        assert_eq!(b, [0, 0, 0, 0, 0, 0, 6, 0]);
     }
 }
