@@ -1,0 +1,1 @@
+//! strata's user-space NVMe/TCP initiator (being written).

@@ -1,0 +1,420 @@
+//! Controllers: the per-host state behind an admin queue and its I/O
+//! queues (dynamic controller model, NVMe-oF 1.1 section 3.3).
+//!
+//! A controller is created by a Connect on queue 0 and lives until its
+//! admin connection closes, the host shuts it down, or its keep-alive
+//! timer expires. It owns the controller registers (CC, CSTS), negotiated
+//! features (number of queues, keep-alive timeout, asynchronous event
+//! configuration), outstanding Asynchronous Event Requests and the events
+//! waiting for them, the Changed Namespace List, the error log and the
+//! SMART counters. The admin command set is implemented in
+//! [`crate::admin`]; this module holds the state and its rules.
+//!
+//! Invariants:
+//! - at most `AER_LIMIT` AER command IDs are parked;
+//! - a namespace-change notice is sent once and then masked until the host
+//!   reads the Changed Namespace List without RAE;
+//! - `dead` only goes from false to true; every queue of the controller
+//!   watches it and closes its connection when it flips.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use strata_nvme::command::async_event;
+use strata_nvme::completion::Cqe;
+use strata_nvme::log_page::{ErrorLogEntry, LogPageId};
+use strata_nvme::status::Status;
+use tokio::sync::{Notify, watch};
+
+use crate::subsystem::Subsystem;
+
+/// Most AERs a host may park (AERL + 1).
+pub const AER_LIMIT: usize = 4;
+/// Entries kept in the error log.
+pub const ERROR_LOG_ENTRIES: usize = 64;
+/// Most entries in the Changed Namespace List before it reports overflow.
+const CHANGED_NS_MAX: usize = 1024;
+
+/// Which kind of subsystem a controller belongs to.
+#[derive(Debug, Clone)]
+pub enum ControllerKind {
+    /// An I/O controller of an NVM subsystem.
+    Io(Arc<Subsystem>),
+    /// A discovery controller.
+    Discovery,
+}
+
+/// Counters reported in the SMART / Health log.
+#[derive(Debug, Default)]
+pub struct IoCounters {
+    /// Read commands completed.
+    pub read_commands: AtomicU64,
+    /// Write commands completed.
+    pub write_commands: AtomicU64,
+    /// 512-byte units read.
+    pub sectors_read: AtomicU64,
+    /// 512-byte units written.
+    pub sectors_written: AtomicU64,
+    /// Media errors returned.
+    pub media_errors: AtomicU64,
+}
+
+#[derive(Debug)]
+pub(crate) struct CtrlState {
+    pub(crate) cc: u32,
+    pub(crate) csts: u32,
+    pub(crate) io_queues_granted: u16,
+    pub(crate) io_queues: BTreeSet<u16>,
+    pub(crate) async_event_config: u32,
+    pub(crate) kato_ms: u32,
+    aer_cids: VecDeque<u16>,
+    pending_events: VecDeque<u32>,
+    ns_notice_masked: bool,
+    changed_ns: BTreeSet<u32>,
+    changed_ns_overflow: bool,
+    error_log: VecDeque<ErrorLogEntry>,
+    error_count: u64,
+}
+
+/// One controller.
+pub struct Controller {
+    cntlid: u16,
+    kind: ControllerKind,
+    hostnqn: String,
+    hostid: [u8; 16],
+    max_io_queues: u16,
+    created: Instant,
+    last_keepalive_ms: AtomicU64,
+    state: Mutex<CtrlState>,
+    events: Notify,
+    dead: watch::Sender<bool>,
+    /// Counters for the SMART log.
+    pub counters: IoCounters,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").field("cntlid", &self.cntlid).field("hostnqn", &self.hostnqn).finish()
+    }
+}
+
+impl Controller {
+    pub(crate) fn new(
+        cntlid: u16,
+        kind: ControllerKind,
+        hostnqn: String,
+        hostid: [u8; 16],
+        kato_ms: u32,
+        max_io_queues: u16,
+    ) -> Arc<Controller> {
+        let (dead, _) = watch::channel(false);
+        Arc::new(Controller {
+            cntlid,
+            kind,
+            hostnqn,
+            hostid,
+            max_io_queues,
+            created: Instant::now(),
+            last_keepalive_ms: AtomicU64::new(0),
+            state: Mutex::new(CtrlState {
+                cc: 0,
+                csts: 0,
+                io_queues_granted: max_io_queues,
+                io_queues: BTreeSet::new(),
+                async_event_config: 0,
+                kato_ms,
+                aer_cids: VecDeque::new(),
+                pending_events: VecDeque::new(),
+                ns_notice_masked: false,
+                changed_ns: BTreeSet::new(),
+                changed_ns_overflow: false,
+                error_log: VecDeque::new(),
+                error_count: 0,
+            }),
+            events: Notify::new(),
+            dead,
+            counters: IoCounters::default(),
+        })
+    }
+
+    /// Controller ID.
+    pub fn cntlid(&self) -> u16 {
+        self.cntlid
+    }
+
+    /// Host NQN that created it.
+    pub fn hostnqn(&self) -> &str {
+        &self.hostnqn
+    }
+
+    /// Host identifier from Connect.
+    pub fn hostid(&self) -> [u8; 16] {
+        self.hostid
+    }
+
+    /// Most I/O queues this controller may have.
+    pub fn max_io_queues(&self) -> u16 {
+        self.max_io_queues
+    }
+
+    /// Its kind and subsystem.
+    pub fn kind(&self) -> &ControllerKind {
+        &self.kind
+    }
+
+    /// The NVM subsystem, for I/O controllers.
+    pub fn subsystem(&self) -> Option<&Arc<Subsystem>> {
+        match &self.kind {
+            ControllerKind::Io(s) => Some(s),
+            ControllerKind::Discovery => None,
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, CtrlState> {
+        // The state stays consistent across a panic in a holder: every
+        // mutation is a single field update.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Time since the controller was created.
+    pub fn uptime(&self) -> Duration {
+        self.created.elapsed()
+    }
+
+    /// Resets the keep-alive timer: called for Keep Alive and, since we
+    /// report traffic-based keep alive (CTRATT.TBKAS), for every command.
+    pub fn touch(&self) {
+        self.last_keepalive_ms.store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The keep-alive timeout in force (0 = disabled).
+    pub fn kato(&self) -> Duration {
+        Duration::from_millis(u64::from(self.lock().kato_ms))
+    }
+
+    /// How long until the keep-alive timer expires, or `None` when it is
+    /// disabled. Zero means it has expired.
+    pub fn keepalive_remaining(&self) -> Option<Duration> {
+        let kato = self.kato();
+        if kato.is_zero() {
+            return None;
+        }
+        let last = Duration::from_millis(self.last_keepalive_ms.load(Ordering::Relaxed));
+        let deadline = last + kato;
+        Some(deadline.saturating_sub(self.created.elapsed()))
+    }
+
+    /// True once the controller has been torn down.
+    pub fn is_dead(&self) -> bool {
+        *self.dead.borrow()
+    }
+
+    /// Tears the controller down: every queue's connection closes.
+    pub fn kill(&self) {
+        self.dead.send_replace(true);
+    }
+
+    /// A receiver that changes to `true` when the controller dies.
+    pub fn watch_dead(&self) -> watch::Receiver<bool> {
+        self.dead.subscribe()
+    }
+
+    /// Waits until an asynchronous event may be ready to complete an AER.
+    pub async fn event_ready(&self) {
+        self.events.notified().await
+    }
+
+    /// Records that I/O queue `qid` connected. Fails when `qid` is beyond
+    /// the number of queues granted or already connected.
+    pub(crate) fn attach_io_queue(&self, qid: u16) -> Result<(), Status> {
+        let mut st = self.lock();
+        if qid == 0 || qid > st.io_queues_granted || st.io_queues.contains(&qid) {
+            return Err(Status::CONNECT_INVALID_PARAMETERS);
+        }
+        if st.cc & strata_nvme::fabrics::reg::CC_EN == 0 {
+            return Err(Status::COMMAND_SEQUENCE);
+        }
+        st.io_queues.insert(qid);
+        Ok(())
+    }
+
+    /// Records that I/O queue `qid` went away.
+    pub(crate) fn detach_io_queue(&self, qid: u16) {
+        self.lock().io_queues.remove(&qid);
+    }
+
+    /// Parks an AER, or completes it at once when an event is waiting.
+    pub(crate) fn park_aer(&self, cid: u16) -> Result<Option<Cqe>, Status> {
+        let mut st = self.lock();
+        if let Some(dw0) = st.pending_events.pop_front() {
+            let mut cqe = Cqe::new(cid, Status::SUCCESS);
+            cqe.result = u64::from(dw0);
+            return Ok(Some(cqe));
+        }
+        if st.aer_cids.len() >= AER_LIMIT {
+            return Err(Status::AER_LIMIT_EXCEEDED);
+        }
+        st.aer_cids.push_back(cid);
+        Ok(None)
+    }
+
+    /// Pairs parked AERs with waiting events; the admin queue sends these.
+    pub fn take_ready_aers(&self) -> Vec<Cqe> {
+        let mut st = self.lock();
+        let mut out = Vec::new();
+        while !st.aer_cids.is_empty() && !st.pending_events.is_empty() {
+            let (Some(cid), Some(dw0)) = (st.aer_cids.pop_front(), st.pending_events.pop_front()) else { break };
+            let mut cqe = Cqe::new(cid, Status::SUCCESS);
+            cqe.result = u64::from(dw0);
+            out.push(cqe);
+        }
+        out
+    }
+
+    /// Drops parked AERs (controller reset); they are never completed.
+    pub(crate) fn clear_aers(&self) {
+        let mut st = self.lock();
+        st.aer_cids.clear();
+        st.pending_events.clear();
+    }
+
+    /// Adds `nsid` to the Changed Namespace List and raises a notice if
+    /// the host enabled them and has not been told yet.
+    pub fn notify_namespace_changed(&self, nsid: u32) {
+        let mut st = self.lock();
+        if st.changed_ns.len() >= CHANGED_NS_MAX {
+            st.changed_ns_overflow = true;
+        } else {
+            st.changed_ns.insert(nsid);
+        }
+        if st.async_event_config & async_event::CONFIG_NS_ATTR == 0 || st.ns_notice_masked {
+            return;
+        }
+        st.ns_notice_masked = true;
+        st.pending_events.push_back(async_event::dw0(
+            async_event::TYPE_NOTICE,
+            async_event::INFO_NS_ATTR_CHANGED,
+            LogPageId::CHANGED_NS.0,
+        ));
+        drop(st);
+        self.events.notify_one();
+    }
+
+    /// Returns and clears the Changed Namespace List; without RAE the
+    /// notice is unmasked again.
+    pub(crate) fn take_changed_namespaces(&self, rae: bool) -> Vec<u32> {
+        let mut st = self.lock();
+        let list = if st.changed_ns_overflow {
+            vec![strata_nvme::log_page::CHANGED_NS_OVERFLOW]
+        } else {
+            st.changed_ns.iter().copied().collect()
+        };
+        st.changed_ns.clear();
+        st.changed_ns_overflow = false;
+        if !rae {
+            st.ns_notice_masked = false;
+        }
+        list
+    }
+
+    /// Records a failed command in the error log.
+    pub fn record_error(&self, sqid: u16, cid: u16, status: Status, nsid: u32, lba: u64) {
+        let mut st = self.lock();
+        st.error_count += 1;
+        let entry = ErrorLogEntry {
+            error_count: st.error_count,
+            sqid,
+            cmdid: cid,
+            status_field: status.to_field(),
+            param_error_location: 0xffff,
+            lba,
+            nsid,
+            ..Default::default()
+        };
+        if st.error_log.len() == ERROR_LOG_ENTRIES {
+            st.error_log.pop_back();
+        }
+        st.error_log.push_front(entry);
+    }
+
+    /// Error log entries, newest first, and the lifetime error count.
+    pub(crate) fn error_log(&self) -> (Vec<ErrorLogEntry>, u64) {
+        let st = self.lock();
+        (st.error_log.iter().cloned().collect(), st.error_count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctrl() -> Arc<Controller> {
+        Controller::new(1, ControllerKind::Discovery, "nqn.host".into(), [0; 16], 0, 4)
+    }
+
+    #[test]
+    fn namespace_notice_is_sent_once_until_the_log_is_read() {
+        let c = ctrl();
+        c.lock().async_event_config = async_event::CONFIG_NS_ATTR;
+        assert_eq!(c.park_aer(10), Ok(None));
+        c.notify_namespace_changed(1);
+        c.notify_namespace_changed(2);
+        let ready = c.take_ready_aers();
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].cid, 10);
+        assert_eq!(ready[0].dw0(), 0x0004_0002);
+        // Masked: another change raises nothing.
+        assert_eq!(c.park_aer(11), Ok(None));
+        c.notify_namespace_changed(3);
+        assert!(c.take_ready_aers().is_empty());
+        // Reading with RAE keeps the mask; without it, unmasks.
+        assert_eq!(c.take_changed_namespaces(true), vec![1, 2, 3]);
+        c.notify_namespace_changed(4);
+        assert!(c.take_ready_aers().is_empty());
+        assert_eq!(c.take_changed_namespaces(false), vec![4]);
+        c.notify_namespace_changed(5);
+        assert_eq!(c.take_ready_aers().len(), 1);
+    }
+
+    #[test]
+    fn notices_wait_for_the_host_to_enable_them() {
+        let c = ctrl();
+        assert_eq!(c.park_aer(1), Ok(None));
+        c.notify_namespace_changed(1);
+        assert!(c.take_ready_aers().is_empty());
+        assert_eq!(c.take_changed_namespaces(false), vec![1]);
+    }
+
+    #[test]
+    fn aer_limit_is_enforced() {
+        let c = ctrl();
+        for cid in 0..AER_LIMIT as u16 {
+            assert_eq!(c.park_aer(cid), Ok(None));
+        }
+        assert_eq!(c.park_aer(99), Err(Status::AER_LIMIT_EXCEEDED));
+    }
+
+    #[test]
+    fn error_log_keeps_the_newest_entries() {
+        let c = ctrl();
+        for i in 0..(ERROR_LOG_ENTRIES as u16 + 5) {
+            c.record_error(1, i, Status::LBA_OUT_OF_RANGE, 1, 0);
+        }
+        let (log, count) = c.error_log();
+        assert_eq!(log.len(), ERROR_LOG_ENTRIES);
+        assert_eq!(count, ERROR_LOG_ENTRIES as u64 + 5);
+        assert_eq!(log[0].cmdid, ERROR_LOG_ENTRIES as u16 + 4);
+    }
+
+    #[test]
+    fn keepalive_expiry_follows_kato() {
+        let c = Controller::new(1, ControllerKind::Discovery, "h".into(), [0; 16], 100, 1);
+        c.touch();
+        let r = c.keepalive_remaining().unwrap();
+        assert!(r <= Duration::from_millis(100) && r > Duration::ZERO);
+        let c0 = ctrl();
+        assert_eq!(c0.keepalive_remaining(), None);
+    }
+}

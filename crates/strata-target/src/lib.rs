@@ -1,0 +1,89 @@
+//! strata's NVMe/TCP target.
+//!
+//! A [`Target`] listens on TCP ports, answers the discovery subsystem, and
+//! serves NVM subsystems whose namespaces are any
+//! [`BlockDevice`](strata_block::BlockDevice). It speaks the NVMe/TCP
+//! transport (digests, in-capsule data, R2T flow control), the fabrics
+//! commands (Connect, Property Get/Set, Disconnect), the admin command set
+//! a fabrics host needs (Identify, Get Log Page, Get/Set Features, Keep
+//! Alive, Asynchronous Event Request) and the NVM I/O command set (Read,
+//! Write, Flush, Write Zeroes, Dataset Management, Compare).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use strata_block::MemDevice;
+//! use strata_target::{Namespace, NamespaceIds, PortRole, Subsystem, Target, TargetConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let target = Target::new(TargetConfig::default());
+//! let sub = Subsystem::new("nqn.2026-11.io.strata:demo", "demo0001", vec![]);
+//! let ids = NamespaceIds { nguid: [1; 16], uuid: [2; 16], eui64: [0; 8] };
+//! sub.add_namespace(Namespace { nsid: 1, ids, device: Arc::new(MemDevice::new(4096, 1 << 16)) })?;
+//! target.add_subsystem(sub)?;
+//! target.listen("127.0.0.1:4420".parse()?, PortRole::Io).await?;
+//! target.listen("127.0.0.1:8009".parse()?, PortRole::Discovery).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: [`transport`] is the sans-I/O NVMe/TCP state machine of one
+//! connection; `conn` drives it over a socket; [`controller`] and
+//! [`admin`] hold controller state and the admin command set; `nvm`
+//! executes I/O commands; [`subsystem`] holds subsystems and namespaces;
+//! `target` ties ports, subsystems and controllers together.
+
+pub mod admin;
+mod conn;
+pub mod controller;
+mod nvm;
+pub mod subsystem;
+mod target;
+pub mod transport;
+
+pub use controller::Controller;
+pub use subsystem::{Namespace, NamespaceIds, Subsystem, SubsystemError};
+pub use target::{Port, PortRole, Target, TargetError};
+
+/// Largest namespace ID a subsystem hands out (Identify Controller NN).
+pub const MAX_NSID: u32 = 1024;
+/// Entries per queue (CAP.MQES + 1).
+pub const MAX_QUEUE_SIZE: u16 = 1024;
+
+/// Target settings.
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    /// Firmware revision reported in Identify (8 ASCII characters at most).
+    /// Default: the crate version.
+    pub firmware_revision: String,
+    /// Most I/O queues per controller. Default: 64.
+    pub max_io_queues: u16,
+    /// In-capsule data accepted per command, in bytes (IOCCSZ). Default:
+    /// 8192.
+    pub in_capsule_data: usize,
+    /// MAXH2CDATA: most bytes per H2CData PDU. Default: 131072.
+    pub max_h2c_data: u32,
+    /// MDTS as a power of two of 4 KiB pages. Default: 8 (1 MiB).
+    pub mdts: u8,
+    /// Commands per queue that may hold an R2T (and its buffer) at once.
+    /// Default: 32.
+    pub max_r2t_inflight: usize,
+}
+
+impl TargetConfig {
+    /// Largest transfer of one command, in bytes.
+    pub fn max_transfer(&self) -> usize {
+        4096usize << self.mdts
+    }
+}
+
+impl Default for TargetConfig {
+    fn default() -> Self {
+        TargetConfig {
+            firmware_revision: env!("CARGO_PKG_VERSION").chars().take(8).collect(),
+            max_io_queues: 64,
+            in_capsule_data: 8192,
+            max_h2c_data: 128 * 1024,
+            mdts: 8,
+            max_r2t_inflight: 32,
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The NVM command set on I/O queues: Read, Write (with FUA), Flush,
+//! Write Zeroes, Dataset Management (deallocate) and Compare, executed
+//! against a namespace's [`BlockDevice`](strata_block::BlockDevice).
+//!
+//! Every failure is an NVMe status: a missing namespace is Invalid
+//! Namespace, a range past the end is LBA Out of Range, a transfer length
+//! that disagrees with the block count is Data SGL Length Invalid, a full
+//! thin pool is Capacity Exceeded (hosts map it to ENOSPC), and drive
+//! errors are Write Fault or Unrecovered Read Error.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use strata_block::{BlockError, IoBuf};
+use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZeroes, io};
+use strata_nvme::completion::Cqe;
+use strata_nvme::status::Status;
+
+use crate::controller::Controller;
+use crate::subsystem::{Namespace, Subsystem};
+use crate::transport::Command;
+
+/// The result of an I/O command: its completion and, for reads, the data.
+pub type IoReply = (Cqe, Option<IoBuf>);
+
+fn status_of(e: &BlockError, writing: bool) -> Status {
+    match e {
+        BlockError::OutOfRange { .. } => Status::LBA_OUT_OF_RANGE.dnr(),
+        BlockError::BadBuffer { .. } => Status::SGL_INVALID_DATA.dnr(),
+        BlockError::NoSpace => Status::CAPACITY_EXCEEDED.dnr(),
+        BlockError::Gone => Status::NS_NOT_READY,
+        _ if writing => Status::WRITE_FAULT.dnr(),
+        _ => Status::UNRECOVERED_READ_ERROR.dnr(),
+    }
+}
+
+/// Executes one I/O command of controller `ctrl` on queue `sqid`.
+pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command) -> IoReply {
+    let sqe = cmd.sqe;
+    let cid = sqe.cid();
+    let result = dispatch(ctrl, sub, &sqe, cmd.data, cmd.read_len).await;
+    let (status, data) = match result {
+        Ok(data) => (Status::SUCCESS, data),
+        Err((status, lba)) => {
+            if status.sct() == strata_nvme::status::SCT_MEDIA {
+                ctrl.counters.media_errors.fetch_add(1, Relaxed);
+            }
+            ctrl.record_error(sqid, cid, status, sqe.nsid(), lba);
+            (status, None)
+        }
+    };
+    (Cqe::new(cid, status), data)
+}
+
+type Outcome = Result<Option<IoBuf>, (Status, u64)>;
+
+async fn dispatch(ctrl: &Controller, sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize) -> Outcome {
+    let nsid = sqe.nsid();
+    if sqe.opcode() == io::FLUSH && nsid == u32::MAX {
+        for ns in sub.namespaces() {
+            ns.device.flush().await.map_err(|e| (status_of(&e, true), 0))?;
+        }
+        return Ok(None);
+    }
+    let Some(ns) = sub.namespace(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
+    match sqe.opcode() {
+        io::READ => read(ctrl, &ns, sqe, read_len).await,
+        io::WRITE => write(ctrl, &ns, sqe, data).await,
+        io::FLUSH => ns.device.flush().await.map(|_| None).map_err(|e| (status_of(&e, true), 0)),
+        io::WRITE_ZEROES => write_zeroes(&ns, sqe).await,
+        io::DATASET_MANAGEMENT => dataset_management(&ns, sqe, data).await,
+        io::COMPARE => compare(&ns, sqe, data).await,
+        _ => Err((Status::INVALID_OPCODE.dnr(), 0)),
+    }
+}
+
+/// Byte length of `nlb` blocks at `slba`, after checking the range and
+/// that the host's transfer length matches it.
+fn transfer_len(ns: &Namespace, slba: u64, nlb: u32, sgl_len: usize) -> Result<usize, (Status, u64)> {
+    let g = ns.device.geometry();
+    strata_block::check_range(g, slba, u64::from(nlb)).map_err(|e| (status_of(&e, false), slba))?;
+    let len = nlb as usize * g.block_size as usize;
+    if len != sgl_len {
+        return Err((Status::SGL_INVALID_DATA.dnr(), slba));
+    }
+    Ok(len)
+}
+
+async fn read(ctrl: &Controller, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize) -> Outcome {
+    let rw = ReadWrite::decode(sqe);
+    let len = transfer_len(ns, rw.slba, rw.nlb, read_len)?;
+    let (buf, res) = ns.device.read(rw.slba, IoBuf::zeroed(len)).await;
+    res.map_err(|e| (status_of(&e, false), rw.slba))?;
+    ctrl.counters.read_commands.fetch_add(1, Relaxed);
+    ctrl.counters.sectors_read.fetch_add(len as u64 / 512, Relaxed);
+    Ok(Some(buf))
+}
+
+async fn write(ctrl: &Controller, ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
+    let rw = ReadWrite::decode(sqe);
+    let Some(buf) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
+    let len = transfer_len(ns, rw.slba, rw.nlb, buf.len())?;
+    let (_, res) = ns.device.write(rw.slba, buf, rw.fua).await;
+    res.map_err(|e| (status_of(&e, true), rw.slba))?;
+    ctrl.counters.write_commands.fetch_add(1, Relaxed);
+    ctrl.counters.sectors_written.fetch_add(len as u64 / 512, Relaxed);
+    Ok(None)
+}
+
+async fn write_zeroes(ns: &Arc<Namespace>, sqe: &Sqe) -> Outcome {
+    let wz = WriteZeroes::decode(sqe);
+    let g = ns.device.geometry();
+    strata_block::check_range(g, wz.slba, u64::from(wz.nlb)).map_err(|e| (status_of(&e, true), wz.slba))?;
+    ns.device
+        .write_zeroes(wz.slba, u64::from(wz.nlb), wz.deallocate)
+        .await
+        .map_err(|e| (status_of(&e, true), wz.slba))?;
+    if wz.fua {
+        ns.device.flush().await.map_err(|e| (status_of(&e, true), wz.slba))?;
+    }
+    Ok(None)
+}
+
+async fn dataset_management(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
+    let dsm = DatasetManagement::decode(sqe);
+    let Some(data) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), 0)) };
+    if data.len() < dsm.data_len() {
+        return Err((Status::SGL_INVALID_DATA.dnr(), 0));
+    }
+    if !dsm.deallocate {
+        // Only the deallocate attribute changes anything; the others are
+        // hints we may ignore.
+        return Ok(None);
+    }
+    let g = ns.device.geometry();
+    let mut ranges = Vec::with_capacity(dsm.nr);
+    for r in DsmRange::decode_all(&data[..dsm.data_len()]) {
+        if r.nlb == 0 {
+            continue;
+        }
+        strata_block::check_range(g, r.slba, u64::from(r.nlb)).map_err(|e| (status_of(&e, true), r.slba))?;
+        ranges.push((r.slba, u64::from(r.nlb)));
+    }
+    if !ranges.is_empty() {
+        ns.device.deallocate(ranges).await.map_err(|e| (status_of(&e, true), 0))?;
+    }
+    Ok(None)
+}
+
+async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
+    let rw = ReadWrite::decode(sqe);
+    let Some(expected) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
+    let len = transfer_len(ns, rw.slba, rw.nlb, expected.len())?;
+    let (actual, res) = ns.device.read(rw.slba, IoBuf::zeroed(len)).await;
+    res.map_err(|e| (status_of(&e, false), rw.slba))?;
+    if actual.as_slice() != expected.as_slice() {
+        return Err((Status::COMPARE_FAILURE.dnr(), rw.slba));
+    }
+    Ok(None)
+}

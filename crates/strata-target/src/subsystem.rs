@@ -1,0 +1,196 @@
+//! NVM subsystems and their namespaces.
+//!
+//! A [`Subsystem`] is what a host connects to by NQN: a set of namespaces,
+//! an access list of host NQNs, and the controllers created for the hosts
+//! connected to it. A [`Namespace`] is a [`BlockDevice`] with the identity
+//! a host sees (NSID, NGUID, UUID, EUI-64).
+//!
+//! Namespace changes (add, remove, resize) are announced to every
+//! controller of the subsystem, which turns them into Asynchronous Event
+//! notices and Changed Namespace List entries.
+//!
+//! Locking: the namespace map and the controller list each sit behind a
+//! short `std::sync` lock that is never held across an `.await`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use strata_block::BlockDevice;
+
+use crate::controller::Controller;
+
+/// The identity a host sees for a namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamespaceIds {
+    /// Namespace globally unique identifier.
+    pub nguid: [u8; 16],
+    /// Namespace UUID.
+    pub uuid: [u8; 16],
+    /// IEEE EUI-64.
+    pub eui64: [u8; 8],
+}
+
+/// A namespace: an NSID, its identifiers and the device behind it.
+pub struct Namespace {
+    /// Namespace identifier (1-based).
+    pub nsid: u32,
+    /// Identifiers reported in Identify.
+    pub ids: NamespaceIds,
+    /// The storage.
+    pub device: Arc<dyn BlockDevice>,
+}
+
+impl std::fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Namespace").field("nsid", &self.nsid).field("geometry", &self.device.geometry()).finish()
+    }
+}
+
+/// Errors from changing a subsystem's namespaces.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SubsystemError {
+    /// NSID 0 and 0xFFFFFFFF are reserved, and NSIDs above the
+    /// subsystem's maximum are refused.
+    #[error("namespace id {0} is not usable (1..={max})", max = crate::MAX_NSID)]
+    InvalidNsid(u32),
+    /// The NSID is already in use.
+    #[error("namespace id {0} is already in use in this subsystem")]
+    NsidInUse(u32),
+    /// No namespace has that NSID.
+    #[error("no namespace {0} in this subsystem")]
+    NoSuchNamespace(u32),
+}
+
+/// An NVM subsystem.
+pub struct Subsystem {
+    nqn: String,
+    serial: String,
+    model: String,
+    namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
+    allowed_hosts: RwLock<Vec<String>>,
+    controllers: Mutex<Vec<Weak<Controller>>>,
+}
+
+impl std::fmt::Debug for Subsystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subsystem").field("nqn", &self.nqn).finish()
+    }
+}
+
+impl Subsystem {
+    /// A subsystem with no namespaces. `serial` is reported as the
+    /// controllers' serial number (20 ASCII characters at most); an empty
+    /// `allowed_hosts` lets any host connect.
+    pub fn new(nqn: impl Into<String>, serial: impl Into<String>, allowed_hosts: Vec<String>) -> Arc<Subsystem> {
+        Arc::new(Subsystem {
+            nqn: nqn.into(),
+            serial: serial.into(),
+            model: "strata".into(),
+            namespaces: RwLock::new(BTreeMap::new()),
+            allowed_hosts: RwLock::new(allowed_hosts),
+            controllers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The subsystem NQN.
+    pub fn nqn(&self) -> &str {
+        &self.nqn
+    }
+
+    /// Serial number reported by its controllers.
+    pub fn serial(&self) -> &str {
+        &self.serial
+    }
+
+    /// Model number reported by its controllers.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// True when `hostnqn` may connect.
+    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+        let hosts = self.allowed_hosts.read().unwrap_or_else(|e| e.into_inner());
+        hosts.is_empty() || hosts.iter().any(|h| h == hostnqn)
+    }
+
+    /// Replaces the host access list (empty = any host). Hosts already
+    /// connected stay connected.
+    pub fn set_allowed_hosts(&self, hosts: Vec<String>) {
+        *self.allowed_hosts.write().unwrap_or_else(|e| e.into_inner()) = hosts;
+    }
+
+    /// The namespace with `nsid`, if active.
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        self.namespaces.read().unwrap_or_else(|e| e.into_inner()).get(&nsid).cloned()
+    }
+
+    /// All active namespaces in NSID order.
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        self.namespaces.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// Active NSIDs in order.
+    pub fn nsids(&self) -> Vec<u32> {
+        self.namespaces.read().unwrap_or_else(|e| e.into_inner()).keys().copied().collect()
+    }
+
+    /// Adds a namespace and notifies connected controllers.
+    ///
+    /// # Errors
+    ///
+    /// [`SubsystemError::InvalidNsid`] or [`SubsystemError::NsidInUse`].
+    pub fn add_namespace(&self, ns: Namespace) -> Result<(), SubsystemError> {
+        let nsid = ns.nsid;
+        if nsid == 0 || nsid > crate::MAX_NSID {
+            return Err(SubsystemError::InvalidNsid(nsid));
+        }
+        {
+            let mut map = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
+            if map.contains_key(&nsid) {
+                return Err(SubsystemError::NsidInUse(nsid));
+            }
+            map.insert(nsid, Arc::new(ns));
+        }
+        self.namespace_changed(nsid);
+        Ok(())
+    }
+
+    /// Removes a namespace and notifies connected controllers. I/O already
+    /// running against it finishes; new commands get Invalid Namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`SubsystemError::NoSuchNamespace`].
+    pub fn remove_namespace(&self, nsid: u32) -> Result<Arc<Namespace>, SubsystemError> {
+        let ns = self
+            .namespaces
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&nsid)
+            .ok_or(SubsystemError::NoSuchNamespace(nsid))?;
+        self.namespace_changed(nsid);
+        Ok(ns)
+    }
+
+    /// Tells connected controllers that namespace `nsid` changed (e.g. its
+    /// device was resized), raising a Namespace Attribute Changed event.
+    pub fn namespace_changed(&self, nsid: u32) {
+        for c in self.controllers() {
+            c.notify_namespace_changed(nsid);
+        }
+    }
+
+    pub(crate) fn register_controller(&self, c: &Arc<Controller>) {
+        let mut list = self.controllers.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(c));
+    }
+
+    /// Live controllers of this subsystem.
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        let mut list = self.controllers.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|w| w.strong_count() > 0);
+        list.iter().filter_map(Weak::upgrade).collect()
+    }
+}

@@ -1,0 +1,359 @@
+//! The target: subsystems, ports (listeners), controller registry, the
+//! Connect command and the discovery log page.
+//!
+//! One [`Target`] serves any number of NVM subsystems plus the discovery
+//! subsystem. Each TCP listener is a port with a role: a discovery port
+//! accepts only the discovery NQN; an I/O port accepts every subsystem
+//! (and the discovery NQN too, as the kernel's nvmet does, so that
+//! `nvme discover -s 4420` works). The discovery log lists, for the
+//! connecting host, every subsystem it may access on every I/O port, plus
+//! the discovery ports themselves.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use strata_nvme::completion::Cqe;
+use strata_nvme::fabrics::{
+    CNTLID_DYNAMIC, CONNECT_CNTLID_OFFSET, CONNECT_HOSTNQN_OFFSET, CONNECT_QID_OFFSET, CONNECT_RECFMT_OFFSET,
+    CONNECT_SQSIZE_OFFSET, CONNECT_SUBNQN_OFFSET, ConnectCmd, ConnectData, DISCOVERY_NQN, connect_invalid_param_result,
+};
+use strata_nvme::log_page::{self as lp, DiscoveryEntry};
+use strata_nvme::status::Status;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+
+use crate::controller::{Controller, ControllerKind};
+use crate::subsystem::Subsystem;
+use crate::transport::Command;
+use crate::{MAX_QUEUE_SIZE, TargetConfig};
+
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortRole {
+    /// Only the discovery subsystem (default port 8009).
+    Discovery,
+    /// NVM subsystems, and discovery (default port 4420).
+    Io,
+}
+
+/// A listening port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Port {
+    /// Port ID reported in the discovery log.
+    pub portid: u16,
+    /// Bound address.
+    pub addr: SocketAddr,
+    /// Role.
+    pub role: PortRole,
+}
+
+/// Errors from managing a target.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TargetError {
+    /// A subsystem with this NQN exists already.
+    #[error("subsystem {0} already exists")]
+    SubsystemExists(String),
+    /// The NQN is reserved for discovery.
+    #[error("{0} is the discovery NQN and cannot name an NVM subsystem")]
+    ReservedNqn(String),
+    /// Binding a listener failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// Address asked for.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+pub(crate) struct TargetInner {
+    pub(crate) config: TargetConfig,
+    subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
+    ports: RwLock<Vec<Port>>,
+    genctr: AtomicU64,
+    controllers: Mutex<HashMap<u16, Weak<Controller>>>,
+    next_cntlid: Mutex<u16>,
+    pub(crate) shutdown: watch::Sender<bool>,
+    pub(crate) active_connections: AtomicUsize,
+    pub(crate) idle: Notify,
+}
+
+/// An NVMe/TCP target.
+#[derive(Clone)]
+pub struct Target {
+    pub(crate) inner: Arc<TargetInner>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target").field("ports", &self.ports()).finish()
+    }
+}
+
+impl Target {
+    /// A target with no subsystems and no listeners.
+    pub fn new(config: TargetConfig) -> Target {
+        let (shutdown, _) = watch::channel(false);
+        Target {
+            inner: Arc::new(TargetInner {
+                config,
+                subsystems: RwLock::new(BTreeMap::new()),
+                ports: RwLock::new(Vec::new()),
+                genctr: AtomicU64::new(1),
+                controllers: Mutex::new(HashMap::new()),
+                next_cntlid: Mutex::new(1),
+                shutdown,
+                active_connections: AtomicUsize::new(0),
+                idle: Notify::new(),
+            }),
+        }
+    }
+
+    /// Adds an NVM subsystem.
+    ///
+    /// # Errors
+    ///
+    /// [`TargetError::SubsystemExists`] or [`TargetError::ReservedNqn`].
+    pub fn add_subsystem(&self, sub: Arc<Subsystem>) -> Result<(), TargetError> {
+        if sub.nqn() == DISCOVERY_NQN {
+            return Err(TargetError::ReservedNqn(sub.nqn().into()));
+        }
+        let mut map = self.inner.subsystems.write().unwrap_or_else(|e| e.into_inner());
+        if map.contains_key(sub.nqn()) {
+            return Err(TargetError::SubsystemExists(sub.nqn().into()));
+        }
+        map.insert(sub.nqn().into(), sub);
+        self.inner.genctr.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Removes an NVM subsystem and disconnects its controllers.
+    pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        let sub = self.inner.subsystems.write().unwrap_or_else(|e| e.into_inner()).remove(nqn)?;
+        self.inner.genctr.fetch_add(1, Ordering::Relaxed);
+        for c in sub.controllers() {
+            c.kill();
+        }
+        Some(sub)
+    }
+
+    /// The subsystem named `nqn`.
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        self.inner.subsystem(nqn)
+    }
+
+    /// All NVM subsystems.
+    pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
+        self.inner.subsystems.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// The ports listening now.
+    pub fn ports(&self) -> Vec<Port> {
+        self.inner.ports.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Number of live controllers.
+    pub fn controller_count(&self) -> usize {
+        let mut map = self.inner.controllers.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        map.len()
+    }
+
+    /// Binds a TCP listener on `addr` and starts accepting connections on
+    /// it. Returns the bound port (with the real port number when `addr`
+    /// asked for port 0).
+    ///
+    /// # Errors
+    ///
+    /// [`TargetError::Bind`] when the address cannot be bound.
+    pub async fn listen(&self, addr: SocketAddr, role: PortRole) -> Result<Port, TargetError> {
+        let listener = TcpListener::bind(addr).await.map_err(|source| TargetError::Bind { addr, source })?;
+        let bound = listener.local_addr().map_err(|source| TargetError::Bind { addr, source })?;
+        let port = {
+            let mut ports = self.inner.ports.write().unwrap_or_else(|e| e.into_inner());
+            let portid = ports.iter().map(|p| p.portid).max().unwrap_or(0) + 1;
+            let port = Port { portid, addr: bound, role };
+            ports.push(port);
+            port
+        };
+        self.inner.genctr.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(crate::conn::accept_loop(self.inner.clone(), listener, port));
+        tracing::info!(%bound, ?role, "listening for NVMe/TCP");
+        Ok(port)
+    }
+
+    /// Stops accepting, closes every connection and waits up to `timeout`
+    /// for the connection tasks to finish. Data written to the devices is
+    /// not flushed here: flush the devices after this returns.
+    pub async fn shutdown(&self, timeout: Duration) {
+        self.inner.shutdown.send_replace(true);
+        let wait = async {
+            loop {
+                let idle = self.inner.idle.notified();
+                if self.inner.active_connections.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        if tokio::time::timeout(timeout, wait).await.is_err() {
+            tracing::warn!("connections still open after {timeout:?} at shutdown");
+        }
+    }
+}
+
+/// A Connect that succeeded.
+pub(crate) struct Connected {
+    pub(crate) ctrl: Arc<Controller>,
+    pub(crate) qid: u16,
+    pub(crate) sqsize: u16,
+    pub(crate) sq_flow_disabled: bool,
+    pub(crate) response: Cqe,
+}
+
+fn invalid_param(cid: u16, in_data: bool, offset: usize) -> Cqe {
+    let mut cqe = Cqe::new(cid, Status::CONNECT_INVALID_PARAMETERS.dnr());
+    cqe.result = u64::from(connect_invalid_param_result(in_data, offset as u16));
+    cqe
+}
+
+impl TargetInner {
+    pub(crate) fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        self.subsystems.read().unwrap_or_else(|e| e.into_inner()).get(nqn).cloned()
+    }
+
+    fn allocate_cntlid(&self) -> Option<u16> {
+        let mut ctrls = self.controllers.lock().unwrap_or_else(|e| e.into_inner());
+        ctrls.retain(|_, w| w.strong_count() > 0);
+        let mut next = self.next_cntlid.lock().unwrap_or_else(|e| e.into_inner());
+        // 1..=0xFFEF are valid dynamic controller IDs.
+        for _ in 0..0xFFEF {
+            let id = *next;
+            *next = if *next >= 0xFFEF { 1 } else { *next + 1 };
+            if !ctrls.contains_key(&id) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        self.controllers.lock().unwrap_or_else(|e| e.into_inner()).get(&cntlid).and_then(Weak::upgrade)
+    }
+
+    /// Executes a Connect arriving on a port with `role`.
+    pub(crate) fn connect(&self, role: PortRole, cmd: &Command) -> Result<Connected, Cqe> {
+        let sqe = &cmd.sqe;
+        let cid = sqe.cid();
+        let c = ConnectCmd::decode(sqe);
+        if c.recfmt != 0 {
+            let mut cqe = Cqe::new(cid, Status::CONNECT_INCOMPATIBLE_FORMAT.dnr());
+            cqe.result = u64::from(connect_invalid_param_result(false, CONNECT_RECFMT_OFFSET as u16));
+            return Err(cqe);
+        }
+        let Some(data) = cmd.data.as_ref() else { return Err(Cqe::new(cid, Status::SGL_INVALID_DATA.dnr())) };
+        let d = ConnectData::decode(data).map_err(|e| invalid_param(cid, true, e.offset()))?;
+        let max_sqsize = if c.qid == 0 { 31 } else { MAX_QUEUE_SIZE - 1 };
+        if c.sqsize == 0 || c.sqsize > max_sqsize {
+            return Err(invalid_param(cid, false, CONNECT_SQSIZE_OFFSET));
+        }
+        let sq_flow_disabled = c.cattr & (1 << 2) != 0;
+        let kind = if d.subnqn == DISCOVERY_NQN {
+            if c.qid != 0 {
+                return Err(invalid_param(cid, false, CONNECT_QID_OFFSET));
+            }
+            ControllerKind::Discovery
+        } else {
+            let sub = match (role, self.subsystem(&d.subnqn)) {
+                (PortRole::Io, Some(sub)) => sub,
+                _ => {
+                    tracing::info!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "connect refused: no such subsystem");
+                    return Err(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET));
+                }
+            };
+            if !sub.host_allowed(&d.hostnqn) {
+                tracing::info!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "connect refused: host not allowed");
+                let mut cqe = Cqe::new(cid, Status::CONNECT_INVALID_HOST.dnr());
+                cqe.result = u64::from(connect_invalid_param_result(true, CONNECT_HOSTNQN_OFFSET as u16));
+                return Err(cqe);
+            }
+            ControllerKind::Io(sub)
+        };
+        if c.qid == 0 {
+            if d.cntlid != CNTLID_DYNAMIC {
+                return Err(invalid_param(cid, true, CONNECT_CNTLID_OFFSET));
+            }
+            let Some(cntlid) = self.allocate_cntlid() else {
+                return Err(Cqe::new(cid, Status::CONNECT_CONTROLLER_BUSY));
+            };
+            let ctrl =
+                Controller::new(cntlid, kind.clone(), d.hostnqn.clone(), d.hostid, c.kato, self.config.max_io_queues);
+            ctrl.touch();
+            if let ControllerKind::Io(sub) = &kind {
+                sub.register_controller(&ctrl);
+            }
+            self.controllers.lock().unwrap_or_else(|e| e.into_inner()).insert(cntlid, Arc::downgrade(&ctrl));
+            tracing::info!(cntlid, subnqn = %d.subnqn, hostnqn = %d.hostnqn, kato_ms = c.kato, "controller created");
+            let mut response = Cqe::new(cid, Status::SUCCESS);
+            response.result = u64::from(cntlid);
+            return Ok(Connected { ctrl, qid: 0, sqsize: c.sqsize, sq_flow_disabled, response });
+        }
+        // An I/O queue joins an existing controller of the same host and
+        // subsystem.
+        let ctrl = self
+            .controller(d.cntlid)
+            .filter(|ctrl| !ctrl.is_dead())
+            .ok_or_else(|| invalid_param(cid, true, CONNECT_CNTLID_OFFSET))?;
+        let same_subsystem = ctrl.subsystem().is_some_and(|s| s.nqn() == d.subnqn);
+        if !same_subsystem {
+            return Err(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET));
+        }
+        if ctrl.hostnqn() != d.hostnqn {
+            return Err(invalid_param(cid, true, CONNECT_HOSTNQN_OFFSET));
+        }
+        ctrl.attach_io_queue(c.qid).map_err(|status| {
+            if status == Status::COMMAND_SEQUENCE {
+                Cqe::new(cid, status.dnr())
+            } else {
+                invalid_param(cid, false, CONNECT_QID_OFFSET)
+            }
+        })?;
+        ctrl.touch();
+        let mut response = Cqe::new(cid, Status::SUCCESS);
+        response.result = u64::from(ctrl.cntlid());
+        Ok(Connected { ctrl, qid: c.qid, sqsize: c.sqsize, sq_flow_disabled, response })
+    }
+
+    /// The discovery log page as seen by `hostnqn` connected through
+    /// `local`: NVM subsystems it may access on each I/O port, then the
+    /// discovery ports.
+    pub(crate) fn discovery_log(&self, hostnqn: &str, local: SocketAddr) -> Vec<u8> {
+        let ports = self.ports.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let subs: Vec<Arc<Subsystem>> =
+            self.subsystems.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let entry = |port: &Port, subtype: u8, nqn: &str| {
+            // A wildcard listener is reported with the address the host
+            // reached us on, which is one it can connect to.
+            let ip = if port.addr.ip().is_unspecified() { local.ip() } else { port.addr.ip() };
+            let adrfam = if ip.is_ipv4() { lp::ADRFAM_IPV4 } else { lp::ADRFAM_IPV6 };
+            let mut e =
+                DiscoveryEntry::tcp(adrfam, subtype, port.portid, &ip.to_string(), &port.addr.port().to_string(), nqn);
+            e.treq = lp::TREQ_SECURE_CHANNEL_NOT_REQUIRED;
+            e
+        };
+        let mut entries = Vec::new();
+        for port in ports.iter().filter(|p| p.role == PortRole::Io) {
+            for sub in subs.iter().filter(|s| s.host_allowed(hostnqn)) {
+                entries.push(entry(port, lp::SUBTYPE_NVME, sub.nqn()));
+            }
+        }
+        for port in ports.iter().filter(|p| p.role == PortRole::Discovery) {
+            entries.push(entry(port, lp::SUBTYPE_CURRENT_DISCOVERY, DISCOVERY_NQN));
+        }
+        lp::encode_discovery_log(self.genctr.load(Ordering::Relaxed), &entries)
+    }
+}

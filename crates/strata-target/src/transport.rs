@@ -1,0 +1,680 @@
+//! The NVMe/TCP transport state machine of one queue (one TCP connection),
+//! controller side. Sans-I/O: bytes go in through [`Transport::receive`],
+//! commands ready to execute come out as [`Command`]s, and everything to
+//! send is appended to a caller-visible output buffer.
+//!
+//! What it owns:
+//! - connection initialisation (ICReq/ICResp) and digest negotiation;
+//! - PDU framing with "need more bytes" kept apart from "malformed";
+//! - the host-to-controller data flow: in-capsule data, and R2T/H2CData
+//!   for larger writes, honouring MAXH2CDATA and a cap on how many
+//!   commands may hold an R2T (and a data buffer) at once;
+//! - the controller-to-host data flow (C2HData, then CapsuleResp or the
+//!   SUCCESS flag when SQ flow control is disabled);
+//! - command identifiers: a CID may not be reused while it is outstanding.
+//!
+//! What it leaves to others: what a command means (the controller and
+//! namespace layers), sockets and timers (the connection driver).
+//!
+//! Invariants between calls:
+//! - `outstanding` holds exactly the CIDs accepted and not yet completed;
+//! - every CID in `pending_data` is outstanding, and at most
+//!   `max_r2t_inflight` of them have an R2T on the wire (`r2t_active`);
+//! - once [`Transport::receive`] has returned a [`Fatal`], the caller sends
+//!   its termination PDU and drops the connection; no further input is
+//!   processed.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::{Buf, BytesMut};
+use strata_block::IoBuf;
+use strata_nvme::command::{self, SGL_INCAPSULE_DATA, SGL_TRANSPORT_DATA, Sqe};
+use strata_nvme::completion::Cqe;
+use strata_nvme::digest::digest_bytes;
+use strata_nvme::fabrics::{FABRICS_OPCODE, fctype};
+use strata_nvme::pdu::{
+    self, CommonHeader, DataHeader, Decoded, Digests, FLAG_DATA_LAST, FLAG_DATA_SUCCESS, IcResp, Pdu, PduError,
+    PduType, R2t, fes,
+};
+use strata_nvme::status::Status;
+
+/// Transport limits for one queue.
+#[derive(Debug, Clone, Copy)]
+pub struct TransportLimits {
+    /// Most in-capsule data bytes accepted in a CapsuleCmd.
+    pub in_capsule_data: usize,
+    /// MAXH2CDATA: most data bytes in one H2CData PDU.
+    pub max_h2c_data: u32,
+    /// Largest data transfer of one command (MDTS), in bytes.
+    pub max_transfer: usize,
+    /// Most commands that may have an R2T outstanding at once; further
+    /// writes wait their turn, which bounds buffer memory per queue.
+    pub max_r2t_inflight: usize,
+}
+
+/// A fatal transport error: the caller sends [`Fatal::term_req`] and closes
+/// the connection.
+#[derive(Debug)]
+pub struct Fatal {
+    /// Fatal error status.
+    pub fes: u16,
+    /// Fatal error information.
+    pub fei: u32,
+    /// The PDU header in error (up to 128 bytes).
+    pub offending: Vec<u8>,
+    /// What went wrong, for the log.
+    pub reason: String,
+}
+
+impl Fatal {
+    fn new(fes: u16, fei: u32, offending: &[u8], reason: impl Into<String>) -> Fatal {
+        let n = offending.len().min(pdu::TERM_MAX_ERROR_DATA);
+        Fatal { fes, fei, offending: offending[..n].to_vec(), reason: reason.into() }
+    }
+
+    fn from_pdu_error(e: &PduError, offending: &[u8]) -> Fatal {
+        Fatal::new(e.fes(), e.fei(), offending, e.to_string())
+    }
+
+    /// The C2HTermReq PDU to send before closing.
+    pub fn term_req(&self) -> Vec<u8> {
+        pdu::encode_term_req(PduType::C2H_TERM_REQ, self.fes, self.fei, &self.offending)
+    }
+}
+
+/// Why the connection ended without a fatal error of ours.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// The host sent an H2CTermReq.
+    HostTerminated {
+        /// Its fatal error status.
+        fes: u16,
+    },
+}
+
+/// A command ready to be executed, with all of its host-to-controller data.
+#[derive(Debug)]
+pub struct Command {
+    /// The submission queue entry.
+    pub sqe: Sqe,
+    /// Data from the host (in-capsule or R2T-driven), if the command
+    /// carries any.
+    pub data: Option<IoBuf>,
+    /// Bytes the host expects back (controller-to-host commands).
+    pub read_len: usize,
+}
+
+/// What [`Transport::receive`] produced.
+#[derive(Debug)]
+pub enum Input {
+    /// A command to execute.
+    Command(Command),
+    /// The connection is over.
+    Closed(Closed),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum State {
+    AwaitIcReq,
+    Ready,
+    Done,
+}
+
+struct PendingData {
+    sqe: Sqe,
+    buf: IoBuf,
+    received: usize,
+    ttag: u16,
+    r2t_sent: bool,
+    digest_failed: bool,
+}
+
+/// Controller-side NVMe/TCP state of one connection.
+pub struct Transport {
+    state: State,
+    digests: Digests,
+    limits: TransportLimits,
+    sq_flow_disabled: bool,
+    sqhd: u16,
+    sqsize: u16,
+    outstanding: Vec<u64>,
+    pending_data: HashMap<u16, PendingData>,
+    r2t_waiting: VecDeque<u16>,
+    r2t_active: usize,
+    next_ttag: u16,
+    out: Vec<u8>,
+}
+
+impl Transport {
+    /// A transport waiting for the host's ICReq.
+    pub fn new(limits: TransportLimits) -> Transport {
+        Transport {
+            state: State::AwaitIcReq,
+            digests: Digests::default(),
+            limits,
+            sq_flow_disabled: false,
+            sqhd: 0,
+            sqsize: 0,
+            outstanding: vec![0; 65536 / 64],
+            pending_data: HashMap::new(),
+            r2t_waiting: VecDeque::new(),
+            r2t_active: 0,
+            next_ttag: 0,
+            out: Vec::with_capacity(64 * 1024),
+        }
+    }
+
+    /// Negotiated digests.
+    pub fn digests(&self) -> Digests {
+        self.digests
+    }
+
+    /// Records the queue size from Connect (0-based) and whether the host
+    /// disabled SQ flow control, which allows C2HData with SUCCESS.
+    pub fn set_queue_params(&mut self, sqsize: u16, sq_flow_disabled: bool) {
+        self.sqsize = sqsize;
+        self.sq_flow_disabled = sq_flow_disabled;
+    }
+
+    /// Bytes waiting to be sent. The caller writes them out and calls
+    /// [`Transport::consume_output`].
+    pub fn output(&self) -> &[u8] {
+        &self.out
+    }
+
+    /// Takes the output buffer, leaving an empty one with the same
+    /// capacity behind on the next use.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        let cap = self.out.capacity();
+        std::mem::replace(&mut self.out, Vec::with_capacity(cap))
+    }
+
+    /// Gives a drained output buffer back for reuse.
+    pub fn recycle_output(&mut self, mut buf: Vec<u8>) {
+        if self.out.is_empty() && buf.capacity() >= self.out.capacity() {
+            buf.clear();
+            self.out = buf;
+        }
+    }
+
+    /// Number of commands accepted and not yet completed.
+    pub fn outstanding_count(&self) -> usize {
+        self.outstanding.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    fn is_outstanding(&self, cid: u16) -> bool {
+        self.outstanding[usize::from(cid) / 64] & (1 << (cid % 64)) != 0
+    }
+
+    fn set_outstanding(&mut self, cid: u16, on: bool) {
+        let w = &mut self.outstanding[usize::from(cid) / 64];
+        if on {
+            *w |= 1 << (cid % 64);
+        } else {
+            *w &= !(1 << (cid % 64));
+        }
+    }
+
+    /// Consumes as many whole PDUs from `rbuf` as it holds, pushing the
+    /// resulting inputs to `inputs`. Partial PDUs stay in `rbuf`.
+    ///
+    /// # Errors
+    ///
+    /// A [`Fatal`] protocol error; the connection must be terminated.
+    pub fn receive(&mut self, rbuf: &mut BytesMut, inputs: &mut Vec<Input>) -> Result<(), Fatal> {
+        while self.state != State::Done {
+            let Some(ch) = CommonHeader::parse(rbuf) else { return Ok(()) };
+            let max_data = match ch.pdu_type {
+                PduType::CAPSULE_CMD => self.limits.in_capsule_data,
+                PduType::H2C_DATA => self.limits.max_h2c_data as usize,
+                _ => 0,
+            };
+            let header_len = ch.pdu_type.hlen().unwrap_or(pdu::CH_LEN).min(rbuf.len());
+            let digests = if self.state == State::AwaitIcReq { Digests::default() } else { self.digests };
+            let decoded = match pdu::decode_pdu(rbuf, digests, max_data) {
+                Ok(Some(d)) => d,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(Fatal::from_pdu_error(&e, &rbuf[..header_len])),
+            };
+            let len = decoded.len;
+            let res = self.handle_pdu(decoded, &rbuf[..header_len], inputs);
+            rbuf.advance(len);
+            res?;
+        }
+        Ok(())
+    }
+
+    fn handle_pdu(&mut self, d: Decoded<'_>, header: &[u8], inputs: &mut Vec<Input>) -> Result<(), Fatal> {
+        let seq_error = |what: &str| Fatal::new(fes::PDU_SEQUENCE_ERROR, 0, header, what.to_string());
+        match (&self.state, d.pdu) {
+            (State::AwaitIcReq, Pdu::IcReq(req)) => {
+                // The host may ask for digests; we grant what it asks.
+                self.digests = req.digests;
+                let resp = IcResp { pfv: 0, cpda: 0, digests: req.digests, maxh2cdata: self.limits.max_h2c_data };
+                self.out.extend_from_slice(&resp.encode());
+                self.state = State::Ready;
+                Ok(())
+            }
+            (State::AwaitIcReq, _) => Err(seq_error("first PDU is not an ICReq")),
+            (_, Pdu::H2cTermReq(t)) => {
+                self.state = State::Done;
+                inputs.push(Input::Closed(Closed::HostTerminated { fes: t.fes }));
+                Ok(())
+            }
+            (State::Ready, Pdu::IcReq(_)) => Err(seq_error("second ICReq")),
+            (State::Ready, Pdu::CapsuleCmd { sqe, data }) => {
+                self.handle_capsule(sqe, data, d.data_digest_ok, header, inputs)
+            }
+            (State::Ready, Pdu::H2cData { header: h, flags, data }) => {
+                self.handle_h2c_data(h, flags, data, d.data_digest_ok, header, inputs)
+            }
+            (_, other) => Err(Fatal::new(
+                fes::INVALID_HEADER_FIELD,
+                pdu::TYPE_OFFSET as u32,
+                header,
+                format!("a host must not send {:?}", pdu_name(&other)),
+            )),
+        }
+    }
+
+    fn handle_capsule(
+        &mut self,
+        sqe: Sqe,
+        data: &[u8],
+        digest_ok: bool,
+        header: &[u8],
+        inputs: &mut Vec<Input>,
+    ) -> Result<(), Fatal> {
+        let cid = sqe.cid();
+        if self.is_outstanding(cid) {
+            return Err(Fatal::new(
+                fes::INVALID_HEADER_FIELD,
+                (pdu::CH_LEN + command::CID_OFFSET) as u32,
+                header,
+                format!("command identifier {cid} reused while outstanding"),
+            ));
+        }
+        self.set_outstanding(cid, true);
+        self.sqhd = if self.sqsize == 0 { 0 } else { (self.sqhd + 1) % (self.sqsize + 1) };
+        if !digest_ok {
+            self.complete(Cqe::new(cid, Status::TRANSIENT_TRANSPORT));
+            return Ok(());
+        }
+        let direction = if sqe.opcode() == FABRICS_OPCODE { sqe.fctype() & 0x3 } else { sqe.opcode() & 0x3 };
+        let sgl = sqe.sgl();
+        let len = sgl.length as usize;
+        if len == 0 {
+            if !data.is_empty() {
+                self.complete(Cqe::new(cid, Status::SGL_INVALID_DATA.dnr()));
+                return Ok(());
+            }
+            inputs.push(Input::Command(Command { sqe, data: None, read_len: 0 }));
+            return Ok(());
+        }
+        if len > self.limits.max_transfer.max(self.limits.in_capsule_data) {
+            self.complete(Cqe::new(cid, Status::INVALID_FIELD.dnr()));
+            return Ok(());
+        }
+        match (sgl.sgl_type, direction) {
+            (SGL_INCAPSULE_DATA, 0x1) => {
+                let off = sgl.addr as usize;
+                if sgl.addr > data.len() as u64 || off + len > data.len() {
+                    self.complete(Cqe::new(cid, Status::SGL_INVALID_OFFSET.dnr()));
+                    return Ok(());
+                }
+                let buf = IoBuf::from_slice(&data[off..off + len]);
+                inputs.push(Input::Command(Command { sqe, data: Some(buf), read_len: 0 }));
+            }
+            (SGL_TRANSPORT_DATA, 0x1) => {
+                if !data.is_empty() {
+                    return Err(Fatal::new(
+                        fes::INVALID_HEADER_FIELD,
+                        pdu::PLEN_OFFSET as u32,
+                        header,
+                        "capsule carries in-capsule data but its SGL asks for a transport transfer",
+                    ));
+                }
+                self.queue_r2t(cid, sqe, len);
+            }
+            (SGL_TRANSPORT_DATA, 0x2) => {
+                inputs.push(Input::Command(Command { sqe, data: None, read_len: len }));
+            }
+            (SGL_INCAPSULE_DATA, _) | (SGL_TRANSPORT_DATA, _) => {
+                self.complete(Cqe::new(cid, Status::INVALID_FIELD.dnr()));
+            }
+            (t, _) if t >> 4 == 0 || t >> 4 == 5 => {
+                self.complete(Cqe::new(cid, Status::SGL_INVALID_SUBTYPE.dnr()));
+            }
+            _ => self.complete(Cqe::new(cid, Status::SGL_INVALID_TYPE.dnr())),
+        }
+        Ok(())
+    }
+
+    fn queue_r2t(&mut self, cid: u16, sqe: Sqe, len: usize) {
+        let ttag = self.next_ttag;
+        self.next_ttag = self.next_ttag.wrapping_add(1);
+        let pending =
+            PendingData { sqe, buf: IoBuf::zeroed(len), received: 0, ttag, r2t_sent: false, digest_failed: false };
+        self.pending_data.insert(cid, pending);
+        self.r2t_waiting.push_back(cid);
+        self.send_waiting_r2ts();
+    }
+
+    fn send_waiting_r2ts(&mut self) {
+        while self.r2t_active < self.limits.max_r2t_inflight {
+            let Some(cid) = self.r2t_waiting.pop_front() else { return };
+            let Some(p) = self.pending_data.get_mut(&cid) else { continue };
+            p.r2t_sent = true;
+            let r2t = R2t { cccid: cid, ttag: p.ttag, r2to: 0, r2tl: p.buf.len() as u32 };
+            self.r2t_active += 1;
+            self.out.extend_from_slice(pdu::encode_r2t(&r2t, self.digests).as_slice());
+        }
+    }
+
+    fn handle_h2c_data(
+        &mut self,
+        h: DataHeader,
+        flags: u8,
+        data: &[u8],
+        digest_ok: bool,
+        header: &[u8],
+        inputs: &mut Vec<Input>,
+    ) -> Result<(), Fatal> {
+        let Some(p) = self.pending_data.get_mut(&h.cccid) else {
+            return Err(Fatal::new(
+                fes::INVALID_HEADER_FIELD,
+                pdu::DATA_CCCID_OFFSET as u32,
+                header,
+                format!("H2CData for command {} which awaits no data", h.cccid),
+            ));
+        };
+        if !p.r2t_sent || p.ttag != h.ttag {
+            return Err(Fatal::new(
+                fes::INVALID_HEADER_FIELD,
+                pdu::DATA_TTAG_OFFSET as u32,
+                header,
+                format!("H2CData transfer tag {} does not match an R2T for command {}", h.ttag, h.cccid),
+            ));
+        }
+        let datao = h.datao as usize;
+        if datao != p.received || datao + data.len() > p.buf.len() {
+            return Err(Fatal::new(
+                fes::DATA_OUT_OF_RANGE,
+                pdu::DATA_OFFSET_OFFSET as u32,
+                header,
+                format!(
+                    "H2CData offset {} length {} outside the expected window (received {} of {})",
+                    h.datao,
+                    data.len(),
+                    p.received,
+                    p.buf.len()
+                ),
+            ));
+        }
+        p.buf[datao..datao + data.len()].copy_from_slice(data);
+        p.received += data.len();
+        p.digest_failed |= !digest_ok;
+        let complete = p.received == p.buf.len();
+        if complete != (flags & FLAG_DATA_LAST != 0) {
+            return Err(Fatal::new(
+                fes::INVALID_HEADER_FIELD,
+                pdu::FLAGS_OFFSET as u32,
+                header,
+                "H2CData LAST_PDU flag does not match the end of the transfer",
+            ));
+        }
+        if complete {
+            let Some(p) = self.pending_data.remove(&h.cccid) else { return Ok(()) };
+            self.r2t_active -= 1;
+            if p.digest_failed {
+                self.complete(Cqe::new(h.cccid, Status::TRANSIENT_TRANSPORT));
+            } else {
+                inputs.push(Input::Command(Command { sqe: p.sqe, data: Some(p.buf), read_len: 0 }));
+            }
+            self.send_waiting_r2ts();
+        }
+        Ok(())
+    }
+
+    /// Sends the completion of a command without data to return.
+    pub fn complete(&mut self, mut cqe: Cqe) {
+        self.set_outstanding(cqe.cid, false);
+        cqe.sqhd = self.sqhd;
+        self.out.extend_from_slice(pdu::encode_capsule_resp(&cqe, self.digests).as_slice());
+    }
+
+    /// Sends `data` (at most what the command asked for) to the host in a
+    /// C2HData PDU, then the completion. On success with SQ flow control
+    /// disabled, the completion rides in the C2HData's SUCCESS flag.
+    pub fn complete_with_data(&mut self, cqe: Cqe, data: &[u8]) {
+        if data.is_empty() || !cqe.status.is_success() {
+            self.complete(cqe);
+            return;
+        }
+        let success_flag = self.sq_flow_disabled && cqe.result == 0;
+        let header = DataHeader { cccid: cqe.cid, ttag: 0, datao: 0, datal: data.len() as u32 };
+        let flags = FLAG_DATA_LAST | if success_flag { FLAG_DATA_SUCCESS } else { 0 };
+        self.out.extend_from_slice(pdu::encode_c2h_data(&header, flags, self.digests).as_slice());
+        self.out.extend_from_slice(data);
+        if self.digests.data {
+            self.out.extend_from_slice(&digest_bytes(data));
+        }
+        if success_flag {
+            self.set_outstanding(cqe.cid, false);
+        } else {
+            self.complete(cqe);
+        }
+    }
+}
+
+fn pdu_name(p: &Pdu<'_>) -> &'static str {
+    match p {
+        Pdu::IcResp(_) => "ICResp",
+        Pdu::C2hTermReq(_) => "C2HTermReq",
+        Pdu::CapsuleResp(_) => "CapsuleResp",
+        Pdu::C2hData { .. } => "C2HData",
+        Pdu::R2t(_) => "R2T",
+        _ => "this PDU",
+    }
+}
+
+/// True for the fabrics commands a queue accepts before Connect: only
+/// Connect itself.
+pub fn is_connect(sqe: &Sqe) -> bool {
+    sqe.opcode() == FABRICS_OPCODE && sqe.fctype() == fctype::CONNECT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_nvme::command::SglDescriptor;
+    use strata_nvme::pdu::IcReq;
+
+    const LIMITS: TransportLimits =
+        TransportLimits { in_capsule_data: 8192, max_h2c_data: 4096, max_transfer: 1 << 20, max_r2t_inflight: 2 };
+
+    fn ready(digests: Digests) -> Transport {
+        let mut t = Transport::new(LIMITS);
+        let mut rbuf = BytesMut::from(&IcReq { pfv: 0, hpda: 0, digests, maxr2t: 0 }.encode()[..]);
+        let mut inputs = vec![];
+        t.receive(&mut rbuf, &mut inputs).unwrap();
+        assert!(rbuf.is_empty() && inputs.is_empty());
+        let resp = t.take_output();
+        assert_eq!(resp.len(), 128);
+        assert_eq!(resp[0], 0x01);
+        t
+    }
+
+    fn capsule(sqe: &Sqe, data: &[u8], digests: Digests) -> Vec<u8> {
+        let mut v = pdu::encode_capsule_cmd(sqe, data.len(), digests).as_slice().to_vec();
+        v.extend_from_slice(data);
+        if digests.data && !data.is_empty() {
+            v.extend_from_slice(&digest_bytes(data));
+        }
+        v
+    }
+
+    fn write_sqe(cid: u16, len: u32, sgl_type: u8) -> Sqe {
+        let mut sqe = Sqe::new(command::io::WRITE, cid);
+        sqe.set_sgl(SglDescriptor { addr: 0, length: len, sgl_type });
+        sqe
+    }
+
+    #[test]
+    fn first_pdu_must_be_icreq() {
+        let mut t = Transport::new(LIMITS);
+        let mut rbuf = BytesMut::from(&capsule(&Sqe::new(0, 1), &[], Digests::default())[..]);
+        let e = t.receive(&mut rbuf, &mut vec![]).unwrap_err();
+        assert_eq!(e.fes, fes::PDU_SEQUENCE_ERROR);
+        assert_eq!(e.term_req()[0], 0x03);
+    }
+
+    #[test]
+    fn in_capsule_write_is_delivered_whole_even_when_split() {
+        let mut t = ready(Digests { header: true, data: true });
+        let data = vec![5u8; 4096];
+        let bytes = capsule(&write_sqe(1, 4096, SGL_INCAPSULE_DATA), &data, t.digests());
+        let mut inputs = vec![];
+        let mut rbuf = BytesMut::new();
+        for chunk in bytes.chunks(1000) {
+            rbuf.extend_from_slice(chunk);
+            t.receive(&mut rbuf, &mut inputs).unwrap();
+        }
+        assert_eq!(inputs.len(), 1);
+        let Input::Command(c) = &inputs[0] else { panic!() };
+        assert_eq!(c.data.as_deref(), Some(&data[..]));
+        assert_eq!(t.outstanding_count(), 1);
+        t.complete(Cqe::new(1, Status::SUCCESS));
+        assert_eq!(t.outstanding_count(), 0);
+    }
+
+    #[test]
+    fn large_write_goes_through_r2t_and_h2c_data() {
+        let mut t = ready(Digests::default());
+        let mut inputs = vec![];
+        let mut rbuf = BytesMut::from(&capsule(&write_sqe(7, 8192, SGL_TRANSPORT_DATA), &[], t.digests())[..]);
+        t.receive(&mut rbuf, &mut inputs).unwrap();
+        assert!(inputs.is_empty());
+        let out = t.take_output();
+        let Some(Decoded { pdu: Pdu::R2t(r2t), .. }) = pdu::decode_pdu(&out, t.digests(), 0).unwrap() else {
+            panic!("expected an R2T")
+        };
+        assert_eq!((r2t.cccid, r2t.r2to, r2t.r2tl), (7, 0, 8192));
+        for (i, chunk) in [[1u8; 4096], [2u8; 4096]].iter().enumerate() {
+            let h = DataHeader { cccid: 7, ttag: r2t.ttag, datao: (i * 4096) as u32, datal: 4096 };
+            let mut v =
+                pdu::encode_h2c_data(&h, if i == 1 { FLAG_DATA_LAST } else { 0 }, t.digests()).as_slice().to_vec();
+            v.extend_from_slice(chunk);
+            rbuf.extend_from_slice(&v);
+        }
+        t.receive(&mut rbuf, &mut inputs).unwrap();
+        let Input::Command(c) = &inputs[0] else { panic!() };
+        let d = c.data.as_ref().unwrap();
+        assert!(d[..4096].iter().all(|&b| b == 1) && d[4096..].iter().all(|&b| b == 2));
+    }
+
+    #[test]
+    fn h2c_data_larger_than_maxh2cdata_is_fatal() {
+        let mut t = ready(Digests::default());
+        let mut rbuf = BytesMut::from(&capsule(&write_sqe(7, 8192, SGL_TRANSPORT_DATA), &[], t.digests())[..]);
+        t.receive(&mut rbuf, &mut vec![]).unwrap();
+        let h = DataHeader { cccid: 7, ttag: 0, datao: 0, datal: 8192 };
+        let mut v = pdu::encode_h2c_data(&h, FLAG_DATA_LAST, t.digests()).as_slice().to_vec();
+        v.extend_from_slice(&[0; 8192]);
+        rbuf.extend_from_slice(&v);
+        let e = t.receive(&mut rbuf, &mut vec![]).unwrap_err();
+        assert_eq!(e.fes, fes::DATA_LIMIT_EXCEEDED);
+    }
+
+    #[test]
+    fn h2c_data_out_of_window_is_fatal() {
+        let mut t = ready(Digests::default());
+        let mut rbuf = BytesMut::from(&capsule(&write_sqe(7, 4096, SGL_TRANSPORT_DATA), &[], t.digests())[..]);
+        t.receive(&mut rbuf, &mut vec![]).unwrap();
+        let h = DataHeader { cccid: 7, ttag: 0, datao: 512, datal: 4096 };
+        let mut v = pdu::encode_h2c_data(&h, FLAG_DATA_LAST, t.digests()).as_slice().to_vec();
+        v.extend_from_slice(&[0; 4096]);
+        rbuf.extend_from_slice(&v);
+        let e = t.receive(&mut rbuf, &mut vec![]).unwrap_err();
+        assert_eq!((e.fes, e.fei), (fes::DATA_OUT_OF_RANGE, 12));
+    }
+
+    #[test]
+    fn r2ts_are_capped_and_released_in_order() {
+        let mut t = ready(Digests::default());
+        let mut rbuf = BytesMut::new();
+        for cid in 0..4 {
+            rbuf.extend_from_slice(&capsule(&write_sqe(cid, 512, SGL_TRANSPORT_DATA), &[], t.digests()));
+        }
+        t.receive(&mut rbuf, &mut vec![]).unwrap();
+        let out = t.take_output();
+        assert_eq!(out.len(), 2 * 24, "only max_r2t_inflight R2Ts go out");
+        let h = DataHeader { cccid: 0, ttag: 0, datao: 0, datal: 512 };
+        let mut v = pdu::encode_h2c_data(&h, FLAG_DATA_LAST, t.digests()).as_slice().to_vec();
+        v.extend_from_slice(&[0; 512]);
+        rbuf.extend_from_slice(&v);
+        let mut inputs = vec![];
+        t.receive(&mut rbuf, &mut inputs).unwrap();
+        assert_eq!(inputs.len(), 1);
+        let out = t.take_output();
+        let Some(Decoded { pdu: Pdu::R2t(r2t), .. }) = pdu::decode_pdu(&out, t.digests(), 0).unwrap() else {
+            panic!("expected the third R2T")
+        };
+        assert_eq!(r2t.cccid, 2);
+    }
+
+    #[test]
+    fn reused_cid_is_fatal() {
+        let mut t = ready(Digests::default());
+        let mut rbuf = BytesMut::new();
+        let mut sqe = Sqe::new(command::io::READ, 3);
+        sqe.set_sgl(SglDescriptor { addr: 0, length: 4096, sgl_type: SGL_TRANSPORT_DATA });
+        rbuf.extend_from_slice(&capsule(&sqe, &[], t.digests()));
+        rbuf.extend_from_slice(&capsule(&sqe, &[], t.digests()));
+        let mut inputs = vec![];
+        let e = t.receive(&mut rbuf, &mut inputs).unwrap_err();
+        assert_eq!(inputs.len(), 1);
+        assert_eq!((e.fes, e.fei), (fes::INVALID_HEADER_FIELD, 10));
+    }
+
+    #[test]
+    fn bad_data_digest_fails_only_that_command() {
+        let mut t = ready(Digests { header: false, data: true });
+        let mut bytes = capsule(&write_sqe(1, 512, SGL_INCAPSULE_DATA), &[1; 512], t.digests());
+        let n = bytes.len();
+        bytes[n - 1] ^= 0xff;
+        let mut rbuf = BytesMut::from(&bytes[..]);
+        let mut inputs = vec![];
+        t.receive(&mut rbuf, &mut inputs).unwrap();
+        assert!(inputs.is_empty());
+        let out = t.take_output();
+        let Some(Decoded { pdu: Pdu::CapsuleResp(cqe), .. }) = pdu::decode_pdu(&out, t.digests(), 0).unwrap() else {
+            panic!()
+        };
+        assert_eq!(cqe.status, Status::TRANSIENT_TRANSPORT);
+    }
+
+    #[test]
+    fn read_completion_uses_success_flag_only_without_sq_flow_control() {
+        for disabled in [false, true] {
+            let mut t = ready(Digests::default());
+            t.set_queue_params(31, disabled);
+            t.complete_with_data(Cqe::new(4, Status::SUCCESS), &[9; 512]);
+            let out = t.take_output();
+            let d = pdu::decode_pdu(&out, t.digests(), 4096).unwrap().unwrap();
+            let Pdu::C2hData { flags, data, .. } = d.pdu else { panic!() };
+            assert_eq!(data, &[9; 512]);
+            assert_eq!(flags & FLAG_DATA_SUCCESS != 0, disabled);
+            assert_eq!(out.len() - d.len, if disabled { 0 } else { 24 });
+        }
+    }
+
+    #[test]
+    fn host_term_req_closes() {
+        let mut t = ready(Digests::default());
+        let mut rbuf = BytesMut::from(&pdu::encode_term_req(PduType::H2C_TERM_REQ, 1, 0, &[])[..]);
+        let mut inputs = vec![];
+        t.receive(&mut rbuf, &mut inputs).unwrap();
+        assert!(matches!(inputs[0], Input::Closed(Closed::HostTerminated { fes: 1 })));
+    }
+}
