@@ -322,6 +322,11 @@ impl Store {
         Ok(Arc::new(Store { shared, volumes: Mutex::new(HashMap::new()), recovered: Mutex::new(recovered) }))
     }
 
+    #[cfg(test)]
+    pub(crate) fn shared_superblock(&self, drive: usize) -> crate::format::Superblock {
+        self.shared.drives[drive].sb
+    }
+
     /// Extent size in bytes.
     pub fn extent_size(&self) -> u32 {
         self.shared.extent_size

@@ -248,40 +248,77 @@ impl Volume {
         let start = lba * u64::from(self.block_size);
         let len = (blocks * u64::from(self.block_size)) as usize;
         let single = e - start % e >= len as u64;
+        // Reserve every extent the write needs before touching anything,
+        // so that a full store fails the write with NoSpace and no change.
+        let mut reserved: Vec<(usize, u64)> = Vec::new();
+        let mut _alloc = None;
+        if self.pieces(start, len).any(|pc| map[pc.lext].load(Ordering::Acquire) == 0) {
+            _alloc = Some(self.alloc.lock().await);
+            // Re-check under the allocation lock: another write may have
+            // mapped some of them meanwhile; nobody can map them now.
+            let need = self.pieces(start, len).filter(|pc| map[pc.lext].load(Ordering::Acquire) == 0).count();
+            while reserved.len() < need {
+                match self.shared.allocate().await {
+                    Ok(x) => reserved.push(x),
+                    Err(err) => {
+                        self.unreserve(reserved);
+                        return (buf, Err(err));
+                    }
+                }
+            }
+        }
+        let r;
+        (buf, r) = self.write_pieces(map, start, len, buf, single, &mut reserved).await;
+        self.unreserve(reserved);
+        (buf, r)
+    }
+
+    fn unreserve(&self, reserved: Vec<(usize, u64)>) {
+        for (d, p) in reserved {
+            self.shared.drives[d].untake(p);
+        }
+    }
+
+    async fn write_pieces(
+        &self,
+        map: &[AtomicU64],
+        start: u64,
+        len: usize,
+        mut buf: IoBuf,
+        single: bool,
+        reserved: &mut Vec<(usize, u64)>,
+    ) -> (IoBuf, Result<(), BlockError>) {
+        let e = self.extent_size();
         for pc in self.pieces(start, len) {
-            let whole = pc.off == 0 && pc.len as u64 == e;
             let mut entry = map[pc.lext].load(Ordering::Acquire);
             if entry == 0 {
-                let _alloc = self.alloc.lock().await;
-                entry = map[pc.lext].load(Ordering::Acquire);
-                if entry == 0 {
-                    let (d, p) = match self.shared.allocate().await {
-                        Ok(x) => x,
-                        Err(err) => return (buf, Err(err)),
-                    };
-                    let drive = &self.shared.drives[d];
-                    if whole {
-                        // The data fills the extent: write it before the
-                        // mapping exists, no zeroing needed.
-                        let r;
-                        (buf, r) = self.write_piece(drive, p, pc, buf, single).await;
-                        if let Err(err) = r {
-                            drive.untake(p);
-                            return (buf, Err(BlockError::Io(err)));
-                        }
-                    } else if let Err(err) = drive.backend.zero(drive.offset(p, 0), e).await {
+                let Some((d, p)) = reserved.pop() else {
+                    // Unreachable: the reservation counted this piece under
+                    // the allocation lock, which is still held.
+                    return (buf, Err(BlockError::NoSpace));
+                };
+                let drive = &self.shared.drives[d];
+                let whole = pc.off == 0 && pc.len as u64 == e;
+                if whole {
+                    // The data fills the extent: write it before the
+                    // mapping exists, no zeroing needed.
+                    let r;
+                    (buf, r) = self.write_piece(drive, p, pc, buf, single).await;
+                    if let Err(err) = r {
                         drive.untake(p);
                         return (buf, Err(BlockError::Io(err)));
                     }
-                    let owner =
-                        Owner { volume: self.id, lext: pc.lext as u32, generation: self.shared.next_generation() };
-                    entry = crate::volume::encode_entry(d, p);
-                    map[pc.lext].store(entry, Ordering::Release);
-                    drive.install(p, owner);
-                    self.allocated.fetch_add(1, Ordering::Relaxed);
-                    if whole {
-                        continue;
-                    }
+                } else if let Err(err) = drive.backend.zero(drive.offset(p, 0), e).await {
+                    drive.untake(p);
+                    return (buf, Err(BlockError::Io(err)));
+                }
+                let owner = Owner { volume: self.id, lext: pc.lext as u32, generation: self.shared.next_generation() };
+                entry = encode_entry(d, p);
+                map[pc.lext].store(entry, Ordering::Release);
+                drive.install(p, owner);
+                self.allocated.fetch_add(1, Ordering::Relaxed);
+                if whole {
+                    continue;
                 }
             }
             let Some((d, p)) = decode_entry(entry) else { continue };

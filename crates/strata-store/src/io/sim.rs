@@ -4,11 +4,14 @@
 //! and zeroing land in the overlay; `sync` merges the overlay into the
 //! durable image. [`SimDisk::crash`] throws the overlay away after
 //! applying a random subset of it, as a power cut may persist any subset
-//! of unsynced writes. It can also fail writes or syncs on demand.
+//! of unsynced writes. It can also fail writes or syncs on demand, and cut
+//! the power after a budget of mutating calls (shared by several disks, so
+//! the cut hits them all at once), which lands crashes inside commits.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 
 const SB: u64 = 4096;
 
@@ -23,13 +26,33 @@ struct State {
 pub(crate) struct SimDisk {
     size: u64,
     state: Mutex<State>,
+    /// Mutating calls left before the power cut; negative = unlimited.
+    power: Arc<AtomicI64>,
 }
 
 impl SimDisk {
     pub(crate) fn new(size: u64) -> SimDisk {
         let state =
             State { durable: vec![0; size as usize], overlay: BTreeMap::new(), fail_writes: false, fail_syncs: false };
-        SimDisk { size, state: Mutex::new(state) }
+        SimDisk { size, state: Mutex::new(state), power: Arc::new(AtomicI64::new(-1)) }
+    }
+
+    /// A disk sharing `power` with others.
+    pub(crate) fn with_power(size: u64, power: Arc<AtomicI64>) -> SimDisk {
+        SimDisk { power, ..SimDisk::new(size) }
+    }
+
+    /// Spends one mutating call of the power budget.
+    fn consume(&self) -> io::Result<()> {
+        let left = self.power.load(Ordering::SeqCst);
+        if left < 0 {
+            return Ok(());
+        }
+        if left == 0 {
+            return Err(io::Error::other("power cut"));
+        }
+        self.power.store(left - 1, Ordering::SeqCst);
+        Ok(())
     }
 
     pub(crate) fn size(&self) -> u64 {
@@ -62,6 +85,7 @@ impl SimDisk {
 
     fn modify(&self, off: u64, len: u64, mut f: impl FnMut(u64) -> u8) -> io::Result<()> {
         self.check(off, len)?;
+        self.consume()?;
         let mut st = self.lock();
         if st.fail_writes {
             return Err(io::Error::other("injected write failure"));
@@ -92,6 +116,7 @@ impl SimDisk {
     }
 
     pub(crate) fn sync(&self) -> io::Result<()> {
+        self.consume()?;
         let mut st = self.lock();
         if st.fail_syncs {
             return Err(io::Error::other("injected sync failure"));
