@@ -1,0 +1,270 @@
+//! The JSON HTTP API (default 127.0.0.1:7420).
+//!
+//! | method | path                      | body / answer                              |
+//! |--------|---------------------------|--------------------------------------------|
+//! | GET    | /api/v1/status            | version, listeners, drives, capacity       |
+//! | GET    | /api/v1/volumes           | list of volumes                            |
+//! | POST   | /api/v1/volumes           | `{"name","size","block_size"?,"nqn"?,"allowed_hosts"?}` -> 201 |
+//! | GET    | /api/v1/volumes/NAME      | one volume                                 |
+//! | PATCH  | /api/v1/volumes/NAME      | `{"size","allow_shrink"?}`                 |
+//! | DELETE | /api/v1/volumes/NAME      | the deleted volume                         |
+//! | GET    | /metrics                  | Prometheus text                            |
+//!
+//! Sizes are bytes (a number) or strings such as "8G". Errors are
+//! `{"error": "..."}` with 400, 404, 409 or 500.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use strata_meta::NewVolume;
+use tokio::net::TcpListener;
+
+use crate::node::{Node, NodeError};
+
+const MAX_BODY: usize = 64 * 1024;
+
+/// Binds the API address and serves it until the process ends.
+///
+/// # Errors
+///
+/// When the address cannot be bound.
+pub async fn serve(node: Arc<Node>, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let listener =
+        TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr} for the HTTP API: {e}"))?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("HTTP accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let node = node.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    let node = node.clone();
+                    async move { Ok::<_, Infallible>(handle(&node, req).await) }
+                });
+                if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+                    tracing::debug!("HTTP connection error: {e}");
+                }
+            });
+        }
+    });
+    Ok(bound)
+}
+
+fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+    let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
+    text.push(b'\n');
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(text)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response<Full<Bytes>> {
+    reply(status, json!({ "error": msg.to_string() }))
+}
+
+fn node_error(e: NodeError) -> Response<Full<Bytes>> {
+    let status = match &e {
+        NodeError::Invalid(_) => StatusCode::BAD_REQUEST,
+        NodeError::NotFound(_) => StatusCode::NOT_FOUND,
+        NodeError::Conflict(_) => StatusCode::CONFLICT,
+        NodeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e)
+}
+
+/// A size given as a number of bytes or a string such as "8G".
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Size {
+    Bytes(u64),
+    Text(String),
+}
+
+impl Size {
+    fn bytes(&self) -> Result<u64, NodeError> {
+        match self {
+            Size::Bytes(b) => Ok(*b),
+            Size::Text(t) => strata_meta::parse_size(t).map_err(|e| NodeError::Invalid(format!("size {t:?}: {e}"))),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+    size: Size,
+    block_size: Option<u32>,
+    nqn: Option<String>,
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResizeBody {
+    size: Size,
+    #[serde(default)]
+    allow_shrink: bool,
+}
+
+async fn body_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Response<Full<Bytes>>> {
+    let bytes = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return Err(error(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))),
+    };
+    serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
+}
+
+async fn handle(node: &Node, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let method = req.method().clone();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match (&method, segments.as_slice()) {
+        (&Method::GET, ["api", "v1", "status"]) => reply(StatusCode::OK, status(node)),
+        (&Method::GET, ["metrics"]) => metrics(node),
+        (&Method::GET, ["api", "v1", "volumes"]) => match node.list_volumes() {
+            Ok(v) => reply(StatusCode::OK, json!(v)),
+            Err(e) => node_error(e),
+        },
+        (&Method::POST, ["api", "v1", "volumes"]) => {
+            let body: CreateBody = match body_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            let size = match body.size.bytes() {
+                Ok(s) => s,
+                Err(e) => return node_error(e),
+            };
+            let mut nv = NewVolume::new(body.name, size);
+            if let Some(bs) = body.block_size {
+                nv.block_size = bs;
+            }
+            nv.nqn = body.nqn;
+            nv.allowed_hosts = body.allowed_hosts;
+            match node.create_volume(nv).await {
+                Ok(v) => reply(StatusCode::CREATED, json!(v)),
+                Err(e) => node_error(e),
+            }
+        }
+        (&Method::GET, ["api", "v1", "volumes", name]) => match node.get_volume(name) {
+            Ok(v) => reply(StatusCode::OK, json!(v)),
+            Err(e) => node_error(e),
+        },
+        (&Method::PATCH, ["api", "v1", "volumes", name]) => {
+            let name = name.to_string();
+            let body: ResizeBody = match body_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            let size = match body.size.bytes() {
+                Ok(s) => s,
+                Err(e) => return node_error(e),
+            };
+            match node.resize_volume(&name, size, body.allow_shrink).await {
+                Ok(v) => reply(StatusCode::OK, json!(v)),
+                Err(e) => node_error(e),
+            }
+        }
+        (&Method::DELETE, ["api", "v1", "volumes", name]) => match node.delete_volume(name).await {
+            Ok(v) => reply(StatusCode::OK, json!(v)),
+            Err(e) => node_error(e),
+        },
+        (_, ["api", "v1", ..]) | (_, ["metrics"]) => {
+            error(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not supported on {path}"))
+        }
+        _ => error(StatusCode::NOT_FOUND, format!("no such endpoint {path}; see /api/v1/status and /api/v1/volumes")),
+    }
+}
+
+fn status(node: &Node) -> Value {
+    let stats = node.store().stats();
+    let drives: Vec<Value> = stats
+        .drives
+        .iter()
+        .map(|d| {
+            json!({
+                "path": d.path, "kind": d.kind, "engine": d.engine, "capacity_bytes": d.capacity_bytes,
+                "extents_total": d.extents_total, "extents_allocated": d.extents_allocated,
+                "extents_free": d.extents_free, "volatile": d.volatile, "failed": d.failed,
+            })
+        })
+        .collect();
+    let ports: Vec<Value> = node
+        .target()
+        .ports()
+        .iter()
+        .map(
+            |p| json!({"portid": p.portid, "addr": p.addr.to_string(), "role": format!("{:?}", p.role).to_lowercase()}),
+        )
+        .collect();
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "ports": ports,
+        "extent_size": stats.extent_size,
+        "capacity_bytes": stats.capacity_bytes,
+        "allocated_bytes": stats.extents_allocated * u64::from(stats.extent_size),
+        "volatile": stats.volatile,
+        "drives": drives,
+        "subsystems": node.target().subsystems().len(),
+        "controllers": node.target().controller_count(),
+    })
+}
+
+fn metrics(node: &Node) -> Response<Full<Bytes>> {
+    use std::fmt::Write;
+    let stats = node.store().stats();
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP strata_drive_capacity_bytes Bytes of drive space usable for extents.");
+    let _ = writeln!(out, "# TYPE strata_drive_capacity_bytes gauge");
+    for d in &stats.drives {
+        let _ = writeln!(out, "strata_drive_capacity_bytes{{drive=\"{}\"}} {}", d.path, d.capacity_bytes);
+    }
+    let _ = writeln!(out, "# HELP strata_drive_allocated_bytes Bytes of drive space allocated to volumes.");
+    let _ = writeln!(out, "# TYPE strata_drive_allocated_bytes gauge");
+    for d in &stats.drives {
+        let _ = writeln!(
+            out,
+            "strata_drive_allocated_bytes{{drive=\"{}\"}} {}",
+            d.path,
+            d.extents_allocated * u64::from(stats.extent_size)
+        );
+    }
+    if let Ok(vols) = node.list_volumes() {
+        let _ = writeln!(out, "# HELP strata_volume_size_bytes Provisioned size of a volume.");
+        let _ = writeln!(out, "# TYPE strata_volume_size_bytes gauge");
+        for v in &vols {
+            let _ = writeln!(out, "strata_volume_size_bytes{{volume=\"{}\"}} {}", v.name, v.size_bytes);
+        }
+        let _ = writeln!(out, "# HELP strata_volume_allocated_bytes Backing bytes allocated to a volume.");
+        let _ = writeln!(out, "# TYPE strata_volume_allocated_bytes gauge");
+        for v in &vols {
+            let _ = writeln!(out, "strata_volume_allocated_bytes{{volume=\"{}\"}} {}", v.name, v.allocated_bytes);
+        }
+    }
+    let _ = writeln!(out, "# HELP strata_controllers Live NVMe controllers.");
+    let _ = writeln!(out, "# TYPE strata_controllers gauge");
+    let _ = writeln!(out, "strata_controllers {}", node.target().controller_count());
+    Response::builder()
+        .header("content-type", "text/plain; version=0.0.4")
+        .body(Full::new(Bytes::from(out)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}

@@ -1,0 +1,228 @@
+//! `strata serve` settings: defaults, the TOML config file, and command
+//! line overrides, merged in that order (the command line wins).
+//!
+//! ```toml
+//! data_dir = "/var/lib/strata"
+//! listen = ["0.0.0.0:4420"]
+//! discovery = ["0.0.0.0:8009"]
+//! http = "127.0.0.1:7420"
+//! drives = ["/dev/nvme1n1", "/var/lib/strata/extra.img:100G"]
+//! default_volume_size = "8G"
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+/// Default data directory, relative to the working directory.
+pub const DEFAULT_DATA_DIR: &str = "./strata-data";
+/// Default NVMe/TCP I/O address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4420";
+/// Default discovery address.
+pub const DEFAULT_DISCOVERY: &str = "127.0.0.1:8009";
+/// Default HTTP API address.
+pub const DEFAULT_HTTP: &str = "127.0.0.1:7420";
+/// Size of the sparse drive file created when no drive is configured.
+pub const DEFAULT_DRIVE_SIZE: &str = "64G";
+/// Size of the volume created on first start.
+pub const DEFAULT_VOLUME_SIZE: &str = "8G";
+/// Name of the volume created on first start.
+pub const DEFAULT_VOLUME_NAME: &str = "default";
+
+/// The config file: every key optional, same names as the long options.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// NVMe/TCP I/O listen addresses.
+    pub listen: Option<Vec<String>>,
+    /// Discovery listen addresses.
+    pub discovery: Option<Vec<String>>,
+    /// HTTP API address.
+    pub http: Option<String>,
+    /// Drives: `PATH[:SIZE]`, a block device, or `mem:SIZE`.
+    pub drives: Option<Vec<String>>,
+    /// Size of the default drive file when `drives` is empty.
+    pub drive_size: Option<String>,
+    /// Size of the default volume created on first start; "0" for none.
+    pub default_volume_size: Option<String>,
+    /// Allow buffered I/O on file systems without O_DIRECT (tmpfs).
+    pub allow_buffered: Option<bool>,
+    /// Extent size for newly formatted drives.
+    pub extent_size: Option<String>,
+}
+
+/// Command-line overrides (all optional; see `strata serve --help`).
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Data directory (metadata, default drive file). Default: ./strata-data
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// NVMe/TCP I/O address, repeatable. Default: 127.0.0.1:4420
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Vec<String>,
+    /// Discovery address, repeatable. Default: 127.0.0.1:8009
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub discovery: Vec<String>,
+    /// HTTP API address. Default: 127.0.0.1:7420
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http: Option<String>,
+    /// A drive: a file created sparse with SIZE if missing (PATH:SIZE), a
+    /// block device used whole, or volatile RAM (mem:SIZE). Repeatable.
+    /// Default: DATA_DIR/drive0.img of --drive-size.
+    #[arg(long = "drive", value_name = "PATH[:SIZE]")]
+    pub drives: Vec<String>,
+    /// Size of the default drive file. Default: 64G (sparse)
+    #[arg(long, value_name = "SIZE")]
+    pub drive_size: Option<String>,
+    /// Size of the volume created on first start; 0 for none. Default: 8G
+    #[arg(long, value_name = "SIZE")]
+    pub default_volume_size: Option<String>,
+    /// Fall back to buffered I/O + fdatasync where O_DIRECT is refused.
+    #[arg(long)]
+    pub allow_buffered: bool,
+    /// Extent size for newly formatted drives. Default: 1M
+    #[arg(long, value_name = "SIZE")]
+    pub extent_size: Option<String>,
+    /// TOML config file with the same keys.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// The merged, validated settings.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// I/O listen addresses.
+    pub listen: Vec<SocketAddr>,
+    /// Discovery listen addresses.
+    pub discovery: Vec<SocketAddr>,
+    /// HTTP API address.
+    pub http: SocketAddr,
+    /// Drive specs as given (`PATH[:SIZE]`, `mem:SIZE`).
+    pub drives: Vec<String>,
+    /// Default volume size in bytes (0 = none).
+    pub default_volume_size: u64,
+    /// Allow buffered I/O fallback.
+    pub allow_buffered: bool,
+    /// Extent size in bytes.
+    pub extent_size: u32,
+}
+
+fn addrs(values: &[String], what: &str) -> anyhow::Result<Vec<SocketAddr>> {
+    values
+        .iter()
+        .map(|v| {
+            v.parse::<SocketAddr>()
+                .with_context(|| format!("{what} address {v:?} is not ADDR:PORT (e.g. 0.0.0.0:4420 or [::]:4420)"))
+        })
+        .collect()
+}
+
+fn size(v: &str, what: &str) -> anyhow::Result<u64> {
+    strata_meta::parse_size(v).with_context(|| format!("{what} {v:?} is not a size such as 8G, 512M or 4096"))
+}
+
+impl ServeConfig {
+    /// Merges defaults, the config file named by `--config` and the
+    /// command line.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the bad key or option.
+    pub fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        let pick = |cli: &[String], file: Option<Vec<String>>, default: &str| -> Vec<String> {
+            if !cli.is_empty() { cli.to_vec() } else { file.unwrap_or_else(|| vec![default.to_string()]) }
+        };
+        let listen = addrs(&pick(&args.listen, file.listen, DEFAULT_LISTEN), "--listen")?;
+        let discovery = addrs(&pick(&args.discovery, file.discovery, DEFAULT_DISCOVERY), "--discovery")?;
+        let http = args.http.clone().or(file.http).unwrap_or_else(|| DEFAULT_HTTP.to_string());
+        let http = addrs(&[http], "--http")?[0];
+        let mut drives = if args.drives.is_empty() { file.drives.unwrap_or_default() } else { args.drives.clone() };
+        if drives.is_empty() {
+            let drive_size = args.drive_size.clone().or(file.drive_size).unwrap_or_else(|| DEFAULT_DRIVE_SIZE.into());
+            size(&drive_size, "--drive-size")?;
+            drives.push(format!("{}:{drive_size}", data_dir.join("drive0.img").display()));
+        }
+        let dvs =
+            args.default_volume_size.clone().or(file.default_volume_size).unwrap_or_else(|| DEFAULT_VOLUME_SIZE.into());
+        let default_volume_size = if dvs.trim() == "0" { 0 } else { size(&dvs, "--default-volume-size")? };
+        let extent = args.extent_size.clone().or(file.extent_size).unwrap_or_else(|| "1M".into());
+        let extent_size = u32::try_from(size(&extent, "--extent-size")?).context("--extent-size is too large")?;
+        if listen.is_empty() {
+            bail!("at least one --listen address is needed");
+        }
+        Ok(ServeConfig {
+            data_dir,
+            listen,
+            discovery,
+            http,
+            drives,
+            default_volume_size,
+            allow_buffered: args.allow_buffered || file.allow_buffered.unwrap_or(false),
+            extent_size,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("config file {} is not valid", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_need_no_config() {
+        let c = ServeConfig::load(&ServeArgs::default()).unwrap();
+        assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+        assert_eq!(c.listen, vec!["127.0.0.1:4420".parse().unwrap()]);
+        assert_eq!(c.discovery, vec!["127.0.0.1:8009".parse().unwrap()]);
+        assert_eq!(c.http, "127.0.0.1:7420".parse().unwrap());
+        assert_eq!(c.drives, vec!["./strata-data/drive0.img:64G".to_string()]);
+        assert_eq!(c.default_volume_size, 8 << 30);
+    }
+
+    #[test]
+    fn command_line_overrides_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strata.toml");
+        std::fs::write(
+            &path,
+            "data_dir = \"/srv/x\"\nlisten = [\"0.0.0.0:4421\"]\nhttp = \"127.0.0.1:1\"\ndrives = [\"mem:1G\"]\n",
+        )
+        .unwrap();
+        let args = ServeArgs { config: Some(path), http: Some("127.0.0.1:2".into()), ..Default::default() };
+        let c = ServeConfig::load(&args).unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("/srv/x"));
+        assert_eq!(c.listen, vec!["0.0.0.0:4421".parse().unwrap()]);
+        assert_eq!(c.http, "127.0.0.1:2".parse().unwrap());
+        assert_eq!(c.drives, vec!["mem:1G".to_string()]);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let args = ServeArgs { listen: vec!["localhost".into()], ..Default::default() };
+        let e = format!("{:#}", ServeConfig::load(&args).unwrap_err());
+        assert!(e.contains("--listen") && e.contains("localhost"), "{e}");
+        let args = ServeArgs { default_volume_size: Some("lots".into()), ..Default::default() };
+        assert!(format!("{:#}", ServeConfig::load(&args).unwrap_err()).contains("--default-volume-size"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "listne = []\n").unwrap();
+        let args = ServeArgs { config: Some(path), ..Default::default() };
+        let e = format!("{:#}", ServeConfig::load(&args).unwrap_err());
+        assert!(e.contains("listne"), "{e}");
+    }
+}

@@ -1,0 +1,213 @@
+//! The `strata` command: `strata serve` runs a node (embedded,
+//! single-machine by default); `strata volume ...` manages volumes through
+//! the node's HTTP API.
+
+mod api;
+mod client;
+mod config;
+mod node;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+use crate::config::{ServeArgs, ServeConfig};
+
+/// Default API base URL for the CLI.
+const DEFAULT_API: &str = "http://127.0.0.1:7420";
+
+#[derive(Parser)]
+#[command(name = "strata", version, about = "Disaggregated NVMe/TCP flash storage for GPU clusters")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a storage node: NVMe/TCP target, metadata, drives and HTTP API.
+    Serve(ServeArgs),
+    /// Manage volumes on a running node.
+    Volume {
+        /// API of the node.
+        #[arg(long, env = "STRATA_API", default_value = DEFAULT_API, global = true)]
+        api: String,
+        #[command(subcommand)]
+        command: VolumeCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum VolumeCommand {
+    /// Create a thin volume, served as namespace of its own subsystem.
+    Create {
+        /// Volume name: letters, digits, '.', '_', '-'.
+        name: String,
+        /// Provisioned size, e.g. 8G, 512M.
+        #[arg(long)]
+        size: String,
+        /// Logical block size: 4096 or 512.
+        #[arg(long, default_value_t = 4096)]
+        block_size: u32,
+        /// Subsystem NQN. Default: nqn.2026-11.io.strata:NAME
+        #[arg(long)]
+        nqn: Option<String>,
+        /// Host NQN allowed to connect; repeatable. Default: any host.
+        #[arg(long = "allow-host")]
+        allow_hosts: Vec<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List volumes.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Grow (or with --shrink, shrink) a volume; connected hosts are told.
+    Resize {
+        /// Volume name.
+        name: String,
+        /// New size.
+        #[arg(long)]
+        size: String,
+        /// Allow shrinking, which discards data past the new end.
+        #[arg(long)]
+        shrink: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a volume and free its space.
+    Delete {
+        /// Volume name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Volume { api, command } => volume(&api, command),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = ServeConfig::load(&args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    rt.block_on(run(cfg))
+}
+
+async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
+    let target = strata_target::Target::new(strata_target::TargetConfig::default());
+    let node = node::Node::open(&cfg, target).await?;
+    node.listen(&cfg).await?;
+    let http = api::serve(node.clone(), cfg.http).await?;
+    let a = cfg.listen[0];
+    let host = if a.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.ip().to_string() };
+    println!("strata {} serving; data dir {}", env!("CARGO_PKG_VERSION"), cfg.data_dir.display());
+    println!(
+        "  discovery: nvme discover -t tcp -a {} -s {}",
+        cfg.discovery.first().map(|d| d.ip().to_string()).unwrap_or(host.clone()),
+        cfg.discovery.first().map(|d| d.port()).unwrap_or(a.port())
+    );
+    for v in node.list_volumes().map_err(|e| anyhow::anyhow!("{e}"))? {
+        println!("  volume {} ({}): {}", v.name, v.size, v.connect);
+    }
+    println!("  API: http://{http}/api/v1/volumes");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+    }
+    node.target().shutdown(Duration::from_secs(5)).await;
+    node.flush().await.context("flush at shutdown failed")?;
+    tracing::info!("all drives flushed; bye");
+    Ok(())
+}
+
+fn volume(api: &str, command: VolumeCommand) -> anyhow::Result<()> {
+    match command {
+        VolumeCommand::Create { name, size, block_size, nqn, allow_hosts, json: as_json } => {
+            let body =
+                json!({"name": name, "size": size, "block_size": block_size, "nqn": nqn, "allowed_hosts": allow_hosts});
+            let v = client::request(api, "POST", "/api/v1/volumes", Some(&body))?;
+            print_volume(&v, as_json);
+        }
+        VolumeCommand::List { json: as_json } => {
+            let v = client::request(api, "GET", "/api/v1/volumes", None)?;
+            if as_json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print_table(&v);
+            }
+        }
+        VolumeCommand::Resize { name, size, shrink, json: as_json } => {
+            let body = json!({"size": size, "allow_shrink": shrink});
+            let v = client::request(api, "PATCH", &format!("/api/v1/volumes/{name}"), Some(&body))?;
+            print_volume(&v, as_json);
+        }
+        VolumeCommand::Delete { name, json: as_json } => {
+            let v = client::request(api, "DELETE", &format!("/api/v1/volumes/{name}"), None)?;
+            if as_json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("deleted volume {name}");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn field<'a>(v: &'a Value, k: &str) -> String {
+    match v.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+fn print_volume(v: &Value, as_json: bool) {
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+        return;
+    }
+    println!("volume {} ({}, {} bytes allocated)", field(v, "name"), field(v, "size"), field(v, "allocated_bytes"));
+    println!("  nqn:     {}", field(v, "nqn"));
+    println!("  uuid:    {}", field(v, "uuid"));
+    println!("  connect: {}", field(v, "connect"));
+}
+
+fn print_table(list: &Value) {
+    let rows = list.as_array().cloned().unwrap_or_default();
+    println!("{:<20} {:>10} {:>14} {:>6}  {}", "NAME", "SIZE", "ALLOCATED", "BLOCK", "NQN");
+    for v in rows {
+        let alloc = v.get("allocated_bytes").and_then(Value::as_u64).unwrap_or(0);
+        println!(
+            "{:<20} {:>10} {:>14} {:>6}  {}",
+            field(&v, "name"),
+            field(&v, "size"),
+            strata_meta::format_size(alloc),
+            field(&v, "block_size"),
+            field(&v, "nqn")
+        );
+    }
+}
