@@ -160,6 +160,9 @@ fn encode_chunk(table: &[Option<Owner>], first: usize, n: usize) -> IoBuf {
     buf
 }
 
+/// A checkpoint read back: its seq and the reverse map.
+type LoadedCheckpoint = (u64, Vec<Option<Owner>>);
+
 fn apply(table: &mut [Option<Owner>], op: &JournalOp) {
     // Extents were range-checked on decode (replay) or come from our own
     // free list (run time), so indexing is in bounds.
@@ -279,7 +282,7 @@ impl LoadedDrive {
         backend: &Backend,
         sb: &Superblock,
         slot: usize,
-    ) -> Result<Result<(u64, Vec<Option<Owner>>), FormatError>, std::io::Error> {
+    ) -> std::io::Result<Result<LoadedCheckpoint, FormatError>> {
         let mut h = IoBuf::zeroed(BLOCK);
         backend.read_sync(sb.ckpt_slot_offset(slot), &mut h)?;
         let hdr = match CheckpointHeader::decode(&h, &sb.uuid, sb.extent_count) {

@@ -414,7 +414,7 @@ impl Superblock {
         if self.extent_count == 0 || self.extent_count > MAX_EXTENTS {
             return bad("extent_count", self.extent_count);
         }
-        let aligned = |v: u64| v % BLOCK as u64 == 0;
+        let aligned = |v: u64| v.is_multiple_of(BLOCK as u64);
         if self.ckpt_offset < CKPT_AREA_OFFSET || !aligned(self.ckpt_offset) {
             return bad("ckpt_offset", self.ckpt_offset);
         }
@@ -432,7 +432,7 @@ impl Superblock {
         }
         let journal_end = self.journal_offset.checked_add(self.journal_blocks * BLOCK as u64);
         match journal_end {
-            Some(end) if self.data_offset >= end && self.data_offset % e == 0 => {}
+            Some(end) if self.data_offset >= end && self.data_offset.is_multiple_of(e) => {}
             _ => return bad("data_offset", self.data_offset),
         }
         let data_end = self.extent_count.checked_mul(e).and_then(|l| l.checked_add(self.data_offset));

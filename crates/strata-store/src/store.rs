@@ -346,7 +346,7 @@ impl Store {
         if block_size != 512 && block_size != 4096 {
             return Err(bad(format!("block size {block_size} is not 512 or 4096")));
         }
-        if size_bytes % u64::from(block_size) != 0 {
+        if !size_bytes.is_multiple_of(u64::from(block_size)) {
             return Err(bad(format!("size {size_bytes} is not a multiple of the block size {block_size}")));
         }
         let e = self.shared.extent_size();

@@ -149,7 +149,7 @@ impl Volume {
     /// blocks; a block error if zeroing the tail fails.
     pub async fn resize(&self, size_bytes: u64) -> Result<(), StoreError> {
         self.check_writable()?;
-        if size_bytes % u64::from(self.block_size) != 0 {
+        if !size_bytes.is_multiple_of(u64::from(self.block_size)) {
             return Err(StoreError::BadVolume {
                 id: self.id,
                 reason: format!("size {size_bytes} is not a multiple of the block size {}", self.block_size),
