@@ -1,1 +1,49 @@
-//! strata's user-space NVMe/TCP initiator (being written).
+//! strata's user-space NVMe/TCP initiator.
+//!
+//! [`discover`] reads a discovery controller's log; [`Controller::connect`]
+//! associates with an NVM subsystem over an admin queue and any number of
+//! I/O queues (one TCP connection each), and offers the admin command set
+//! and the NVM I/O commands on top. It is what strata's tests, `strata
+//! bench` and the pool's internal fabric use to talk to an NVMe/TCP
+//! target, so the per-I/O path is kept lean: commands are pipelined up to
+//! the queue depth, no task is spawned per command, and write payloads go
+//! to the socket as [`bytes::Bytes`] views without being copied.
+//!
+//! ```no_run
+//! use strata_host::{Controller, HostConfig, discover};
+//!
+//! # async fn run() -> Result<(), strata_host::HostError> {
+//! let cfg = HostConfig { io_queues: 4, ..HostConfig::default() };
+//! let addr = "127.0.0.1:4420".parse().expect("address");
+//! for entry in discover(addr, &cfg).await? {
+//!     println!("{} at {}:{}", entry.subnqn, entry.traddr, entry.trsvcid);
+//! }
+//! let ctrl = Controller::connect(addr, "nqn.2026-11.io.strata:demo", &cfg).await?;
+//! ctrl.write(1, 0, vec![0xab; 4096], false).await?;
+//! let back = ctrl.read(1, 0, 1).await?;
+//! assert_eq!(&back[..], &[0xab; 4096][..]);
+//! ctrl.disconnect().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: [`config`](HostConfig) holds the settings; `proto` is the
+//! sans-I/O host side of the NVMe/TCP transport for one queue (framing,
+//! command identifiers, R2T and C2HData handling, digests); `queue` drives
+//! it over a socket with one task per connection; `controller` does
+//! association setup, admin and I/O commands; `discovery` reads the
+//! discovery log; `error` holds the error types.
+
+mod config;
+mod controller;
+mod discovery;
+mod error;
+mod proto;
+mod queue;
+
+pub use config::HostConfig;
+pub use controller::{
+    ADMIN_IN_CAPSULE_BYTES, ADMIN_MAX_TRANSFER_BYTES, Controller, IoQueue, MAX_BLOCKS_PER_COMMAND,
+    MAX_TRANSFER_CAP_BYTES,
+};
+pub use discovery::{MAX_DISCOVERY_RECORDS, discover};
+pub use error::{HostError, QueueFailure};
