@@ -1,0 +1,29 @@
+//! The structures a host decodes from a controller: Identify data, log
+//! pages, discovery log, Connect data. Invariants: never panic; what
+//! decodes re-encodes to something that decodes to the same value.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use strata_nvme::fabrics::ConnectData;
+use strata_nvme::identify::{self, IdentifyController, IdentifyNamespace};
+use strata_nvme::log_page;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(c) = IdentifyController::decode(data) {
+        assert_eq!(IdentifyController::decode(&c.encode()).ok(), Some(c));
+    }
+    if let Ok(n) = IdentifyNamespace::decode(data) {
+        assert_eq!(IdentifyNamespace::decode(&n.encode()).ok(), Some(n));
+    }
+    let _ = identify::decode_active_ns_list(data);
+    let _ = identify::decode_ns_id_descriptors(data);
+    let _ = log_page::decode_changed_ns_list(data);
+    let _ = log_page::SmartLog::decode(data);
+    let _ = log_page::ErrorLogEntry::decode(data);
+    if let Ok((h, entries)) = log_page::decode_discovery_log(data) {
+        assert!(entries.len() as u64 <= h.numrec);
+    }
+    if let Ok(c) = ConnectData::decode(data) {
+        assert_eq!(ConnectData::decode(&c.encode()), Ok(c));
+    }
+});

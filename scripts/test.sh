@@ -1,0 +1,41 @@
+#!/bin/bash
+# The test suite: what README.md calls "the test command" and what CI runs.
+#   bash scripts/test.sh            everything
+#   SKIP_VM=1 bash scripts/test.sh  without the kernel-initiator VM test
+#   FUZZ_SECONDS=N                  seconds per fuzz target (default 20; 0 skips)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "unit, property and integration tests"
+cargo test --workspace --all-targets 2>&1 | tee /tmp/strata-cargo-test.log
+cargo test --workspace --doc
+
+fuzz_seconds=${FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" != 0 ] && command -v cargo-fuzz >/dev/null 2>&1; then
+    step "fuzz: ${fuzz_seconds}s per target"
+    # cargo-fuzz needs nightly flags; RUSTC_BOOTSTRAP lets the stable
+    # toolchain accept them.
+    for t in pdu_decode target_transport host_parsers; do
+        (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 2>&1 |
+            grep -E "^(Done|==|.*(panicked|ERROR|SUMMARY))" || true)
+        # A crash leaves an artifact; fail on it.
+        if ls fuzz/artifacts/"$t"/crash-* >/dev/null 2>&1; then
+            echo "fuzz target $t crashed: $(ls fuzz/artifacts/$t/crash-*)" >&2
+            exit 1
+        fi
+    done
+elif [ "$fuzz_seconds" != 0 ]; then
+    echo "cargo-fuzz not installed: skipping the fuzz pass (cargo install cargo-fuzz)"
+fi
+
+if [ "${SKIP_VM:-0}" != 1 ]; then
+    step "kernel initiator in a VM"
+    cargo build --release -p strata
+    tests/vm/run.sh kernel-initiator.sh
+fi
+step "all tests passed"

@@ -1,0 +1,102 @@
+#!/bin/bash
+# Kernel-initiator acceptance test, run inside ../shared/vm (nvmf-vm) by
+# tests/vm/run.sh: strata serves from ext4 on a ramdisk in the guest and the
+# Linux kernel's nvme-tcp driver discovers, connects, identifies, writes and
+# verifies with fio, disconnects and reconnects, builds and checks an ext4
+# file system, discards, and survives strata restarts (SIGTERM while
+# connected, and kill -9 after a flush) with its data intact.
+set -euo pipefail
+. /vm/lib.sh
+
+STRATA=/vm/strata
+DATA=/data/strata
+NQN=nqn.2026-11.io.strata:default
+RUNTIME=${RUNTIME:-5}
+FAILED=0
+check() { # check LABEL CMD...
+    local label=$1
+    shift
+    if "$@"; then SUMMARY+=("$label: PASS"); log "PASS $label"; else SUMMARY+=("$label: FAILED"); log "FAIL $label"; FAILED=1; fi
+}
+
+log "ext4 on a ramdisk for the strata data dir (the guest root is tmpfs: no O_DIRECT)"
+modprobe brd rd_nr=1 rd_size=$((3 * 1024 * 1024)) max_part=0
+mkfs.ext4 -q -F /dev/ram0
+mkdir -p /data && mount /dev/ram0 /data
+
+start_strata() {
+    "$STRATA" serve --data-dir "$DATA" --drive "$DATA/drive0.img:2G" --default-volume-size 1G \
+        --listen 127.0.0.1:4420 --discovery 127.0.0.1:8009 --http 127.0.0.1:7420 >>/tmp/strata.out 2>>/tmp/strata.log &
+    STRATA_PID=$!
+    for _ in $(seq 100); do tcp_probe 127.0.0.1 4420 1 && return 0; sleep 0.2; done
+    cat /tmp/strata.log >&2
+    die "strata did not start listening"
+}
+
+start_strata
+cat /tmp/strata.out
+
+log "nvme discover"
+disc=$(nvme discover -t tcp -a 127.0.0.1 -s 8009)
+echo "$disc"
+check "discover lists the default subsystem on 4420" \
+    bash -c 'grep -q "subnqn: *'"$NQN"'" <<<"$0" && grep -q "trsvcid: *4420" <<<"$0"' "$disc"
+
+dev=$(connect 127.0.0.1 4420 "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120)
+nvme list
+idctrl=$(nvme id-ctrl "$dev")
+idns=$(nvme id-ns "$dev")
+echo "$idctrl" | head -30
+echo "$idns" | head -12
+check "id-ctrl: model strata, subsystem NQN" \
+    bash -c 'grep -qE "^mn +: strata" <<<"$0" && grep -qE "subnqn +: '"$NQN"'" <<<"$0"' "$idctrl"
+check "id-ns: 1 GiB of 4 KiB blocks, thin" \
+    bash -c 'grep -qE "^nsze +: 0x40000" <<<"$0" && grep -qE "^nsfeat +: 0x1" <<<"$0"' "$idns"
+
+VERIFY_ARGS=(--filename="$dev" --rw=randwrite --bs=4k --iodepth=16 --numjobs=4 --size=32m
+    --offset_increment=64m --verify=crc32c --verify_fatal=1 --group_reporting)
+check "fio randwrite 4 jobs + crc32c verify" fio_run write-verify-4k "${VERIFY_ARGS[@]}" --do_verify=1
+check "fio 128k writes (R2T path) + verify" fio_run write-verify-128k --filename="$dev" --rw=write --bs=128k \
+    --iodepth=8 --size=48m --offset=512m --verify=crc32c --verify_fatal=1 --do_verify=1
+
+log "disconnect, reconnect, read-verify what was written"
+disconnect_all
+dev=$(connect 127.0.0.1 4420 "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=120)
+check "read-verify after reconnect" fio_run reverify-4k "${VERIFY_ARGS[@]}" --verify_only=1
+
+check "mkfs.ext4 + mount + write + fsck -fn + read back" fs_check "$dev"
+
+log "blkdiscard, then the device reads zeros"
+blkdiscard "$dev"
+check "discarded range reads zeros" cmp -n $((64 << 20)) "$dev" /dev/zero
+
+log "restart strata (SIGTERM) while the host stays connected"
+dd if=/dev/urandom of=/tmp/pattern bs=1M count=16 status=none
+dd if=/tmp/pattern of="$dev" bs=1M seek=100 oflag=direct conv=fsync status=none
+sum1=$(md5sum </tmp/pattern)
+kill -TERM "$STRATA_PID"
+wait "$STRATA_PID" || true
+start_strata
+for _ in $(seq 150); do [ -b "$dev" ] && dd if="$dev" of=/dev/null bs=4k count=1 iflag=direct status=none 2>/dev/null && break; sleep 0.2; done
+sum2=$(dd if="$dev" bs=1M skip=100 count=16 iflag=direct status=none | md5sum)
+check "data intact after SIGTERM restart (host reconnected)" test "$sum1" = "$sum2"
+
+log "kill -9 strata after a flush; restart; data must be there"
+dd if=/dev/urandom of=/tmp/pattern2 bs=1M count=16 status=none
+dd if=/tmp/pattern2 of="$dev" bs=1M seek=200 oflag=direct conv=fsync status=none
+sum1=$(md5sum </tmp/pattern2)
+kill -9 "$STRATA_PID"
+wait "$STRATA_PID" || true
+start_strata
+for _ in $(seq 150); do dd if="$dev" of=/dev/null bs=4k count=1 iflag=direct status=none 2>/dev/null && break; sleep 0.2; done
+sum2=$(dd if="$dev" bs=1M skip=200 count=16 iflag=direct status=none | md5sum)
+check "flushed data intact after kill -9" test "$sum1" = "$sum2"
+sum3=$(dd if="$dev" bs=1M skip=100 count=16 iflag=direct status=none | md5sum)
+check "earlier data intact after kill -9" test "$(md5sum </tmp/pattern)" = "$sum3"
+
+disconnect_all
+kill -TERM "$STRATA_PID"; wait "$STRATA_PID" || true
+log "strata log (warnings and errors):"
+grep -E "WARN|ERROR" /tmp/strata.log | tail -20 >&2 || true
+print_summary
+exit "$FAILED"
