@@ -147,7 +147,7 @@ mod tests {
             let mut b = IoBuf::zeroed(len);
             assert_eq!(b.as_mut_ptr() as usize % IO_ALIGN, 0);
             assert_eq!(b.len(), len);
-            assert!(b.capacity() >= len && b.capacity() % IO_ALIGN == 0);
+            assert!(b.capacity() >= len && b.capacity().is_multiple_of(IO_ALIGN));
             assert!(b.iter().all(|&x| x == 0));
         }
         assert!(IoBuf::zeroed(0).is_empty());

@@ -134,7 +134,7 @@ pub fn check_range(geometry: Geometry, lba: u64, blocks: u64) -> Result<(), Bloc
 /// is not a whole, non-zero number of blocks.
 pub fn blocks_in(geometry: Geometry, len: usize) -> Result<u64, BlockError> {
     let bs = geometry.block_size as usize;
-    if len == 0 || len % bs != 0 {
+    if len == 0 || !len.is_multiple_of(bs) {
         let expected = (len.div_ceil(bs).max(1) * bs) as u64;
         return Err(BlockError::BadBuffer { len, expected });
     }

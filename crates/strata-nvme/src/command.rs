@@ -430,7 +430,7 @@ impl GetLogPage {
     ///
     /// Panics if `len` is not a non-zero multiple of 4 (a caller bug).
     pub fn encode(&self, sqe: &mut Sqe) {
-        assert!(self.len >= 4 && self.len % 4 == 0, "log length {} is not whole dwords", self.len);
+        assert!(self.len >= 4 && self.len.is_multiple_of(4), "log length {} is not whole dwords", self.len);
         let numd = (self.len / 4 - 1) as u32;
         sqe.set_cdw10(
             u32::from(self.lid) | (u32::from(self.lsp & 0x7f) << 8) | (u32::from(self.rae) << 15) | (numd << 16),

@@ -353,7 +353,7 @@ impl PduLayout {
                 }
             }
             PduType::H2C_TERM_REQ | PduType::C2H_TERM_REQ => {
-                if plen < TERM_HLEN || plen > TERM_HLEN + TERM_MAX_ERROR_DATA {
+                if !(TERM_HLEN..=TERM_HLEN + TERM_MAX_ERROR_DATA).contains(&plen) {
                     return Err(bad("PLEN", PLEN_OFFSET, ch.plen));
                 }
                 layout.data_offset = TERM_HLEN;

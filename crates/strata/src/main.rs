@@ -177,7 +177,7 @@ fn volume(api: &str, command: VolumeCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn field<'a>(v: &'a Value, k: &str) -> String {
+fn field(v: &Value, k: &str) -> String {
     match v.get(k) {
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
@@ -198,7 +198,7 @@ fn print_volume(v: &Value, as_json: bool) {
 
 fn print_table(list: &Value) {
     let rows = list.as_array().cloned().unwrap_or_default();
-    println!("{:<20} {:>10} {:>14} {:>6}  {}", "NAME", "SIZE", "ALLOCATED", "BLOCK", "NQN");
+    println!("{:<20} {:>10} {:>14} {:>6}  NQN", "NAME", "SIZE", "ALLOCATED", "BLOCK");
     for v in rows {
         let alloc = v.get("allocated_bytes").and_then(Value::as_u64).unwrap_or(0);
         println!(
