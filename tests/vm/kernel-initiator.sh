@@ -24,6 +24,13 @@ modprobe brd rd_nr=1 rd_size=$((3 * 1024 * 1024)) max_part=0
 mkfs.ext4 -q -F /dev/ram0
 mkdir -p /data && mount /dev/ram0 /data
 
+log "a drive on tmpfs (no O_DIRECT in this kernel) is refused with a clear message"
+rc=0
+timeout 30 "$STRATA" serve --data-dir /tmp/strata-tmpfs --drive /tmp/tmpfs-drive.img:64M --listen 127.0.0.1:4500 \
+    --discovery 127.0.0.1:4501 --http 127.0.0.1:4502 >/tmp/tmpfs.out 2>&1 || rc=$?
+cat /tmp/tmpfs.out >&2
+check "tmpfs drive refused, naming O_DIRECT" bash -c '[ "$0" = 1 ] && grep -q "O_DIRECT" /tmp/tmpfs.out' "$rc"
+
 start_strata() {
     "$STRATA" serve --data-dir "$DATA" --drive "$DATA/drive0.img:2G" --default-volume-size 1G \
         --listen 127.0.0.1:4420 --discovery 127.0.0.1:8009 --http 127.0.0.1:7420 >>/tmp/strata.out 2>>/tmp/strata.log &

@@ -37,7 +37,7 @@ pub enum StoreError {
     /// `O_DIRECT` is refused by the file system under a drive file.
     #[error(
         "the file system holding {path} does not support O_DIRECT (tmpfs?); put the drive on \
-         ext4/xfs or a block device, or set allow_buffered to accept buffered I/O"
+         ext4/xfs or a block device, or accept buffered I/O with allow_buffered (strata serve --allow-buffered)"
     )]
     DirectIoUnsupported {
         /// The drive file.
