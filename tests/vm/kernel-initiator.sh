@@ -73,6 +73,25 @@ check "read-verify after reconnect" fio_run reverify-4k "${VERIFY_ARGS[@]}" --ve
 
 check "mkfs.ext4 + mount + write + fsck -fn + read back" fs_check "$dev"
 
+log "file copies on ext4: copy a directory tree, remount, fsck, compare"
+copy_tree_check() {
+    local mnt=/mnt/strata-copy
+    mkdir -p "$mnt"
+    mkfs.ext4 -F -q "$dev" && mount "$dev" "$mnt" || return 1
+    cp -a /usr "$mnt/usr-copy" && cp -a /lib "$mnt/lib-copy" 2>/dev/null || true
+    sync
+    umount "$mnt" || return 1
+    e2fsck -fn "$dev" >&2 || return 1
+    echo 3 >/proc/sys/vm/drop_caches
+    mount -o ro "$dev" "$mnt" || return 1
+    local rc=0
+    diff -r /usr "$mnt/usr-copy" >&2 || rc=1
+    log "copied $(du -sm "$mnt" | cut -f1) MiB in $(find "$mnt" -type f | wc -l) files"
+    umount "$mnt"
+    return $rc
+}
+check "ext4 tree copy, fsck clean, contents identical after remount" copy_tree_check
+
 log "blkdiscard, then the device reads zeros"
 blkdiscard "$dev"
 check "discarded range reads zeros" cmp -n $((64 << 20)) "$dev" /dev/zero

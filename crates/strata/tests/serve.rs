@@ -275,3 +275,38 @@ async fn serves_over_ipv6() {
     let e = entries.iter().find(|e| e.subnqn == NQN).expect("listed");
     assert_eq!((e.adrfam, e.traddr.as_str()), (strata_nvme::log_page::ADRFAM_IPV6, "::1"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_drive_fails_writes_with_capacity_exceeded_and_keeps_data() {
+    let dir = tempfile::tempdir().unwrap();
+    // A 16 MiB drive under a 64 MiB thin volume: it fills after a few extents.
+    let drive = format!("{}:16M", dir.path().join("small.img").display());
+    let server = Server::start(dir.path(), &["--drive", &drive]);
+    let ctrl = connect(server.io).await;
+    let mut written = Vec::new();
+    let mut full = None;
+    // One block per 1 MiB extent, until the pool runs out.
+    for mib in 0..64u64 {
+        let lba = mib * 256;
+        match ctrl.write(1, lba, pattern(lba, 1), false).await {
+            Ok(()) => written.push(lba),
+            Err(e) => {
+                full = Some(e);
+                break;
+            }
+        }
+    }
+    let e = full.expect("a 16 MiB drive cannot hold 64 extents");
+    assert!(e.is_status(strata_nvme::status::Status::CAPACITY_EXCEEDED), "{e}");
+    assert!(!written.is_empty());
+    ctrl.flush(1).await.unwrap();
+    for &lba in &written {
+        assert_eq!(&ctrl.read(1, lba, 1).await.unwrap()[..], &pattern(lba, 1)[..]);
+    }
+    // Space given back by deallocation is usable again.
+    ctrl.deallocate(1, &[(written[0], 256)]).await.unwrap();
+    ctrl.flush(1).await.unwrap();
+    let lba = 63 * 256;
+    ctrl.write(1, lba, pattern(lba, 2), false).await.expect("freed extent is reusable");
+    assert_eq!(&ctrl.read(1, lba, 1).await.unwrap()[..], &pattern(lba, 2)[..]);
+}
