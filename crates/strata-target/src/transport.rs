@@ -122,7 +122,10 @@ enum State {
 
 struct PendingData {
     sqe: Sqe,
-    buf: IoBuf,
+    len: usize,
+    /// Allocated when the R2T goes out, so that queued writes hold no
+    /// memory.
+    buf: Option<IoBuf>,
     received: usize,
     ttag: u16,
     r2t_sent: bool,
@@ -138,6 +141,8 @@ pub struct Transport {
     sqhd: u16,
     sqsize: u16,
     outstanding: Vec<u64>,
+    outstanding_n: usize,
+    max_outstanding: usize,
     pending_data: HashMap<u16, PendingData>,
     r2t_waiting: VecDeque<u16>,
     r2t_active: usize,
@@ -156,6 +161,10 @@ impl Transport {
             sqhd: 0,
             sqsize: 0,
             outstanding: vec![0; 65536 / 64],
+            outstanding_n: 0,
+            // Before Connect only the Connect command is expected; the
+            // admin queue's size is the smallest a host may use.
+            max_outstanding: 32,
             pending_data: HashMap::new(),
             r2t_waiting: VecDeque::new(),
             r2t_active: 0,
@@ -173,6 +182,7 @@ impl Transport {
     /// disabled SQ flow control, which allows C2HData with SUCCESS.
     pub fn set_queue_params(&mut self, sqsize: u16, sq_flow_disabled: bool) {
         self.sqsize = sqsize;
+        self.max_outstanding = usize::from(sqsize) + 1;
         self.sq_flow_disabled = sq_flow_disabled;
     }
 
@@ -199,7 +209,7 @@ impl Transport {
 
     /// Number of commands accepted and not yet completed.
     pub fn outstanding_count(&self) -> usize {
-        self.outstanding.iter().map(|w| w.count_ones() as usize).sum()
+        self.outstanding_n
     }
 
     fn is_outstanding(&self, cid: u16) -> bool {
@@ -208,10 +218,13 @@ impl Transport {
 
     fn set_outstanding(&mut self, cid: u16, on: bool) {
         let w = &mut self.outstanding[usize::from(cid) / 64];
-        if on {
-            *w |= 1 << (cid % 64);
-        } else {
-            *w &= !(1 << (cid % 64));
+        let bit = 1 << (cid % 64);
+        if on && *w & bit == 0 {
+            *w |= bit;
+            self.outstanding_n += 1;
+        } else if !on && *w & bit != 0 {
+            *w &= !bit;
+            self.outstanding_n -= 1;
         }
     }
 
@@ -294,6 +307,17 @@ impl Transport {
                 format!("command identifier {cid} reused while outstanding"),
             ));
         }
+        if self.outstanding_n >= self.max_outstanding {
+            // The host overran its queue: with SQ flow control it cannot
+            // have more than SQSIZE + 1 commands outstanding. Refusing to
+            // queue more bounds the memory one connection can claim.
+            return Err(Fatal::new(
+                fes::PDU_SEQUENCE_ERROR,
+                0,
+                header,
+                format!("command {cid} exceeds the queue size ({} outstanding)", self.outstanding_n),
+            ));
+        }
         self.set_outstanding(cid, true);
         self.sqhd = if self.sqsize == 0 { 0 } else { (self.sqhd + 1) % (self.sqsize + 1) };
         if !digest_ok {
@@ -353,8 +377,7 @@ impl Transport {
     fn queue_r2t(&mut self, cid: u16, sqe: Sqe, len: usize) {
         let ttag = self.next_ttag;
         self.next_ttag = self.next_ttag.wrapping_add(1);
-        let pending =
-            PendingData { sqe, buf: IoBuf::zeroed(len), received: 0, ttag, r2t_sent: false, digest_failed: false };
+        let pending = PendingData { sqe, len, buf: None, received: 0, ttag, r2t_sent: false, digest_failed: false };
         self.pending_data.insert(cid, pending);
         self.r2t_waiting.push_back(cid);
         self.send_waiting_r2ts();
@@ -365,7 +388,8 @@ impl Transport {
             let Some(cid) = self.r2t_waiting.pop_front() else { return };
             let Some(p) = self.pending_data.get_mut(&cid) else { continue };
             p.r2t_sent = true;
-            let r2t = R2t { cccid: cid, ttag: p.ttag, r2to: 0, r2tl: p.buf.len() as u32 };
+            p.buf = Some(IoBuf::zeroed(p.len));
+            let r2t = R2t { cccid: cid, ttag: p.ttag, r2to: 0, r2tl: p.len as u32 };
             self.r2t_active += 1;
             self.out.extend_from_slice(pdu::encode_r2t(&r2t, self.digests).as_slice());
         }
@@ -388,16 +412,16 @@ impl Transport {
                 format!("H2CData for command {} which awaits no data", h.cccid),
             ));
         };
-        if !p.r2t_sent || p.ttag != h.ttag {
+        let (true, Some(buf)) = (p.r2t_sent && p.ttag == h.ttag, p.buf.as_mut()) else {
             return Err(Fatal::new(
                 fes::INVALID_HEADER_FIELD,
                 pdu::DATA_TTAG_OFFSET as u32,
                 header,
                 format!("H2CData transfer tag {} does not match an R2T for command {}", h.ttag, h.cccid),
             ));
-        }
+        };
         let datao = h.datao as usize;
-        if datao != p.received || datao + data.len() > p.buf.len() {
+        if datao != p.received || datao + data.len() > p.len {
             return Err(Fatal::new(
                 fes::DATA_OUT_OF_RANGE,
                 pdu::DATA_OFFSET_OFFSET as u32,
@@ -407,14 +431,14 @@ impl Transport {
                     h.datao,
                     data.len(),
                     p.received,
-                    p.buf.len()
+                    p.len
                 ),
             ));
         }
-        p.buf[datao..datao + data.len()].copy_from_slice(data);
+        buf[datao..datao + data.len()].copy_from_slice(data);
         p.received += data.len();
         p.digest_failed |= !digest_ok;
-        let complete = p.received == p.buf.len();
+        let complete = p.received == p.len;
         if complete != (flags & FLAG_DATA_LAST != 0) {
             return Err(Fatal::new(
                 fes::INVALID_HEADER_FIELD,
@@ -429,7 +453,7 @@ impl Transport {
             if p.digest_failed {
                 self.complete(Cqe::new(h.cccid, Status::TRANSIENT_TRANSPORT));
             } else {
-                inputs.push(Input::Command(Command { sqe: p.sqe, data: Some(p.buf), read_len: 0 }));
+                inputs.push(Input::Command(Command { sqe: p.sqe, data: p.buf, read_len: 0 }));
             }
             self.send_waiting_r2ts();
         }
@@ -667,6 +691,22 @@ mod tests {
             assert_eq!(flags & FLAG_DATA_SUCCESS != 0, disabled);
             assert_eq!(out.len() - d.len, if disabled { 0 } else { 24 });
         }
+    }
+
+    #[test]
+    fn a_host_overrunning_its_queue_is_terminated() {
+        let mut t = ready(Digests::default());
+        t.set_queue_params(3, false);
+        let mut rbuf = BytesMut::new();
+        for cid in 0..5 {
+            let mut sqe = Sqe::new(command::io::READ, cid);
+            sqe.set_sgl(SglDescriptor { addr: 0, length: 4096, sgl_type: SGL_TRANSPORT_DATA });
+            rbuf.extend_from_slice(&capsule(&sqe, &[], t.digests()));
+        }
+        let mut inputs = vec![];
+        let e = t.receive(&mut rbuf, &mut inputs).unwrap_err();
+        assert_eq!(inputs.len(), 4, "SQSIZE 3 allows four outstanding commands");
+        assert_eq!(e.fes, fes::PDU_SEQUENCE_ERROR);
     }
 
     #[test]
