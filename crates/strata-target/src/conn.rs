@@ -48,6 +48,11 @@ pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, 
         tokio::select! {
             res = listener.accept() => match res {
                 Ok((stream, peer)) => {
+                    if inner.active_connections.load(Ordering::Acquire) >= inner.config.max_connections {
+                        tracing::warn!(%peer, limit = inner.config.max_connections, "connection refused: too many connections");
+                        drop(stream);
+                        continue;
+                    }
                     inner.active_connections.fetch_add(1, Ordering::AcqRel);
                     let inner = inner.clone();
                     tokio::spawn(async move {

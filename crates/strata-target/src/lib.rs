@@ -66,6 +66,9 @@ pub struct TargetConfig {
     /// Commands per queue that may hold an R2T (and its buffer) at once.
     /// Default: 32.
     pub max_r2t_inflight: usize,
+    /// Most TCP connections served at once, over all ports; further ones
+    /// are closed at accept. Default: 4096.
+    pub max_connections: usize,
 }
 
 impl TargetConfig {
@@ -84,6 +87,7 @@ impl Default for TargetConfig {
             max_h2c_data: 128 * 1024,
             mdts: 8,
             max_r2t_inflight: 32,
+            max_connections: 4096,
         }
     }
 }
