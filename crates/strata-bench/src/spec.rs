@@ -1,0 +1,135 @@
+//! What to run: one workload against one target.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Access pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Uniform random reads.
+    RandRead,
+    /// Uniform random writes.
+    RandWrite,
+    /// Uniform random mix of reads and writes (`read_pct` reads).
+    RandRw,
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "read" => Pattern::Read,
+            "write" => Pattern::Write,
+            "randread" => Pattern::RandRead,
+            "randwrite" => Pattern::RandWrite,
+            "randrw" => Pattern::RandRw,
+            _ => return Err(format!("unknown pattern {s:?}: use read, write, randread, randwrite or randrw")),
+        })
+    }
+}
+
+/// Where to send I/O: `tcp://ADDR:PORT/NQN` (IPv6 as `tcp://[::1]:4420/NQN`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetSpec {
+    /// Target address.
+    pub addr: std::net::SocketAddr,
+    /// Subsystem NQN.
+    pub nqn: String,
+    /// Namespace to use. Default: 1.
+    #[serde(default = "one")]
+    pub nsid: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl std::str::FromStr for TargetSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let rest =
+            s.strip_prefix("tcp://").ok_or_else(|| format!("target {s:?} must look like tcp://ADDR:PORT/NQN"))?;
+        let (addr, nqn) = rest.split_once('/').ok_or_else(|| format!("target {s:?} has no /NQN after the address"))?;
+        let addr = addr.parse().map_err(|e| format!("target address {addr:?}: {e}"))?;
+        if nqn.is_empty() {
+            return Err(format!("target {s:?} has an empty NQN"));
+        }
+        Ok(TargetSpec { addr, nqn: nqn.to_string(), nsid: 1 })
+    }
+}
+
+impl std::fmt::Display for TargetSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tcp://{}/{}", self.addr, self.nqn)
+    }
+}
+
+/// One workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadSpec {
+    /// Name (suite entries; "default" for a command-line run).
+    pub name: String,
+    /// Target.
+    pub target: TargetSpec,
+    /// Access pattern.
+    pub rw: Pattern,
+    /// Percentage of reads for `randrw` (0..=100). Default: 50.
+    pub read_pct: u8,
+    /// Block size in bytes (a multiple of the namespace block size).
+    pub bs: u32,
+    /// Outstanding I/Os per job.
+    pub iodepth: u32,
+    /// Jobs: each is one I/O queue (TCP connection) with `iodepth` I/Os.
+    pub jobs: u32,
+    /// Run for this long (after `ramp`), unless `size` ends it first.
+    pub runtime: Option<Duration>,
+    /// Stop after this many bytes in total.
+    pub size: Option<u64>,
+    /// Warm-up time not counted in the results. Default: none.
+    pub ramp: Duration,
+    /// Limit on total IOPS over all jobs. Default: none.
+    pub rate_iops: Option<u64>,
+    /// Write a pattern that identifies block and generation and check every
+    /// byte read back (reads of never-written blocks must be zeros or the
+    /// pattern of a previous run is refused: verify runs write first).
+    pub verify: bool,
+    /// Limit the I/O to the first `span` bytes of the namespace. Default:
+    /// the whole namespace.
+    pub span: Option<u64>,
+    /// Header and data digests.
+    pub digests: bool,
+    /// Seed for random offsets (same seed, same offsets).
+    pub seed: u64,
+}
+
+impl Default for WorkloadSpec {
+    fn default() -> Self {
+        WorkloadSpec {
+            name: "default".into(),
+            target: TargetSpec {
+                addr: ([127, 0, 0, 1], 4420).into(),
+                nqn: "nqn.2026-11.io.strata:default".into(),
+                nsid: 1,
+            },
+            rw: Pattern::RandRead,
+            read_pct: 50,
+            bs: 4096,
+            iodepth: 32,
+            jobs: 1,
+            runtime: Some(Duration::from_secs(10)),
+            size: None,
+            ramp: Duration::ZERO,
+            rate_iops: None,
+            verify: false,
+            span: None,
+            digests: false,
+            seed: 0x5eed,
+        }
+    }
+}
