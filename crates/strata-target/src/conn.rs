@@ -135,7 +135,7 @@ async fn serve(inner: &Arc<TargetInner>, stream: TcpStream, peer: SocketAddr, po
     let end = conn.run(&mut ctrl_for_cleanup).await;
     if let End::Fatal(f) = &end {
         tracing::warn!(%peer, fes = f.fes, fei = f.fei, "protocol error, terminating connection: {}", f.reason);
-        let _ = conn.stream.write_all(conn.transport.output()).await;
+        let _ = conn.flush().await;
         let _ = conn.stream.write_all(&f.term_req()).await;
     }
     let _ = conn.stream.shutdown().await;
@@ -169,13 +169,14 @@ impl Conn<'_> {
         }
     }
 
+    /// Writes all pending output with vectored writes: read data goes
+    /// from the drive's buffer to the socket without another copy.
     async fn flush(&mut self) -> Result<(), End> {
-        if self.transport.output().is_empty() {
+        if !self.transport.has_output() {
             return Ok(());
         }
-        let out = self.transport.take_output();
-        let res = self.stream.write_all(&out).await;
-        self.transport.recycle_output(out);
+        let res = write_all_vectored(&mut self.stream, &mut self.transport.output_slices()).await;
+        self.transport.clear_output();
         res.map_err(End::Io)
     }
 
@@ -323,8 +324,24 @@ impl Conn<'_> {
 
     fn complete(&mut self, cqe: Cqe, data: Option<strata_block::IoBuf>) {
         match data {
-            Some(buf) => self.transport.complete_with_data(cqe, &buf),
+            Some(buf) => self.transport.complete_with_buf(cqe, buf),
             None => self.transport.complete(cqe),
         }
     }
+}
+
+/// Writes every slice, however the socket splits the writes. At most
+/// `IOV_BATCH` slices go into one system call (IOV_MAX is 1024 on Linux).
+async fn write_all_vectored(stream: &mut TcpStream, slices: &mut [std::io::IoSlice<'_>]) -> std::io::Result<()> {
+    const IOV_BATCH: usize = 512;
+    let mut rest = slices;
+    while !rest.is_empty() {
+        let n = rest.len().min(IOV_BATCH);
+        let written = stream.write_vectored(&rest[..n]).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut rest, written);
+    }
+    Ok(())
 }

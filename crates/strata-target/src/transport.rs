@@ -147,7 +147,11 @@ pub struct Transport {
     r2t_waiting: VecDeque<u16>,
     r2t_active: usize,
     next_ttag: u16,
+    /// Output bytes: headers, responses and small data.
     out: Vec<u8>,
+    /// Data buffers sent without copying: each goes out after
+    /// `out[..offset]` and before `out[offset..]`, in order.
+    out_bufs: Vec<(usize, IoBuf)>,
 }
 
 impl Transport {
@@ -170,6 +174,7 @@ impl Transport {
             r2t_active: 0,
             next_ttag: 0,
             out: Vec::with_capacity(64 * 1024),
+            out_bufs: Vec::new(),
         }
     }
 
@@ -186,25 +191,42 @@ impl Transport {
         self.sq_flow_disabled = sq_flow_disabled;
     }
 
-    /// Bytes waiting to be sent. The caller writes them out and calls
-    /// [`Transport::consume_output`].
-    pub fn output(&self) -> &[u8] {
-        &self.out
+    /// True when there is output waiting to be sent.
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty() || !self.out_bufs.is_empty()
     }
 
-    /// Takes the output buffer, leaving an empty one with the same
-    /// capacity behind on the next use.
-    pub fn take_output(&mut self) -> Vec<u8> {
-        let cap = self.out.capacity();
-        std::mem::replace(&mut self.out, Vec::with_capacity(cap))
-    }
-
-    /// Gives a drained output buffer back for reuse.
-    pub fn recycle_output(&mut self, mut buf: Vec<u8>) {
-        if self.out.is_empty() && buf.capacity() >= self.out.capacity() {
-            buf.clear();
-            self.out = buf;
+    /// The output as slices for one vectored write, in order. Data buffers
+    /// are not copied. After writing all of them, call
+    /// [`Transport::clear_output`].
+    pub fn output_slices(&self) -> Vec<std::io::IoSlice<'_>> {
+        let mut v = Vec::with_capacity(2 * self.out_bufs.len() + 1);
+        let mut start = 0;
+        for (off, buf) in &self.out_bufs {
+            if *off > start {
+                v.push(std::io::IoSlice::new(&self.out[start..*off]));
+            }
+            v.push(std::io::IoSlice::new(buf));
+            start = *off;
         }
+        if start < self.out.len() {
+            v.push(std::io::IoSlice::new(&self.out[start..]));
+        }
+        v
+    }
+
+    /// Forgets the output once it has been written, keeping the capacity.
+    pub fn clear_output(&mut self) {
+        self.out.clear();
+        self.out_bufs.clear();
+    }
+
+    /// Takes the output as one contiguous byte string (copies data
+    /// buffers; for tests and error paths).
+    pub fn take_output(&mut self) -> Vec<u8> {
+        let v = self.output_slices().iter().flat_map(|s| s.iter().copied()).collect();
+        self.clear_output();
+        v
     }
 
     /// Number of commands accepted and not yet completed.
@@ -475,15 +497,48 @@ impl Transport {
             self.complete(cqe);
             return;
         }
-        let success_flag = self.sq_flow_disabled && cqe.result == 0;
-        let header = DataHeader { cccid: cqe.cid, ttag: 0, datao: 0, datal: data.len() as u32 };
-        let flags = FLAG_DATA_LAST | if success_flag { FLAG_DATA_SUCCESS } else { 0 };
-        self.out.extend_from_slice(pdu::encode_c2h_data(&header, flags, self.digests).as_slice());
+        self.c2h_data_header(&cqe, data.len());
         self.out.extend_from_slice(data);
+        self.c2h_data_trailer(cqe, data);
+    }
+
+    /// As [`Transport::complete_with_data`], sending `buf` without copying
+    /// it.
+    pub fn complete_with_buf(&mut self, cqe: Cqe, buf: IoBuf) {
+        if buf.is_empty() || !cqe.status.is_success() {
+            self.complete(cqe);
+            return;
+        }
+        self.c2h_data_header(&cqe, buf.len());
+        let digest = self.digests.data.then(|| digest_bytes(&buf));
+        self.out_bufs.push((self.out.len(), buf));
+        if let Some(d) = digest {
+            self.out.extend_from_slice(&d);
+        }
+        self.c2h_data_completion(cqe);
+    }
+
+    fn c2h_data_header(&mut self, cqe: &Cqe, len: usize) {
+        let header = DataHeader { cccid: cqe.cid, ttag: 0, datao: 0, datal: len as u32 };
+        let flags = FLAG_DATA_LAST | if self.success_flag(cqe) { FLAG_DATA_SUCCESS } else { 0 };
+        self.out.extend_from_slice(pdu::encode_c2h_data(&header, flags, self.digests).as_slice());
+    }
+
+    fn c2h_data_trailer(&mut self, cqe: Cqe, data: &[u8]) {
         if self.digests.data {
             self.out.extend_from_slice(&digest_bytes(data));
         }
-        if success_flag {
+        self.c2h_data_completion(cqe);
+    }
+
+    /// The SUCCESS flag may replace the CapsuleResp only with SQ flow
+    /// control disabled and nothing in the completion's result.
+    fn success_flag(&self, cqe: &Cqe) -> bool {
+        self.sq_flow_disabled && cqe.result == 0
+    }
+
+    fn c2h_data_completion(&mut self, cqe: Cqe) {
+        if self.success_flag(&cqe) {
             self.set_outstanding(cqe.cid, false);
         } else {
             self.complete(cqe);
@@ -707,6 +762,25 @@ mod tests {
         let e = t.receive(&mut rbuf, &mut inputs).unwrap_err();
         assert_eq!(inputs.len(), 4, "SQSIZE 3 allows four outstanding commands");
         assert_eq!(e.fes, fes::PDU_SEQUENCE_ERROR);
+    }
+
+    #[test]
+    fn zero_copy_completion_sends_the_same_bytes_as_copying_one() {
+        for (h, d, flow) in [(false, false, false), (true, true, false), (true, true, true), (false, true, true)] {
+            let digests = Digests { header: h, data: d };
+            let (mut a, mut b) = (ready(digests), ready(digests));
+            for t in [&mut a, &mut b] {
+                t.set_queue_params(31, flow);
+                t.complete(Cqe::new(9, Status::SUCCESS));
+            }
+            let data: Vec<u8> = (0..8192u32).map(|i| i as u8).collect();
+            a.complete_with_data(Cqe::new(4, Status::SUCCESS), &data);
+            b.complete_with_buf(Cqe::new(4, Status::SUCCESS), IoBuf::from_slice(&data));
+            a.complete(Cqe::new(5, Status::SUCCESS));
+            b.complete(Cqe::new(5, Status::SUCCESS));
+            assert_eq!(a.take_output(), b.take_output());
+            assert!(!b.has_output());
+        }
     }
 
     #[test]
