@@ -214,7 +214,7 @@ impl Volume {
             if single {
                 return drive.backend.read(drive.offset(p, pc.off), buf).await.map_res();
             }
-            let (tmp, r) = drive.backend.read(drive.offset(p, pc.off), IoBuf::zeroed(pc.len)).await;
+            let (tmp, r) = drive.backend.read(drive.offset(p, pc.off), IoBuf::recycled(pc.len)).await;
             if let Err(e) = r {
                 return (buf, Err(BlockError::Io(e)));
             }

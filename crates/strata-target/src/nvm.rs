@@ -89,7 +89,7 @@ fn transfer_len(ns: &Namespace, slba: u64, nlb: u32, sgl_len: usize) -> Result<u
 async fn read(ctrl: &Controller, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let len = transfer_len(ns, rw.slba, rw.nlb, read_len)?;
-    let (buf, res) = ns.device.read(rw.slba, IoBuf::zeroed(len)).await;
+    let (buf, res) = ns.device.read(rw.slba, IoBuf::recycled(len)).await;
     res.map_err(|e| (status_of(&e, false), rw.slba))?;
     ctrl.counters.read_commands.fetch_add(1, Relaxed);
     ctrl.counters.sectors_read.fetch_add(len as u64 / 512, Relaxed);
@@ -151,7 +151,7 @@ async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome
     let rw = ReadWrite::decode(sqe);
     let Some(expected) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
     let len = transfer_len(ns, rw.slba, rw.nlb, expected.len())?;
-    let (actual, res) = ns.device.read(rw.slba, IoBuf::zeroed(len)).await;
+    let (actual, res) = ns.device.read(rw.slba, IoBuf::recycled(len)).await;
     res.map_err(|e| (status_of(&e, false), rw.slba))?;
     if actual.as_slice() != expected.as_slice() {
         return Err((Status::COMPARE_FAILURE.dnr(), rw.slba));

@@ -410,7 +410,7 @@ impl Transport {
             let Some(cid) = self.r2t_waiting.pop_front() else { return };
             let Some(p) = self.pending_data.get_mut(&cid) else { continue };
             p.r2t_sent = true;
-            p.buf = Some(IoBuf::zeroed(p.len));
+            p.buf = Some(IoBuf::recycled(p.len));
             let r2t = R2t { cccid: cid, ttag: p.ttag, r2to: 0, r2tl: p.len as u32 };
             self.r2t_active += 1;
             self.out.extend_from_slice(pdu::encode_r2t(&r2t, self.digests).as_slice());
