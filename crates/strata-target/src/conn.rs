@@ -16,7 +16,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -32,15 +31,25 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::admin::{self, AdminContext, AdminReply};
 use crate::controller::{Controller, ControllerKind};
 use crate::nvm::{self, IoReply};
+use crate::subsystem::Subsystem;
 use crate::target::{Port, TargetInner};
-use crate::transport::{self, Closed, Fatal, Input, Transport, TransportLimits};
+use crate::transport::{self, Closed, Command, Fatal, Input, Transport, TransportLimits};
 
 /// Resolves once the watched flag is true (or its sender is gone).
 async fn until_true(rx: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|&v| v).await.map(|_| ());
 }
 
-type IoFuture = Pin<Box<dyn Future<Output = IoReply> + Send>>;
+/// One I/O command in flight. A named future type (not a boxed one), so
+/// that `FuturesUnordered` holds it without a second allocation per I/O.
+fn io_command(
+    ctrl: Arc<Controller>,
+    sub: Arc<Subsystem>,
+    qid: u16,
+    cmd: Command,
+) -> impl Future<Output = IoReply> + Send {
+    async move { nvm::execute(&ctrl, &sub, qid, cmd).await }
+}
 
 pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, port: Port) {
     let mut shutdown = inner.shutdown.subscribe();
@@ -282,7 +291,7 @@ impl Conn<'_> {
     ) -> End {
         let ControllerKind::Io(sub) = ctrl.kind().clone() else { return End::ControllerGone };
         let mut dead = ctrl.watch_dead();
-        let mut inflight: FuturesUnordered<IoFuture> = FuturesUnordered::new();
+        let mut inflight = FuturesUnordered::new();
         loop {
             if !self.inputs.is_empty() {
                 ctrl.touch();
@@ -302,8 +311,7 @@ impl Conn<'_> {
                     self.transport.complete(Cqe::new(cmd.sqe.cid(), Status::INVALID_OPCODE.dnr()));
                     continue;
                 }
-                let (ctrl, sub) = (ctrl.clone(), sub.clone());
-                inflight.push(Box::pin(async move { nvm::execute(&ctrl, &sub, qid, cmd).await }));
+                inflight.push(io_command(ctrl.clone(), sub.clone(), qid, cmd));
             }
             // Collect every completion that is ready now, so that one write
             // carries them all.
