@@ -6,10 +6,22 @@
 //! Layout: [`spec`] says what to run, [`histogram`] records latencies,
 //! [`result`] holds what a run measured.
 
+pub mod gate;
 pub mod histogram;
+pub mod html;
+pub mod report;
 pub mod result;
+pub mod sign;
 pub mod spec;
+pub mod suite;
+pub mod sysinfo;
+pub mod units;
 
+pub use gate::{Gate, GateVerdict, StopLoss, StopLossMonitor};
 pub use histogram::Histogram;
+pub use report::{Report, WorkloadReport};
 pub use result::{CpuUsage, LatencySummary, Sample, WorkloadResult};
+pub use sign::{PublicKey, SecretKey};
 pub use spec::{Pattern, TargetSpec, WorkloadSpec};
+pub use suite::Suite;
+pub use sysinfo::SystemInfo;
