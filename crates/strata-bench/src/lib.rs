@@ -6,9 +6,14 @@
 //! Layout: [`spec`] says what to run, [`histogram`] records latencies,
 //! [`result`] holds what a run measured.
 
+mod cpu;
+pub mod engine;
 pub mod gate;
 pub mod histogram;
 pub mod html;
+mod job;
+mod pattern;
+mod rate;
 pub mod report;
 pub mod result;
 pub mod sign;
@@ -16,7 +21,9 @@ pub mod spec;
 pub mod suite;
 pub mod sysinfo;
 pub mod units;
+mod verify;
 
+pub use engine::{BenchError, Progress, ProgressFn, RunOptions, StopLossFn, run};
 pub use gate::{Gate, GateVerdict, StopLoss, StopLossMonitor};
 pub use histogram::Histogram;
 pub use report::{Report, WorkloadReport};

@@ -36,6 +36,7 @@ use strata_nvme::identify::{
 use strata_nvme::pdu::Digests;
 
 use crate::config::HostConfig;
+use crate::driver::QueueDriver;
 use crate::error::HostError;
 use crate::proto::Command;
 use crate::queue::{QueueHandle, QueueParams};
@@ -100,6 +101,20 @@ pub(crate) async fn fabrics_connect(
     cntlid: u16,
     kato: Duration,
 ) -> Result<u16, HostError> {
+    let cmd = connect_command(q.qid(), cfg, subnqn, sqsize, cntlid, kato)?;
+    connect_result(q.execute_raw(cmd).await?.cqe)
+}
+
+/// The Connect command (fabrics Connect, NVMe over Fabrics 1.1 section
+/// 3.3) for queue `qid`.
+pub(crate) fn connect_command(
+    qid: u16,
+    cfg: &HostConfig,
+    subnqn: &str,
+    sqsize: u16,
+    cntlid: u16,
+    kato: Duration,
+) -> Result<Command, HostError> {
     for (what, nqn) in [("subsystem NQN", subnqn), ("host NQN", cfg.hostnqn.as_str())] {
         if nqn.is_empty() || nqn.len() > NQN_MAX_LEN {
             return Err(HostError::InvalidArgument(format!("{what} must be 1..={NQN_MAX_LEN} bytes")));
@@ -108,10 +123,13 @@ pub(crate) async fn fabrics_connect(
     let kato_ms = u32::try_from(kato.as_millis()).unwrap_or(u32::MAX);
     let mut sqe = Sqe::new(fabrics::FABRICS_OPCODE, 0);
     let cattr = if cfg.disable_sq_flow_control { 1 << 2 } else { 0 };
-    ConnectCmd { recfmt: 0, qid: q.qid(), sqsize, cattr, kato: kato_ms }.encode(&mut sqe);
+    ConnectCmd { recfmt: 0, qid, sqsize, cattr, kato: kato_ms }.encode(&mut sqe);
     let data = ConnectData { hostid: cfg.hostid, cntlid, subnqn: subnqn.into(), hostnqn: cfg.hostnqn.clone() };
-    let cmd = Command { sqe, data_out: Some(Bytes::copy_from_slice(&data.encode())), read_len: 0 };
-    let cqe = q.execute_raw(cmd).await?.cqe;
+    Ok(Command { sqe, data_out: Some(Bytes::copy_from_slice(&data.encode())), read_len: 0 })
+}
+
+/// The controller ID from a Connect completion, or the rejection.
+pub(crate) fn connect_result(cqe: Cqe) -> Result<u16, HostError> {
     if !cqe.status.is_success() {
         let dw0 = cqe.dw0();
         return Err(HostError::ConnectRejected { status: cqe.status, iattr: dw0 & 1 != 0, ipo: (dw0 >> 16) as u16 });
@@ -233,6 +251,38 @@ impl Controller {
     /// [`HostError::Handshake`] for transport failures; other errors from
     /// the setup commands.
     pub async fn connect(addr: SocketAddr, subnqn: &str, cfg: &HostConfig) -> Result<Controller, HostError> {
+        let (ctrl, _) = Controller::connect_inner::<()>(addr, subnqn, cfg, false).await?;
+        Ok(ctrl)
+    }
+
+    /// As [`Controller::connect`], but the I/O queues come back as
+    /// caller-driven [`QueueDriver`]s (one TCP connection each, queue IDs
+    /// 1, 2, ...) instead of being driven by a task per queue. The
+    /// controller itself then has no I/O queues of its own
+    /// ([`Controller::io_queue_count`] is 0); it keeps the admin queue and
+    /// the keep-alive, so keep it alive while the drivers are in use.
+    ///
+    /// This is the path for load generators: submitting and reaping on the
+    /// caller's task costs no channel, no oneshot and no task switch per
+    /// command.
+    ///
+    /// # Errors
+    ///
+    /// As [`Controller::connect`].
+    pub async fn connect_with_drivers<T>(
+        addr: SocketAddr,
+        subnqn: &str,
+        cfg: &HostConfig,
+    ) -> Result<(Controller, Vec<QueueDriver<T>>), HostError> {
+        Controller::connect_inner(addr, subnqn, cfg, true).await
+    }
+
+    async fn connect_inner<T>(
+        addr: SocketAddr,
+        subnqn: &str,
+        cfg: &HostConfig,
+        drivers: bool,
+    ) -> Result<(Controller, Vec<QueueDriver<T>>), HostError> {
         if cfg.admin_queue_size < 2 || cfg.io_queue_size < 2 {
             return Err(HostError::InvalidArgument("queue sizes must be at least 2".into()));
         }
@@ -264,6 +314,7 @@ impl Controller {
             keep_alive: None,
             connect_timeout: cfg.connect_timeout,
         };
+        let mut io_drivers = Vec::new();
         if cfg.io_queues > 0 {
             let n = u32::from(cfg.io_queues - 1);
             let granted = ctrl.set_features(feature::NUMBER_OF_QUEUES, n | (n << 16)).await?;
@@ -281,10 +332,17 @@ impl Controller {
                     connect_timeout: cfg.connect_timeout,
                     io_timeout: cfg.io_timeout,
                 };
-                let q = QueueHandle::open(addr, params).await?;
                 // I/O queues carry no keep-alive timeout of their own.
-                fabrics_connect(&q, cfg, subnqn, cfg.io_queue_size - 1, cntlid, Duration::ZERO).await?;
-                ctrl.io.push(q);
+                if drivers {
+                    let mut d = QueueDriver::open(addr, params, max_transfer).await?;
+                    let cmd = connect_command(qid, cfg, subnqn, cfg.io_queue_size - 1, cntlid, Duration::ZERO)?;
+                    connect_result(d.execute_internal(cmd, cfg.connect_timeout).await?.cqe)?;
+                    io_drivers.push(d);
+                } else {
+                    let q = QueueHandle::open(addr, params).await?;
+                    fabrics_connect(&q, cfg, subnqn, cfg.io_queue_size - 1, cntlid, Duration::ZERO).await?;
+                    ctrl.io.push(q);
+                }
             }
         }
         if cfg.send_keep_alive && !cfg.kato.is_zero() {
@@ -302,8 +360,8 @@ impl Controller {
                 }
             }));
         }
-        tracing::info!(%addr, subnqn, cntlid, io_queues = ctrl.io.len(), "controller connected");
-        Ok(ctrl)
+        tracing::info!(%addr, subnqn, cntlid, io_queues = ctrl.io.len() + io_drivers.len(), "controller connected");
+        Ok((ctrl, io_drivers))
     }
 
     /// The subsystem NQN this controller belongs to.

@@ -30,12 +30,15 @@
 //! sans-I/O host side of the NVMe/TCP transport for one queue (framing,
 //! command identifiers, R2T and C2HData handling, digests); `queue` drives
 //! it over a socket with one task per connection; `controller` does
-//! association setup, admin and I/O commands; `discovery` reads the
-//! discovery log; `error` holds the error types.
+//! association setup, admin and I/O commands; `driver` is the
+//! caller-driven alternative to `queue` for load generators
+//! ([`Controller::connect_with_drivers`]); `discovery` reads the discovery
+//! log; `error` holds the error types.
 
 mod config;
 mod controller;
 mod discovery;
+mod driver;
 mod error;
 mod proto;
 mod queue;
@@ -46,4 +49,5 @@ pub use controller::{
     MAX_TRANSFER_CAP_BYTES,
 };
 pub use discovery::{MAX_DISCOVERY_RECORDS, discover};
+pub use driver::{Completion, QueueDriver};
 pub use error::{HostError, QueueFailure};

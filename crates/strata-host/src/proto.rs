@@ -232,7 +232,6 @@ impl<T> QueueProto<T> {
     }
 
     /// Commands submitted and not completed.
-    #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight
     }

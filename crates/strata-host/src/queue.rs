@@ -40,9 +40,9 @@ use crate::error::{HostError, QueueFailure};
 use crate::proto::{self, Command, Limits, QueueProto, Response};
 
 /// Most segments passed to one vectored write.
-const MAX_IOV: usize = 64;
+pub(crate) const MAX_IOV: usize = 64;
 /// Smallest free space offered to each socket read.
-const MIN_READ: usize = 64 * 1024;
+pub(crate) const MIN_READ: usize = 64 * 1024;
 
 type Reply = oneshot::Sender<Result<Response, HostError>>;
 
@@ -100,29 +100,11 @@ impl QueueHandle {
     ///
     /// [`HostError::Io`], [`HostError::Timeout`] or [`HostError::Handshake`].
     pub(crate) async fn open(addr: SocketAddr, p: QueueParams) -> Result<QueueHandle, HostError> {
-        let setup = async {
-            let mut stream =
-                TcpStream::connect(addr).await.map_err(|source| HostError::Io { context: "TCP connect", source })?;
-            stream.set_nodelay(true).map_err(|source| HostError::Io { context: "TCP_NODELAY", source })?;
-            stream
-                .write_all(&proto::ic_req(p.digests))
-                .await
-                .map_err(|source| HostError::Io { context: "sending ICReq", source })?;
-            let resp = read_ic_resp(&mut stream).await?;
-            proto::check_ic_resp(&resp)?;
-            Ok::<_, HostError>((stream, resp))
-        };
-        let (stream, resp) = tokio::time::timeout(p.connect_timeout, setup)
-            .await
-            .map_err(|_| HostError::Timeout { what: "connecting a queue", after: p.connect_timeout })??;
-        let limits =
-            Limits { in_capsule: p.in_capsule, max_h2c_data: resp.maxh2cdata as usize, max_c2h_data: p.max_read };
-        let proto = QueueProto::new(p.qid, p.depth, resp.digests, limits);
+        let (stream, proto, digests) = open_stream(addr, &p).await?;
         let (tx, rx) = mpsc::channel(usize::from(p.depth.max(1)));
         let state = Arc::new(QueueState { failure: OnceLock::new() });
         tokio::spawn(drive(stream, proto, rx, state.clone(), p.qid));
-        tracing::debug!(qid = p.qid, %addr, digests = ?resp.digests, maxh2cdata = resp.maxh2cdata, "queue connected");
-        Ok(QueueHandle { qid: p.qid, tx, state, io_timeout: p.io_timeout, digests: resp.digests })
+        Ok(QueueHandle { qid: p.qid, tx, state, io_timeout: p.io_timeout, digests })
     }
 
     /// Queue ID.
@@ -184,6 +166,38 @@ impl QueueHandle {
     }
 }
 
+/// Connects to `addr` and exchanges ICReq/ICResp: the socket and a fresh
+/// protocol state for a queue with parameters `p`, plus the digests in
+/// force. Shared by the task-driven queues and [`crate::QueueDriver`].
+///
+/// # Errors
+///
+/// [`HostError::Io`], [`HostError::Timeout`] or [`HostError::Handshake`].
+pub(crate) async fn open_stream<T>(
+    addr: SocketAddr,
+    p: &QueueParams,
+) -> Result<(TcpStream, QueueProto<T>, Digests), HostError> {
+    let setup = async {
+        let mut stream =
+            TcpStream::connect(addr).await.map_err(|source| HostError::Io { context: "TCP connect", source })?;
+        stream.set_nodelay(true).map_err(|source| HostError::Io { context: "TCP_NODELAY", source })?;
+        stream
+            .write_all(&proto::ic_req(p.digests))
+            .await
+            .map_err(|source| HostError::Io { context: "sending ICReq", source })?;
+        let resp = read_ic_resp(&mut stream).await?;
+        proto::check_ic_resp(&resp)?;
+        Ok::<_, HostError>((stream, resp))
+    };
+    let (stream, resp) = tokio::time::timeout(p.connect_timeout, setup)
+        .await
+        .map_err(|_| HostError::Timeout { what: "connecting a queue", after: p.connect_timeout })??;
+    let limits = Limits { in_capsule: p.in_capsule, max_h2c_data: resp.maxh2cdata as usize, max_c2h_data: p.max_read };
+    let proto = QueueProto::new(p.qid, p.depth, resp.digests, limits);
+    tracing::debug!(qid = p.qid, %addr, digests = ?resp.digests, maxh2cdata = resp.maxh2cdata, "queue connected");
+    Ok((stream, proto, resp.digests))
+}
+
 /// Turns an error completion into [`HostError::Status`].
 pub(crate) fn check_status(resp: Response, qid: u16, opcode: u8) -> Result<Response, HostError> {
     if resp.cqe.status.is_success() {
@@ -240,7 +254,7 @@ async fn write_some(wr: &mut tokio::net::tcp::WriteHalf<'_>, out: &VecDeque<Byte
 }
 
 /// Drops `n` written bytes from the front of `out`.
-fn advance(out: &mut VecDeque<Bytes>, mut n: usize) {
+pub(crate) fn advance(out: &mut VecDeque<Bytes>, mut n: usize) {
     while n > 0 {
         let Some(front) = out.front_mut() else { return };
         if front.len() <= n {
