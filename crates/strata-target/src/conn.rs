@@ -63,13 +63,7 @@ pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, 
                         continue;
                     }
                     inner.active_connections.fetch_add(1, Ordering::AcqRel);
-                    let inner = inner.clone();
-                    tokio::spawn(async move {
-                        serve(&inner, stream, peer, port).await;
-                        if inner.active_connections.fetch_sub(1, Ordering::AcqRel) == 1 {
-                            inner.idle.notify_waiters();
-                        }
-                    });
+                    spawn_connection(&inner, stream, peer, port);
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off briefly
@@ -81,6 +75,46 @@ pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, 
             _ = until_true(&mut shutdown) => return,
         }
     }
+}
+
+/// Runs a connection: on the next executor in round-robin order when the
+/// target has per-core executors, else on the current runtime.
+fn spawn_connection(inner: &Arc<TargetInner>, stream: TcpStream, peer: SocketAddr, port: Port) {
+    let task = {
+        let inner = inner.clone();
+        move |stream: TcpStream| async move {
+            serve(&inner, stream, peer, port).await;
+            if inner.active_connections.fetch_sub(1, Ordering::AcqRel) == 1 {
+                inner.idle.notify_waiters();
+            }
+        }
+    };
+    let Some(handle) = inner.next_executor() else {
+        tokio::spawn(task(stream));
+        return;
+    };
+    // A tokio socket belongs to the runtime that registered it: hand the
+    // executor a std socket and register it there.
+    let std_stream = match stream.into_std() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(%peer, "cannot move connection to its executor: {e}");
+            inner.active_connections.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+    };
+    let inner2 = inner.clone();
+    handle.spawn(async move {
+        match TcpStream::from_std(std_stream) {
+            Ok(stream) => task(stream).await,
+            Err(e) => {
+                tracing::warn!(%peer, "cannot register connection on its executor: {e}");
+                if inner2.active_connections.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    inner2.idle.notify_waiters();
+                }
+            }
+        }
+    });
 }
 
 /// Why a connection ended.

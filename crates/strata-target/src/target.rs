@@ -80,6 +80,8 @@ pub(crate) struct TargetInner {
     pub(crate) shutdown: watch::Sender<bool>,
     pub(crate) active_connections: AtomicUsize,
     pub(crate) idle: Notify,
+    executors: RwLock<Vec<tokio::runtime::Handle>>,
+    next_executor: AtomicUsize,
 }
 
 /// An NVMe/TCP target.
@@ -109,6 +111,8 @@ impl Target {
                 shutdown,
                 active_connections: AtomicUsize::new(0),
                 idle: Notify::new(),
+                executors: RwLock::new(Vec::new()),
+                next_executor: AtomicUsize::new(0),
             }),
         }
     }
@@ -161,6 +165,16 @@ impl Target {
         let mut map = self.inner.controllers.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
         map.len()
+    }
+
+    /// Runs new connections on these runtimes, round robin, instead of the
+    /// runtime that accepts them: with one single-threaded runtime per
+    /// core, a connection's PDUs, commands and completions stay on one
+    /// thread (no work stealing, no cross-thread wake-ups). Each handle
+    /// must belong to a runtime that keeps running (e.g. a thread in
+    /// `block_on`) for as long as the target serves.
+    pub fn set_executors(&self, handles: Vec<tokio::runtime::Handle>) {
+        *self.inner.executors.write().unwrap_or_else(|e| e.into_inner()) = handles;
     }
 
     /// Binds a TCP listener on `addr` and starts accepting connections on
@@ -222,6 +236,15 @@ fn invalid_param(cid: u16, in_data: bool, offset: usize) -> Cqe {
 }
 
 impl TargetInner {
+    pub(crate) fn next_executor(&self) -> Option<tokio::runtime::Handle> {
+        let ex = self.executors.read().unwrap_or_else(|e| e.into_inner());
+        if ex.is_empty() {
+            return None;
+        }
+        let i = self.next_executor.fetch_add(1, Ordering::Relaxed) % ex.len();
+        Some(ex[i].clone())
+    }
+
     pub(crate) fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
         self.subsystems.read().unwrap_or_else(|e| e.into_inner()).get(nqn).cloned()
     }

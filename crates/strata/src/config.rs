@@ -53,6 +53,10 @@ pub struct FileConfig {
     pub allow_buffered: Option<bool>,
     /// Extent size for newly formatted drives.
     pub extent_size: Option<String>,
+    /// Connection threading model: "per-core" or "shared".
+    pub runtime: Option<String>,
+    /// Threads serving connections in the per-core model.
+    pub io_threads: Option<usize>,
 }
 
 /// Command-line overrides (all optional; see `strata serve --help`).
@@ -87,9 +91,30 @@ pub struct ServeArgs {
     /// Extent size for newly formatted drives. Default: 1M
     #[arg(long, value_name = "SIZE")]
     pub extent_size: Option<String>,
+    /// Connection threading: per-core (each connection lives on one of
+    /// --io-threads single-threaded runtimes) or shared (one work-stealing
+    /// pool). Default: per-core
+    #[arg(long, value_name = "MODEL")]
+    pub runtime: Option<String>,
+    /// Threads for connections in the per-core model. Default: CPUs
+    /// available to the process
+    #[arg(long, value_name = "N")]
+    pub io_threads: Option<usize>,
     /// TOML config file with the same keys.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
+
+/// How connections are spread over threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeModel {
+    /// One single-threaded runtime per thread; a connection stays on one.
+    PerCore {
+        /// Number of threads.
+        threads: usize,
+    },
+    /// tokio's multi-threaded, work-stealing runtime for everything.
+    Shared,
 }
 
 /// The merged, validated settings.
@@ -111,6 +136,8 @@ pub struct ServeConfig {
     pub allow_buffered: bool,
     /// Extent size in bytes.
     pub extent_size: u32,
+    /// Threading model for connections.
+    pub runtime: RuntimeModel,
 }
 
 fn addrs(values: &[String], what: &str) -> anyhow::Result<Vec<SocketAddr>> {
@@ -161,6 +188,16 @@ impl ServeConfig {
         if listen.is_empty() {
             bail!("at least one --listen address is needed");
         }
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let threads = args.io_threads.or(file.io_threads).unwrap_or(cpus);
+        if threads == 0 || threads > 1024 {
+            bail!("--io-threads {threads} must be between 1 and 1024");
+        }
+        let runtime = match args.runtime.clone().or(file.runtime).as_deref().unwrap_or("per-core") {
+            "per-core" => RuntimeModel::PerCore { threads },
+            "shared" => RuntimeModel::Shared,
+            other => bail!("--runtime {other:?} must be per-core or shared"),
+        };
         Ok(ServeConfig {
             data_dir,
             listen,
@@ -170,6 +207,7 @@ impl ServeConfig {
             default_volume_size,
             allow_buffered: args.allow_buffered || file.allow_buffered.unwrap_or(false),
             extent_size,
+            runtime,
         })
     }
 }
