@@ -1,0 +1,96 @@
+#!/bin/bash
+# Side-by-side: strata serve (RAM drive) vs the transport-limit server, with
+# the same `strata bench` jobs, the server pinned to one core and the load
+# generator to another, as SPDK's nvmf_tgt / spdk_nvme_perf were measured.
+#
+#   bench/strata-vs-limit.sh                 # RUNTIME=10 REPEAT=3
+#   SERVER_CPU=0 CLIENT_CPU=1 RUNTIME=5 REPEAT=1 bench/strata-vs-limit.sh
+#
+# Prints, per workload, the median over REPEAT runs of IOPS, MB/s and
+# p50/p99/p99.9 latency for both servers and the strata/limit ratio, and
+# writes the raw JSON results to bench/results/ (git-ignored).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+RUNTIME=${RUNTIME:-10}
+REPEAT=${REPEAT:-3}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+out=bench/results/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+
+cargo build --release -p strata -p transport-limit >&2
+STRATA=$root/target/release/strata
+LIMIT=$root/target/release/transport-limit
+NQN=nqn.2026-11.io.strata:default
+data=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$data"' EXIT
+
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+
+start_strata() {
+    rm -rf "$data/strata"
+    taskset -c "$SERVER_CPU" "$STRATA" serve --data-dir "$data/strata" --drive mem:2G --default-volume-size 1G \
+        --listen 127.0.0.1:4490 --discovery 127.0.0.1:8090 --http 127.0.0.1:7490 >"$out/strata.log" 2>&1 &
+    SERVER=$!
+    wait_port 4490
+    # Write the namespace once so that reads hit allocated extents.
+    taskset -c "$CLIENT_CPU" "$STRATA" bench --target "tcp://127.0.0.1:4490/$NQN" --rw write --bs 128k --iodepth 8 \
+        --size 1G --json >/dev/null
+}
+
+start_limit() {
+    taskset -c "$SERVER_CPU" "$LIMIT" 127.0.0.1:4491 1024 >"$out/limit.log" 2>&1 &
+    SERVER=$!
+    wait_port 4491
+}
+
+# name | strata bench arguments
+WORKLOADS=(
+    "randread-4k-qd1-j1|--rw randread --bs 4k --iodepth 1 --jobs 1"
+    "randread-4k-qd32-j1|--rw randread --bs 4k --iodepth 32 --jobs 1"
+    "randread-4k-qd32-j4|--rw randread --bs 4k --iodepth 32 --jobs 4"
+    "randread-4k-qd1-j4|--rw randread --bs 4k --iodepth 1 --jobs 4"
+    "randwrite-4k-qd32-j1|--rw randwrite --bs 4k --iodepth 32 --jobs 1"
+    "read-128k-qd8-j1|--rw read --bs 128k --iodepth 8 --jobs 1"
+)
+
+run_all() { # run_all LABEL PORT SUBNQN
+    local label=$1 port=$2 nqn=$3 w name args r
+    for w in "${WORKLOADS[@]}"; do
+        name=${w%%|*}
+        args=${w#*|}
+        for r in $(seq "$REPEAT"); do
+            # shellcheck disable=SC2086
+            taskset -c "$CLIENT_CPU" "$STRATA" bench --target "tcp://127.0.0.1:$port/$nqn" $args \
+                --runtime "${RUNTIME}s" --json >"$out/$label.$name.$r.json"
+        done
+    done
+}
+
+echo "server on CPU $SERVER_CPU, strata bench on CPU $CLIENT_CPU, ${RUNTIME}s x $REPEAT per workload" >&2
+start_limit
+run_all limit 4491 nqn.test:limit
+kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+start_strata
+run_all strata 4490 "$NQN"
+kill -TERM "$SERVER"; wait "$SERVER" 2>/dev/null || true
+
+python3 - "$out" "${WORKLOADS[@]}" <<'EOF'
+import json, statistics, sys, glob
+out, workloads = sys.argv[1], [w.split("|")[0] for w in sys.argv[2:]]
+def med(label, name, key):
+    vals = []
+    for f in sorted(glob.glob(f"{out}/{label}.{name}.*.json")):
+        r = json.load(open(f))
+        r = r.get("result", r)
+        vals.append(r["latency"][key] if key.endswith("_us") else r[key])
+    return statistics.median(vals) if vals else float("nan")
+print(f"{'workload':<22} {'metric':<8} {'limit':>12} {'strata':>12} {'strata/limit':>13}")
+for w in workloads:
+    for key, fmt in [("iops", "{:.0f}"), ("mbps", "{:.1f}"), ("p50_us", "{:.1f}"), ("p99_us", "{:.1f}"), ("p999_us", "{:.1f}")]:
+        a, b = med("limit", w, key), med("strata", w, key)
+        ratio = b / a if a else float("nan")
+        print(f"{w:<22} {key:<8} {fmt.format(a):>12} {fmt.format(b):>12} {ratio:>13.2f}")
+print(f"(raw results: {out})")
+EOF
