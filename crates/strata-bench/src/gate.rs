@@ -340,7 +340,7 @@ impl fmt::Display for Gate {
         write!(f, "{} {} ", self.metric, self.op.as_str())?;
         match self.threshold {
             Threshold::Absolute(v) => write!(f, "{v}"),
-            Threshold::Baseline { factor } if factor == 1.0 => f.write_str("baseline"),
+            Threshold::Baseline { factor: 1.0 } => f.write_str("baseline"),
             Threshold::Baseline { factor } => write!(f, "baseline * {factor}"),
         }
     }

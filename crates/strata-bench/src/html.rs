@@ -246,7 +246,7 @@ fn workload_section(out: &mut String, w: &WorkloadReport) {
     let _ = write!(
         out,
         "<p>{} &middot; bs {} &middot; iodepth {} &middot; jobs {} &middot; target {}{}{}</p>",
-        escape(&format!("{:?}", s.rw).to_lowercase()),
+        crate::report::pattern_name(s.rw),
         s.bs,
         s.iodepth,
         s.jobs,

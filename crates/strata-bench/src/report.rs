@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gate::{GateVerdict, StopLoss};
 use crate::result::{LatencySummary, WorkloadResult};
+use crate::spec::Pattern;
 use crate::sysinfo::SystemInfo;
 use crate::units::format_size;
 
@@ -212,6 +213,17 @@ impl Report {
     }
 }
 
+/// The pattern as the command line and job files spell it.
+pub fn pattern_name(p: Pattern) -> &'static str {
+    match p {
+        Pattern::Read => "read",
+        Pattern::Write => "write",
+        Pattern::RandRead => "randread",
+        Pattern::RandWrite => "randwrite",
+        Pattern::RandRw => "randrw",
+    }
+}
+
 fn latency_row(out: &mut String, label: &str, l: &LatencySummary) {
     let _ = writeln!(
         out,
@@ -234,9 +246,9 @@ pub fn render_text(report: &Report) -> String {
             if s.rw == crate::spec::Pattern::RandRw { format!(" rwmixread={}", s.read_pct) } else { String::new() };
         let _ = writeln!(
             out,
-            "{}: {:?}{mix} bs={} iodepth={} jobs={} target={}{}",
+            "{}: {}{mix} bs={} iodepth={} jobs={} target={}{}",
             w.name,
-            s.rw,
+            pattern_name(s.rw),
             format_size(u64::from(s.bs)),
             s.iodepth,
             s.jobs,
@@ -279,7 +291,8 @@ pub fn render_text(report: &Report) -> String {
     }
     let failed: Vec<&str> = report.workloads.iter().filter(|w| !w.passed).map(|w| w.name.as_str()).collect();
     if failed.is_empty() {
-        let _ = writeln!(out, "PASSED ({} workloads)", report.workloads.len());
+        let n = report.workloads.len();
+        let _ = writeln!(out, "PASSED ({n} workload{})", if n == 1 { "" } else { "s" });
     } else {
         let _ = writeln!(out, "FAILED: {}", failed.join(", "));
     }

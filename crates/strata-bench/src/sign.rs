@@ -359,10 +359,10 @@ pub enum VerifyError {
     /// Signed, correctly, by someone else.
     #[error("signed by key {found}, not by the expected key {expected}")]
     WrongKey {
-        /// The key asked for.
-        expected: PublicKey,
-        /// The key that signed.
-        found: PublicKey,
+        /// The key asked for, hex.
+        expected: String,
+        /// The key that signed, hex.
+        found: String,
     },
 }
 
@@ -422,7 +422,7 @@ pub fn verify<'a>(file: &'a [u8], expected: Option<&PublicKey>) -> Result<Opened
     if let Some(expected) = expected
         && *expected != found
     {
-        return Err(VerifyError::WrongKey { expected: *expected, found });
+        return Err(VerifyError::WrongKey { expected: expected.to_string(), found: found.to_string() });
     }
     Ok(opened)
 }

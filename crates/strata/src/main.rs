@@ -1,8 +1,10 @@
 //! The `strata` command: `strata serve` runs a node (embedded,
 //! single-machine by default); `strata volume ...` manages volumes through
-//! the node's HTTP API.
+//! the node's HTTP API; `strata bench ...` measures an NVMe/TCP target
+//! (see `bench_cmd`).
 
 mod api;
+mod bench_cmd;
 mod client;
 mod config;
 mod node;
@@ -37,6 +39,9 @@ enum Command {
         #[command(subcommand)]
         command: VolumeCommand,
     },
+    /// Measure an NVMe/TCP target: single runs, suites with gates, signed
+    /// reports (exit 0 pass, 1 gate failed or run aborted, 2 usage error).
+    Bench(Box<bench_cmd::BenchArgs>),
 }
 
 #[derive(Subcommand)]
@@ -96,6 +101,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Volume { api, command } => volume(&api, command),
+        Command::Bench(args) => return bench_cmd::main(*args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,424 @@
+//! `strata bench`: the command-line face of `strata-bench`.
+//!
+//! - `strata bench --target tcp://ADDR:PORT/NQN [options]` runs one workload.
+//! - `strata bench suite JOBFILE.toml [--baseline REPORT.json]` runs a job
+//!   file's workloads and checks their gates.
+//! - `strata bench keygen KEYFILE` makes an Ed25519 signing key.
+//! - `strata bench verify REPORT.json [--pubkey KEY]` checks a signed report.
+//!
+//! Exit status: 0 when everything passed, 1 when a gate failed, a run was
+//! aborted (I/O error, verify mismatch, stop-loss, Ctrl-C) or a report
+//! failed verification, 2 for usage and configuration errors (bad options,
+//! bad job file, unreadable key or baseline, a relative gate without a
+//! baseline). Nothing is sent to a target before the configuration has
+//! been checked in full.
+//!
+//! The results go to stdout (a table, or the report JSON with `--json`);
+//! the live progress line goes to stderr, rewritten in place with `\r` when
+//! stderr is a terminal and one line per interval otherwise (logs).
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, Subcommand};
+use strata_bench::report::{BaselineRef, JobFile, render_text};
+use strata_bench::suite::{check_spec, run_suite};
+use strata_bench::sysinfo::rfc3339;
+use strata_bench::units::{parse_duration, parse_size};
+use strata_bench::{
+    Pattern, Progress, PublicKey, Report, RunOptions, SecretKey, StopLossMonitor, Suite, SystemInfo, TargetSpec,
+    WorkloadReport, WorkloadResult, WorkloadSpec, html, sign,
+};
+use tokio::sync::watch;
+
+/// `strata bench` arguments.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Run the workloads of a TOML job file and check their gates.
+    Suite {
+        /// The job file (see docs/benchmarking.md).
+        jobfile: PathBuf,
+        /// Replace every target the job file names.
+        #[arg(long, value_name = "tcp://ADDR:PORT/NQN", value_parser = parse_target)]
+        target: Option<TargetSpec>,
+        /// Report to compare relative gates (`... baseline * 1.1`) with.
+        #[arg(long, value_name = "REPORT.json")]
+        baseline: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Make an Ed25519 key for signing reports: KEYFILE (mode 0600) and
+    /// KEYFILE.pub.
+    Keygen {
+        /// Where to write the secret key; never overwritten.
+        keyfile: PathBuf,
+    },
+    /// Check that a signed report is unchanged since it was signed.
+    Verify {
+        /// The report.
+        report: PathBuf,
+        /// Require this signer: a .pub file or the hex key.
+        #[arg(long, value_name = "KEY")]
+        pubkey: Option<String>,
+    },
+}
+
+/// Where results go (both single runs and suites).
+#[derive(Args, Debug)]
+struct OutputArgs {
+    /// Print the report JSON on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write the JSON report here.
+    #[arg(long, value_name = "FILE.json")]
+    report: Option<PathBuf>,
+    /// Write a self-contained HTML report here.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
+    /// Sign the JSON report with this key (from `strata bench keygen`).
+    #[arg(long, value_name = "KEYFILE", requires = "report")]
+    sign: Option<PathBuf>,
+    /// Length of one time-series interval (and progress update).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_dur)]
+    interval: Duration,
+    /// No progress line.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// One workload from the command line.
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Target: tcp://ADDR:PORT/NQN (IPv6: tcp://[::1]:4420/NQN).
+    #[arg(long, required = true, value_name = "tcp://ADDR:PORT/NQN", value_parser = parse_target)]
+    target: Option<TargetSpec>,
+    /// Namespace ID.
+    #[arg(long, default_value_t = 1)]
+    nsid: u32,
+    /// Access pattern: read, write, randread, randwrite, randrw.
+    #[arg(long, default_value = "randread", value_parser = parse_pattern)]
+    rw: Pattern,
+    /// Percentage of reads for randrw.
+    #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    rwmixread: u8,
+    /// Block size (4k, 128k, 1M...).
+    #[arg(long, default_value = "4k", value_parser = parse_bytes)]
+    bs: u64,
+    /// Outstanding I/Os per job.
+    #[arg(long, default_value_t = 32)]
+    iodepth: u32,
+    /// Jobs: I/O queues (TCP connections), each with --iodepth I/Os.
+    #[arg(long, default_value_t = 1)]
+    jobs: u32,
+    /// Measured run time (10s, 2m...). Default: 10s unless --size is given.
+    #[arg(long, value_name = "DURATION", value_parser = parse_dur)]
+    runtime: Option<Duration>,
+    /// Stop after this many bytes in total.
+    #[arg(long, value_parser = parse_bytes)]
+    size: Option<u64>,
+    /// Warm-up before measuring.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_dur)]
+    ramp: Duration,
+    /// Limit on total IOPS.
+    #[arg(long, value_name = "IOPS")]
+    rate: Option<u64>,
+    /// Write identifiable data and check every byte read back.
+    #[arg(long)]
+    verify: bool,
+    /// Header and data digests.
+    #[arg(long)]
+    digests: bool,
+    /// Only use the first SPAN bytes of the namespace.
+    #[arg(long, value_parser = parse_bytes)]
+    span: Option<u64>,
+    /// Seed for random offsets.
+    #[arg(long)]
+    seed: Option<u64>,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+fn parse_target(s: &str) -> Result<TargetSpec, String> {
+    s.parse()
+}
+
+fn parse_pattern(s: &str) -> Result<Pattern, String> {
+    s.parse()
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_dur(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// How a bench command ended.
+enum Failure {
+    /// Gate failed, run aborted, verification failed: exit 1.
+    Failed(String),
+    /// Usage or configuration: exit 2.
+    Usage(String),
+}
+
+type Outcome = Result<bool, Failure>;
+
+fn usage(e: impl std::fmt::Display) -> Failure {
+    Failure::Usage(e.to_string())
+}
+
+/// Runs `strata bench ...`; returns the process exit status.
+pub fn main(args: BenchArgs) -> ExitCode {
+    let outcome = match args.command {
+        None => run_one(args.run),
+        Some(BenchCommand::Suite { jobfile, target, baseline, out }) => run_suite_cmd(&jobfile, target, baseline, out),
+        Some(BenchCommand::Keygen { keyfile }) => keygen(&keyfile),
+        Some(BenchCommand::Verify { report, pubkey }) => verify(&report, pubkey.as_deref()),
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(Failure::Failed(msg)) => {
+            eprintln!("strata bench: {msg}");
+            ExitCode::from(1)
+        }
+        Err(Failure::Usage(msg)) => {
+            eprintln!("strata bench: error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn keygen(path: &Path) -> Outcome {
+    let key = SecretKey::generate().map_err(usage)?;
+    let pub_path = key.write_new(path).map_err(usage)?;
+    eprintln!("wrote secret key {} (mode 0600) and public key {}", path.display(), pub_path.display());
+    println!("{}", key.public());
+    Ok(true)
+}
+
+fn verify(path: &Path, pubkey: Option<&str>) -> Outcome {
+    let expected = pubkey.map(PublicKey::load_or_parse).transpose().map_err(usage)?;
+    let bytes = std::fs::read(path).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    let opened = sign::verify(&bytes, expected.as_ref())
+        .map_err(|e| Failure::Failed(format!("{}: verification FAILED: {e}", path.display())))?;
+    let report = Report::from_json(opened.body).map_err(|e| {
+        Failure::Failed(format!("{}: the signature is valid but the signed body is not a report: {e}", path.display()))
+    })?;
+    let signer = opened.signer.map(|k| k.to_string()).unwrap_or_default();
+    println!(
+        "{}: OK: signed by {signer}; {:?} started {}, {} workload(s), {}",
+        path.display(),
+        report.name,
+        report.started_at,
+        report.workloads.len(),
+        if report.passed { "passed" } else { "FAILED" }
+    );
+    if expected.is_none() {
+        println!("  (no --pubkey: this proves the report is unchanged since that key signed it, not whose key it is)");
+    }
+    Ok(true)
+}
+
+fn load_secret(out: &OutputArgs) -> Result<Option<SecretKey>, Failure> {
+    out.sign.as_deref().map(SecretKey::load).transpose().map_err(usage)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| usage(format!("tokio runtime: {e}")))
+}
+
+/// A watch channel that turns true on Ctrl-C.
+fn cancel_on_ctrl_c() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = tx.send(true);
+        }
+        // Keep the sender alive until the process ends: a dropped sender
+        // must not look like a cancellation to anyone.
+        std::future::pending::<()>().await;
+    });
+    rx
+}
+
+/// The live progress line.
+struct ProgressLine {
+    tty: bool,
+    /// A `\r` line is on screen and must be cleared before other output.
+    dirty: Arc<AtomicBool>,
+}
+
+impl ProgressLine {
+    fn new() -> ProgressLine {
+        ProgressLine { tty: std::io::stderr().is_terminal(), dirty: Arc::new(AtomicBool::new(false)) }
+    }
+
+    fn callback(&self, name: &str) -> impl FnMut(&Progress) + Send + 'static {
+        let (tty, dirty, name) = (self.tty, self.dirty.clone(), name.to_string());
+        move |p: &Progress| {
+            if tty {
+                eprint!("\r\x1b[K[{name}] {p}");
+                dirty.store(true, Ordering::Relaxed);
+            } else {
+                eprintln!("[{name}] {p}");
+            }
+        }
+    }
+
+    fn clear(&self) {
+        if self.dirty.swap(false, Ordering::Relaxed) {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// Runs one workload through the engine.
+async fn run_workload(
+    spec: &WorkloadSpec,
+    out: &OutputArgs,
+    monitor: Option<StopLossMonitor>,
+    cancel: &watch::Receiver<bool>,
+    progress: &ProgressLine,
+) -> Result<WorkloadResult, String> {
+    if *cancel.borrow() {
+        return Err("not run: cancelled".into());
+    }
+    let mut opts = RunOptions::default().interval(out.interval).cancel_on(cancel.clone());
+    if !out.quiet {
+        opts = opts.on_progress(progress.callback(&spec.name));
+    }
+    if let Some(mut m) = monitor {
+        opts = opts.stop_loss(move |s, h| m.observe(s, h));
+    }
+    let r = strata_bench::run(spec, opts).await.map_err(|e| e.to_string());
+    progress.clear();
+    r
+}
+
+fn command_line() -> Vec<String> {
+    std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
+}
+
+/// Writes the report files and prints the summary; returns whether the
+/// report passed.
+fn finish(mut report: Report, out: &OutputArgs, key: Option<&SecretKey>) -> Outcome {
+    report.finished_at = rfc3339(SystemTime::now());
+    let body = report.to_json();
+    let mut write_failed = None;
+    if let Some(path) = &out.report {
+        let bytes = match key {
+            Some(k) => sign::sign_report(&body, k),
+            None => body.clone(),
+        };
+        if let Err(e) = std::fs::write(path, bytes) {
+            write_failed = Some(format!("{}: {e}", path.display()));
+        }
+    }
+    if let Some(path) = &out.html
+        && let Err(e) = std::fs::write(path, html::render(&report))
+    {
+        write_failed = Some(format!("{}: {e}", path.display()));
+    }
+    if out.json {
+        print!("{}", String::from_utf8_lossy(&body));
+    } else {
+        print!("{}", render_text(&report));
+    }
+    if let Some(e) = write_failed {
+        return Err(usage(format!("cannot write the report: {e}")));
+    }
+    Ok(report.passed)
+}
+
+fn run_one(args: RunArgs) -> Outcome {
+    let target = args.target.clone().ok_or_else(|| usage("--target is required"))?;
+    let spec = WorkloadSpec {
+        name: "default".into(),
+        target: TargetSpec { nsid: args.nsid, ..target },
+        rw: args.rw,
+        read_pct: args.rwmixread,
+        bs: u32::try_from(args.bs).map_err(|_| usage(format!("--bs {} is too large", args.bs)))?,
+        iodepth: args.iodepth,
+        jobs: args.jobs,
+        runtime: args.runtime.or(if args.size.is_none() { Some(Duration::from_secs(10)) } else { None }),
+        size: args.size,
+        ramp: args.ramp,
+        rate_iops: args.rate,
+        verify: args.verify,
+        span: args.span,
+        digests: args.digests,
+        seed: args.seed.unwrap_or(WorkloadSpec::default().seed),
+    };
+    check_spec(&spec).map_err(usage)?;
+    let key = load_secret(&args.out)?;
+    let mut report = Report::new("run", command_line(), SystemInfo::collect(), rfc3339(SystemTime::now()));
+    let rt = runtime()?;
+    let progress = ProgressLine::new();
+    let entry = rt.block_on(async {
+        let cancel = cancel_on_ctrl_c();
+        match run_workload(&spec, &args.out, None, &cancel, &progress).await {
+            Ok(r) => WorkloadReport::ran(&spec.name, r, vec![]),
+            Err(e) => WorkloadReport::failed(&spec.name, e),
+        }
+    });
+    if let Some(e) = &entry.error {
+        // The run never started: connection refused, namespace too small...
+        return Err(Failure::Failed(format!("{}: {e}", spec.target)));
+    }
+    report.push(entry);
+    finish(report, &args.out, key.as_ref())
+}
+
+fn run_suite_cmd(jobfile: &Path, target: Option<TargetSpec>, baseline: Option<PathBuf>, out: OutputArgs) -> Outcome {
+    let suite = Suite::load(jobfile, target.as_ref()).map_err(usage)?;
+    let key = load_secret(&out)?;
+    let baseline = match &baseline {
+        None => None,
+        Some(path) => {
+            let bytes = std::fs::read(path).map_err(|e| usage(format!("baseline {}: {e}", path.display())))?;
+            let opened = sign::open(&bytes).map_err(|e| usage(format!("baseline {}: {e}", path.display())))?;
+            let report =
+                Report::from_json(opened.body).map_err(|e| usage(format!("baseline {}: {e}", path.display())))?;
+            let r = BaselineRef {
+                path: path.display().to_string(),
+                started_at: report.started_at.clone(),
+                git_commit: report.system.git_commit.clone(),
+                signed_by: opened.signer.map(|k| k.to_string()),
+            };
+            Some((report, r))
+        }
+    };
+    let gates = suite.resolve_gates(baseline.as_ref().map(|b| &b.0)).map_err(usage)?;
+    let mut report = Report::new(&suite.name, command_line(), SystemInfo::collect(), rfc3339(SystemTime::now()));
+    report.job_file = Some(JobFile { path: jobfile.display().to_string(), contents: suite.source.clone() });
+    report.baseline = baseline.map(|b| b.1);
+    report.stop_loss = suite.stop_loss;
+    let rt = runtime()?;
+    let progress = ProgressLine::new();
+    let entries = rt.block_on(async {
+        let cancel = cancel_on_ctrl_c();
+        run_suite(&suite, &gates, async |spec: &WorkloadSpec, monitor: Option<StopLossMonitor>| {
+            run_workload(spec, &out, monitor, &cancel, &progress).await
+        })
+        .await
+    });
+    for e in entries {
+        report.push(e);
+    }
+    finish(report, &out, key.as_ref())
+}
