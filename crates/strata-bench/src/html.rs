@@ -20,7 +20,7 @@ use crate::result::{LatencySummary, Sample};
 const W: f64 = 640.0;
 const H: f64 = 300.0;
 const LEFT: f64 = 70.0;
-const RIGHT: f64 = 20.0;
+const RIGHT: f64 = 40.0;
 const TOP: f64 = 20.0;
 const BOTTOM: f64 = 45.0;
 /// The CDF plot stops at 99.999 %.
@@ -247,7 +247,7 @@ fn workload_section(out: &mut String, w: &WorkloadReport) {
         out,
         "<p>{} &middot; bs {} &middot; iodepth {} &middot; jobs {} &middot; target {}{}{}</p>",
         crate::report::pattern_name(s.rw),
-        s.bs,
+        crate::units::format_size(u64::from(s.bs)),
         s.iodepth,
         s.jobs,
         escape(&s.target.to_string()),
