@@ -332,8 +332,8 @@ pub fn sign_report(body: &[u8], key: &SecretKey) -> Vec<u8> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum VerifyError {
-    /// Not JSON at all (a changed byte often does this).
-    #[error("the report is not valid JSON ({0}): it was damaged or changed")]
+    /// Not a JSON object (a changed byte often does this).
+    #[error("the file is not a JSON report ({0}): it was damaged or changed")]
     NotJson(serde_json::Error),
     /// A report without a signature.
     #[error("the report is not signed (write it with --sign KEYFILE)")]
