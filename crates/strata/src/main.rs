@@ -118,12 +118,48 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cfg = ServeConfig::load(&args)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if matches!(cfg.runtime, config::RuntimeModel::PerCore { .. }) {
+        // Connections run on the per-core runtimes; this one only accepts
+        // and serves the HTTP API.
+        builder.worker_threads(1);
+    }
+    let rt = builder.enable_all().build().context("cannot start the runtime")?;
     rt.block_on(run(cfg))
+}
+
+/// Threads each running a single-threaded runtime until `stop` fires.
+fn start_executors(
+    threads: usize,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Vec<tokio::runtime::Handle>> {
+    let mut handles = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start an I/O runtime")?;
+        handles.push(rt.handle().clone());
+        let mut stop = stop.clone();
+        std::thread::Builder::new()
+            .name(format!("strata-io-{i}"))
+            .spawn(move || {
+                rt.block_on(async move {
+                    let _ = stop.wait_for(|&s| s).await;
+                })
+            })
+            .context("cannot start an I/O thread")?;
+    }
+    Ok(handles)
 }
 
 async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let target = strata_target::Target::new(strata_target::TargetConfig::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let config::RuntimeModel::PerCore { threads } = cfg.runtime {
+        target.set_executors(start_executors(threads, &stop_rx)?);
+        tracing::info!(threads, "connections run on per-core runtimes");
+    }
     let node = node::Node::open(&cfg, target).await?;
     node.listen(&cfg).await?;
     let http = api::serve(node.clone(), cfg.http).await?;
@@ -145,6 +181,7 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
     }
     node.target().shutdown(Duration::from_secs(5)).await;
+    stop_tx.send_replace(true);
     node.flush().await.context("flush at shutdown failed")?;
     tracing::info!("all drives flushed; bye");
     Ok(())
