@@ -83,7 +83,7 @@ def med(label, name, key):
     vals = []
     for f in sorted(glob.glob(f"{out}/{label}.{name}.*.json")):
         r = json.load(open(f))
-        r = r.get("result", r)
+        r = r["workloads"][0]["result"]
         vals.append(r["latency"][key] if key.endswith("_us") else r[key])
     return statistics.median(vals) if vals else float("nan")
 print(f"{'workload':<22} {'metric':<8} {'limit':>12} {'strata':>12} {'strata/limit':>13}")

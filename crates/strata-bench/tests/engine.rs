@@ -223,6 +223,9 @@ async fn an_io_error_ends_the_run_and_is_counted() {
 /// STRATA_BENCH_TARGET=tcp://127.0.0.1:4420/nqn.2026-11.io.strata:default \
 ///   taskset -c 1 cargo test --release -p strata-bench --test engine -- --ignored --nocapture transport_limit
 /// ```
+///
+/// `STRATA_BENCH_SECS` sets the runtime of each case (default 10) and
+/// `STRATA_BENCH_CASE` picks the cases whose name contains it.
 #[test]
 #[ignore = "needs STRATA_BENCH_TARGET; prints figures"]
 fn transport_limit() {
@@ -238,7 +241,11 @@ fn transport_limit() {
         ("4k randread QD32 4 jobs", Pattern::RandRead, 4096, 32, 4),
         ("128k seqread QD8 1 job", Pattern::Read, 128 << 10, 8, 1),
     ];
+    let only = std::env::var("STRATA_BENCH_CASE").ok();
     for (name, rw, bs, iodepth, jobs) in cases {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         let s = WorkloadSpec {
             target: target.clone(),
             rw,
