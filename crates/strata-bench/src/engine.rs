@@ -444,8 +444,15 @@ async fn finish_teardown(jobs: Vec<Job>) {
     }
 }
 
-/// Runs one phase on every job at once; returns the jobs and outcomes.
-async fn run_phase_all(jobs: Vec<Job>, mut phase_of: impl FnMut(&Job) -> Phase) -> (Vec<Job>, Vec<PhaseOutcome>) {
+/// Runs one phase on every job at once, setting `shared.stop` if `cancel`
+/// fires meanwhile; returns the jobs, their outcomes and whether the
+/// phase was cancelled.
+async fn run_phase_all(
+    jobs: Vec<Job>,
+    shared: &Shared,
+    cancel: &mut Option<watch::Receiver<bool>>,
+    mut phase_of: impl FnMut(&Job) -> Phase,
+) -> (Vec<Job>, Vec<PhaseOutcome>, bool) {
     let mut handles = Vec::with_capacity(jobs.len());
     for mut job in jobs {
         let ph = phase_of(&job);
@@ -454,10 +461,20 @@ async fn run_phase_all(jobs: Vec<Job>, mut phase_of: impl FnMut(&Job) -> Phase) 
             (job, out)
         }));
     }
+    let mut was_cancelled = false;
     let mut jobs = Vec::with_capacity(handles.len());
     let mut outs = Vec::with_capacity(handles.len());
-    for h in handles {
-        match h.await {
+    for mut h in handles {
+        let joined = loop {
+            tokio::select! {
+                j = &mut h => break j,
+                () = cancelled(cancel), if !was_cancelled => {
+                    was_cancelled = true;
+                    shared.stop.store(true, Ordering::Relaxed);
+                }
+            }
+        };
+        match joined {
             Ok((j, o)) => {
                 jobs.push(j);
                 outs.push(o);
@@ -470,7 +487,7 @@ async fn run_phase_all(jobs: Vec<Job>, mut phase_of: impl FnMut(&Job) -> Phase) 
             }),
         }
     }
-    (jobs, outs)
+    (jobs, outs, was_cancelled)
 }
 
 /// Sums outcomes: `(errors, verify failures, first abort)`.
@@ -490,9 +507,10 @@ async fn prefill(
     l: &Layout,
     chunk: u32,
     jobs: &mut Vec<Job>,
-    opts: &RunOptions,
+    opts: &mut RunOptions,
 ) -> Option<(u64, u64, String)> {
     let shared = Arc::new(Shared::default());
+    let io_timeout = opts.io_timeout;
     let region = |j: usize| {
         let (first, n) = pattern::job_region(l.units, u64::from(spec.jobs), j as u64);
         (first * u64::from(l.bpi), n * u64::from(l.bpi))
@@ -505,9 +523,9 @@ async fn prefill(
         end: None,
         shared: shared.clone(),
         reporter: None,
-        io_timeout: opts.io_timeout,
+        io_timeout,
     };
-    let (js, outs) = run_phase_all(std::mem::take(jobs), |j| {
+    let (js, outs, was_cancelled) = run_phase_all(std::mem::take(jobs), &shared, &mut opts.cancel, |j| {
         let (start, len) = region(j.index);
         mk(Source::Seq { kind: OpKind::Read, start, len, chunk, pos: 0, once: true }, Check::Scan)
     })
@@ -517,17 +535,24 @@ async fn prefill(
     if let Some(why) = abort {
         return Some((errors, failures, format!("prefill: {why}")));
     }
+    if was_cancelled {
+        return Some((errors, failures, "cancelled (during the prefill)".into()));
+    }
     let mut runs: Vec<Vec<(u64, u32)>> = outs.into_iter().map(|o| pattern::merge_runs(o.zero_runs, chunk)).collect();
     let zero_blocks: u64 = runs.iter().flatten().map(|r| u64::from(r.1)).sum();
     tracing::info!(zero_blocks, "prefill: writing the verify pattern over never-written blocks");
-    let (js, outs) = run_phase_all(std::mem::take(jobs), |j| {
+    let (js, outs, was_cancelled) = run_phase_all(std::mem::take(jobs), &shared, &mut opts.cancel, |j| {
         let list = runs.get_mut(j.index).map(std::mem::take).unwrap_or_default();
         mk(Source::Extents { kind: OpKind::Write, list, next: 0 }, Check::None)
     })
     .await;
     *jobs = js;
     let (errors, failures, abort) = summarise(&outs);
-    abort.map(|why| (errors, failures, format!("prefill: {why}")))
+    match (abort, was_cancelled) {
+        (Some(why), _) => Some((errors, failures, format!("prefill: {why}"))),
+        (None, true) => Some((errors, failures, "cancelled (during the prefill)".into())),
+        (None, false) => None,
+    }
 }
 
 /// Interval totals being merged from the jobs' reports.
@@ -607,24 +632,27 @@ async fn measure(spec: &WorkloadSpec, l: &Layout, jobs: Vec<Job>, opts: &mut Run
     tokio::pin!(ramp_sleep);
     let interval = opts.interval;
 
-    let emit = |k: u64, agg: Agg, len: Duration, tot: &Histogram, ios: u64, bytes: u64, opts: &mut RunOptions| {
-        let mut h = agg.read;
-        h.merge(&agg.write);
-        let secs = len.as_secs_f64().max(1e-9);
-        let elapsed = interval * k as u32 + len;
-        let sample = Sample {
-            t_s: elapsed.as_secs_f64(),
-            iops: agg.ios as f64 / secs,
-            mbps: agg.bytes as f64 / secs / 1e6,
-            p99_us: h.quantile(0.99) as f64 / 1000.0,
-            p50_us: h.quantile(0.50) as f64 / 1000.0,
+    // `judge`: whether to consult the stop-loss hook (not once the run is
+    // already ending).
+    let emit =
+        |k: u64, agg: Agg, len: Duration, tot: &Histogram, ios: u64, bytes: u64, opts: &mut RunOptions, judge: bool| {
+            let mut h = agg.read;
+            h.merge(&agg.write);
+            let secs = len.as_secs_f64().max(1e-9);
+            let elapsed = interval * k as u32 + len;
+            let sample = Sample {
+                t_s: elapsed.as_secs_f64(),
+                iops: agg.ios as f64 / secs,
+                mbps: agg.bytes as f64 / secs / 1e6,
+                p99_us: h.quantile(0.99) as f64 / 1000.0,
+                p50_us: h.quantile(0.50) as f64 / 1000.0,
+            };
+            if let Some(p) = &mut opts.progress {
+                p(&Progress { sample, elapsed, total: spec.runtime, ios, bytes });
+            }
+            let stop = if judge { opts.stop_loss.as_mut().and_then(|s| s(&sample, tot)) } else { None };
+            (sample, stop)
         };
-        if let Some(p) = &mut opts.progress {
-            p(&Progress { sample, elapsed, total: spec.runtime, ios, bytes });
-        }
-        let stop = opts.stop_loss.as_mut().and_then(|s| s(&sample, tot));
-        (sample, stop)
-    };
 
     let mut done_jobs = 0;
     while done_jobs < n {
@@ -673,7 +701,8 @@ async fn measure(spec: &WorkloadSpec, l: &Layout, jobs: Vec<Job>, opts: &mut Run
             });
             let mut tot = tot_read.clone();
             tot.merge(&tot_write);
-            let (sample, stop) = emit(next_k, agg, interval, &tot, tot_ios, tot_bytes, opts);
+            let judge = aborted.is_none();
+            let (sample, stop) = emit(next_k, agg, interval, &tot, tot_ios, tot_bytes, opts, judge);
             result.timeseries.push(sample);
             next_k += 1;
             if let (Some(reason), None) = (stop, &aborted) {
@@ -711,7 +740,7 @@ async fn measure(spec: &WorkloadSpec, l: &Layout, jobs: Vec<Job>, opts: &mut Run
         if len >= interval / 2 {
             let mut tot = tot_read.clone();
             tot.merge(&tot_write);
-            let (sample, _) = emit(k, agg, len.min(interval), &tot, tot_ios, tot_bytes, opts);
+            let (sample, _) = emit(k, agg, len.min(interval), &tot, tot_ios, tot_bytes, opts, false);
             result.timeseries.push(sample);
         }
     }

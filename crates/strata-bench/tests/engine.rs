@@ -174,7 +174,17 @@ async fn cancellation_ends_the_run_with_partial_results() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn randrw_records_read_and_write_latencies() {
+async fn cancellation_during_the_prefill_is_reported_as_such() {
+    let fx = start().await;
+    let (_tx, rx) = tokio::sync::watch::channel(true);
+    let s = WorkloadSpec { verify: true, span: Some(BLOCKS * u64::from(BS)), ..spec(fx.addr, Pattern::RandRead) };
+    let r = run(&s, quick().cancel_on(rx)).await.expect("run");
+    assert_eq!(r.aborted.as_deref(), Some("cancelled (during the prefill)"));
+    assert_eq!((r.ios, r.errors, r.verify_failures), (0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn randrw_with_digests_records_read_and_write_latencies() {
     let fx = start().await;
     let s =
         WorkloadSpec { read_pct: 70, size: Some(4000 * u64::from(BS)), verify: true, ..spec(fx.addr, Pattern::RandRw) };
