@@ -355,12 +355,58 @@ impl Conn<'_> {
             if let Err(e) = self.flush().await {
                 return e;
             }
+            let poll = self.inner.config.poll;
+            if !poll.is_zero() {
+                match self.busy_poll(poll, &mut inflight).await {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(e) => return e,
+                }
+            }
             tokio::select! {
                 r = self.read_more() => if let Err(e) = r { return e },
                 Some((cqe, data)) = inflight.next(), if !inflight.is_empty() => self.complete(cqe, data),
                 _ = until_true(&mut dead) => return End::ControllerGone,
                 _ = until_true(shutdown) => return End::Shutdown,
             }
+        }
+    }
+
+    /// Polls the socket and the commands in flight without sleeping for up
+    /// to `budget`, yielding to the runtime between attempts so that other
+    /// connections on this thread run too. Returns true when something
+    /// arrived or completed. Trades CPU for latency: a sleeping thread
+    /// costs a wake-up (scheduler, interrupts) per round trip, which is
+    /// what limits shallow queues.
+    async fn busy_poll<F>(&mut self, budget: Duration, inflight: &mut FuturesUnordered<F>) -> Result<bool, End>
+    where
+        F: Future<Output = IoReply>,
+    {
+        use std::io::Read;
+        let deadline = std::time::Instant::now() + budget;
+        let mut scratch = [0u8; 16 * 1024];
+        loop {
+            // A plain non-blocking recv: tokio's readiness cache only
+            // changes when its reactor runs, which is what we avoid here.
+            match (&*socket2::SockRef::from(&self.stream)).read(&mut scratch) {
+                Ok(0) => return Err(End::Eof),
+                Ok(n) => {
+                    self.rbuf.extend_from_slice(&scratch[..n]);
+                    self.transport.receive(&mut self.rbuf, &mut self.inputs).map_err(End::Fatal)?;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(End::Io(e)),
+            }
+            if let Some(Some((cqe, data))) = inflight.next().now_or_never() {
+                self.complete(cqe, data);
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::task::yield_now().await;
         }
     }
 

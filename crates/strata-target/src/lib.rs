@@ -69,6 +69,11 @@ pub struct TargetConfig {
     /// Most TCP connections served at once, over all ports; further ones
     /// are closed at accept. Default: 4096.
     pub max_connections: usize,
+    /// How long an I/O queue busy-polls its socket and commands before it
+    /// sleeps waiting for events; zero disables polling. Polling spends
+    /// CPU to avoid a wake-up per round trip (like SPDK's poll mode, but
+    /// bounded). Default: zero.
+    pub poll: std::time::Duration,
 }
 
 impl TargetConfig {
@@ -88,6 +93,7 @@ impl Default for TargetConfig {
             mdts: 8,
             max_r2t_inflight: 32,
             max_connections: 4096,
+            poll: std::time::Duration::ZERO,
         }
     }
 }
