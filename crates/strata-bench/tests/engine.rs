@@ -281,3 +281,61 @@ fn transport_limit() {
         );
     }
 }
+
+/// The reference the engine's queue driver is measured against: the same
+/// 4 KiB random reads at QD 32 on one queue through `Controller::read`
+/// (channel, oneshot and a queue task per command), from 32 tasks. Run
+/// like `transport_limit`.
+#[test]
+#[ignore = "needs STRATA_BENCH_TARGET; prints figures"]
+fn handle_path_reference() {
+    use strata_host::{Controller, HostConfig};
+    let Ok(target) = std::env::var("STRATA_BENCH_TARGET") else {
+        eprintln!("STRATA_BENCH_TARGET is not set");
+        return;
+    };
+    let target: TargetSpec = target.parse().expect("STRATA_BENCH_TARGET");
+    let secs: u64 = std::env::var("STRATA_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    rt.block_on(async move {
+        let ctrl =
+            Arc::new(Controller::connect(target.addr, &target.nqn, &HostConfig::default()).await.expect("connect"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        // utime + stime from /proc/self/stat, in clock ticks (100 Hz).
+        let usage = || {
+            let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+            let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            // Fields 14 and 15 of stat(5); field 3 (the state) is first here.
+            let f: Vec<&str> = after.split_whitespace().collect();
+            let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+            (tick(11) + tick(12)) / 100.0
+        };
+        let (cpu0, t0) = (usage(), std::time::Instant::now());
+        let mut tasks = Vec::new();
+        for t in 0..32u64 {
+            let ctrl = ctrl.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut n = 0u64;
+                while std::time::Instant::now() < deadline {
+                    x ^= x >> 12;
+                    x ^= x << 25;
+                    x ^= x >> 27;
+                    ctrl.read(1, x.wrapping_mul(0x2545_F491_4F6C_DD1D) % 262_144, 1).await.expect("read");
+                    n += 1;
+                }
+                n
+            }));
+        }
+        let mut ios = 0;
+        for t in tasks {
+            ios += t.await.expect("task");
+        }
+        let wall = t0.elapsed().as_secs_f64();
+        println!(
+            "handle path 4k randread QD32 1 queue: {:.0} IOPS, client CPU {:.0}%",
+            ios as f64 / wall,
+            (usage() - cpu0) / wall * 100.0
+        );
+    });
+}
