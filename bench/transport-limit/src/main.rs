@@ -30,6 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 const BLOCK: u64 = 4096;
 const IN_CAPSULE: usize = 8192;
 const MAX_H2C: u32 = 128 * 1024;
+const FLUSH_BYTES: usize = 32 * 1024;
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -86,7 +87,15 @@ async fn serve(mut stream: TcpStream, blocks: u64) -> std::io::Result<()> {
                     let resp = IcResp { pfv: 0, cpda: 0, digests: req.digests, maxh2cdata: MAX_H2C };
                     conn.out.extend_from_slice(&resp.encode());
                 }
-                Pdu::CapsuleCmd { sqe, data } => conn.command(&sqe, data.len()),
+                Pdu::CapsuleCmd { sqe, data } => {
+                    conn.command(&sqe, data.len());
+                    // Same flush policy as the strata target: write once 32 KiB
+                    // of responses are ready, so the host starts on them early.
+                    if conn.out.len() >= FLUSH_BYTES {
+                        stream.write_all(&conn.out).await?;
+                        conn.out.clear();
+                    }
+                }
                 Pdu::H2cData { header, data, .. } => {
                     let left = conn.pending.get_mut(&header.cccid).map(|l| {
                         *l = l.saturating_sub(data.len());

@@ -35,6 +35,15 @@ use crate::subsystem::Subsystem;
 use crate::target::{Port, TargetInner};
 use crate::transport::{self, Closed, Command, Fatal, Input, Transport, TransportLimits};
 
+/// Output is written out once this many bytes are ready, even if more
+/// completions could join the batch: the host starts on the first
+/// completions while the rest are still being sent, instead of the two
+/// sides taking turns with whole queue-depth batches. Measured with
+/// `strata bench` (4 KiB random reads, QD 32, one connection, server and
+/// client on their own cores): one write per batch 288-299K IOPS; 8 KiB
+/// 252-255K; 16 KiB 327-387K; 32 KiB 533-537K; 64 KiB 296-493K.
+const FLUSH_BYTES: usize = 32 * 1024;
+
 /// Resolves once the watched flag is true (or its sender is gone).
 async fn until_true(rx: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|&v| v).await.map(|_| ());
@@ -351,6 +360,11 @@ impl Conn<'_> {
             // carries them all.
             while let Some(Some((cqe, data))) = inflight.next().now_or_never() {
                 self.complete(cqe, data);
+                if self.transport.output_len() >= FLUSH_BYTES {
+                    if let Err(e) = self.flush().await {
+                        return e;
+                    }
+                }
             }
             if let Err(e) = self.flush().await {
                 return e;

@@ -196,6 +196,11 @@ impl Transport {
         !self.out.is_empty() || !self.out_bufs.is_empty()
     }
 
+    /// Bytes of output waiting to be sent.
+    pub fn output_len(&self) -> usize {
+        self.out.len() + self.out_bufs.iter().map(|(_, b)| b.len()).sum::<usize>()
+    }
+
     /// The output as slices for one vectored write, in order. Data buffers
     /// are not copied. After writing all of them, call
     /// [`Transport::clear_output`].
