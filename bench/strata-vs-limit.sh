@@ -26,14 +26,22 @@ NQN=nqn.2026-11.io.strata:default
 data=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$data"' EXIT
 
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+wait_port() { # wait_port PORT PID: the server PID must be alive and listening
+    for _ in $(seq 100); do
+        kill -0 "$2" 2>/dev/null || { echo "server exited; is port $1 in use? see $out/*.log" >&2; exit 1; }
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "server did not listen on port $1" >&2
+    exit 1
+}
 
 start_strata() {
     rm -rf "$data/strata"
     taskset -c "$SERVER_CPU" "$STRATA" serve --data-dir "$data/strata" --drive mem:2G --default-volume-size 1G \
         --listen 127.0.0.1:4490 --discovery 127.0.0.1:8090 --http 127.0.0.1:7490 >"$out/strata.log" 2>&1 &
     SERVER=$!
-    wait_port 4490
+    wait_port 4490 "$SERVER"
     # Write the namespace once so that reads hit allocated extents.
     taskset -c "$CLIENT_CPU" "$STRATA" bench --target "tcp://127.0.0.1:4490/$NQN" --rw write --bs 128k --iodepth 8 \
         --size 1G --json >/dev/null
@@ -42,7 +50,7 @@ start_strata() {
 start_limit() {
     taskset -c "$SERVER_CPU" "$LIMIT" 127.0.0.1:4491 1024 >"$out/limit.log" 2>&1 &
     SERVER=$!
-    wait_port 4491
+    wait_port 4491 "$SERVER"
 }
 
 # name | strata bench arguments
@@ -63,7 +71,7 @@ run_all() { # run_all LABEL PORT SUBNQN
         for r in $(seq "$REPEAT"); do
             # shellcheck disable=SC2086
             taskset -c "$CLIENT_CPU" "$STRATA" bench --target "tcp://127.0.0.1:$port/$nqn" $args \
-                --runtime "${RUNTIME}s" --json >"$out/$label.$name.$r.json"
+                --runtime "${RUNTIME}s" --json -q >"$out/$label.$name.$r.json"
         done
     done
 }
@@ -71,7 +79,8 @@ run_all() { # run_all LABEL PORT SUBNQN
 echo "server on CPU $SERVER_CPU, strata bench on CPU $CLIENT_CPU, ${RUNTIME}s x $REPEAT per workload" >&2
 start_limit
 run_all limit 4491 nqn.test:limit
-kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
+kill "$SERVER" 2>/dev/null || true
+wait "$SERVER" 2>/dev/null || true
 start_strata
 run_all strata 4490 "$NQN"
 kill -TERM "$SERVER"; wait "$SERVER" 2>/dev/null || true
