@@ -219,13 +219,28 @@ fn open_backend(spec: &DriveSpec, cfg: &StoreConfig) -> Result<(String, DriveCla
     }
 }
 
+/// How long a drive lock held by someone else is waited for. A process
+/// killed with SIGKILL releases its lock only when the kernel has torn
+/// down its io_uring, which happens asynchronously after the process is
+/// gone; a restart right after a kill -9 must not fail because of that.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn lock_drive(file: &File, label: &str) -> Result<(), StoreError> {
-    file.try_lock().map_err(|e| match e {
-        std::fs::TryLockError::WouldBlock => {
-            StoreError::BadConfig(format!("drive {label} is in use by another process (or listed twice)"))
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::BadConfig(format!(
+                    "drive {label} is in use by another process (or listed twice)"
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(StoreError::io(label, "lock", e)),
         }
-        std::fs::TryLockError::Error(e) => StoreError::io(label, "lock", e),
-    })
+    }
 }
 
 /// Some file systems accept `O_DIRECT` at open and refuse it at I/O time.
