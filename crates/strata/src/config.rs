@@ -95,7 +95,7 @@ pub struct ServeArgs {
     pub extent_size: Option<String>,
     /// Connection threading: per-core (each connection lives on one of
     /// --io-threads single-threaded runtimes) or shared (one work-stealing
-    /// pool). Default: per-core
+    /// pool). Default: shared (per-core measured no faster on 2 cores; see docs/performance.md)
     #[arg(long, value_name = "MODEL")]
     pub runtime: Option<String>,
     /// Threads for connections in the per-core model. Default: CPUs
@@ -201,7 +201,7 @@ impl ServeConfig {
         if threads == 0 || threads > 1024 {
             bail!("--io-threads {threads} must be between 1 and 1024");
         }
-        let runtime = match args.runtime.clone().or(file.runtime).as_deref().unwrap_or("per-core") {
+        let runtime = match args.runtime.clone().or(file.runtime).as_deref().unwrap_or("shared") {
             "per-core" => RuntimeModel::PerCore { threads },
             "shared" => RuntimeModel::Shared,
             other => bail!("--runtime {other:?} must be per-core or shared"),
