@@ -3,8 +3,12 @@
 //! latency histograms, acceptance gates with stop-loss, and reports that
 //! can be signed and verified later.
 //!
-//! Layout: [`spec`] says what to run, [`histogram`] records latencies,
-//! [`result`] holds what a run measured.
+//! Layout: [`spec`] says what to run and [`engine`] runs it (one task per
+//! job driving its own queue, no task or channel per I/O); [`histogram`]
+//! records latencies and [`result`] holds what a run measured; [`gate`]
+//! and [`suite`] turn job files into verdicts with stop-loss; [`report`],
+//! [`html`] and [`sign`] write, render, sign and verify reports;
+//! [`sysinfo`] describes the machine a report came from.
 
 mod cpu;
 pub mod engine;

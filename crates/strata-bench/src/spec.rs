@@ -95,9 +95,11 @@ pub struct WorkloadSpec {
     pub ramp: Duration,
     /// Limit on total IOPS over all jobs. Default: none.
     pub rate_iops: Option<u64>,
-    /// Write a pattern that identifies block and generation and check every
-    /// byte read back (reads of never-written blocks must be zeros or the
-    /// pattern of a previous run is refused: verify runs write first).
+    /// Write blocks that describe themselves (magic, LBA, seed,
+    /// generation) and check every byte read back. Read workloads first
+    /// write the pattern over all-zero blocks of the span; blocks written
+    /// by an earlier verify run (any seed or generation) are accepted, so a
+    /// read-back after a target restart checks old data.
     pub verify: bool,
     /// Limit the I/O to the first `span` bytes of the namespace. Default:
     /// the whole namespace.
