@@ -474,18 +474,7 @@ async fn run_phase_all(
                 }
             }
         };
-        match joined {
-            Ok((j, o)) => {
-                jobs.push(j);
-                outs.push(o);
-            }
-            // A job task panicked: its queue is gone with it.
-            Err(e) => outs.push(PhaseOutcome {
-                errors: 1,
-                abort: Some(format!("a job task failed: {e}")),
-                ..PhaseOutcome::default()
-            }),
-        }
+        file_job(joined, &mut jobs, &mut outs);
     }
     (jobs, outs, was_cancelled)
 }
@@ -715,17 +704,7 @@ async fn measure(spec: &WorkloadSpec, l: &Layout, jobs: Vec<Job>, opts: &mut Run
     let mut outs = Vec::with_capacity(n);
     let mut jobs = Vec::with_capacity(n);
     for h in handles {
-        match h.await {
-            Ok((j, o)) => {
-                jobs.push(j);
-                outs.push(o);
-            }
-            Err(e) => outs.push(PhaseOutcome {
-                errors: 1,
-                abort: Some(format!("a job task failed: {e}")),
-                ..PhaseOutcome::default()
-            }),
-        }
+        file_job(h.await, &mut jobs, &mut outs);
     }
     let run_end = outs.iter().filter_map(|o| o.finished).max().unwrap_or_else(Instant::now);
     let cpu_end = cpu::cpu_times();
@@ -771,6 +750,26 @@ async fn measure(spec: &WorkloadSpec, l: &Layout, jobs: Vec<Job>, opts: &mut Run
         let sys = c1.sys.saturating_sub(c0.sys).as_secs_f64();
         let percent = if wall > 0.0 { (user + sys) / wall * 100.0 } else { 0.0 };
         result.cpu = CpuUsage { user_s: user, sys_s: sys, percent };
+    }
+}
+
+/// Files a finished job task: its job and outcome, or, when the task
+/// panicked (its queue went with it), a failed outcome.
+fn file_job<J>(
+    joined: Result<(J, PhaseOutcome), tokio::task::JoinError>,
+    jobs: &mut Vec<J>,
+    outs: &mut Vec<PhaseOutcome>,
+) {
+    match joined {
+        Ok((j, o)) => {
+            jobs.push(j);
+            outs.push(o);
+        }
+        Err(e) => outs.push(PhaseOutcome {
+            errors: 1,
+            abort: Some(format!("a job task failed: {e}")),
+            ..PhaseOutcome::default()
+        }),
     }
 }
 
