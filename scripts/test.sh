@@ -11,6 +11,9 @@ step() { printf '\n==== %s ====\n' "$*"; }
 step "format"
 cargo fmt --all -- --check
 
+step "lints (warnings are errors, including missing docs)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
 step "unit, property and integration tests"
 cargo test --workspace --all-targets 2>&1 | tee /tmp/strata-cargo-test.log
 cargo test --workspace --doc

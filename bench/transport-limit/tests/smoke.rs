@@ -32,4 +32,5 @@ async fn strata_host_connects_reads_and_writes() {
         assert!(ctrl.read(1, 64 * 256, 1).await.is_err(), "reads past the end are refused");
     }
     let _ = child.kill();
+    let _ = child.wait();
 }

@@ -51,13 +51,8 @@ async fn until_true(rx: &mut tokio::sync::watch::Receiver<bool>) {
 
 /// One I/O command in flight. A named future type (not a boxed one), so
 /// that `FuturesUnordered` holds it without a second allocation per I/O.
-fn io_command(
-    ctrl: Arc<Controller>,
-    sub: Arc<Subsystem>,
-    qid: u16,
-    cmd: Command,
-) -> impl Future<Output = IoReply> + Send {
-    async move { nvm::execute(&ctrl, &sub, qid, cmd).await }
+async fn io_command(ctrl: Arc<Controller>, sub: Arc<Subsystem>, qid: u16, cmd: Command) -> IoReply {
+    nvm::execute(&ctrl, &sub, qid, cmd).await
 }
 
 pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, port: Port) {
@@ -360,10 +355,10 @@ impl Conn<'_> {
             // carries them all.
             while let Some(Some((cqe, data))) = inflight.next().now_or_never() {
                 self.complete(cqe, data);
-                if self.transport.output_len() >= FLUSH_BYTES {
-                    if let Err(e) = self.flush().await {
-                        return e;
-                    }
+                if self.transport.output_len() >= FLUSH_BYTES
+                    && let Err(e) = self.flush().await
+                {
+                    return e;
                 }
             }
             if let Err(e) = self.flush().await {

@@ -53,7 +53,7 @@ impl Server {
             "--default-volume-size".into(),
             "64M".into(),
         ];
-        if !extra.iter().any(|a| *a == "--drive") {
+        if !extra.contains(&"--drive") {
             args.push("--drive".into());
             args.push(format!("{}:256M", dir.join("drive0.img").display()));
         }
