@@ -34,7 +34,9 @@
 mod buf;
 mod device;
 mod mem;
+pub mod size;
 
 pub use buf::{IO_ALIGN, IoBuf};
 pub use device::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, blocks_in, check_range};
 pub use mem::MemDevice;
+pub use size::{SizeError, format_size, parse_size};

@@ -32,7 +32,6 @@ mod format;
 mod mem;
 mod record;
 mod redb_store;
-mod size;
 mod store;
 mod sys;
 #[cfg(any(test, feature = "test-utils"))]
@@ -44,8 +43,9 @@ pub use format::FORMAT_VERSION;
 pub use mem::MemMetaStore;
 pub use record::{BLOCK_SIZES, NewVolume, VolumeRecord};
 pub use redb_store::{META_FILE_NAME, RedbMetaStore, STORE_FORMAT_VERSION};
-pub use size::{SizeError, format_size, parse_size};
+// Sizes are parsed in one place for the whole project (drive specs too).
 pub use store::{MAX_CONFIG_KEY_LEN, MAX_CONFIG_VALUE_LEN, MetaStore};
+pub use strata_block::size::{SizeError, format_size, parse_size};
 pub use validate::{
     DEFAULT_NQN_PREFIX, DISCOVERY_NQN, MAX_NQN_LEN, MAX_VOLUME_NAME_LEN, NameError, NqnError, default_nqn,
     validate_nqn, validate_subsystem_nqn, validate_volume_name,

@@ -113,32 +113,16 @@ impl FromStr for DriveSpec {
     }
 }
 
-/// Parses a byte size: digits followed by an optional unit `K`, `M`, `G`,
-/// `T` or `P` (powers of 1024), optionally followed by `B` or `iB`, in any
-/// case. Zero is refused.
+/// Parses a drive size with the project's size syntax
+/// ([`strata_block::parse_size`]: binary units K..E, optional `B`/`iB`,
+/// any case); a drive of zero bytes is refused.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits_end);
-    if num.is_empty() {
-        return Err(format!("size {s:?} does not start with a number (e.g. 8G, 512M, 4096)"));
+    match strata_block::parse_size(s) {
+        Ok(0) => Err(format!("size {s:?} is zero")),
+        Ok(v) => Ok(v),
+        Err(strata_block::SizeError::TooLarge { .. }) => Err(format!("size {s:?} overflows 64 bits")),
+        Err(e) => Err(e.to_string()),
     }
-    let n: u64 = num.parse().map_err(|_| format!("size {s:?} is too large"))?;
-    let unit_l = unit.to_ascii_lowercase();
-    let shift = match unit_l.trim_end_matches("ib").trim_end_matches('b') {
-        "" if unit_l.is_empty() || unit_l == "b" => 0,
-        "k" => 10,
-        "m" => 20,
-        "g" => 30,
-        "t" => 40,
-        "p" => 50,
-        _ => return Err(format!("size {s:?} has unknown unit {unit:?}; use K, M, G, T or P (powers of 1024)")),
-    };
-    let v = n.checked_mul(1u64 << shift).ok_or_else(|| format!("size {s:?} overflows 64 bits"))?;
-    if v == 0 {
-        return Err(format!("size {s:?} is zero"));
-    }
-    Ok(v)
 }
 
 /// Configuration of a [`crate::Store`].

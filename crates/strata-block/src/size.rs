@@ -1,4 +1,5 @@
-//! Human-readable byte sizes, shared by the CLI and the HTTP API.
+//! Human-readable byte sizes, shared by the store (drive specs), the CLI
+//! and the HTTP API.
 //!
 //! # Choice: every unit is binary
 //!
@@ -65,7 +66,7 @@ const MAX_FRACTION_DIGITS: usize = 18;
 /// bytes. All units are powers of 1024 (see the module doc for why).
 ///
 /// ```
-/// use strata_meta::parse_size;
+/// use strata_block::parse_size;
 /// assert_eq!(parse_size("8G").unwrap(), 8 << 30);
 /// assert_eq!(parse_size("8 GiB").unwrap(), 8 << 30);
 /// assert_eq!(parse_size("1.5g").unwrap(), 3 << 29);
@@ -140,7 +141,7 @@ fn unit_shift(unit: &str) -> Option<u32> {
 /// practice the figure stays short.
 ///
 /// ```
-/// use strata_meta::format_size;
+/// use strata_block::format_size;
 /// assert_eq!(format_size(8 << 30), "8 GiB");
 /// assert_eq!(format_size(3 << 29), "1.5 GiB");
 /// assert_eq!(format_size(1025 << 20), "1025 MiB");
