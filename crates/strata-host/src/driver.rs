@@ -69,6 +69,8 @@ pub struct QueueDriver<T> {
     digests: Digests,
     max_transfer: usize,
     internal: Option<Result<Response, HostError>>,
+    /// How long `poll` spins on the socket before sleeping; zero: never.
+    busy_poll: Duration,
 }
 
 impl<T> std::fmt::Debug for QueueDriver<T> {
@@ -97,6 +99,7 @@ impl<T> QueueDriver<T> {
             digests,
             max_transfer,
             internal: None,
+            busy_poll: Duration::ZERO,
         })
     }
 
@@ -129,6 +132,18 @@ impl<T> QueueDriver<T> {
     /// True when [`QueueDriver::submit`] will find a free command slot.
     pub fn has_free_slot(&self) -> bool {
         self.failure.is_none() && self.proto.has_free_slot()
+    }
+
+    /// Makes [`QueueDriver::poll`] spin on the socket for up to `budget`
+    /// before it sleeps waiting for a completion, yielding to the runtime
+    /// between attempts. Zero (the default) never spins.
+    ///
+    /// A sleeping reader costs the sender a wake-up per batch of
+    /// completions (on loopback, the target's core pays it); a polling
+    /// initiator such as SPDK's `spdk_nvme_perf` never sleeps. Spinning
+    /// trades this thread's CPU for that.
+    pub fn set_busy_poll(&mut self, budget: Duration) {
+        self.busy_poll = budget;
     }
 
     /// Why the queue stopped, if it has.
@@ -196,6 +211,16 @@ impl<T> QueueDriver<T> {
             if done.len() > before || self.internal.is_some() || self.proto.in_flight() == 0 {
                 return Ok(());
             }
+            if !self.busy_poll.is_zero() && self.out.is_empty() {
+                match self.spin().await {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err((cause, term_req)) => {
+                        self.fail(cause, term_req, done).await;
+                        continue;
+                    }
+                }
+            }
             let interest =
                 if self.out.is_empty() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
             let ready = match self.stream.ready(interest).await {
@@ -240,6 +265,35 @@ impl<T> QueueDriver<T> {
             }
         }
         Ok(())
+    }
+
+    /// Tries plain non-blocking reads for up to `busy_poll`, yielding
+    /// between attempts; true when something arrived. tokio's readiness
+    /// cache only changes when its reactor runs, which is what spinning
+    /// avoids, so this reads the socket directly.
+    async fn spin(&mut self) -> Result<bool, (QueueFailure, Option<Vec<u8>>)> {
+        let deadline = std::time::Instant::now() + self.busy_poll;
+        loop {
+            let need = self.proto.want().saturating_sub(self.rbuf.len()).max(MIN_READ);
+            self.rbuf.reserve(need);
+            let sock = socket2::SockRef::from(&self.stream);
+            let len = self.rbuf.len();
+            match sock.recv(&mut self.rbuf.spare_capacity_mut()[..need]) {
+                Ok(0) => return Err((QueueFailure::Eof, None)),
+                Ok(n) => {
+                    // SAFETY: recv initialised the first n spare bytes.
+                    unsafe { self.rbuf.set_len(len + n) };
+                    self.proto.receive(&mut self.rbuf).map_err(|f| (f.cause, f.term_req))?;
+                    return Ok(true);
+                }
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {}
+                Err(e) => return Err((e.into(), None)),
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Reads what the socket holds (one read, sized by the PDU being
