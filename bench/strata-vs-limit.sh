@@ -5,6 +5,7 @@
 #
 #   bench/strata-vs-limit.sh                 # RUNTIME=10 REPEAT=3
 #   SERVER_CPU=0 CLIENT_CPU=1 RUNTIME=5 REPEAT=1 bench/strata-vs-limit.sh
+#   POLL_US=0 bench/strata-vs-limit.sh       # client sleeps between completions
 #
 # Prints, per workload, the median over REPEAT runs of IOPS, MB/s and
 # p50/p99/p99.9 latency for both servers and the strata/limit ratio, and
@@ -16,6 +17,12 @@ RUNTIME=${RUNTIME:-10}
 REPEAT=${REPEAT:-3}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
+# Busy-poll budget of the measured runs, microseconds (0: sleep between
+# completions). spdk_nvme_perf polls and never sleeps, and the client has
+# its own core here, so strata bench polls too: a sleeping client costs the
+# server a wake-up per batch of completions, which would be charged to the
+# server's core and skew the comparison with SPDK's figures.
+POLL_US=${POLL_US:-100}
 out=bench/results/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 
@@ -71,12 +78,12 @@ run_all() { # run_all LABEL PORT SUBNQN
         for r in $(seq "$REPEAT"); do
             # shellcheck disable=SC2086
             taskset -c "$CLIENT_CPU" "$STRATA" bench --target "tcp://127.0.0.1:$port/$nqn" $args \
-                --runtime "${RUNTIME}s" --json -q >"$out/$label.$name.$r.json"
+                --runtime "${RUNTIME}s" --poll-us "$POLL_US" --json -q >"$out/$label.$name.$r.json"
         done
     done
 }
 
-echo "server on CPU $SERVER_CPU, strata bench on CPU $CLIENT_CPU, ${RUNTIME}s x $REPEAT per workload" >&2
+echo "server on CPU $SERVER_CPU, strata bench on CPU $CLIENT_CPU (--poll-us $POLL_US), ${RUNTIME}s x $REPEAT per workload" >&2
 start_limit
 run_all limit 4491 nqn.test:limit
 kill "$SERVER" 2>/dev/null || true

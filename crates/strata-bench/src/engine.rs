@@ -37,7 +37,15 @@
 //!   the totals but becomes a sample only if it lasted at least half an
 //!   interval (a sliver of an interval has a meaningless rate).
 //! - The client CPU is the whole process's (`getrusage(RUSAGE_SELF)`)
-//!   from the end of the ramp to the end of the run.
+//!   from the end of the ramp to the end of the run. With `poll_us` set,
+//!   each job spins on its socket for up to that long before it sleeps
+//!   (see [`QueueDriver::set_busy_poll`](strata_host::QueueDriver::set_busy_poll)),
+//!   so the client CPU grows towards one core per job: the spin is the
+//!   price of sparing the target a wake-up per batch of completions, as
+//!   SPDK's `spdk_nvme_perf` (which never sleeps) does.
+//! - `disable_sqflow` asks the target, at Connect, to disable SQ flow
+//!   control, which lets it complete successful reads with the C2HData
+//!   SUCCESS flag instead of a separate CapsuleResp.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,7 +62,7 @@ use crate::job::{Check, Job, Phase, PhaseOutcome, Report, Reporter, Shared};
 use crate::pattern::{self, OpKind, Source, XorShift};
 use crate::rate::RateLimiter;
 use crate::result::{CpuUsage, LatencySummary, Sample, WorkloadResult};
-use crate::spec::{Pattern, WorkloadSpec};
+use crate::spec::{MAX_POLL_US, Pattern, WorkloadSpec};
 use crate::verify::{self, Stamp};
 
 /// Largest transfer of one prefill I/O.
@@ -235,8 +243,8 @@ impl RunOptions {
     }
 
     /// Host identity and connection settings; the engine overrides the
-    /// queue count, queue size and digests from the spec. Default:
-    /// [`HostConfig::default`].
+    /// queue count, queue size, digests and SQ flow control from the spec
+    /// (the report's spec says what ran). Default: [`HostConfig::default`].
     pub fn host_config(mut self, cfg: HostConfig) -> Self {
         self.host = Some(cfg);
         self
@@ -269,6 +277,9 @@ fn check_spec(spec: &WorkloadSpec) -> Result<(), BenchError> {
     }
     if spec.rate_iops == Some(0) {
         return Err(bad("rate_iops", "must not be 0"));
+    }
+    if spec.poll_us > MAX_POLL_US {
+        return Err(bad("poll_us", format!("{} is above {MAX_POLL_US} (one second)", spec.poll_us)));
     }
     match (spec.runtime, spec.size) {
         (None, None) => return Err(bad("runtime", "a workload needs a runtime, a size or both")),
@@ -351,14 +362,7 @@ fn main_source(spec: &WorkloadSpec, l: &Layout, j: u32) -> Source {
 pub async fn run(spec: &WorkloadSpec, mut opts: RunOptions) -> Result<WorkloadResult, BenchError> {
     check_spec(spec)?;
     let target = spec.target.to_string();
-    let base = opts.host.take().unwrap_or_default();
-    let cfg = HostConfig {
-        io_queues: spec.jobs as u16,
-        // One slot per I/O; at least 2 (SQSIZE is 0-based and 0 is invalid).
-        io_queue_size: (spec.iodepth as u16).max(2),
-        digests: if spec.digests { Digests { header: true, data: true } } else { Digests::default() },
-        ..base
-    };
+    let cfg = host_config(spec, opts.host.take().unwrap_or_default());
     let (ctrl, drivers) = Controller::connect_with_drivers::<u16>(spec.target.addr, &spec.target.nqn, &cfg)
         .await
         .map_err(|source| BenchError::Connect { target: target.clone(), source })?;
@@ -367,6 +371,19 @@ pub async fn run(spec: &WorkloadSpec, mut opts: RunOptions) -> Result<WorkloadRe
         tracing::debug!("disconnecting from {target}: {e}");
     }
     result
+}
+
+/// The caller's host settings with what the spec decides put in.
+/// `spec` must have passed `check_spec` (jobs and iodepth fit a u16).
+fn host_config(spec: &WorkloadSpec, base: HostConfig) -> HostConfig {
+    HostConfig {
+        io_queues: spec.jobs as u16,
+        // One slot per I/O; at least 2 (SQSIZE is 0-based and 0 is invalid).
+        io_queue_size: (spec.iodepth as u16).max(2),
+        digests: if spec.digests { Digests { header: true, data: true } } else { Digests::default() },
+        disable_sq_flow_control: spec.disable_sqflow,
+        ..base
+    }
 }
 
 async fn run_connected(
@@ -396,7 +413,10 @@ async fn run_connected(
     let mut jobs: Vec<Job> = drivers
         .into_iter()
         .enumerate()
-        .map(|(i, d)| {
+        .map(|(i, mut d)| {
+            if spec.poll_us > 0 {
+                d.set_busy_poll(Duration::from_micros(spec.poll_us));
+            }
             let seed = spec.seed.wrapping_add(i as u64);
             Job::new(i, d, nsid, block_bytes, spec.bs.max(PREFILL_CHUNK_BYTES as u32) as usize, stamp, seed)
         })
@@ -790,6 +810,19 @@ mod tests {
     }
 
     #[test]
+    fn the_spec_decides_queues_digests_and_sq_flow_control() {
+        let base = HostConfig { disable_sq_flow_control: true, hostnqn: "nqn.test:host".into(), ..Default::default() };
+        let spec = WorkloadSpec { jobs: 3, iodepth: 1, digests: true, ..WorkloadSpec::default() };
+        let cfg = host_config(&spec, base.clone());
+        assert_eq!((cfg.io_queues, cfg.io_queue_size), (3, 2));
+        assert!(cfg.digests.header && cfg.digests.data);
+        assert!(!cfg.disable_sq_flow_control, "the spec says what ran, not the caller's base");
+        assert_eq!(cfg.hostnqn, "nqn.test:host");
+        let cfg = host_config(&WorkloadSpec { disable_sqflow: true, ..spec }, HostConfig::default());
+        assert!(cfg.disable_sq_flow_control);
+    }
+
+    #[test]
     fn specs_that_cannot_run_are_refused_naming_the_field() {
         let ok = WorkloadSpec::default();
         assert!(check_spec(&ok).is_ok());
@@ -800,6 +833,7 @@ mod tests {
             (WorkloadSpec { runtime: None, size: None, ..ok.clone() }, "runtime"),
             (WorkloadSpec { size: Some(4097), ..ok.clone() }, "size"),
             (WorkloadSpec { rate_iops: Some(0), ..ok.clone() }, "rate_iops"),
+            (WorkloadSpec { poll_us: MAX_POLL_US + 1, ..ok.clone() }, "poll_us"),
         ];
         for (spec, field) in cases {
             match check_spec(&spec) {
@@ -807,6 +841,7 @@ mod tests {
                 other => panic!("{field}: {other:?}"),
             }
         }
+        assert!(check_spec(&WorkloadSpec { poll_us: MAX_POLL_US, disable_sqflow: true, ..ok.clone() }).is_ok());
         let bs = |bs| WorkloadSpec { bs, ..ok.clone() };
         assert!(matches!(layout(&bs(1000), 512, 1 << 20, 1 << 20), Err(BenchError::BadSpec { field: "bs", .. })));
         assert!(matches!(layout(&bs(1 << 21), 512, 1 << 30, 1 << 20), Err(BenchError::BadSpec { field: "bs", .. })));

@@ -245,14 +245,16 @@ fn workload_section(out: &mut String, w: &WorkloadReport) {
     let s = &r.spec;
     let _ = write!(
         out,
-        "<p>{} &middot; bs {} &middot; iodepth {} &middot; jobs {} &middot; target {}{}{}</p>",
+        "<p>{} &middot; bs {} &middot; iodepth {} &middot; jobs {} &middot; target {}{}{}{}{}</p>",
         crate::report::pattern_name(s.rw),
         crate::units::format_size(u64::from(s.bs)),
         s.iodepth,
         s.jobs,
         escape(&s.target.to_string()),
         if s.verify { " &middot; verify" } else { "" },
-        if s.digests { " &middot; digests" } else { "" }
+        if s.digests { " &middot; digests" } else { "" },
+        if s.poll_us > 0 { format!(" &middot; busy poll {} us", s.poll_us) } else { String::new() },
+        if s.disable_sqflow { " &middot; SQ flow control disabled" } else { "" }
     );
     if let Some(why) = &r.aborted {
         let _ = write!(out, "<p class=\"fail\">aborted: {}</p>", escape(why));
@@ -384,6 +386,20 @@ mod tests {
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(page.contains("p99_us &lt;= 200"));
         assert!(page.contains("# &amp; more"));
+    }
+
+    #[test]
+    fn the_workload_line_names_busy_polling_and_disabled_sq_flow_control() {
+        let mut r = sample_report();
+        let page = render(&r);
+        assert!(!page.contains("busy poll") && !page.contains("SQ flow control"), "off: not mentioned");
+        if let Some(res) = r.workloads[0].result.as_mut() {
+            res.spec.poll_us = 100;
+            res.spec.disable_sqflow = true;
+        }
+        let page = render(&r);
+        assert!(page.contains(" &middot; busy poll 100 us"), "{page}");
+        assert!(page.contains(" &middot; SQ flow control disabled"), "{page}");
     }
 
     #[test]

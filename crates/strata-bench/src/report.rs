@@ -246,14 +246,17 @@ pub fn render_text(report: &Report) -> String {
             if s.rw == crate::spec::Pattern::RandRw { format!(" rwmixread={}", s.read_pct) } else { String::new() };
         let _ = writeln!(
             out,
-            "{}: {}{mix} bs={} iodepth={} jobs={} target={}{}",
+            "{}: {}{mix} bs={} iodepth={} jobs={} target={}{}{}{}{}",
             w.name,
             pattern_name(s.rw),
             format_size(u64::from(s.bs)),
             s.iodepth,
             s.jobs,
             s.target,
-            if s.verify { " verify" } else { "" }
+            if s.verify { " verify" } else { "" },
+            if s.digests { " digests" } else { "" },
+            if s.poll_us > 0 { format!(" poll-us={}", s.poll_us) } else { String::new() },
+            if s.disable_sqflow { " disable-sqflow" } else { "" }
         );
         let _ = writeln!(
             out,

@@ -23,7 +23,9 @@
 //! Workload keys (also valid in `[defaults]`, except `name` and `gates`)
 //! are the command-line options' names: `target`, `nsid`, `rw`,
 //! `rwmixread`, `bs`, `iodepth`, `jobs`, `runtime`, `size`, `ramp`, `rate`,
-//! `verify`, `digests`, `span`, `seed`. A value missing from both the
+//! `verify`, `digests`, `span`, `seed`, `poll_us`, `disable_sqflow` (the
+//! last two are `--poll-us` and `--disable-sqflow`; a TOML key cannot
+//! hold a dash comfortably). A value missing from both the
 //! workload and `[defaults]` takes [`WorkloadSpec::default`]'s. Sizes are
 //! integers (bytes) or strings with a binary suffix (`"4k"`), durations
 //! are strings with a unit (`"10s"`): see [`crate::units`].
@@ -44,7 +46,7 @@ use serde::Deserialize;
 use crate::gate::{BaselineError, BaselineLookup, Gate, ResolvedGate, Scope, StopLoss, StopLossMonitor};
 use crate::report::{Report, WorkloadReport};
 use crate::result::WorkloadResult;
-use crate::spec::{Pattern, TargetSpec, WorkloadSpec};
+use crate::spec::{MAX_POLL_US, Pattern, TargetSpec, WorkloadSpec};
 use crate::units::{parse_duration, parse_size};
 
 /// Why a job file was refused.
@@ -156,6 +158,8 @@ struct RawWorkload {
     digests: Option<bool>,
     span: Option<Size>,
     seed: Option<u64>,
+    poll_us: Option<u64>,
+    disable_sqflow: Option<bool>,
     gates: Option<Vec<Gate>>,
 }
 
@@ -284,6 +288,8 @@ impl Suite {
                 span: w.span.or(d.span).map(|x| x.0),
                 digests: w.digests.or(d.digests).unwrap_or(base.digests),
                 seed: w.seed.or(d.seed).unwrap_or(base.seed),
+                poll_us: w.poll_us.or(d.poll_us).unwrap_or(base.poll_us),
+                disable_sqflow: w.disable_sqflow.or(d.disable_sqflow).unwrap_or(base.disable_sqflow),
             };
             let spec = WorkloadSpec {
                 runtime: if spec.runtime.is_none() && spec.size.is_none() { base.runtime } else { spec.runtime },
@@ -379,6 +385,9 @@ pub fn check_spec(s: &WorkloadSpec) -> Result<(), String> {
     {
         return Err(format!("span = {span} is smaller than bs = {}", s.bs));
     }
+    if s.poll_us > MAX_POLL_US {
+        return Err(format!("poll_us = {} must be 0..={MAX_POLL_US} microseconds (0: no busy polling)", s.poll_us));
+    }
     Ok(())
 }
 
@@ -467,6 +476,30 @@ span = 1073741824
         assert_eq!((b.spec.rw, b.spec.bs, b.spec.iodepth), (Pattern::Write, 128 << 10, 8));
         assert_eq!((b.spec.size, b.spec.span, b.spec.verify), (Some(1 << 30), Some(1 << 30), true));
         assert_eq!(b.gates.len(), 1);
+    }
+
+    #[test]
+    fn poll_us_and_disable_sqflow_come_from_defaults_and_workloads_override_them() {
+        let text = GOOD
+            .replace("iodepth = 16\n", "iodepth = 16\npoll_us = 100\ndisable_sqflow = true\n")
+            .replace("span = 1073741824\n", "span = 1073741824\npoll_us = 0\ndisable_sqflow = false\n");
+        let s = parse(&text).unwrap();
+        let [a, b] = &s.workloads[..] else { panic!("two workloads") };
+        assert_eq!((a.spec.poll_us, a.spec.disable_sqflow), (100, true), "from [defaults]");
+        assert_eq!((b.spec.poll_us, b.spec.disable_sqflow), (0, false), "the workload's own values win");
+
+        let text = GOOD.replace("jobs = 4\n", "jobs = 4\npoll_us = 250\ndisable_sqflow = true\n");
+        let s = parse(&text).unwrap();
+        let [a, b] = &s.workloads[..] else { panic!("two workloads") };
+        assert_eq!((a.spec.poll_us, a.spec.disable_sqflow), (250, true));
+        assert_eq!((b.spec.poll_us, b.spec.disable_sqflow), (0, false), "unset anywhere: off");
+
+        let e = parse_err(&GOOD.replace("jobs = 4\n", "jobs = 4\npoll_us = 1000001\n"));
+        assert!(e.contains("randread-4k") && e.contains("poll_us = 1000001"), "{e}");
+        let e = parse_err(&GOOD.replace("jobs = 4\n", "jobs = 4\npoll_us = \"100us\"\n"));
+        assert!(e.contains("poll_us") && e.contains("line"), "{e}");
+        let e = parse_err(&GOOD.replace("jobs = 4\n", "jobs = 4\ndisable_sqflow = 1\n"));
+        assert!(e.contains("disable_sqflow") && e.contains("line"), "{e}");
     }
 
     #[test]

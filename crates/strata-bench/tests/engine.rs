@@ -1,6 +1,7 @@
 //! The load engine against an in-process strata-target serving a RAM
 //! namespace: verify round trips, corruption detection, end conditions,
-//! the rate limit, stop-loss and cancellation. No assertion depends on
+//! the rate limit, stop-loss, cancellation, and the busy-polling initiator
+//! with SQ flow control disabled. No assertion depends on
 //! timing; the rate test bounds the work done, not the time taken.
 //!
 //! `transport_limit` (ignored) measures the engine against a target named
@@ -193,6 +194,53 @@ async fn randrw_with_digests_records_read_and_write_latencies() {
     assert!(r.read_latency.max_us > 0.0 && r.write_latency.max_us > 0.0, "{r:?}");
     assert!(r.read_latency.p50_us > 0.0 && r.write_latency.p50_us > 0.0);
     assert_eq!(r.ios, 4000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_polling_without_sq_flow_control_verifies_writes_and_reads() {
+    let fx = start().await;
+    // Polling jobs and the in-process target share the runtime's two
+    // threads: the spin must yield, or the target never answers.
+    let poll = |s: WorkloadSpec| WorkloadSpec { poll_us: 200, disable_sqflow: true, verify: true, ..s };
+    let w = poll(WorkloadSpec { size: Some(1500 * u64::from(BS)), ..spec(fx.addr, Pattern::RandWrite) });
+    let r = run(&w, quick()).await.expect("write run");
+    assert_eq!((r.errors, r.verify_failures, r.aborted.as_deref()), (0, 0, None));
+    assert_eq!(r.ios, 1500);
+    assert_eq!((r.spec.poll_us, r.spec.disable_sqflow), (200, true), "the result records how it ran");
+
+    // Reads are what the SUCCESS flag completes: random 4 KiB reads of the
+    // pattern just written, and 64 KiB sequential reads, all checked byte
+    // by byte.
+    let rd = poll(WorkloadSpec { size: Some(3000 * u64::from(BS)), ..spec(fx.addr, Pattern::RandRead) });
+    let r = run(&rd, quick()).await.expect("random read run");
+    assert_eq!((r.errors, r.verify_failures, r.aborted.as_deref()), (0, 0, None));
+    assert_eq!(r.ios, 3000);
+    assert!(r.read_latency.max_us > 0.0 && r.histogram.count() == r.ios);
+    let seq = poll(WorkloadSpec { bs: 65536, size: Some(8 << 20), ..spec(fx.addr, Pattern::Read) });
+    let r = run(&seq, quick()).await.expect("sequential read run");
+    assert_eq!((r.errors, r.verify_failures, r.aborted.as_deref()), (0, 0, None));
+    assert_eq!(r.bytes, 8 << 20);
+
+    // A mix under a runtime rather than a size: the spin must not keep a
+    // job from seeing its deadline.
+    let mix = poll(WorkloadSpec {
+        read_pct: 70,
+        runtime: Some(Duration::from_millis(300)),
+        ..spec(fx.addr, Pattern::RandRw)
+    });
+    let r = run(&mix, quick()).await.expect("mixed run");
+    assert_eq!((r.errors, r.verify_failures, r.aborted.as_deref()), (0, 0, None));
+    assert!(r.ios > 0 && r.read_latency.max_us > 0.0 && r.write_latency.max_us > 0.0, "{r:?}");
+    assert!(r.duration_s < 30.0, "{}", r.duration_s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_poll_budget_above_one_second_is_refused_naming_the_field() {
+    // Nothing listens on port 9: the spec is refused before connecting.
+    let s = WorkloadSpec { poll_us: 1_000_001, ..spec("127.0.0.1:9".parse().expect("addr"), Pattern::RandRead) };
+    let e = run(&s, quick()).await.unwrap_err();
+    assert!(matches!(e, BenchError::BadSpec { field: "poll_us", .. }), "{e}");
+    assert!(e.to_string().contains("poll_us"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,9 @@
 //! against an in-process strata target serving a RAM namespace: a
 //! verified run's signed report verifies and fails after an edit, a gate
 //! that cannot be met fails its workload, and stop-loss aborts a run
-//! through the engine's hook long before its runtime is up.
+//! through the engine's hook long before its runtime is up. Reports
+//! written before the busy-poll and SQ flow control options existed still
+//! verify and load.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -132,4 +134,29 @@ gates = ["iops >= 1e12"]
     assert!(r.duration_s < 30.0 && started.elapsed() < Duration::from_secs(30), "aborted long before 60 s");
     assert!(r.timeseries.len() >= 4, "the breach lasted 200 ms of 50 ms intervals: {}", r.timeseries.len());
     assert!(!w.passed && !w.gates[0].passed);
+}
+
+/// A signed report whose body `strata bench` wrote (commit f66159b)
+/// before `poll_us` and `disable_sqflow` existed, signed with the key of
+/// seed `[0x5e; 32]`.
+const OLD_SIGNED_REPORT: &[u8] = include_bytes!("data/signed-report-before-poll-us.json");
+
+#[test]
+fn a_signed_report_from_before_poll_us_and_disable_sqflow_still_verifies_and_loads() {
+    assert!(!text_contains(OLD_SIGNED_REPORT, "poll_us") && !text_contains(OLD_SIGNED_REPORT, "disable_sqflow"));
+    let key = SecretKey::from_seed([0x5e; 32]);
+    let opened = sign::verify(OLD_SIGNED_REPORT, Some(&key.public())).expect("the old signed report verifies");
+    let report = Report::from_json(opened.body).expect("the old body loads");
+    let r = report.result("default").expect("its workload ran");
+    assert_eq!((r.ios, r.errors, r.verify_failures), (75_839, 0, 0));
+    assert_eq!((r.spec.poll_us, r.spec.disable_sqflow), (0, false), "old runs neither polled nor disabled sqflow");
+    assert_eq!(r.spec.iodepth, 1);
+    // Written again, the spec carries the new fields.
+    let again = String::from_utf8(report.to_json()).expect("utf-8");
+    assert!(again.contains("\"poll_us\": 0") && again.contains("\"disable_sqflow\": false"), "{again}");
+    assert!(html::render(&report).contains("<svg"));
+}
+
+fn text_contains(bytes: &[u8], needle: &str) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
 }

@@ -147,6 +147,16 @@ struct RunArgs {
     /// Seed for random offsets.
     #[arg(long)]
     seed: Option<u64>,
+    /// Busy-poll: each job spins on its socket up to this many
+    /// microseconds for completions before sleeping (0: never). Spares the
+    /// target a wake-up per batch of completions, as SPDK's
+    /// spdk_nvme_perf does, at the cost of up to one client core per job.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    poll_us: u64,
+    /// Ask the target to disable SQ flow control, so it can complete reads
+    /// with the C2HData SUCCESS flag instead of a CapsuleResp.
+    #[arg(long)]
+    disable_sqflow: bool,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -345,7 +355,8 @@ fn finish(mut report: Report, out: &OutputArgs, key: Option<&SecretKey>) -> Outc
     Ok(report.passed)
 }
 
-fn run_one(args: RunArgs) -> Outcome {
+/// The workload a single run's options describe, checked.
+fn spec_of(args: &RunArgs) -> Result<WorkloadSpec, Failure> {
     let target = args.target.clone().ok_or_else(|| usage("--target is required"))?;
     let spec = WorkloadSpec {
         name: "default".into(),
@@ -363,8 +374,15 @@ fn run_one(args: RunArgs) -> Outcome {
         span: args.span,
         digests: args.digests,
         seed: args.seed.unwrap_or(WorkloadSpec::default().seed),
+        poll_us: args.poll_us,
+        disable_sqflow: args.disable_sqflow,
     };
     check_spec(&spec).map_err(usage)?;
+    Ok(spec)
+}
+
+fn run_one(args: RunArgs) -> Outcome {
+    let spec = spec_of(&args)?;
     let key = load_secret(&args.out)?;
     let mut report = Report::new("run", command_line(), SystemInfo::collect(), rfc3339(SystemTime::now()));
     let rt = runtime()?;
@@ -421,4 +439,45 @@ fn run_suite_cmd(jobfile: &Path, target: Option<TargetSpec>, baseline: Option<Pa
         report.push(e);
     }
     finish(report, &out, key.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn spec(args: &[&str]) -> Result<WorkloadSpec, String> {
+        let argv = ["bench", "--target", "tcp://127.0.0.1:4420/nqn.x"].iter().chain(args);
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        spec_of(&cli.bench.run).map_err(|f| match f {
+            Failure::Failed(m) | Failure::Usage(m) => m,
+        })
+    }
+
+    #[test]
+    fn poll_us_and_disable_sqflow_are_off_unless_given() {
+        let s = spec(&[]).unwrap();
+        assert_eq!((s.poll_us, s.disable_sqflow), (0, false));
+        let s = spec(&["--poll-us", "100", "--disable-sqflow"]).unwrap();
+        assert_eq!((s.poll_us, s.disable_sqflow), (100, true));
+        let s = spec(&["--poll-us", "1000000"]).unwrap();
+        assert_eq!(s.poll_us, 1_000_000);
+    }
+
+    #[test]
+    fn a_bad_poll_us_is_a_usage_error_naming_it() {
+        let e = spec(&["--poll-us", "1000001"]).unwrap_err();
+        assert!(e.contains("poll_us = 1000001"), "{e}");
+        let e = spec(&["--poll-us", "100us"]).unwrap_err();
+        assert!(e.contains("--poll-us"), "{e}");
+        let e = spec(&["--poll-us=-1"]).unwrap_err();
+        assert!(e.contains("--poll-us"), "{e}");
+    }
 }

@@ -3,7 +3,8 @@
 //! rely on: a verified run writes a signed report that `verify` accepts
 //! and that fails after any edit; a suite whose gate cannot be met exits 1;
 //! configuration mistakes exit 2 before any I/O; a single run's report
-//! serves as a suite's baseline.
+//! serves as a suite's baseline; `--poll-us` and `--disable-sqflow` reach
+//! the run and its report.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -230,4 +231,39 @@ fn configuration_mistakes_exit_2_before_any_io() {
     assert_eq!(code(&bench(&["--target", target, "--sign", "/nonexistent/key", "--report", "r.json"])), 2);
     // A run that cannot connect is a failed run, not a usage error.
     assert_eq!(code(&bench(&["--target", target, "--runtime", "1s", "-q"])), 1);
+}
+
+#[test]
+fn poll_us_and_disable_sqflow_reach_the_run_and_its_report() {
+    let (_rt, _target, addr) = start_target();
+    let target = format!("tcp://{addr}/{NQN}");
+    let o = bench(&[
+        "--target",
+        &target,
+        "--rw",
+        "randrw",
+        "--iodepth",
+        "8",
+        "--size",
+        "2M",
+        "--span",
+        "2M",
+        "--verify",
+        "--poll-us",
+        "100",
+        "--disable-sqflow",
+        "--json",
+        "-q",
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", text(&o.stdout), text(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("report on stdout");
+    let w = &r["workloads"][0]["result"];
+    assert_eq!(w["spec"]["poll_us"], 100);
+    assert_eq!(w["spec"]["disable_sqflow"], true);
+    assert_eq!((w["ios"].as_u64(), w["errors"].as_u64(), w["verify_failures"].as_u64()), (Some(512), Some(0), Some(0)));
+
+    // Out of range: a usage error before any I/O (nothing listens on 9).
+    let o = bench(&["--target", "tcp://127.0.0.1:9/nqn.x", "--poll-us", "1000001"]);
+    assert_eq!(code(&o), 2);
+    assert!(text(&o.stderr).contains("poll_us = 1000001"), "{}", text(&o.stderr));
 }
