@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::IoBuf;
+use crate::{IoBuf, ReadData};
 
 /// A boxed future returned by [`BlockDevice`] methods; boxing keeps the
 /// trait usable as `dyn BlockDevice`.
@@ -105,6 +105,23 @@ pub trait BlockDevice: Send + Sync {
 
     /// Reads `buf.len() / block_size` blocks starting at `lba` into `buf`.
     fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)>;
+
+    /// Reads `blocks` blocks starting at `lba`, lending them instead of
+    /// copying when the device can (RAM); see [`crate::lend`] for what a
+    /// caller holding lent data owes the device. The caller bounds
+    /// `blocks` (the target by MDTS): the data is held in memory.
+    ///
+    /// The default reads into a recycled [`IoBuf`].
+    fn read_data(&self, lba: u64, blocks: u64) -> BlockFuture<'_, Result<ReadData, BlockError>> {
+        Box::pin(async move {
+            let g = self.geometry();
+            check_range(g, lba, blocks)?;
+            let len = usize::try_from(blocks.saturating_mul(u64::from(g.block_size)))
+                .map_err(|_| BlockError::OutOfRange { lba, blocks, num_blocks: g.num_blocks })?;
+            let (buf, r) = self.read(lba, IoBuf::recycled(len)).await;
+            r.map(|()| ReadData::Owned(buf))
+        })
+    }
 
     /// Writes `buf` at `lba`; with `fua` the data is durable on completion.
     fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)>;

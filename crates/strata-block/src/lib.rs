@@ -33,10 +33,12 @@
 
 mod buf;
 mod device;
+pub mod lend;
 mod mem;
 pub mod size;
 
 pub use buf::{IO_ALIGN, IoBuf};
 pub use device::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, blocks_in, check_range};
+pub use lend::{Lender, Lent, ReadData};
 pub use mem::MemDevice;
 pub use size::{SizeError, format_size, parse_size};
