@@ -18,7 +18,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, blocks_in, check_range};
+use strata_block::{
+    BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, ReadData, blocks_in, check_range,
+};
 
 use crate::StoreError;
 use crate::format::Owner;
@@ -195,15 +197,19 @@ impl Volume {
         self.num_blocks.store(0, Ordering::Release);
     }
 
-    async fn do_read(&self, lba: u64, mut buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
+    async fn do_read(&self, lba: u64, buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
         let map = self.map.read().await;
         let g = self.geometry_now();
-        let blocks = match blocks_in(g, buf.len()).and_then(|b| check_range(g, lba, b).map(|_| b)) {
-            Ok(b) => b,
-            Err(e) => return (buf, Err(e)),
-        };
+        match blocks_in(g, buf.len()).and_then(|b| check_range(g, lba, b)) {
+            Ok(()) => self.read_locked(&map, lba, buf).await,
+            Err(e) => (buf, Err(e)),
+        }
+    }
+
+    /// Reads a checked range into `buf` under the map guard.
+    async fn read_locked(&self, map: &[AtomicU64], lba: u64, mut buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
         let start = lba * u64::from(self.block_size);
-        let len = (blocks * u64::from(self.block_size)) as usize;
+        let len = buf.len();
         let single = self.extent_size() - start % self.extent_size() >= len as u64;
         for pc in self.pieces(start, len) {
             let Some((d, p)) = decode_entry(map[pc.lext].load(Ordering::Acquire)) else {
@@ -221,6 +227,35 @@ impl Volume {
             buf[pc.buf_off..pc.buf_off + pc.len].copy_from_slice(&tmp);
         }
         (buf, Ok(()))
+    }
+
+    /// Reads `blocks` blocks at `lba`, lent by the drive when it can (a
+    /// RAM drive, a range inside one mapped extent, no writer there).
+    ///
+    /// The lease outlives the map guard on purpose: the drive itself keeps
+    /// lent bytes unchanged, and an extent freed meanwhile cannot be
+    /// zeroed or written for its next owner until the lease ends.
+    async fn do_read_data(&self, lba: u64, blocks: u64) -> Result<ReadData, BlockError> {
+        let map = self.map.read().await;
+        let g = self.geometry_now();
+        check_range(g, lba, blocks)?;
+        let len = usize::try_from(blocks * u64::from(self.block_size)).map_err(|_| BlockError::OutOfRange {
+            lba,
+            blocks,
+            num_blocks: g.num_blocks,
+        })?;
+        let start = lba * u64::from(self.block_size);
+        if self.extent_size() - start % self.extent_size() >= len as u64
+            && let Some(pc) = self.pieces(start, len).next()
+            && let Some((d, p)) = decode_entry(map[pc.lext].load(Ordering::Acquire))
+        {
+            let drive = &self.shared.drives[d];
+            if let Some(lent) = drive.backend.lend(drive.offset(p, pc.off), len) {
+                return Ok(ReadData::Lent(lent));
+            }
+        }
+        let (buf, r) = self.read_locked(&map, lba, IoBuf::recycled(len)).await;
+        r.map(|()| ReadData::Owned(buf))
     }
 
     async fn do_write(&self, lba: u64, buf: IoBuf, fua: bool) -> (IoBuf, Result<(), BlockError>) {
@@ -428,6 +463,10 @@ impl BlockDevice for Volume {
 
     fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
         Box::pin(self.do_read(lba, buf))
+    }
+
+    fn read_data(&self, lba: u64, blocks: u64) -> BlockFuture<'_, Result<ReadData, BlockError>> {
+        Box::pin(self.do_read_data(lba, blocks))
     }
 
     fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {

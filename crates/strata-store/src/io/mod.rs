@@ -173,7 +173,7 @@ impl Backend {
     pub(crate) fn read_sync(&self, off: u64, buf: &mut IoBuf) -> io::Result<()> {
         match self {
             Backend::Mem(m) => {
-                m.read(off, buf);
+                m.read_sync(off, buf);
                 Ok(())
             }
             Backend::Engine(e) => e.file.read_exact_at(buf, off),
@@ -186,7 +186,7 @@ impl Backend {
     pub(crate) fn write_sync(&self, off: u64, buf: &IoBuf) -> io::Result<()> {
         match self {
             Backend::Mem(m) => {
-                m.write(off, buf);
+                m.write_sync(off, buf);
                 Ok(())
             }
             Backend::Engine(e) => e.file.write_all_at(buf, off),
@@ -209,7 +209,7 @@ impl Backend {
     pub(crate) async fn read(&self, off: u64, mut buf: IoBuf) -> (IoBuf, io::Result<()>) {
         match self {
             Backend::Mem(m) => {
-                m.read(off, &mut buf);
+                m.read(off, &mut buf).await;
                 (buf, Ok(()))
             }
             Backend::Engine(e) => {
@@ -226,11 +226,20 @@ impl Backend {
         }
     }
 
+    /// Lends `len` bytes at `off` instead of reading them, when the
+    /// backend is RAM and nothing is writing there; `None`: read instead.
+    pub(crate) fn lend(&self, off: u64, len: usize) -> Option<strata_block::Lent> {
+        match self {
+            Backend::Mem(m) => m.lend(off, len),
+            _ => None,
+        }
+    }
+
     /// Writes `buf` at `off`.
     pub(crate) async fn write(&self, off: u64, buf: IoBuf) -> (IoBuf, io::Result<()>) {
         match self {
             Backend::Mem(m) => {
-                m.write(off, &buf);
+                m.write(off, &buf).await;
                 (buf, Ok(()))
             }
             Backend::Engine(e) => {
@@ -251,7 +260,7 @@ impl Backend {
     pub(crate) async fn zero(&self, off: u64, len: u64) -> io::Result<()> {
         match self {
             Backend::Mem(m) => {
-                m.zero(off, len);
+                m.zero(off, len).await;
                 Ok(())
             }
             Backend::Engine(e) => {
