@@ -217,14 +217,38 @@ impl Conn<'_> {
     }
 
     /// Writes all pending output with vectored writes: read data goes
-    /// from the drive's buffer to the socket without another copy.
+    /// from the drive's buffer (or the RAM drive's own memory, lent) to the
+    /// socket without another copy. Lent data never waits for the socket:
+    /// when the socket is full, what is left of it is copied first (see
+    /// [`Transport::materialize`]), so a host that stops reading cannot
+    /// hold up writers to the blocks it read.
     async fn flush(&mut self) -> Result<(), End> {
-        if !self.transport.has_output() {
-            return Ok(());
+        /// At most this many slices per system call (IOV_MAX is 1024).
+        const IOV_BATCH: usize = 512;
+        while self.transport.has_output() {
+            let slices = self.transport.output_slices();
+            let n = slices.len().min(IOV_BATCH);
+            match self.stream.try_write_vectored(&slices[..n]) {
+                Ok(0) => {
+                    self.transport.clear_output();
+                    return Err(End::Io(std::io::ErrorKind::WriteZero.into()));
+                }
+                Ok(k) => self.transport.consume(k),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.transport.materialize();
+                    if let Err(e) = self.stream.writable().await {
+                        self.transport.clear_output();
+                        return Err(End::Io(e));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.transport.clear_output();
+                    return Err(End::Io(e));
+                }
+            }
         }
-        let res = write_all_vectored(&mut self.stream, &mut self.transport.output_slices()).await;
-        self.transport.clear_output();
-        res.map_err(End::Io)
+        Ok(())
     }
 
     async fn run(&mut self, cleanup: &mut Option<(Arc<Controller>, u16)>) -> End {
@@ -419,26 +443,10 @@ impl Conn<'_> {
         }
     }
 
-    fn complete(&mut self, cqe: Cqe, data: Option<strata_block::IoBuf>) {
+    fn complete(&mut self, cqe: Cqe, data: Option<strata_block::ReadData>) {
         match data {
             Some(buf) => self.transport.complete_with_buf(cqe, buf),
             None => self.transport.complete(cqe),
         }
     }
-}
-
-/// Writes every slice, however the socket splits the writes. At most
-/// `IOV_BATCH` slices go into one system call (IOV_MAX is 1024 on Linux).
-async fn write_all_vectored(stream: &mut TcpStream, slices: &mut [std::io::IoSlice<'_>]) -> std::io::Result<()> {
-    const IOV_BATCH: usize = 512;
-    let mut rest = slices;
-    while !rest.is_empty() {
-        let n = rest.len().min(IOV_BATCH);
-        let written = stream.write_vectored(&rest[..n]).await?;
-        if written == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        std::io::IoSlice::advance_slices(&mut rest, written);
-    }
-    Ok(())
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use strata_block::{BlockError, IoBuf};
+use strata_block::{BlockError, IoBuf, ReadData};
 use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZeroes, io};
 use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
@@ -20,8 +20,9 @@ use crate::controller::Controller;
 use crate::subsystem::{Namespace, Subsystem};
 use crate::transport::Command;
 
-/// The result of an I/O command: its completion and, for reads, the data.
-pub type IoReply = (Cqe, Option<IoBuf>);
+/// The result of an I/O command: its completion and, for reads, the data
+/// (possibly lent by the device: send it or copy it promptly).
+pub type IoReply = (Cqe, Option<ReadData>);
 
 fn status_of(e: &BlockError, writing: bool) -> Status {
     match e {
@@ -52,7 +53,7 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
     (Cqe::new(cid, status), data)
 }
 
-type Outcome = Result<Option<IoBuf>, (Status, u64)>;
+type Outcome = Result<Option<ReadData>, (Status, u64)>;
 
 async fn dispatch(ctrl: &Controller, sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize) -> Outcome {
     let nsid = sqe.nsid();
@@ -89,11 +90,14 @@ fn transfer_len(ns: &Namespace, slba: u64, nlb: u32, sgl_len: usize) -> Result<u
 async fn read(ctrl: &Controller, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let len = transfer_len(ns, rw.slba, rw.nlb, read_len)?;
-    let (buf, res) = ns.device.read(rw.slba, IoBuf::recycled(len)).await;
-    res.map_err(|e| (status_of(&e, false), rw.slba))?;
+    let data = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
+    if data.len() != len {
+        // The namespace shrank between the check and the read.
+        return Err((Status::LBA_OUT_OF_RANGE.dnr(), rw.slba));
+    }
     ctrl.counters.read_commands.fetch_add(1, Relaxed);
     ctrl.counters.sectors_read.fetch_add(len as u64 / 512, Relaxed);
-    Ok(Some(buf))
+    Ok(Some(data))
 }
 
 async fn write(ctrl: &Controller, ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
@@ -150,10 +154,9 @@ async fn dataset_management(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>)
 async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let Some(expected) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
-    let len = transfer_len(ns, rw.slba, rw.nlb, expected.len())?;
-    let (actual, res) = ns.device.read(rw.slba, IoBuf::recycled(len)).await;
-    res.map_err(|e| (status_of(&e, false), rw.slba))?;
-    if actual.as_slice() != expected.as_slice() {
+    transfer_len(ns, rw.slba, rw.nlb, expected.len())?;
+    let actual = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
+    if actual[..] != expected[..] {
         return Err((Status::COMPARE_FAILURE.dnr(), rw.slba));
     }
     Ok(None)

@@ -27,7 +27,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use bytes::{Buf, BytesMut};
-use strata_block::IoBuf;
+use strata_block::{IoBuf, ReadData};
 use strata_nvme::command::{self, SGL_INCAPSULE_DATA, SGL_TRANSPORT_DATA, Sqe};
 use strata_nvme::completion::Cqe;
 use strata_nvme::digest::digest_bytes;
@@ -149,9 +149,12 @@ pub struct Transport {
     next_ttag: u16,
     /// Output bytes: headers, responses and small data.
     out: Vec<u8>,
-    /// Data buffers sent without copying: each goes out after
-    /// `out[..offset]` and before `out[offset..]`, in order.
-    out_bufs: Vec<(usize, IoBuf)>,
+    /// Read data sent without copying: each goes out after
+    /// `out[..offset]` and before `out[offset..]`, in order. Lent data
+    /// must not wait long: see [`Transport::materialize`].
+    out_bufs: Vec<(usize, ReadData)>,
+    /// Bytes of the output already written (partial writes).
+    sent: usize,
 }
 
 impl Transport {
@@ -175,6 +178,7 @@ impl Transport {
             next_ttag: 0,
             out: Vec::with_capacity(64 * 1024),
             out_bufs: Vec::new(),
+            sent: 0,
         }
     }
 
@@ -198,32 +202,53 @@ impl Transport {
 
     /// Bytes of output waiting to be sent.
     pub fn output_len(&self) -> usize {
-        self.out.len() + self.out_bufs.iter().map(|(_, b)| b.len()).sum::<usize>()
+        self.out.len() + self.out_bufs.iter().map(|(_, b)| b.len()).sum::<usize>() - self.sent
     }
 
-    /// The output as slices for one vectored write, in order. Data buffers
-    /// are not copied. After writing all of them, call
-    /// [`Transport::clear_output`].
+    /// The unsent output as slices for vectored writes, in order. Read
+    /// data is not copied. Report what was written with
+    /// [`Transport::consume`].
     pub fn output_slices(&self) -> Vec<std::io::IoSlice<'_>> {
         let mut v = Vec::with_capacity(2 * self.out_bufs.len() + 1);
+        let mut skip = self.sent;
         let mut start = 0;
         for (off, buf) in &self.out_bufs {
-            if *off > start {
-                v.push(std::io::IoSlice::new(&self.out[start..*off]));
-            }
-            v.push(std::io::IoSlice::new(buf));
+            push_unsent(&mut v, &mut skip, &self.out[start..*off]);
+            push_unsent(&mut v, &mut skip, buf);
             start = *off;
         }
-        if start < self.out.len() {
-            v.push(std::io::IoSlice::new(&self.out[start..]));
-        }
+        push_unsent(&mut v, &mut skip, &self.out[start..]);
         v
     }
 
-    /// Forgets the output once it has been written, keeping the capacity.
+    /// Records that the first `n` bytes of the unsent output went out;
+    /// once everything has, the output is cleared (and every lease ends).
+    pub fn consume(&mut self, n: usize) {
+        self.sent += n;
+        let total = self.out.len() + self.out_bufs.iter().map(|(_, b)| b.len()).sum::<usize>();
+        if self.sent >= total {
+            self.clear_output();
+        }
+    }
+
+    /// Copies every piece of lent read data still in the output into a
+    /// buffer of its own, ending the leases. Call before waiting for the
+    /// socket: the host decides how long that takes, and writers to the
+    /// lent blocks would wait as long.
+    pub fn materialize(&mut self) {
+        for (_, data) in &mut self.out_bufs {
+            if data.is_lent() {
+                let owned = std::mem::replace(data, ReadData::Owned(IoBuf::recycled(0))).into_owned();
+                *data = ReadData::Owned(owned);
+            }
+        }
+    }
+
+    /// Forgets the output (written or abandoned), keeping the capacity.
     pub fn clear_output(&mut self) {
         self.out.clear();
         self.out_bufs.clear();
+        self.sent = 0;
     }
 
     /// Takes the output as one contiguous byte string (copies data
@@ -507,9 +532,9 @@ impl Transport {
         self.c2h_data_trailer(cqe, data);
     }
 
-    /// As [`Transport::complete_with_data`], sending `buf` without copying
-    /// it.
-    pub fn complete_with_buf(&mut self, cqe: Cqe, buf: IoBuf) {
+    /// As [`Transport::complete_with_data`], sending `buf` (owned or lent)
+    /// without copying it.
+    pub fn complete_with_buf(&mut self, cqe: Cqe, buf: ReadData) {
         if buf.is_empty() || !cqe.status.is_success() {
             self.complete(cqe);
             return;
@@ -548,6 +573,17 @@ impl Transport {
         } else {
             self.complete(cqe);
         }
+    }
+}
+
+/// Appends what of `s` is left after skipping `*skip` bytes (already
+/// written), consuming the skip.
+fn push_unsent<'a>(v: &mut Vec<std::io::IoSlice<'a>>, skip: &mut usize, s: &'a [u8]) {
+    if *skip >= s.len() {
+        *skip -= s.len();
+    } else {
+        v.push(std::io::IoSlice::new(&s[*skip..]));
+        *skip = 0;
     }
 }
 
@@ -780,11 +816,70 @@ mod tests {
             }
             let data: Vec<u8> = (0..8192u32).map(|i| i as u8).collect();
             a.complete_with_data(Cqe::new(4, Status::SUCCESS), &data);
-            b.complete_with_buf(Cqe::new(4, Status::SUCCESS), IoBuf::from_slice(&data));
+            b.complete_with_buf(Cqe::new(4, Status::SUCCESS), IoBuf::from_slice(&data).into());
             a.complete(Cqe::new(5, Status::SUCCESS));
             b.complete(Cqe::new(5, Status::SUCCESS));
             assert_eq!(a.take_output(), b.take_output());
             assert!(!b.has_output());
+        }
+    }
+
+    /// Lends slices of a fixed byte string and counts open leases.
+    struct TestLender {
+        data: Vec<u8>,
+        leases: std::sync::atomic::AtomicUsize,
+    }
+
+    // SAFETY: `data` is never modified after construction.
+    unsafe impl strata_block::Lender for TestLender {
+        fn release(&self, _tag: u64) {
+            self.leases.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+
+    fn lend(l: &std::sync::Arc<TestLender>, off: usize, len: usize) -> ReadData {
+        l.leases.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let ptr = std::ptr::NonNull::from(&l.data[off]);
+        // SAFETY: `data` is immutable and lives as long as the Arc.
+        ReadData::Lent(unsafe { strata_block::Lent::new(ptr, len, 0, l.clone()) })
+    }
+
+    #[test]
+    fn partial_writes_and_materialize_keep_the_byte_stream() {
+        use std::sync::atomic::Ordering::Acquire;
+        let lender =
+            std::sync::Arc::new(TestLender { data: (0..20000u32).map(|i| (i * 7) as u8).collect(), leases: 0.into() });
+        let fill = |t: &mut Transport| {
+            t.set_queue_params(31, false);
+            t.complete_with_buf(Cqe::new(1, Status::SUCCESS), lend(&lender, 100, 4096));
+            t.complete_with_buf(Cqe::new(2, Status::SUCCESS), IoBuf::from_slice(&lender.data[..512]).into());
+            t.complete(Cqe::new(3, Status::SUCCESS));
+            t.complete_with_buf(Cqe::new(4, Status::SUCCESS), lend(&lender, 9000, 8192));
+        };
+        let mut whole = ready(Digests { header: true, data: true });
+        fill(&mut whole);
+        let expected = whole.take_output();
+        assert_eq!(lender.leases.load(Acquire), 0, "clearing the output ends the leases");
+        // Write the output in uneven pieces, materializing half way at
+        // every split point: the bytes on the wire must not change.
+        for step in [1usize, 7, 100, 4096, 5000, 20000] {
+            let mut t = ready(Digests { header: true, data: true });
+            fill(&mut t);
+            assert_eq!(t.output_len(), expected.len());
+            let mut wire = Vec::new();
+            let mut rounds = 0;
+            while t.has_output() {
+                let chunk: Vec<u8> = t.output_slices().iter().flat_map(|s| s.iter().copied()).take(step).collect();
+                wire.extend_from_slice(&chunk);
+                t.consume(chunk.len());
+                rounds += 1;
+                if rounds == 3 {
+                    t.materialize();
+                    assert_eq!(lender.leases.load(Acquire), 0, "materialize ends every lease");
+                }
+            }
+            assert_eq!(wire, expected, "step {step}");
+            assert_eq!(lender.leases.load(Acquire), 0);
         }
     }
 

@@ -310,3 +310,153 @@ async fn a_full_drive_fails_writes_with_capacity_exceeded_and_keeps_data() {
     ctrl.write(1, lba, pattern(lba, 2), false).await.expect("freed extent is reusable");
     assert_eq!(&ctrl.read(1, lba, 1).await.unwrap()[..], &pattern(lba, 2)[..]);
 }
+
+/// A block of round `round` of `lba`, decodable from any of its words, so
+/// that a read can tell which write it saw and whether it is torn.
+fn stamped(lba: u64, round: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BS];
+    for (i, chunk) in b.chunks_mut(8).enumerate() {
+        let v = lba.rotate_left(40) ^ round.rotate_left(20) ^ i as u64;
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+
+/// The round a block holds, if it is a whole, untorn `stamped` block of
+/// `lba` (0 for a never-written, all-zero block).
+fn round_of(block: &[u8], lba: u64) -> Option<u64> {
+    if block.iter().all(|&b| b == 0) {
+        return Some(0);
+    }
+    let w0 = u64::from_le_bytes(block[..8].try_into().unwrap());
+    let round = (w0 ^ lba.rotate_left(40)).rotate_right(20);
+    (block == &stamped(lba, round)[..]).then_some(round)
+}
+
+fn mem_server(dir: &Path) -> Server {
+    Server::start(dir, &["--drive", "mem:256M"])
+}
+
+/// On a RAM drive, reads are served from the drive's own memory (lent,
+/// not copied) while writers hit the same blocks: every read must see a
+/// whole block of one write, never older than a write that completed
+/// before the read was issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_lent_from_a_ram_drive_are_never_torn_or_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = mem_server(dir.path());
+    let ctrl = std::sync::Arc::new(connect(server.io).await);
+    const BLOCKS: u64 = 48; // 192 KiB: a few 64 KiB stripes of one chunk
+    let done: std::sync::Arc<Vec<std::sync::atomic::AtomicU64>> =
+        std::sync::Arc::new((0..BLOCKS).map(|_| std::sync::atomic::AtomicU64::new(0)).collect());
+    let until = Instant::now() + Duration::from_secs(3);
+    let writer = {
+        let (ctrl, done) = (ctrl.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut round = 0;
+            while Instant::now() < until {
+                round += 1;
+                // Whole range in one command, then single blocks.
+                let all: Vec<u8> = (0..BLOCKS).flat_map(|l| stamped(l, round)).collect();
+                ctrl.write(1, 0, all, false).await.expect("write");
+                for l in 0..BLOCKS {
+                    done[l as usize].store(round, std::sync::atomic::Ordering::Release);
+                }
+                round += 1;
+                for l in (0..BLOCKS).step_by(5) {
+                    ctrl.write(1, l, stamped(l, round), false).await.expect("write");
+                    done[l as usize].store(round, std::sync::atomic::Ordering::Release);
+                }
+            }
+            round
+        })
+    };
+    let mut readers = Vec::new();
+    for r in 0..3u64 {
+        let (ctrl, done) = (ctrl.clone(), done.clone());
+        readers.push(tokio::spawn(async move {
+            let mut reads = 0u64;
+            let mut i = r;
+            while Instant::now() < until {
+                i = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let lba = (i >> 33) % BLOCKS;
+                let n = if i & 1 == 0 { 1 } else { (BLOCKS - lba).min(16) };
+                let floor: Vec<u64> =
+                    (lba..lba + n).map(|l| done[l as usize].load(std::sync::atomic::Ordering::Acquire)).collect();
+                let data = ctrl.read(1, lba, n as u32).await.expect("read");
+                for (k, block) in data.chunks(BS).enumerate() {
+                    let l = lba + k as u64;
+                    let got = round_of(block, l).unwrap_or_else(|| panic!("block {l} is torn or foreign"));
+                    assert!(got >= floor[k], "block {l}: read round {got} after round {} completed", floor[k]);
+                }
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    let rounds = writer.await.unwrap();
+    let mut reads = 0;
+    for r in readers {
+        reads += r.await.unwrap();
+    }
+    assert!(rounds > 2 && reads > 10, "the test did too little: {rounds} rounds, {reads} reads");
+}
+
+/// A host that stops reading its socket holds reads the target has not
+/// sent yet. Lent data must not wait for it: a write to the same blocks
+/// from another host completes, and the stuck host, once it reads again,
+/// gets whole blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_stops_reading_does_not_block_writers_to_what_it_read() {
+    use strata_nvme::command::{ReadWrite, Sqe, io};
+    let dir = tempfile::tempdir().unwrap();
+    let server = mem_server(dir.path());
+    let writer = connect(server.io).await;
+    const CHUNK_BLOCKS: u32 = 256; // 1 MiB per read
+    const SPAN: u64 = 16 * 256; // 16 MiB
+    for lba in (0..SPAN).step_by(CHUNK_BLOCKS as usize) {
+        let data: Vec<u8> = (lba..lba + u64::from(CHUNK_BLOCKS)).flat_map(|l| stamped(l, 1)).collect();
+        writer.write(1, lba, data, false).await.expect("prefill");
+    }
+    let cfg = HostConfig { io_queues: 1, io_queue_size: 64, ..HostConfig::default() };
+    let (_stuck_ctrl, mut drivers) =
+        Controller::connect_with_drivers::<u64>(server.io, NQN, &cfg).await.expect("connect");
+    let mut d = drivers.remove(0);
+    // 64 MiB of reads: far more than the socket buffers hold.
+    let mut submitted = Vec::new();
+    for k in 0..64u64 {
+        let lba = (k % 16) * u64::from(CHUNK_BLOCKS);
+        let mut sqe = Sqe::new(io::READ, 0);
+        sqe.set_nsid(1);
+        ReadWrite { slba: lba, nlb: CHUNK_BLOCKS, fua: false, limited_retry: false }.encode(&mut sqe);
+        d.submit(lba, sqe, None, CHUNK_BLOCKS as usize * BS).expect("submit");
+        submitted.push(lba);
+    }
+    let mut done = Vec::new();
+    // Send the commands and take the first completion, then stop reading.
+    tokio::time::timeout(Duration::from_secs(10), d.poll(&mut done)).await.expect("first completion").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every block the stuck host asked for gets overwritten from elsewhere.
+    let rewrite = async {
+        for lba in (0..SPAN).step_by(CHUNK_BLOCKS as usize) {
+            let data: Vec<u8> = (lba..lba + u64::from(CHUNK_BLOCKS)).flat_map(|l| stamped(l, 2)).collect();
+            writer.write(1, lba, data, false).await.expect("write");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), rewrite)
+        .await
+        .expect("writes to blocks a stuck host read must not wait for that host");
+    // The stuck host reads again and gets every completion, all whole.
+    while done.len() < submitted.len() {
+        tokio::time::timeout(Duration::from_secs(10), d.poll(&mut done)).await.expect("completions").unwrap();
+    }
+    for (lba, res) in done {
+        let c = res.expect("read");
+        assert!(c.cqe.status.is_success(), "{:?}", c.cqe.status);
+        for (k, block) in c.data.chunks(BS).enumerate() {
+            let l = lba + k as u64;
+            let round = round_of(block, l).unwrap_or_else(|| panic!("block {l} is torn"));
+            assert!(round == 1 || round == 2, "block {l}: round {round}");
+        }
+    }
+}
