@@ -4,7 +4,8 @@
 # Linux kernel's nvme-tcp driver discovers, connects, identifies, writes and
 # verifies with fio, disconnects and reconnects, builds and checks an ext4
 # file system, discards, and survives strata restarts (SIGTERM while
-# connected, and kill -9 after a flush) with its data intact.
+# connected, and kill -9 after a flush) with its data intact; then the same
+# fio verification against a RAM drive, whose reads are lent, not copied.
 set -euo pipefail
 . /vm/lib.sh
 
@@ -122,6 +123,21 @@ check "earlier data intact after kill -9" test "$(md5sum </tmp/pattern)" = "$sum
 
 disconnect_all
 kill -TERM "$STRATA_PID"; wait "$STRATA_PID" || true
+
+log "a RAM drive: reads are sent from strata's memory (lent, not copied); the kernel verifies them"
+"$STRATA" serve --data-dir /tmp/strata-mem --drive mem:512M --default-volume-size 256M \
+    --listen 127.0.0.1:4420 --discovery 127.0.0.1:8009 --http 127.0.0.1:7420 >>/tmp/strata.out 2>>/tmp/strata.log &
+STRATA_PID=$!
+for _ in $(seq 100); do tcp_probe 127.0.0.1 4420 1 && break; sleep 0.2; done
+dev=$(connect 127.0.0.1 4420 "$NQN")
+check "mem drive: fio 4k randwrite 4 jobs QD 32 + crc32c verify" fio_run mem-verify-4k --filename="$dev" \
+    --rw=randwrite --bs=4k --iodepth=32 --numjobs=4 --size=32m --offset_increment=48m --verify=crc32c \
+    --verify_fatal=1 --do_verify=1 --group_reporting
+check "mem drive: fio 128k writes + verify" fio_run mem-verify-128k --filename="$dev" --rw=write --bs=128k \
+    --iodepth=8 --size=48m --offset=200m --verify=crc32c --verify_fatal=1 --do_verify=1
+disconnect_all
+kill -TERM "$STRATA_PID"; wait "$STRATA_PID" || true
+
 log "strata log (warnings and errors):"
 grep -E "WARN|ERROR" /tmp/strata.log | tail -20 >&2 || true
 print_summary
