@@ -70,27 +70,32 @@ WORKLOADS=(
     "read-128k-qd8-j1|--rw read --bs 128k --iodepth 8 --jobs 1"
 )
 
-run_all() { # run_all LABEL PORT SUBNQN
-    local label=$1 port=$2 nqn=$3 w name args r
-    for w in "${WORKLOADS[@]}"; do
-        name=${w%%|*}
-        args=${w#*|}
-        for r in $(seq "$REPEAT"); do
-            # shellcheck disable=SC2086
-            taskset -c "$CLIENT_CPU" "$STRATA" bench --target "tcp://127.0.0.1:$port/$nqn" $args \
-                --runtime "${RUNTIME}s" --poll-us "$POLL_US" --json -q >"$out/$label.$name.$r.json"
-        done
-    done
+run_one() { # run_one LABEL PORT SUBNQN NAME REPEAT ARGS...
+    local label=$1 port=$2 nqn=$3 name=$4 r=$5
+    shift 5
+    taskset -c "$CLIENT_CPU" "$STRATA" bench --target "tcp://127.0.0.1:$port/$nqn" "$@" \
+        --runtime "${RUNTIME}s" --poll-us "$POLL_US" --json -q >"$out/$label.$name.$r.json"
 }
 
 echo "server on CPU $SERVER_CPU, strata bench on CPU $CLIENT_CPU (--poll-us $POLL_US), ${RUNTIME}s x $REPEAT per workload" >&2
+# Both servers stay up (the idle one costs nothing) and their runs
+# alternate, so that a noisy stretch of the shared host hits both sides of
+# a ratio rather than one.
 start_limit
-run_all limit 4491 nqn.test:limit
-kill "$SERVER" 2>/dev/null || true
-wait "$SERVER" 2>/dev/null || true
+LIMIT_PID=$SERVER
 start_strata
-run_all strata 4490 "$NQN"
-kill -TERM "$SERVER"; wait "$SERVER" 2>/dev/null || true
+STRATA_PID=$SERVER
+for w in "${WORKLOADS[@]}"; do
+    name=${w%%|*}
+    read -r -a args <<<"${w#*|}"
+    for r in $(seq "$REPEAT"); do
+        run_one limit 4491 nqn.test:limit "$name" "$r" "${args[@]}"
+        run_one strata 4490 "$NQN" "$name" "$r" "${args[@]}"
+    done
+done
+kill "$LIMIT_PID" 2>/dev/null || true
+kill -TERM "$STRATA_PID"
+wait "$LIMIT_PID" "$STRATA_PID" 2>/dev/null || true
 
 python3 - "$out" "${WORKLOADS[@]}" <<'EOF'
 import json, statistics, sys, glob
