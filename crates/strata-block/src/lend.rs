@@ -102,13 +102,23 @@ impl ReadData {
     pub fn into_owned(self) -> IoBuf {
         match self {
             ReadData::Owned(b) => b,
-            ReadData::Lent(l) => {
-                let mut b = IoBuf::recycled(l.len());
-                b.copy_from_slice(&l);
-                b
-            }
+            ReadData::Lent(l) => copy_of(&l),
         }
     }
+
+    /// In place: lent data is copied into a buffer of its own and the
+    /// lease ends; owned data is left alone.
+    pub fn make_owned(&mut self) {
+        if let ReadData::Lent(l) = self {
+            *self = ReadData::Owned(copy_of(l));
+        }
+    }
+}
+
+fn copy_of(l: &Lent) -> IoBuf {
+    let mut b = IoBuf::recycled(l.len());
+    b.copy_from_slice(l);
+    b
 }
 
 impl std::ops::Deref for ReadData {
@@ -164,6 +174,11 @@ mod tests {
         let owned = b.into_owned();
         assert_eq!(owned.as_slice(), &[20, 21, 22]);
         assert_eq!(c.leases.load(Ordering::Acquire), 1, "into_owned ends the lease");
+        let mut m = ReadData::Lent(lend(&c, 30, 2));
+        m.make_owned();
+        assert!(!m.is_lent());
+        assert_eq!(&m[..], &[30, 31]);
+        assert_eq!(c.leases.load(Ordering::Acquire), 1, "make_owned ends the lease");
         drop(a);
         assert_eq!(c.leases.load(Ordering::Acquire), 0, "drop ends the lease");
         let o = ReadData::from(IoBuf::from_slice(&[1, 2]));

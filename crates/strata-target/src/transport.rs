@@ -237,10 +237,7 @@ impl Transport {
     /// lent blocks would wait as long.
     pub fn materialize(&mut self) {
         for (_, data) in &mut self.out_bufs {
-            if data.is_lent() {
-                let owned = std::mem::replace(data, ReadData::Owned(IoBuf::recycled(0))).into_owned();
-                *data = ReadData::Owned(owned);
-            }
+            data.make_owned();
         }
     }
 
