@@ -153,6 +153,8 @@ pub struct Transport {
     /// `out[..offset]` and before `out[offset..]`, in order. Lent data
     /// must not wait long: see [`Transport::materialize`].
     out_bufs: Vec<(usize, ReadData)>,
+    /// Total length of `out_bufs`' data.
+    out_bufs_len: usize,
     /// Bytes of the output already written (partial writes).
     sent: usize,
 }
@@ -178,6 +180,7 @@ impl Transport {
             next_ttag: 0,
             out: Vec::with_capacity(64 * 1024),
             out_bufs: Vec::new(),
+            out_bufs_len: 0,
             sent: 0,
         }
     }
@@ -202,7 +205,7 @@ impl Transport {
 
     /// Bytes of output waiting to be sent.
     pub fn output_len(&self) -> usize {
-        self.out.len() + self.out_bufs.iter().map(|(_, b)| b.len()).sum::<usize>() - self.sent
+        self.out.len() + self.out_bufs_len - self.sent
     }
 
     /// The unsent output as slices for vectored writes, in order. Read
@@ -225,8 +228,7 @@ impl Transport {
     /// once everything has, the output is cleared (and every lease ends).
     pub fn consume(&mut self, n: usize) {
         self.sent += n;
-        let total = self.out.len() + self.out_bufs.iter().map(|(_, b)| b.len()).sum::<usize>();
-        if self.sent >= total {
+        if self.sent >= self.out.len() + self.out_bufs_len {
             self.clear_output();
         }
     }
@@ -245,6 +247,7 @@ impl Transport {
     pub fn clear_output(&mut self) {
         self.out.clear();
         self.out_bufs.clear();
+        self.out_bufs_len = 0;
         self.sent = 0;
     }
 
@@ -538,6 +541,7 @@ impl Transport {
         }
         self.c2h_data_header(&cqe, buf.len());
         let digest = self.digests.data.then(|| digest_bytes(&buf));
+        self.out_bufs_len += buf.len();
         self.out_bufs.push((self.out.len(), buf));
         if let Some(d) = digest {
             self.out.extend_from_slice(&d);
