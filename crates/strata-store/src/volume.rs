@@ -104,6 +104,12 @@ impl Volume {
         self.shared.extent_size()
     }
 
+    /// True when `len` bytes at byte offset `start` lie in one extent.
+    fn in_one_extent(&self, start: u64, len: usize) -> bool {
+        let e = self.extent_size();
+        e - start % e >= len as u64
+    }
+
     fn geometry_now(&self) -> Geometry {
         Geometry { block_size: self.block_size, num_blocks: self.num_blocks.load(Ordering::Acquire) }
     }
@@ -210,7 +216,7 @@ impl Volume {
     async fn read_locked(&self, map: &[AtomicU64], lba: u64, mut buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
         let start = lba * u64::from(self.block_size);
         let len = buf.len();
-        let single = self.extent_size() - start % self.extent_size() >= len as u64;
+        let single = self.in_one_extent(start, len);
         for pc in self.pieces(start, len) {
             let Some((d, p)) = decode_entry(map[pc.lext].load(Ordering::Acquire)) else {
                 buf[pc.buf_off..pc.buf_off + pc.len].fill(0);
@@ -245,7 +251,7 @@ impl Volume {
             num_blocks: g.num_blocks,
         })?;
         let start = lba * u64::from(self.block_size);
-        if self.extent_size() - start % self.extent_size() >= len as u64
+        if self.in_one_extent(start, len)
             && let Some(pc) = self.pieces(start, len).next()
             && let Some((d, p)) = decode_entry(map[pc.lext].load(Ordering::Acquire))
         {
@@ -279,10 +285,9 @@ impl Volume {
             Ok(b) => b,
             Err(e) => return (buf, Err(e)),
         };
-        let e = self.extent_size();
         let start = lba * u64::from(self.block_size);
         let len = (blocks * u64::from(self.block_size)) as usize;
-        let single = e - start % e >= len as u64;
+        let single = self.in_one_extent(start, len);
         // Reserve every extent the write needs before touching anything,
         // so that a full store fails the write with NoSpace and no change.
         let mut reserved: Vec<(usize, u64)> = Vec::new();
