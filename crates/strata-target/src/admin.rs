@@ -264,7 +264,8 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
             c.cmic = id::CMIC_MULTI_PORT | id::CMIC_MULTI_CONTROLLER;
             c.mdts = cfg.mdts;
             c.oaes = id::OAES_NS_ATTRIBUTE_NOTICES;
-            c.lpa |= id::LPA_COMMANDS_EFFECTS;
+            // SMART / Health per namespace, like nvmet (see `smart_log`).
+            c.lpa |= id::LPA_SMART_PER_NAMESPACE | id::LPA_COMMANDS_EFFECTS;
             c.acl = 3;
             c.frmw = id::FRMW_SLOT1_READ_ONLY | (1 << id::FRMW_NUM_SLOTS_SHIFT);
             c.wctemp = 0x157;
@@ -327,7 +328,10 @@ fn get_log_page(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminRe
             b.resize(ERROR_LOG_ENTRIES * lp::ERROR_LOG_ENTRY_LEN, 0);
             b
         }
-        (LogPageId::SMART, false) => smart_log(ctrl).encode().to_vec(),
+        (LogPageId::SMART, false) => match smart_log(ctrl, sqe.nsid()) {
+            Ok(log) => log.encode().to_vec(),
+            Err(status) => return done(cid, status),
+        },
         (LogPageId::FW_SLOT, false) => {
             let mut b = vec![0u8; 512];
             b[0] = 1; // AFI: slot 1 active.
@@ -347,24 +351,39 @@ fn get_log_page(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminRe
     }
 }
 
-fn smart_log(ctrl: &Controller) -> SmartLog {
-    use std::sync::atomic::Ordering::Relaxed;
-    let c = &ctrl.counters;
+/// The SMART / Health log for namespace `nsid`, or for all namespaces of
+/// the subsystem when `nsid` is FFFFFFFFh (or 0h, which some hosts send for
+/// controller-wide logs).
+///
+/// As in Linux nvmet (`nvmet_execute_get_log_page_smart`), only what the
+/// target really counts is reported: the I/O counts and data units of the
+/// namespaces (see [`crate::controller::NamespaceIoStats`]), the media
+/// errors it returned and the controller's error log entries. There is no
+/// temperature sensor, spare capacity, wear, power cycle or power-on clock
+/// behind a network namespace, so those fields are zero ("not reported")
+/// and no critical warning is raised.
+///
+/// # Errors
+///
+/// Invalid Namespace (DNR) for an NSID that is not active, as nvmet answers.
+fn smart_log(ctrl: &Controller, nsid: u32) -> Result<SmartLog, Status> {
+    let Some(sub) = ctrl.subsystem() else { return Ok(SmartLog::default()) };
+    let namespaces = if nsid == 0 || nsid == u32::MAX {
+        sub.namespaces()
+    } else {
+        vec![sub.namespace(nsid).ok_or(Status::INVALID_NS.dnr())?]
+    };
+    let t = sub.io_stats.totals(namespaces.iter().map(|ns| &**ns));
     let (_, errors) = ctrl.error_log();
-    SmartLog {
-        composite_temperature_kelvin: 0x13a, // 41 C: a plausible, constant value.
-        available_spare: 100,
-        available_spare_threshold: 10,
-        data_units_read: SmartLog::data_units_from_sectors(c.sectors_read.load(Relaxed).into()),
-        data_units_written: SmartLog::data_units_from_sectors(c.sectors_written.load(Relaxed).into()),
-        host_read_commands: c.read_commands.load(Relaxed).into(),
-        host_write_commands: c.write_commands.load(Relaxed).into(),
-        power_cycles: 1,
-        power_on_hours: (ctrl.uptime().as_secs() / 3600).into(),
-        media_errors: c.media_errors.load(Relaxed).into(),
+    Ok(SmartLog {
+        data_units_read: SmartLog::data_units_from_sectors(t.sectors_read),
+        data_units_written: SmartLog::data_units_from_sectors(t.sectors_written),
+        host_read_commands: t.read_commands,
+        host_write_commands: t.write_commands,
+        media_errors: t.media_errors,
         num_error_log_entries: errors.into(),
         ..Default::default()
-    }
+    })
 }
 
 fn commands_effects_log() -> Vec<u8> {
