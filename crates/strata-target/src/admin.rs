@@ -11,7 +11,8 @@
 //! expects of a fabrics controller (and what the kernel's own nvmet
 //! reports): SGL support with offsets, traffic-based keep alive, a
 //! volatile write cache with broadcast flush, namespace attribute notices
-//! and extended Get Log Page data.
+//! and extended Get Log Page data. Like nvmet, nothing is reported that the
+//! target does not know: no temperatures, power states or spare capacity.
 
 use std::sync::Arc;
 
@@ -231,6 +232,11 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
 }
 
 /// The Identify Controller data of `ctrl`.
+///
+/// Power and thermal fields stay zero: there is one power state (NPSS 0)
+/// and nothing to say about it, and no temperature is measured, so PSD0,
+/// WCTEMP and CCTEMP are not reported. SPDK's target leaves PSD0 zero as
+/// well; nvmet fills it with QEMU's made-up 25 W, which we do not copy.
 pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> IdentifyController {
     let cfg = ctx.config;
     let mut c = IdentifyController {
@@ -252,9 +258,6 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
         ofcs: id::OFCS_DISCONNECT,
         ..Default::default()
     };
-    c.psd0.mp = 0x9c4;
-    c.psd0.enlat = 0x10;
-    c.psd0.exlat = 0x4;
     match ctrl.kind() {
         ControllerKind::Io(sub) => {
             c.sn = sub.serial().into();
@@ -268,8 +271,6 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
             c.lpa |= id::LPA_SMART_PER_NAMESPACE | id::LPA_COMMANDS_EFFECTS;
             c.acl = 3;
             c.frmw = id::FRMW_SLOT1_READ_ONLY | (1 << id::FRMW_NUM_SLOTS_SHIFT);
-            c.wctemp = 0x157;
-            c.cctemp = 0x175;
             c.sqes = id::SQES_64;
             c.cqes = id::CQES_16;
             c.nn = MAX_NSID;
@@ -480,7 +481,6 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
         | feature::ERROR_RECOVERY
         | feature::INTERRUPT_COALESCING
         | feature::WRITE_ATOMICITY => 0,
-        feature::TEMPERATURE_THRESHOLD => 0x157,
         feature::HOST_IDENTIFIER => {
             // EXHID (CDW11 bit 0) must be set: we report 128-bit host IDs.
             if f.value & 1 == 0 {
