@@ -19,7 +19,10 @@ use std::sync::Arc;
 use strata_nvme::command::{FeaturesCmd, GetLogPage, IdentifyCmd, Sqe, admin, feature, io};
 use strata_nvme::completion::Cqe;
 use strata_nvme::fabrics::{PropertyCmd, fctype, reg};
-use strata_nvme::identify::{self as id, Cns, IdentifyController, IdentifyNamespace, NsIdDescriptor};
+use strata_nvme::identify::{
+    self as id, Cns, IdentifyController, IdentifyControllerNvm, IdentifyNamespace, IdentifyNamespaceIndependent,
+    NsIdDescriptor,
+};
 use strata_nvme::log_page::{self as lp, LogPageId, SmartLog};
 use strata_nvme::status::Status;
 
@@ -196,8 +199,16 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
             };
         }
     };
-    match Cns(cmd.cns) {
+    let cns = Cns(cmd.cns);
+    // Only the NVM Command Set is implemented; nvmet and the spec refuse
+    // the I/O Command Set specific structures of any other CSI.
+    let csi_specific = matches!(cns, Cns::IO_CS_NAMESPACE | Cns::IO_CS_CONTROLLER | Cns::IO_CS_ACTIVE_NS_LIST);
+    if csi_specific && cmd.csi != id::CSI_NVM {
+        return done(cid, Status::INVALID_FIELD.dnr());
+    }
+    match cns {
         Cns::CONTROLLER => done_data(cid, identify_controller(ctx, ctrl).encode().to_vec()),
+        Cns::IO_CS_CONTROLLER => done_data(cid, identify_controller_nvm().encode().to_vec()),
         Cns::NAMESPACE => {
             if nsid == 0 || (nsid > MAX_NSID && nsid != u32::MAX) {
                 return done(cid, Status::INVALID_NS.dnr());
@@ -209,7 +220,9 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
             };
             done_data(cid, data)
         }
-        Cns::ACTIVE_NS_LIST => {
+        // Every namespace is an NVM Command Set namespace, so the list for
+        // CSI 00h is the whole list.
+        Cns::ACTIVE_NS_LIST | Cns::IO_CS_ACTIVE_NS_LIST => {
             if nsid >= 0xFFFF_FFFE {
                 return done(cid, Status::INVALID_NS.dnr());
             }
@@ -227,8 +240,45 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
                 Err(_) => done(cid, Status::INTERNAL),
             }
         }
+        // An inactive NSID is Invalid Namespace here, as in nvmet
+        // (`nvmet_req_find_ns`), not a zero-filled structure.
+        Cns::IO_CS_NAMESPACE => match sub.namespace(nsid) {
+            // No protection information, storage tags or extended formats:
+            // every field of the NVM Command Set Identify Namespace is 0.
+            Some(_) => done_data(cid, vec![0; id::IDENTIFY_DATA_LEN]),
+            None => done(cid, Status::INVALID_NS.dnr()),
+        },
+        Cns::CS_INDEPENDENT_NAMESPACE => match sub.namespace(nsid) {
+            Some(_) => done_data(cid, identify_namespace_independent().encode().to_vec()),
+            None => done(cid, Status::INVALID_NS.dnr()),
+        },
         _ => done(cid, Status::INVALID_FIELD.dnr()),
     }
+}
+
+/// The NVM Command Set specific Identify Controller (CNS 06h, CSI 00h):
+/// recommended size limits, 0 where the target has none.
+///
+/// A Write Zeroes moves no data, so MDTS does not bound it, and the store
+/// zeroes by extent; only its 16-bit NLB does: 65536 blocks, which is at
+/// least 32 MiB (512-byte blocks), 2^13 units of CAP.MPSMIN (4 KiB). Saying
+/// so lets hosts zero in 32 MiB commands instead of MDTS-sized ones (Linux
+/// caps Write Zeroes at MDTS when WZSL is 0). Any Dataset Management the
+/// command format can carry (256 ranges of up to 2^32 - 1 blocks) is
+/// accepted, so DMRL, DMRSL and DMSL report no limit; Verify and Write
+/// Uncorrectable are not supported (ONCS), so VSL and WUSL are 0.
+fn identify_controller_nvm() -> IdentifyControllerNvm {
+    const NLB_MAX_SHIFT: u32 = 16;
+    const MIN_BLOCK_SHIFT: u32 = 9;
+    const MPSMIN_SHIFT: u32 = 12;
+    IdentifyControllerNvm { wzsl: (NLB_MAX_SHIFT + MIN_BLOCK_SHIFT - MPSMIN_SHIFT) as u8, ..Default::default() }
+}
+
+/// The I/O Command Set Independent Identify Namespace (CNS 08h) of an
+/// active namespace: shared, ready, not write protected, no ANA group,
+/// NVM set or endurance group, as CNS 00h reports it.
+fn identify_namespace_independent() -> IdentifyNamespaceIndependent {
+    IdentifyNamespaceIndependent { nmic: id::NMIC_SHARED, nstat: id::NSTAT_NAMESPACE_READY, ..Default::default() }
 }
 
 /// The Identify Controller data of `ctrl`.
