@@ -134,7 +134,8 @@ pub enum ConnectDataError {
     /// The data is shorter than 1024 bytes.
     #[error("connect data is {0} bytes, expected 1024")]
     Short(usize),
-    /// An NQN field is not NUL-terminated UTF-8 of at most 223 bytes.
+    /// An NQN field is not NUL-terminated UTF-8 of at most 223 bytes, or
+    /// SUBNQN is empty.
     #[error("{field} in connect data is not a valid NQN")]
     BadNqn {
         /// Which field.
@@ -170,6 +171,12 @@ pub struct ConnectData {
 impl ConnectData {
     /// Decodes and validates Connect data.
     ///
+    /// An empty HOSTNQN is accepted: SPDK's initiator sends one when its
+    /// application set none, and both SPDK's target and Linux nvmet let it
+    /// connect wherever any host may. Whether it may connect is the
+    /// subsystem's access list's decision, not a format error. An empty
+    /// SUBNQN names nothing and is refused.
+    ///
     /// # Errors
     ///
     /// [`ConnectDataError`] naming the first bad field.
@@ -177,10 +184,11 @@ impl ConnectData {
         if b.len() < CONNECT_DATA_LEN {
             return Err(ConnectDataError::Short(b.len()));
         }
-        let nqn = |off: usize, field: &'static str| -> Result<String, ConnectDataError> {
+        let nqn = |off: usize, field: &'static str, may_be_empty: bool| -> Result<String, ConnectDataError> {
             let raw = &b[off..off + CONNECT_NQN_FIELD_LEN];
             let len = raw.iter().position(|&c| c == 0).unwrap_or(CONNECT_NQN_FIELD_LEN);
-            let s = get_str(b, off, CONNECT_NQN_FIELD_LEN).filter(|s| !s.is_empty() && len <= NQN_MAX_LEN);
+            let s = get_str(b, off, CONNECT_NQN_FIELD_LEN)
+                .filter(|s| (may_be_empty || !s.is_empty()) && len <= NQN_MAX_LEN);
             s.map(str::to_owned).ok_or(ConnectDataError::BadNqn { field, offset: off })
         };
         let mut hostid = [0u8; 16];
@@ -188,8 +196,8 @@ impl ConnectData {
         Ok(ConnectData {
             hostid,
             cntlid: get_u16(b, CONNECT_CNTLID_OFFSET),
-            subnqn: nqn(CONNECT_SUBNQN_OFFSET, "SUBNQN")?,
-            hostnqn: nqn(CONNECT_HOSTNQN_OFFSET, "HOSTNQN")?,
+            subnqn: nqn(CONNECT_SUBNQN_OFFSET, "SUBNQN", false)?,
+            hostnqn: nqn(CONNECT_HOSTNQN_OFFSET, "HOSTNQN", true)?,
         })
     }
 
@@ -396,6 +404,16 @@ mod tests {
         b[CONNECT_HOSTNQN_OFFSET..].fill(0);
         b[CONNECT_HOSTNQN_OFFSET] = 0xff;
         assert_eq!(ConnectData::decode(&b).unwrap_err().offset(), 512);
+    }
+
+    /// SPDK's initiator sends an empty HOSTNQN when none was configured;
+    /// SPDK's target and nvmet accept it (access lists decide).
+    #[test]
+    fn empty_hostnqn_decodes_and_empty_subnqn_does_not() {
+        let d = ConnectData { hostid: [1; 16], cntlid: CNTLID_DYNAMIC, subnqn: "nqn.s".into(), hostnqn: String::new() };
+        assert_eq!(ConnectData::decode(&d.encode()), Ok(d.clone()));
+        let no_sub = ConnectData { subnqn: String::new(), hostnqn: "nqn.h".into(), ..d };
+        assert_eq!(ConnectData::decode(&no_sub.encode()).unwrap_err().offset(), CONNECT_SUBNQN_OFFSET);
     }
 
     #[test]

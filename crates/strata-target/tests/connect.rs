@@ -46,18 +46,27 @@ fn connect_data(hostid: [u8; 16], cntlid: u16, subnqn: &str, hostnqn: &str) -> V
     d
 }
 
-/// Sends a Connect (fabrics opcode 7Fh, FCTYPE 01h) for `qid` with SQSIZE
-/// `sqsize` and `data` in the capsule.
-async fn send_connect(s: &mut TcpStream, cid: u16, qid: u16, sqsize: u16, data: &[u8]) {
+/// A Connect (fabrics opcode 7Fh, FCTYPE 01h) for `qid` with SQSIZE
+/// `sqsize` and 1024 bytes of in-capsule data.
+fn connect_sqe(cid: u16, qid: u16, sqsize: u16) -> Sqe {
     let mut sqe = Sqe::new(0x7f, cid);
     let b = sqe.bytes_mut();
     b[4] = 0x01; // FCTYPE Connect
     b[42..44].copy_from_slice(&qid.to_le_bytes());
     b[44..46].copy_from_slice(&sqsize.to_le_bytes());
-    sqe.set_sgl(SglDescriptor { addr: 0, length: data.len() as u32, sgl_type: SGL_INCAPSULE_DATA });
-    let mut capsule = pdu::encode_capsule_cmd(&sqe, data.len(), Digests::default()).as_slice().to_vec();
+    sqe.set_sgl(SglDescriptor { addr: 0, length: 1024, sgl_type: SGL_INCAPSULE_DATA });
+    sqe
+}
+
+/// Sends `sqe` with `data` in the capsule.
+async fn send(s: &mut TcpStream, sqe: &Sqe, data: &[u8]) {
+    let mut capsule = pdu::encode_capsule_cmd(sqe, data.len(), Digests::default()).as_slice().to_vec();
     capsule.extend_from_slice(data);
     s.write_all(&capsule).await.unwrap();
+}
+
+async fn send_connect(s: &mut TcpStream, cid: u16, qid: u16, sqsize: u16, data: &[u8]) {
+    send(s, &connect_sqe(cid, qid, sqsize), data).await;
 }
 
 /// Reads one CapsuleResp and returns its 16-byte CQE.
@@ -103,4 +112,32 @@ async fn refused_connects_put_ipo_in_bits_15_0_and_iattr_in_bits_23_16() {
         assert_eq!((dw0(&cqe), status(&cqe)), (want_dw0, want_status), "{subnqn} cntlid {cntlid} sqsize {sqsize}");
     }
     assert_eq!(fx.target.controller_count(), 0);
+}
+
+/// SPDK's initiator sends an empty HOSTNQN when its application set none
+/// (`snprintf(nvmf_data->hostnqn, ..., "%s", ctrlr->opts.hostnqn)`), and
+/// SPDK's target (`spdk_nvmf_subsystem_host_allowed` with allow_any_host)
+/// and Linux nvmet (`nvmet_host_allowed` with allow_any_host) accept it.
+/// We used to refuse it as a malformed field (0x182, HOSTNQN) everywhere;
+/// now it connects where any host may and is Connect Invalid Host where an
+/// access list decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_host_nqn_connects_only_where_any_host_may() {
+    let fx = start(16).await;
+    let private = Subsystem::new("nqn.2026-11.io.strata:private", "PRIVATE", vec![HOSTNQN.into()]);
+    fx.target.add_subsystem(private).unwrap();
+
+    // Any host: the fixture's subsystem and the discovery subsystem.
+    for subnqn in [NQN, "nqn.2014-08.org.nvmexpress.discovery"] {
+        let mut s = queue(fx.io).await;
+        send_connect(&mut s, 1, 0, 31, &connect_data(HOSTID, 0xffff, subnqn, "")).await;
+        let cqe = read_cqe(&mut s).await;
+        assert_eq!(status(&cqe), 0, "{subnqn}");
+        assert_ne!(u16::from_le_bytes([cqe[0], cqe[1]]), 0, "CNTLID");
+    }
+    // An access list: Connect Invalid Host, HOSTNQN (IATTR 1, IPO 512).
+    let mut s = queue(fx.io).await;
+    send_connect(&mut s, 2, 0, 31, &connect_data(HOSTID, 0xffff, "nqn.2026-11.io.strata:private", "")).await;
+    let cqe = read_cqe(&mut s).await;
+    assert_eq!((dw0(&cqe), status(&cqe)), ([0x00, 0x02, 0x01, 0x00], dnr_status(1, 0x84)));
 }
