@@ -201,6 +201,18 @@ impl ConnectData {
         })
     }
 
+    /// SUBNQN and HOSTNQN of possibly invalid Connect data as text (up to
+    /// the first NUL, invalid UTF-8 replaced, missing bytes empty), for
+    /// naming them when a Connect is refused, even for bad data.
+    pub fn nqns_lossy(b: &[u8]) -> (String, String) {
+        let field = |off: usize| {
+            let f = b.get(off..(off + CONNECT_NQN_FIELD_LEN).min(b.len())).unwrap_or(&[]);
+            let end = f.iter().position(|&c| c == 0).unwrap_or(f.len());
+            String::from_utf8_lossy(&f[..end]).into_owned()
+        };
+        (field(CONNECT_SUBNQN_OFFSET), field(CONNECT_HOSTNQN_OFFSET))
+    }
+
     /// Encodes the data (NQNs longer than their field are cut).
     pub fn encode(&self) -> [u8; CONNECT_DATA_LEN] {
         let mut b = [0u8; CONNECT_DATA_LEN];
@@ -414,6 +426,18 @@ mod tests {
         assert_eq!(ConnectData::decode(&d.encode()), Ok(d.clone()));
         let no_sub = ConnectData { subnqn: String::new(), hostnqn: "nqn.h".into(), ..d };
         assert_eq!(ConnectData::decode(&no_sub.encode()).unwrap_err().offset(), CONNECT_SUBNQN_OFFSET);
+    }
+
+    #[test]
+    fn nqns_lossy_reads_whatever_is_there() {
+        let mut b = [0u8; CONNECT_DATA_LEN];
+        b[CONNECT_SUBNQN_OFFSET..CONNECT_SUBNQN_OFFSET + 3].copy_from_slice(b"s\xffq");
+        b[CONNECT_HOSTNQN_OFFSET..].fill(b'h');
+        let (sub, host) = ConnectData::nqns_lossy(&b);
+        assert_eq!(sub, "s\u{fffd}q");
+        assert_eq!(host, "h".repeat(CONNECT_NQN_FIELD_LEN));
+        assert_eq!(ConnectData::nqns_lossy(&b[..300]), ("s\u{fffd}q".into(), String::new()));
+        assert_eq!(ConnectData::nqns_lossy(&[]), (String::new(), String::new()));
     }
 
     #[test]
