@@ -274,13 +274,16 @@ impl TargetInner {
     /// host and subsystem NQNs (as sent, even when they do not decode) and
     /// where the completion says the bad field is.
     ///
+    /// An I/O queue joins only the controller of the same subsystem, HOSTID
+    /// and host NQN.
+    ///
     /// An empty host NQN is accepted wherever any host may connect (the
     /// discovery subsystem, subsystems without an access list) and refused
     /// with Connect Invalid Host elsewhere: SPDK's initiator sends one when
     /// its application set none, and SPDK's target and Linux nvmet both
     /// accept it on subsystems that allow any host.
     pub(crate) fn connect(&self, role: PortRole, cmd: &Command) -> Result<Connected, Cqe> {
-        use strata_nvme::fabrics::ConnectInvalidParam;
+        use strata_nvme::fabrics::{CONNECT_HOSTID_OFFSET, ConnectInvalidParam};
         let sqe = &cmd.sqe;
         let cid = sqe.cid();
         let c = ConnectCmd::decode(sqe);
@@ -360,6 +363,14 @@ impl TargetInner {
         if !same_subsystem {
             let reason = format_args!("controller {:#x} belongs to another subsystem", d.cntlid);
             return Err(refuse(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET), &reason));
+        }
+        // The association's host is its HOSTID and HOSTNQN (NVMe-oF 1.1
+        // section 3.3); FreeBSD's nvmft checks both, HOSTID first, while
+        // nvmet compares only the NQN. Linux, SPDK and strata hosts send
+        // one HOSTID for all queues.
+        if ctrl.hostid() != d.hostid {
+            let reason = format_args!("HOSTID differs from controller {:#x}'s", d.cntlid);
+            return Err(refuse(invalid_param(cid, true, CONNECT_HOSTID_OFFSET), &reason));
         }
         if ctrl.hostnqn() != d.hostnqn {
             let reason = format_args!("host NQN differs from controller {:#x}'s", d.cntlid);

@@ -70,6 +70,17 @@ async fn send_connect(s: &mut TcpStream, cid: u16, qid: u16, sqsize: u16, data: 
     send(s, &connect_sqe(cid, qid, sqsize), data).await;
 }
 
+/// Sends a Property Set of CC enabling an I/O controller (EN, IOSQES 6,
+/// IOCQES 4).
+async fn enable(s: &mut TcpStream, cid: u16) {
+    let mut sqe = Sqe::new(0x7f, cid);
+    let b = sqe.bytes_mut();
+    b[4] = 0x00; // FCTYPE Property Set
+    b[44..48].copy_from_slice(&0x14u32.to_le_bytes()); // OFST: CC
+    b[48..52].copy_from_slice(&(1u32 | (6 << 16) | (4 << 20)).to_le_bytes());
+    send(s, &sqe, &[]).await;
+}
+
 /// Reads one CapsuleResp and returns its 16-byte CQE.
 async fn read_cqe(s: &mut TcpStream) -> [u8; 16] {
     let mut resp = [0u8; pdu::CAPSULE_RESP_HLEN];
@@ -141,6 +152,37 @@ async fn an_empty_host_nqn_connects_only_where_any_host_may() {
     send_connect(&mut s, 2, 0, 31, &connect_data(HOSTID, 0xffff, "nqn.2026-11.io.strata:private", "")).await;
     let cqe = read_cqe(&mut s).await;
     assert_eq!((dw0(&cqe), status(&cqe)), ([0x00, 0x02, 0x01, 0x00], dnr_status(1, 0x84)));
+}
+
+/// An I/O queue joined any controller of the same host NQN, whatever
+/// HOSTID it sent. A queue's HOSTID must be the one its association was
+/// created with (NVMe over Fabrics 1.1 section 3.3: the host is identified
+/// by HOSTID and HOSTNQN); FreeBSD's nvmft (`nvmft_handoff_io_queue`) answers
+/// a different one with Connect Invalid Parameters, IATTR 1, IPO
+/// `offsetof(struct nvmf_fabric_connect_data, hostid)` = 0, before it
+/// compares the host NQN. (Linux nvmet's `nvmet_ctrl_find_get` compares
+/// only the host NQN.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_io_queue_with_another_hostid_is_refused_pointing_at_hostid() {
+    let fx = start(16).await;
+    let mut admin = queue(fx.io).await;
+    send_connect(&mut admin, 1, 0, 31, &connect_data(HOSTID, 0xffff, NQN, HOSTNQN)).await;
+    let cqe = read_cqe(&mut admin).await;
+    assert_eq!(status(&cqe), 0);
+    let cntlid = u16::from_le_bytes([cqe[0], cqe[1]]);
+    enable(&mut admin, 2).await;
+    assert_eq!(status(&read_cqe(&mut admin).await), 0);
+
+    let mut io = queue(fx.io).await;
+    send_connect(&mut io, 1, 1, 127, &connect_data([0xee; 16], cntlid, NQN, HOSTNQN)).await;
+    let cqe = read_cqe(&mut io).await;
+    assert_eq!((dw0(&cqe), status(&cqe)), ([0x00, 0x00, 0x01, 0x00], dnr_status(1, 0x82)));
+
+    // The same queue with the admin queue's HOSTID joins.
+    let mut io = queue(fx.io).await;
+    send_connect(&mut io, 1, 1, 127, &connect_data(HOSTID, cntlid, NQN, HOSTNQN)).await;
+    let cqe = read_cqe(&mut io).await;
+    assert_eq!((status(&cqe), u16::from_le_bytes([cqe[0], cqe[1]])), (0, cntlid));
 }
 
 /// What a test thread logged.
