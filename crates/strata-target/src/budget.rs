@@ -1,51 +1,50 @@
-//! The memory budget for command data buffers, shared by every connection
-//! of a target.
+//! The memory budget for command state and data, shared by every
+//! connection of a target.
 //!
-//! Host-to-controller data (in-capsule data, R2T buffers), read data until
-//! it is on the wire, and admin-command data are charged to one
-//! [`Budget`] for as long as they are held. When it is spent, new work
-//! waits instead of allocating: a connection stops reading its socket
-//! (TCP pushes back on the host), R2Ts are not sent, reads do not start.
-//! Everything charged is released by a deadline (R2T, send, drain) or by
-//! the command finishing, so waiting cannot deadlock: the worst-case
-//! memory of the target is this budget plus per-connection constants
-//! (see `docs/operations.md`).
+//! What is charged, and when (see `docs/nvme-tcp.md`):
+//! - an I/O queue prepays, at Connect, the state and in-capsule buffer of
+//!   every command its queue can hold, as Linux nvmet and SPDK preallocate
+//!   per queue. So reading a queue's socket never waits for budget: data a
+//!   host sends for an R2T can never be stuck behind a capsule that waits
+//!   for memory (that would make a well-behaved host miss its R2T
+//!   deadline);
+//! - an R2T buffer is charged when the R2T goes out, read data when the
+//!   read starts, until it is on the wire; large admin answers while they
+//!   are sent.
 //!
-//! A [`Permit`] returns its bytes when dropped. Releasing wakes waiters
-//! only when some are registered, so the fast path is two atomic
-//! operations per buffer.
+//! Waiters are served first come, first served (a tokio semaphore): a
+//! command that waits is not overtaken by later ones, so hosts that hoard
+//! buffers can delay a well-behaved host by their deadlines, not starve it.
+//! Everything charged is returned by a command finishing or by a deadline
+//! (R2T, send, drain), so waiting cannot deadlock, and the target's
+//! worst-case memory is this budget plus per-connection constants (see
+//! `docs/operations.md`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::Notify;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// A byte budget shared by connections. Shared as `Arc<Budget>`.
 #[derive(Debug)]
 pub struct Budget {
     limit: usize,
-    used: AtomicUsize,
-    /// Tasks waiting in [`Budget::acquire`] or [`Budget::wait_for`].
-    waiters: AtomicUsize,
-    released: Notify,
+    bytes: Arc<Semaphore>,
 }
 
 /// Bytes held from a [`Budget`]; returned on drop.
 #[derive(Debug)]
-pub struct Permit {
-    budget: Arc<Budget>,
-    bytes: usize,
-}
+pub struct Permit(OwnedSemaphorePermit);
 
 impl Budget {
-    /// A budget of `limit` bytes.
+    /// A budget of `limit` bytes (at most [`Semaphore::MAX_PERMITS`]).
     pub fn new(limit: usize) -> Arc<Budget> {
-        Arc::new(Budget { limit, used: AtomicUsize::new(0), waiters: AtomicUsize::new(0), released: Notify::new() })
+        let limit = limit.clamp(1, Semaphore::MAX_PERMITS);
+        Arc::new(Budget { limit, bytes: Arc::new(Semaphore::new(limit)) })
     }
 
     /// A budget that never runs out (tests, fuzzing).
     pub fn unlimited() -> Arc<Budget> {
-        Budget::new(usize::MAX)
+        Budget::new(Semaphore::MAX_PERMITS)
     }
 
     /// The limit in bytes.
@@ -55,71 +54,33 @@ impl Budget {
 
     /// Bytes held now.
     pub fn used(&self) -> usize {
-        self.used.load(Ordering::Acquire)
+        self.limit - self.bytes.available_permits()
     }
 
-    /// Takes `bytes` if they are available now. A request larger than the
-    /// whole budget is granted when nothing else is held, so that it
-    /// cannot wait forever.
-    pub fn try_acquire(self: &Arc<Self>, bytes: usize) -> Option<Permit> {
-        let mut used = self.used.load(Ordering::Relaxed);
-        loop {
-            let fits = used.checked_add(bytes).is_some_and(|n| n <= self.limit) || used == 0;
-            if !fits {
-                return None;
-            }
-            match self.used.compare_exchange_weak(used, used.saturating_add(bytes), Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => return Some(Permit { budget: self.clone(), bytes }),
-                Err(now) => used = now,
-            }
-        }
+    /// A request's size in semaphore permits: a request larger than the
+    /// whole budget takes all of it (it could never be granted otherwise).
+    fn permits(&self, bytes: usize) -> u32 {
+        u32::try_from(bytes.min(self.limit)).unwrap_or(u32::MAX)
     }
 
-    /// Waits until `bytes` are available and takes them.
+    /// Takes `bytes` if they are available now and nobody waits for them.
+    pub fn try_acquire(&self, bytes: usize) -> Option<Permit> {
+        self.bytes.clone().try_acquire_many_owned(self.permits(bytes)).ok().map(Permit)
+    }
+
+    /// Waits in line until `bytes` are available and takes them.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: nothing is taken until it returns.
-    pub async fn acquire(self: &Arc<Self>, bytes: usize) -> Permit {
-        loop {
-            if let Some(p) = self.try_acquire(bytes) {
-                return p;
-            }
-            self.wait_for(bytes).await;
-        }
-    }
-
-    /// Waits until `bytes` may be available (some were released since the
-    /// call, or they fit now). A hint: the caller tries again and may
-    /// find them taken by someone else.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn wait_for(&self, bytes: usize) {
-        struct Waiting<'a>(&'a AtomicUsize);
-        impl Drop for Waiting<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        let released = self.released.notified();
-        let mut released = std::pin::pin!(released);
-        released.as_mut().enable();
-        self.waiters.fetch_add(1, Ordering::AcqRel);
-        let _waiting = Waiting(&self.waiters);
-        let used = self.used.load(Ordering::Acquire);
-        if used.checked_add(bytes).is_some_and(|n| n <= self.limit) || used == 0 {
-            return;
-        }
-        released.await;
-    }
-
-    fn release(&self, bytes: usize) {
-        self.used.fetch_sub(bytes, Ordering::AcqRel);
-        if self.waiters.load(Ordering::Acquire) > 0 {
-            self.released.notify_waiters();
+    /// Cancel safe, but a dropped wait loses its place in line: keep the
+    /// future across `select!` rounds.
+    pub async fn acquire(self: Arc<Self>, bytes: usize) -> Permit {
+        let n = self.permits(bytes);
+        // The semaphore is never closed, so acquiring cannot fail; if it
+        // somehow were, an empty permit keeps the caller going.
+        match self.bytes.clone().acquire_many_owned(n).await {
+            Ok(p) => Permit(p),
+            Err(_) => Permit(Arc::new(Semaphore::new(0)).try_acquire_many_owned(0).expect("zero permits")),
         }
     }
 }
@@ -127,66 +88,57 @@ impl Budget {
 impl Permit {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.0.num_permits()
     }
 
     /// Takes over the bytes of `other` (of the same budget): both are
     /// returned when `self` drops.
-    pub fn absorb(&mut self, mut other: Permit) {
-        debug_assert!(Arc::ptr_eq(&self.budget, &other.budget), "permits of two budgets");
-        self.bytes += std::mem::take(&mut other.bytes);
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        if self.bytes > 0 {
-            self.budget.release(self.bytes);
-        }
+    pub fn absorb(&mut self, other: Permit) {
+        self.0.merge(other.0);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn permits_return_their_bytes() {
         let b = Budget::new(100);
-        let p = b.try_acquire(60).expect("fits");
+        let mut p = b.try_acquire(60).expect("fits");
         assert!(b.try_acquire(50).is_none());
         let q = b.try_acquire(40).expect("fits exactly");
         assert_eq!(b.used(), 100);
+        p.absorb(q);
+        assert_eq!(p.bytes(), 100);
         drop(p);
-        assert_eq!(b.used(), 40);
-        drop(q);
         assert_eq!(b.used(), 0);
-        // Larger than the whole budget: granted only when nothing is held.
+        // Larger than the whole budget: takes all of it.
         let big = b.try_acquire(500).expect("alone");
+        assert_eq!(big.bytes(), 100);
         assert!(b.try_acquire(1).is_none());
-        drop(big);
     }
 
     #[tokio::test]
-    async fn waiters_wake_when_bytes_come_back() {
+    async fn waiters_are_served_in_order() {
         let b = Budget::new(10);
         let p = b.try_acquire(10).unwrap();
-        let b2 = b.clone();
-        let waiter = tokio::spawn(async move { b2.acquire(5).await.bytes() });
+        let first = tokio::spawn(b.clone().acquire(8));
         tokio::task::yield_now().await;
-        assert!(!waiter.is_finished());
+        let second = tokio::spawn(b.clone().acquire(2));
+        tokio::task::yield_now().await;
+        assert!(b.try_acquire(1).is_none());
         drop(p);
-        assert_eq!(tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.unwrap().unwrap(), 5);
-        assert_eq!(b.used(), 0);
-        assert_eq!(b.waiters.load(Ordering::Acquire), 0, "a finished wait deregisters");
-    }
-
-    #[tokio::test]
-    async fn a_dropped_wait_deregisters() {
-        let b = Budget::new(1);
-        let _p = b.try_acquire(1).unwrap();
-        let wait = b.wait_for(1);
-        assert!(tokio::time::timeout(std::time::Duration::from_millis(10), wait).await.is_err());
-        assert_eq!(b.waiters.load(Ordering::Acquire), 0);
+        let first = tokio::time::timeout(Duration::from_secs(5), first).await.unwrap().unwrap();
+        let second = tokio::time::timeout(Duration::from_secs(5), second).await.unwrap().unwrap();
+        assert_eq!((first.bytes(), second.bytes()), (8, 2));
+        // A small request behind a large one waits its turn.
+        drop(second);
+        let large = tokio::spawn(b.clone().acquire(5));
+        tokio::task::yield_now().await;
+        assert!(b.try_acquire(1).is_none(), "a newcomer does not overtake the waiting request");
+        drop(first);
+        assert_eq!(tokio::time::timeout(Duration::from_secs(5), large).await.unwrap().unwrap().bytes(), 5);
     }
 }

@@ -15,9 +15,11 @@
 //!   except the CID of a parked Asynchronous Event Request, which the
 //!   reuse retires (SPDK's initiator completes its AERs locally at detach
 //!   and reuses their CIDs; nvmet and SPDK's target accept that);
-//! - the memory of host data: in-capsule data and R2T buffers are charged
-//!   to a shared [`Budget`]; when it is spent, input stops (the rest of
-//!   the bytes stay in the caller's buffer) and R2Ts wait;
+//! - the memory of R2T buffers: each is charged to a shared [`Budget`]
+//!   when its R2T goes out; when the budget is spent, R2Ts wait (in
+//!   order) for a permit the caller obtains. Input never waits: what a
+//!   queue can hold in-capsule was paid for at Connect (see
+//!   [`queue_memory`]);
 //! - R2T deadlines: the host must send the data an R2T asks for within
 //!   `r2t_timeout`, or [`Transport::check_timeouts`] fails the connection;
 //! - host PDU data alignment (HPDA): C2HData data starts at a multiple of
@@ -57,13 +59,19 @@ use strata_nvme::status::Status;
 
 use crate::budget::{Budget, Permit};
 
-/// Bytes charged to the buffer budget for the state of each I/O command
-/// in flight (its future and task, its completion on the way out), on
-/// top of its data: a queue full of commands is paid for like their data
-/// is. At least twice the size of the command's future (pinned by a
-/// test in `conn`), which leaves room for the task around it and the
-/// device's own future.
-pub const COMMAND_STATE_BYTES: usize = 4096;
+/// Bytes charged to the buffer budget for the state of each command slot
+/// of an I/O queue (its future and task, its completion on the way out),
+/// on top of its in-capsule buffer. Larger than the command's future with
+/// room for the task around it and the device's own future (pinned by a
+/// test in `conn`).
+pub const COMMAND_STATE_BYTES: usize = 3072;
+
+/// What an I/O queue of `entries` commands prepays at Connect: the state
+/// and the in-capsule buffer of every command it can hold, as Linux nvmet
+/// and SPDK preallocate per queue.
+pub fn queue_memory(limits: &TransportLimits, entries: usize) -> usize {
+    entries.saturating_mul(COMMAND_STATE_BYTES + limits.in_capsule_data)
+}
 
 /// Transport limits for one queue.
 #[derive(Debug, Clone, Copy)]
@@ -186,15 +194,8 @@ pub struct Transport {
     r2t_sent_order: VecDeque<(Instant, u16, u16)>,
     next_ttag: u16,
     budget: Arc<Budget>,
-    /// Commands are charged to the budget (I/O queues): their state, and
-    /// their in-capsule or read data. Before Connect and on admin queues
-    /// they are not: there they are few, bounded per connection, and must
-    /// not wait behind data (a Connect or a Keep Alive stuck behind
-    /// hoarded R2T buffers would time out). R2T buffers are always
-    /// charged.
-    charge: bool,
-    /// Input stopped until this many bytes of budget are free.
-    blocked_on: Option<usize>,
+    /// A permit the caller obtained for the oldest waiting R2T.
+    r2t_credit: Option<Permit>,
     /// The time of the input being handled (from the caller).
     now: Instant,
     /// C2HData data alignment in bytes, from the host's HPDA.
@@ -242,8 +243,7 @@ impl Transport {
             r2t_sent_order: VecDeque::new(),
             next_ttag: 0,
             budget,
-            charge: false,
-            blocked_on: None,
+            r2t_credit: None,
             now: Instant::now(),
             data_align: 0,
             parked_aers: Vec::new(),
@@ -312,22 +312,9 @@ impl Transport {
         }
     }
 
-    /// Charges every command to the budget from now on (I/O queues,
-    /// after Connect): [`COMMAND_STATE_BYTES`] plus its in-capsule data or
-    /// the data it reads. R2T buffers are always charged.
-    pub fn charge_budget(&mut self) {
-        self.charge = true;
-    }
-
-    /// Bytes of budget input waits for, if it stopped for lack of them:
-    /// wait for them ([`Budget::wait_for`]), then call
-    /// [`Transport::receive`] again with the same buffer.
-    pub fn blocked_on(&self) -> Option<usize> {
-        self.blocked_on
-    }
-
     /// Bytes of budget the oldest R2T that waits for it needs, if R2Ts
-    /// wait for budget: wait for them, then call [`Transport::send_r2ts`].
+    /// wait for budget: obtain them ([`Budget::acquire`]), then hand them
+    /// to [`Transport::send_r2ts`].
     pub fn r2t_blocked_on(&self) -> Option<usize> {
         if self.r2t_active >= self.limits.max_r2t_inflight {
             return None;
@@ -336,10 +323,15 @@ impl Transport {
         self.pending_data.get(cid).map(|p| p.len)
     }
 
-    /// Sends the R2Ts that may go now (budget permitting), stamped `now`.
-    pub fn send_r2ts(&mut self, now: Instant) {
+    /// Sends the R2Ts that may go now, stamped `now`, the oldest with
+    /// `credit` (obtained for [`Transport::r2t_blocked_on`]'s bytes) and
+    /// the rest as budget permits.
+    pub fn send_r2ts(&mut self, credit: Permit, now: Instant) {
         self.now = now;
+        self.r2t_credit = Some(credit);
         self.send_waiting_r2ts();
+        // A credit that no longer fits the oldest R2T goes back.
+        self.r2t_credit = None;
     }
 
     /// When the oldest R2T on the wire times out, if any.
@@ -431,9 +423,8 @@ impl Transport {
     ///
     /// A [`Fatal`] protocol error; the connection must be terminated.
     pub fn receive(&mut self, rbuf: &mut BytesMut, inputs: &mut Vec<Input>, now: Instant) -> Result<(), Fatal> {
-        self.blocked_on = None;
         self.now = now;
-        while self.state != State::Done && self.blocked_on.is_none() {
+        while self.state != State::Done {
             let Some(ch) = CommonHeader::parse(rbuf) else { return Ok(()) };
             let max_data = match ch.pdu_type {
                 PduType::CAPSULE_CMD => self.limits.in_capsule_data,
@@ -449,10 +440,6 @@ impl Transport {
             };
             let len = decoded.len;
             let res = self.handle_pdu(decoded, &rbuf[..header_len], inputs);
-            if self.blocked_on.is_some() {
-                // Not consumed: handled again once budget is free.
-                return res;
-            }
             rbuf.advance(len);
             res?;
         }
@@ -512,21 +499,6 @@ impl Transport {
         inputs: &mut Vec<Input>,
     ) -> Result<(), Fatal> {
         let cid = sqe.cid();
-        // Budget first: without it, nothing of this capsule is processed
-        // (it stays in the caller's buffer).
-        let mut permit = None;
-        if self.charge {
-            let reads = sqe.opcode() & 0x3 == 0x2 && sqe.opcode() != FABRICS_OPCODE;
-            let read_len = if reads { (sqe.sgl().length as usize).min(self.limits.max_transfer) } else { 0 };
-            let bytes = COMMAND_STATE_BYTES + data.len() + read_len;
-            match self.budget.try_acquire(bytes) {
-                Some(p) => permit = Some(p),
-                None => {
-                    self.blocked_on = Some(bytes);
-                    return Ok(());
-                }
-            }
-        }
         if let Some(i) = self.parked_aers.iter().position(|&c| c == cid) {
             self.parked_aers.swap_remove(i);
             self.set_outstanding(cid, false);
@@ -565,7 +537,7 @@ impl Transport {
                 self.complete(Cqe::new(cid, Status::SGL_INVALID_DATA.dnr()));
                 return Ok(());
             }
-            inputs.push(Input::Command(Command { sqe, data: None, read_len: 0, permit }));
+            inputs.push(Input::Command(Command { sqe, data: None, read_len: 0, permit: None }));
             return Ok(());
         }
         if len > self.limits.max_transfer.max(self.limits.in_capsule_data) {
@@ -580,7 +552,7 @@ impl Transport {
                     return Ok(());
                 }
                 let buf = IoBuf::from_slice(&data[off..off + len]);
-                inputs.push(Input::Command(Command { sqe, data: Some(buf), read_len: 0, permit }));
+                inputs.push(Input::Command(Command { sqe, data: Some(buf), read_len: 0, permit: None }));
             }
             (SGL_TRANSPORT_DATA, 0x1) => {
                 if !data.is_empty() {
@@ -591,10 +563,10 @@ impl Transport {
                         "capsule carries in-capsule data but its SGL asks for a transport transfer",
                     ));
                 }
-                self.queue_r2t(cid, sqe, len, permit);
+                self.queue_r2t(cid, sqe, len);
             }
             (SGL_TRANSPORT_DATA, 0x2) => {
-                inputs.push(Input::Command(Command { sqe, data: None, read_len: len, permit }));
+                inputs.push(Input::Command(Command { sqe, data: None, read_len: len, permit: None }));
             }
             (SGL_INCAPSULE_DATA, _) | (SGL_TRANSPORT_DATA, _) => {
                 self.complete(Cqe::new(cid, Status::INVALID_FIELD.dnr()));
@@ -607,11 +579,11 @@ impl Transport {
         Ok(())
     }
 
-    fn queue_r2t(&mut self, cid: u16, sqe: Sqe, len: usize, permit: Option<Permit>) {
+    fn queue_r2t(&mut self, cid: u16, sqe: Sqe, len: usize) {
         let ttag = self.next_ttag;
         self.next_ttag = self.next_ttag.wrapping_add(1);
         let pending =
-            PendingData { sqe, len, buf: None, permit, received: 0, ttag, r2t_sent: false, digest_failed: false };
+            PendingData { sqe, len, buf: None, permit: None, received: 0, ttag, r2t_sent: false, digest_failed: false };
         self.pending_data.insert(cid, pending);
         self.r2t_waiting.push_back(cid);
         self.send_waiting_r2ts();
@@ -625,15 +597,18 @@ impl Transport {
                 continue;
             };
             // The buffer is charged when the R2T goes out; without budget
-            // the R2T waits (in order) until some comes back.
-            let Some(permit) = self.budget.try_acquire(p.len) else { return };
+            // the R2T waits (in order) until the caller brings a permit.
+            let permit = match self.r2t_credit.take() {
+                Some(credit) if credit.bytes() == p.len.min(self.budget.limit()) => credit,
+                _ => match self.budget.try_acquire(p.len) {
+                    Some(permit) => permit,
+                    None => return,
+                },
+            };
             self.r2t_waiting.pop_front();
             p.r2t_sent = true;
             p.buf = Some(IoBuf::recycled(p.len));
-            match &mut p.permit {
-                Some(held) => held.absorb(permit),
-                None => p.permit = Some(permit),
-            }
+            p.permit = Some(permit);
             let r2t = R2t { cccid: cid, ttag: p.ttag, r2to: 0, r2tl: p.len as u32 };
             self.r2t_active += 1;
             self.r2t_sent_order.push_back((self.now, cid, p.ttag));
@@ -1113,50 +1088,30 @@ mod tests {
     }
 
     #[test]
-    fn commands_and_r2ts_wait_for_budget_without_losing_bytes() {
-        const STATE: usize = COMMAND_STATE_BYTES;
-        let budget = Budget::new(2 * STATE + 8191);
+    fn r2ts_wait_for_budget_and_input_never_does() {
+        let budget = Budget::new(8192);
         let mut t = Transport::with_budget(LIMITS, budget.clone());
         let mut rbuf = BytesMut::from(&IcReq { pfv: 0, hpda: 0, digests: Digests::default(), maxr2t: 0 }.encode()[..]);
         t.receive(&mut rbuf, &mut vec![], Instant::now()).unwrap();
         t.take_output();
-        t.charge_budget();
-        let held = budget.try_acquire(budget.limit()).unwrap();
-        // An in-capsule write: held back, its bytes kept.
-        let bytes = capsule(&write_sqe(1, 4096, SGL_INCAPSULE_DATA), &[7; 4096], t.digests());
-        rbuf.extend_from_slice(&bytes);
+        let held = budget.try_acquire(8192).unwrap();
+        // An R2T write: no R2T while the budget is spent...
+        rbuf.extend_from_slice(&capsule(&write_sqe(3, 8192, SGL_TRANSPORT_DATA), &[], t.digests()));
+        // ...and the input behind it is still read: an in-capsule write.
+        rbuf.extend_from_slice(&capsule(&write_sqe(4, 4096, SGL_INCAPSULE_DATA), &[7; 4096], t.digests()));
         let mut inputs = vec![];
         t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
-        assert!(inputs.is_empty());
-        assert_eq!(t.blocked_on(), Some(STATE + 4096));
-        assert_eq!(rbuf.len(), bytes.len());
-        drop(held);
-        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
-        let Input::Command(c) = &inputs[0] else { panic!() };
-        assert_eq!(c.permit.as_ref().map(Permit::bytes), Some(STATE + 4096));
-        // A read is charged its state and the data it will return.
-        let mut read = Sqe::new(command::io::READ, 2);
-        read.set_sgl(SglDescriptor { addr: 0, length: 4096, sgl_type: SGL_TRANSPORT_DATA });
-        rbuf.extend_from_slice(&capsule(&read, &[], t.digests()));
-        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
-        assert_eq!(t.blocked_on(), Some(STATE + 4096), "the budget does not hold both");
-        inputs.clear();
-        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
-        let Input::Command(c) = &inputs[0] else { panic!() };
-        assert_eq!(c.permit.as_ref().map(Permit::bytes), Some(STATE + 4096));
-        inputs.clear();
-        // An R2T write: its state is charged at once, its buffer when the
-        // R2T goes, which waits for budget.
-        assert_eq!(budget.used(), 0);
-        let held = budget.try_acquire(budget.limit() - STATE).unwrap();
-        rbuf.extend_from_slice(&capsule(&write_sqe(3, 8192, SGL_TRANSPORT_DATA), &[], t.digests()));
-        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
+        assert!(rbuf.is_empty());
+        assert!(matches!(&inputs[..], [Input::Command(c)] if c.sqe.cid() == 4));
         assert!(t.take_output().is_empty(), "no R2T without budget");
         assert_eq!(t.r2t_blocked_on(), Some(8192));
+        assert_eq!(t.r2t_deadline(), None, "no deadline runs for an R2T not sent");
         drop(held);
-        t.send_r2ts(Instant::now());
-        assert_eq!(t.take_output().len(), 24, "the R2T goes out once budget is free");
-        assert_eq!(budget.used(), STATE + 8192);
+        let credit = budget.try_acquire(8192).unwrap();
+        t.send_r2ts(credit, Instant::now());
+        assert_eq!(t.take_output().len(), 24, "the R2T goes out with the credit");
+        assert_eq!(budget.used(), 8192);
+        assert_eq!(t.r2t_blocked_on(), None);
     }
 
     #[test]

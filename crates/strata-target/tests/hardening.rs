@@ -167,9 +167,22 @@ async fn r2t_hoarders_are_bounded_by_the_budget_and_cut_off() {
             }
         })
     };
-    // A legitimate host's writes get through once the hoarders are cut.
+    // A legitimate host's writes get through once the hoarders are cut,
+    // large ones (R2T) too: its data is read even while it waits for
+    // budget, so it never misses its own R2T deadline.
     let started = Instant::now();
-    let host = tokio::time::timeout(Duration::from_secs(20), verified_io(f.io, 11)).await.expect("host served in time");
+    let host = tokio::time::timeout(Duration::from_secs(20), async {
+        let host = verified_io(f.io, 11).await;
+        let big = Rng::new(12).bytes(64 * BS);
+        let writes = (0..8u64).map(|i| host.write(1, 1024 + 64 * i, big.clone(), false));
+        for r in futures_util::future::join_all(writes).await {
+            r.expect("a large write of a well-behaved host");
+        }
+        assert_eq!(host.read(1, 1024, 64).await.expect("read")[..], big[..]);
+        host
+    })
+    .await
+    .expect("host served in time");
     for (_, io) in &mut hoarders {
         assert!(closed_within(io, Duration::from_secs(10)).await, "a hoarder stayed connected");
     }

@@ -195,7 +195,7 @@ fn target_config(file: &mut FileConfig, poll: Duration) -> anyhow::Result<strata
     };
     let budget = match file.io_buffer_budget.take() {
         Some(v) => usize::try_from(size(&v, "io_buffer_budget")?).context("io_buffer_budget is too large")?,
-        None => d.io_buffer_budget,
+        None => default_buffer_budget(),
     };
     let max_transfer = d.max_transfer();
     if budget < max_transfer {
@@ -216,6 +216,19 @@ fn target_config(file: &mut FileConfig, poll: Duration) -> anyhow::Result<strata
         drain_timeout: duration(file.drain_timeout.take(), "drain_timeout", d.drain_timeout)?,
         ..d
     })
+}
+
+/// The default `io_buffer_budget`: a quarter of the machine's memory, at
+/// least the target's own default (1 GiB). I/O queues prepay their
+/// commands from it, so it decides how many hosts can connect.
+fn default_buffer_budget() -> usize {
+    let floor = strata_target::TargetConfig::default().io_buffer_budget;
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        usize::try_from(kib.saturating_mul(1024)).ok()
+    });
+    total.map_or(floor, |t| (t / 4).max(floor))
 }
 
 fn size(v: &str, what: &str) -> anyhow::Result<u64> {
@@ -355,6 +368,7 @@ mod tests {
         assert_eq!(t.drain_timeout, Duration::from_secs(60));
         let d = ServeConfig::load(&ServeArgs::default()).unwrap().target;
         assert_eq!(d.handshake_timeout, strata_target::TargetConfig::default().handshake_timeout);
+        assert!(d.io_buffer_budget >= strata_target::TargetConfig::default().io_buffer_budget);
         for bad in [
             "send_timeout = \"soon\"",
             "r2t_timeout = \"0s\"",
