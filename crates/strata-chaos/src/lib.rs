@@ -1,0 +1,5 @@
+//! strata's chaos suite (work in progress).
+
+pub mod block;
+pub mod oracle;
+pub mod rng;
