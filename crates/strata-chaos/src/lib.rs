@@ -1,5 +1,12 @@
-//! strata's chaos suite (work in progress).
+//! strata's chaos suite (being assembled; see the final crate doc).
 
 pub mod block;
+mod config;
+mod error;
 pub mod oracle;
+pub mod report;
 pub mod rng;
+
+pub use config::{ChaosConfig, FaultKind, Tuning};
+pub use error::Error;
+pub use report::Report;
