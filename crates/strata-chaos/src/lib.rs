@@ -4,6 +4,8 @@ pub mod block;
 mod config;
 mod error;
 pub mod oracle;
+pub mod process;
+pub mod raw;
 pub mod report;
 pub mod rng;
 
