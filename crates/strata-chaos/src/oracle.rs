@@ -267,7 +267,7 @@ impl Oracle {
     }
 
     /// Records how a write ended. `fua` with [`WriteOutcome::Acked`] makes
-    /// it durable at once. A ticket whose blocks were since truncated or
+    /// it durable at once. A ticket whose blocks were since shrunk away or
     /// whose volume was forgotten is ignored.
     pub fn end_write(&mut self, ticket: WriteTicket, outcome: WriteOutcome, fua: bool) {
         let at = self.tick();
@@ -334,17 +334,22 @@ impl Oracle {
         }
     }
 
-    /// Records that `volume` was shrunk to `from_lba` blocks (and possibly
-    /// grown again): every tracked block at or past `from_lba` was
-    /// discarded and must read zeros from now on, also after a crash.
-    /// Writes still in flight there are forgotten (they must fail).
-    pub fn truncate(&mut self, volume: VolumeId, from_lba: u64) {
+    /// Records that `volume` was shrunk to `lba` blocks: the blocks at and
+    /// past it are discarded (and no longer tracked: they cannot be read).
+    /// Writes still in flight there are forgotten; they must fail.
+    pub fn shrink(&mut self, volume: VolumeId, lba: u64) {
         let Some(vol) = self.volumes.get_mut(&volume) else { return };
-        for (&lba, block) in vol.blocks.iter_mut() {
-            if lba >= from_lba {
-                *block = Block::NEW;
-                vol.dirty.remove(&lba);
-            }
+        vol.blocks.retain(|&b, _| b < lba);
+        vol.dirty.retain(|&b| b < lba);
+    }
+
+    /// Tracks `range` of `volume`: blocks not tracked yet are expected to
+    /// read zeros (after a shrink and a grow: the regrown range), also
+    /// after a crash.
+    pub fn track_zeros(&mut self, volume: VolumeId, range: std::ops::Range<u64>) {
+        let vol = self.volumes.entry(volume).or_default();
+        for lba in range {
+            vol.blocks.entry(lba).or_insert(Block::NEW);
         }
     }
 
@@ -654,17 +659,23 @@ mod tests {
     }
 
     #[test]
-    fn shrunk_range_reads_zeros_even_after_a_crash() {
+    fn shrunk_then_regrown_range_reads_zeros_even_after_a_crash() {
         let mut o = Oracle::new();
         write(&mut o, 100, data(1, 1), WriteOutcome::Acked);
         write(&mut o, 50, data(1, 2), WriteOutcome::Acked);
         flush(&mut o);
-        o.truncate(V, 64);
+        o.shrink(V, 64);
+        assert_eq!(o.tracked(V), vec![50], "blocks past the end cannot be read");
+        o.track_zeros(V, 64..128);
         assert_eq!(kind(o.check_read(V, 100, &read_of(100, data(1, 1)))), Some(ViolationKind::NotAllowed));
         o.crash();
+        assert_eq!(kind(o.check_read(V, 100, &read_of(100, data(1, 1)))), Some(ViolationKind::NotAllowed));
         assert_eq!(o.check_read(V, 100, &Content::Zero), Ok(()));
         assert_eq!(o.check_read(V, 50, &read_of(50, data(1, 2))), Ok(()));
-        assert_eq!(o.tracked(V), vec![50, 100], "the regrown block stays tracked");
+        assert_eq!(o.tracked(V).len(), 65, "the regrown range is tracked");
+        // Tracking does not disturb a block already tracked.
+        o.track_zeros(V, 50..51);
+        assert_eq!(o.check_read(V, 50, &read_of(50, data(1, 2))), Ok(()));
     }
 
     #[test]
