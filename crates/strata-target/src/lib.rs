@@ -74,6 +74,30 @@ pub struct TargetConfig {
     /// CPU to avoid a wake-up per round trip (like SPDK's poll mode, but
     /// bounded). Default: zero.
     pub poll: std::time::Duration,
+    /// Most connections that have not completed Connect, over all ports.
+    /// When a new one arrives at the limit, the oldest of them is closed:
+    /// sockets that never speak cannot lock hosts out. Default: 256.
+    pub max_pending_connections: usize,
+    /// Time from accept to a successful Connect (ICReq included); a
+    /// connection that takes longer is closed. Default: 10 s.
+    pub handshake_timeout: std::time::Duration,
+    /// Time a host has to send the data an R2T asked for; a connection
+    /// with an R2T older than this is terminated, freeing its buffers.
+    /// Default: 10 s.
+    pub r2t_timeout: std::time::Duration,
+    /// Time a send may make no progress (a host that stopped reading its
+    /// socket) before the connection is closed. Default: 30 s.
+    pub send_timeout: std::time::Duration,
+    /// Bytes of command data buffers (in-capsule and R2T write data, read
+    /// data until it is sent) held at once over all connections. A command
+    /// that would exceed it waits: writes are not asked for (no R2T, the
+    /// socket is not read) and reads do not start until buffers are
+    /// returned. Default: 1 GiB.
+    pub io_buffer_budget: usize,
+    /// How long commands still running when their connection ends are
+    /// waited for before they are abandoned (see `docs/nvme-tcp.md`).
+    /// Default: 30 s.
+    pub drain_timeout: std::time::Duration,
 }
 
 impl TargetConfig {
@@ -94,6 +118,12 @@ impl Default for TargetConfig {
             max_r2t_inflight: 32,
             max_connections: 4096,
             poll: std::time::Duration::ZERO,
+            max_pending_connections: 256,
+            handshake_timeout: std::time::Duration::from_secs(10),
+            r2t_timeout: std::time::Duration::from_secs(10),
+            send_timeout: std::time::Duration::from_secs(30),
+            io_buffer_budget: 1 << 30,
+            drain_timeout: std::time::Duration::from_secs(30),
         }
     }
 }

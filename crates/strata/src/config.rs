@@ -12,6 +12,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -59,6 +60,20 @@ pub struct FileConfig {
     pub io_threads: Option<usize>,
     /// Microseconds an idle I/O queue busy-polls before sleeping.
     pub poll_us: Option<u64>,
+    /// Connections that have not completed Connect, at most.
+    pub max_pending_connections: Option<usize>,
+    /// TCP connections served at once, at most.
+    pub max_connections: Option<usize>,
+    /// Time from accept to Connect, e.g. "10s".
+    pub handshake_timeout: Option<String>,
+    /// Time a host has to send the data of an R2T.
+    pub r2t_timeout: Option<String>,
+    /// Time a send to a host may make no progress.
+    pub send_timeout: Option<String>,
+    /// Bytes of command data buffers in flight over all connections.
+    pub io_buffer_budget: Option<String>,
+    /// How long commands of a closed connection are waited for.
+    pub drain_timeout: Option<String>,
 }
 
 /// Command-line overrides (all optional; see `strata serve --help`).
@@ -144,8 +159,11 @@ pub struct ServeConfig {
     pub extent_size: u32,
     /// Threading model for connections.
     pub runtime: RuntimeModel,
-    /// Busy-poll budget of idle I/O queues.
-    pub poll: std::time::Duration,
+    /// Settings of the NVMe/TCP target: `poll_us`, and the config file's
+    /// `max_pending_connections`, `max_connections`, `handshake_timeout`,
+    /// `r2t_timeout`, `send_timeout`, `io_buffer_budget`,
+    /// `drain_timeout`).
+    pub target: strata_target::TargetConfig,
 }
 
 fn addrs(values: &[String], what: &str) -> anyhow::Result<Vec<SocketAddr>> {
@@ -156,6 +174,48 @@ fn addrs(values: &[String], what: &str) -> anyhow::Result<Vec<SocketAddr>> {
                 .with_context(|| format!("{what} address {v:?} is not ADDR:PORT (e.g. 0.0.0.0:4420 or [::]:4420)"))
         })
         .collect()
+}
+
+fn duration(v: Option<String>, what: &str, default: Duration) -> anyhow::Result<Duration> {
+    let Some(v) = v else { return Ok(default) };
+    let d = strata_bench::units::parse_duration(&v)
+        .with_context(|| format!("{what} {v:?} is not a duration such as 10s or 500ms"))?;
+    if d.is_zero() {
+        bail!("{what} must be more than zero");
+    }
+    Ok(d)
+}
+
+/// The target's settings from the config file over its defaults.
+fn target_config(file: &mut FileConfig, poll: Duration) -> anyhow::Result<strata_target::TargetConfig> {
+    let d = strata_target::TargetConfig::default();
+    let count = |v: Option<usize>, what: &str, default: usize| match v {
+        Some(0) => bail!("{what} must be at least 1"),
+        v => Ok(v.unwrap_or(default)),
+    };
+    let budget = match file.io_buffer_budget.take() {
+        Some(v) => usize::try_from(size(&v, "io_buffer_budget")?).context("io_buffer_budget is too large")?,
+        None => d.io_buffer_budget,
+    };
+    let max_transfer = d.max_transfer();
+    if budget < max_transfer {
+        bail!("io_buffer_budget must hold at least one largest transfer ({max_transfer} bytes)");
+    }
+    Ok(strata_target::TargetConfig {
+        poll,
+        max_pending_connections: count(
+            file.max_pending_connections,
+            "max_pending_connections",
+            d.max_pending_connections,
+        )?,
+        max_connections: count(file.max_connections, "max_connections", d.max_connections)?,
+        handshake_timeout: duration(file.handshake_timeout.take(), "handshake_timeout", d.handshake_timeout)?,
+        r2t_timeout: duration(file.r2t_timeout.take(), "r2t_timeout", d.r2t_timeout)?,
+        send_timeout: duration(file.send_timeout.take(), "send_timeout", d.send_timeout)?,
+        io_buffer_budget: budget,
+        drain_timeout: duration(file.drain_timeout.take(), "drain_timeout", d.drain_timeout)?,
+        ..d
+    })
 }
 
 fn size(v: &str, what: &str) -> anyhow::Result<u64> {
@@ -170,10 +230,12 @@ impl ServeConfig {
     ///
     /// A message naming the bad key or option.
     pub fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
-        let file = match &args.config {
+        let mut file = match &args.config {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
         };
+        let poll = Duration::from_micros(args.poll_us.or(file.poll_us).unwrap_or(0).min(1_000_000));
+        let target = target_config(&mut file, poll)?;
         let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
         let pick = |cli: &[String], file: Option<Vec<String>>, default: &str| -> Vec<String> {
             if !cli.is_empty() { cli.to_vec() } else { file.unwrap_or_else(|| vec![default.to_string()]) }
@@ -216,7 +278,7 @@ impl ServeConfig {
             allow_buffered: args.allow_buffered || file.allow_buffered.unwrap_or(false),
             extent_size,
             runtime,
-            poll: std::time::Duration::from_micros(args.poll_us.or(file.poll_us).unwrap_or(0).min(1_000_000)),
+            target,
         })
     }
 }
@@ -271,5 +333,41 @@ mod tests {
         let args = ServeArgs { config: Some(path), ..Default::default() };
         let e = format!("{:#}", ServeConfig::load(&args).unwrap_err());
         assert!(e.contains("listne"), "{e}");
+    }
+
+    #[test]
+    fn target_limits_come_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strata.toml");
+        std::fs::write(
+            &path,
+            "handshake_timeout = \"2s\"\nr2t_timeout = \"1500ms\"\nsend_timeout = \"3s\"\n\
+             max_pending_connections = 64\nio_buffer_budget = \"64M\"\ndrain_timeout = \"1m\"\n",
+        )
+        .unwrap();
+        let c = ServeConfig::load(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap();
+        let t = &c.target;
+        assert_eq!(t.handshake_timeout, Duration::from_secs(2));
+        assert_eq!(t.r2t_timeout, Duration::from_millis(1500));
+        assert_eq!(t.send_timeout, Duration::from_secs(3));
+        assert_eq!(t.max_pending_connections, 64);
+        assert_eq!(t.io_buffer_budget, 64 << 20);
+        assert_eq!(t.drain_timeout, Duration::from_secs(60));
+        let d = ServeConfig::load(&ServeArgs::default()).unwrap().target;
+        assert_eq!(d.handshake_timeout, strata_target::TargetConfig::default().handshake_timeout);
+        for bad in [
+            "send_timeout = \"soon\"",
+            "r2t_timeout = \"0s\"",
+            "io_buffer_budget = \"4K\"",
+            "max_pending_connections = 0",
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            let e = format!(
+                "{:#}",
+                ServeConfig::load(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap_err()
+            );
+            let key = bad.split(' ').next().unwrap();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
     }
 }

@@ -154,7 +154,7 @@ fn start_executors(
 }
 
 async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
-    let target = strata_target::Target::new(strata_target::TargetConfig { poll: cfg.poll, ..Default::default() });
+    let target = strata_target::Target::new(cfg.target.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     if let config::RuntimeModel::PerCore { threads } = cfg.runtime {
         target.set_executors(start_executors(threads, &stop_rx)?);
