@@ -46,7 +46,8 @@ pub struct Ctx {
     /// A legitimate host must get through within this under attack.
     pub legit_deadline: Duration,
     disrupted: AtomicBool,
-    /// Verified hosts hold it shared while they Flush; a resetter may
+    /// Verified hosts hold it shared while they Flush (or write with
+    /// FUA, which commits too); a resetter may
     /// hold it exclusively for the instant between sending its Flush and
     /// resetting the connection, so that its Flush is the one running the
     /// group commit when the connection dies (with hosts flushing dozens

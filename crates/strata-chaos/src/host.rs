@@ -290,9 +290,12 @@ impl Worker {
                     let seq = self.ctx.seq();
                     let data = block::encode_run(vol, self.writer, seq, lba, n);
                     let value = Value::Data { writer: self.writer, seq };
+                    // A FUA write runs a commit like a Flush: same gate.
+                    let gate = if fua { Some(self.ctx.flush_gate.read().await) } else { None };
                     let t = self.ctx.oracle(|o| o.begin_write(vol, lba, u64::from(n), value));
                     let ended = guarded(wd, self.ctrl.write(NSID, lba, data, fua)).await;
                     self.ctx.oracle(|o| o.end_write(t, ended.write_outcome(), fua));
+                    drop(gate);
                     let kind = match (n > 2, fua) {
                         (true, _) => "write_large",
                         (false, true) => "write_fua",

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 /// Most failure lines kept in a report.
 pub const MAX_FAILURE_LINES: usize = 200;
+/// Most failure lines kept per scenario.
+pub const MAX_LINES_PER_SCENARIO: u64 = 20;
 
 /// Runs and failures of one scenario.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,8 +104,9 @@ impl Report {
 
     /// Records a failure seen by `scenario`.
     pub(crate) fn fail(&mut self, scenario: &str, msg: impl Into<String>) {
-        self.scenarios.entry(scenario.to_string()).or_default().failures += 1;
-        if self.failures.len() < MAX_FAILURE_LINES {
+        let st = self.scenarios.entry(scenario.to_string()).or_default();
+        st.failures += 1;
+        if st.failures <= MAX_LINES_PER_SCENARIO && self.failures.len() < MAX_FAILURE_LINES {
             self.failures.push(format!("[{scenario}] {}", msg.into()));
         } else {
             self.failures_dropped += 1;
@@ -241,15 +244,25 @@ mod tests {
     }
 
     #[test]
-    fn failure_lines_are_capped_but_counted() {
+    fn failure_lines_are_capped_but_counted_and_every_scenario_shows() {
         let mut r = Report::default();
-        for i in 0..(MAX_FAILURE_LINES + 5) {
-            r.fail("kill9", format!("block {i}"));
+        for i in 0..1000 {
+            r.fail("resets", format!("block {i}"));
+        }
+        r.fail("idle_sockets", "0/300 closed");
+        let per = MAX_LINES_PER_SCENARIO as usize;
+        assert_eq!(r.failures.len(), per + 1);
+        assert_eq!(r.failures_dropped, (1000 - per) as u64);
+        assert_eq!(r.scenarios["resets"].failures, 1000);
+        assert!(r.failures[0].starts_with("[resets] block 0"));
+        assert_eq!(r.failures.last().unwrap(), "[idle_sockets] 0/300 closed");
+        for i in 0..20 {
+            r.fail(&format!("s{i}"), "x".repeat(3));
+            for _ in 0..20 {
+                r.fail(&format!("s{i}"), "y");
+            }
         }
         assert_eq!(r.failures.len(), MAX_FAILURE_LINES);
-        assert_eq!(r.failures_dropped, 5);
-        assert_eq!(r.scenarios["kill9"].failures, (MAX_FAILURE_LINES + 5) as u64);
-        assert!(r.failures[0].starts_with("[kill9] block 0"));
     }
 
     #[test]
