@@ -5,9 +5,10 @@
 //! The oracle and the report sit behind std mutexes that are only ever
 //! held for a few statements, never across an `.await`.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::block::{self, BLOCK_SIZE};
@@ -39,6 +40,9 @@ pub struct Ctx {
     pub io: SocketAddr,
     oracle: Mutex<Oracle>,
     report: Mutex<Report>,
+    /// Violations already reported, as (volume, LBA, what was read): a
+    /// block that stays wrong is counted once, not at every verification.
+    reported: Mutex<HashSet<(VolumeId, u64, String)>>,
     next_writer: AtomicU32,
     next_seq: AtomicU64,
     /// An operation not finished after this is a hang.
@@ -46,14 +50,15 @@ pub struct Ctx {
     /// A legitimate host must get through within this under attack.
     pub legit_deadline: Duration,
     disrupted: AtomicBool,
-    /// Verified hosts hold it shared while they Flush (or write with
-    /// FUA, which commits too); a resetter may
-    /// hold it exclusively for the instant between sending its Flush and
-    /// resetting the connection, so that its Flush is the one running the
-    /// group commit when the connection dies (with hosts flushing dozens
-    /// of times a second, the commit is otherwise nearly always someone
-    /// else's and the reset never lands inside it).
-    pub flush_gate: tokio::sync::RwLock<()>,
+    /// Whoever runs a Flush (or a FUA write, which commits too) holds it
+    /// shared. A resetter may hold it exclusively for the instant between
+    /// sending its Flush and resetting the connection, so that its Flush
+    /// is the one running the group commit when the connection dies (with
+    /// hosts flushing dozens of times a second, the commit is otherwise
+    /// nearly always someone else's and the reset never lands inside it).
+    /// The volume scenario holds it exclusively from a shrink until the
+    /// kill -9 that follows, so that no Flush commits the shrink first.
+    pub flush_gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl Ctx {
@@ -63,12 +68,13 @@ impl Ctx {
             io,
             oracle: Mutex::new(Oracle::new()),
             report: Mutex::new(report),
+            reported: Mutex::new(HashSet::new()),
             next_writer: AtomicU32::new(1),
             next_seq: AtomicU64::new(1),
             watchdog,
             legit_deadline,
             disrupted: AtomicBool::new(false),
-            flush_gate: tokio::sync::RwLock::new(()),
+            flush_gate: Arc::new(tokio::sync::RwLock::new(())),
         }
     }
 
@@ -114,8 +120,13 @@ impl Ctx {
 
     /// Records a read the oracle rejected. `after` names the restart the
     /// read follows ("kill -9", "clean restart"), if any: a block whose
-    /// durable value was the suite's data then counts as lost.
+    /// durable value was the suite's data then counts as lost. The same
+    /// block read wrong the same way again is not counted again.
     pub fn violation(&self, scenario: &str, v: &Violation, after: Option<&str>) {
+        let key = (v.volume, v.lba, v.got.clone());
+        if !self.reported.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
+            return;
+        }
         let lost = after.is_some() && v.durable_written;
         let what = match (lost, after) {
             (true, Some(a)) => format!("LOST after {a}"),

@@ -189,13 +189,16 @@ async fn flush_reset(ctx: &Ctx, vol: &VolumeRef, range: &Range<u64>, rng: &mut R
         r.op("raw_flush_reset", 1)
     });
     let mut b = connect(ctx, vol, rng).await?;
+    let gate = ctx.flush_gate.read().await;
     let t = ctx.oracle(|o| o.begin_flush(vol.id));
-    let (cqe, _) = step(
+    let flushed = step(
         ctx,
         "Flush after reconnect",
         b.io[0].execute(raw::io_sqe(io::FLUSH, NSID, 0, 1, false), &[], 0, ctx.watchdog),
     )
-    .await?;
+    .await;
+    drop(gate);
+    let (cqe, _) = flushed?;
     ctx.report(|r| r.op("raw_flush", 1));
     if !cqe.status.is_success() {
         ctx.fail(SCENARIO, format!("Flush after reconnect failed with {}", cqe.status));

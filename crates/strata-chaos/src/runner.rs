@@ -11,6 +11,8 @@
 //!    legitimate host probing beside them) run and finish;
 //! 3. at a random moment after that, while the hosts are still busy,
 //!    strata is killed with SIGKILL (most rounds) or the load is stopped;
+//!    in some rounds the kill comes right when the volume scenario asks
+//!    for it, just after a shrink and regrow;
 //! 4. the load stops; after a kill the oracle records the crash and
 //!    strata restarts on the same data dir and ports;
 //! 5. every tracked block of every live volume is read back and checked.
@@ -317,19 +319,16 @@ impl Runner {
                 ));
             }
         }
+        let (attacks_done, attacks_over) = watch::channel(plan.attacks.is_empty());
+        let kill_after_volume_ops = plan.kill && plan.volume_ops && self.rng.chance(50);
         let vol_task = plan.volume_ops.then(|| {
             let id = self.next_vol_id;
             self.next_vol_id += 1;
             let new = (id, format!("chaos-r{index}"));
             let previous = self.chaos_vol.take();
-            tokio::spawn(volume_ops::run(
-                ctx.clone(),
-                self.strata.cli(),
-                previous,
-                new,
-                self.rng.fork(),
-                stop_rx.clone(),
-            ))
+            let kill_after = kill_after_volume_ops.then(|| attacks_over.clone());
+            let (c, rng, stop) = (self.strata.cli(), self.rng.fork(), stop_rx.clone());
+            tokio::spawn(volume_ops::run(ctx.clone(), c, previous, new, rng, stop, kill_after))
         });
         let attack_task = (!plan.attacks.is_empty()).then(|| {
             let phase = AttackPhase {
@@ -344,23 +343,31 @@ impl Runner {
             tokio::spawn(phase.run(self.rng.fork()))
         });
         let guard = length + self.cfg.watchdog * 2 + Duration::from_secs(30);
-        if let Some(t) = vol_task {
-            match tokio::time::timeout(guard, t).await {
-                Ok(Ok(v)) => self.chaos_vol = v,
-                Ok(Err(e)) => ctx.fail("volume_ops", format!("the scenario task failed: {e}")),
-                Err(_) => ctx.hang("volume_ops", "the volume operations scenario"),
-            }
-        }
         if let Some(t) = attack_task
             && tokio::time::timeout(guard, t).await.is_err()
         {
             ctx.hang("attacks", "the attack window");
         }
+        let _ = attacks_done.send(true);
+        let mut kill_now = None;
+        if let Some(t) = vol_task {
+            match tokio::time::timeout(guard, t).await {
+                Ok(Ok(outcome)) => {
+                    self.chaos_vol = outcome.volume;
+                    kill_now = outcome.kill_now;
+                }
+                Ok(Err(e)) => ctx.fail("volume_ops", format!("the scenario task failed: {e}")),
+                Err(_) => ctx.hang("volume_ops", "the volume operations scenario"),
+            }
+        }
         let now = began.elapsed();
         let end = length.max(now + Duration::from_millis(800));
         let mut killed_at = None;
+        let immediate = kill_now.is_some();
         if plan.kill {
-            let at = self.rng.duration(now + Duration::from_millis(300), end);
+            // Right away when the volume scenario asks (it holds the flush
+            // gate until then), else at a random moment under load.
+            let at = if immediate { now } else { self.rng.duration(now + Duration::from_millis(300), end) };
             tokio::time::sleep_until(began + at).await;
             if self.check_alive("before kill -9").await? {
                 ctx.set_disrupted(true);
@@ -368,6 +375,7 @@ impl Runner {
                 ctx.report(|r| r.fault("kill9", 1));
                 killed_at = Some(at);
             }
+            drop(kill_now.take());
         } else {
             tokio::time::sleep_until(began + end).await;
         }
@@ -397,7 +405,13 @@ impl Runner {
         ctx.report(|r| r.rounds += 1);
         let after = ctx.snapshot();
         let ops = |r: &Report| r.operations.values().sum::<u64>();
-        let kill = killed_at.map_or("no kill".to_string(), |t| format!("kill -9 at {:.1}s", t.as_secs_f64()));
+        let kill = match killed_at {
+            Some(t) if immediate => {
+                format!("kill -9 at {:.1}s (right after shrink+regrow)", t.as_secs_f64())
+            }
+            Some(t) => format!("kill -9 at {:.1}s", t.as_secs_f64()),
+            None => "no kill".to_string(),
+        };
         let attacks = plan.attacks.iter().map(|k| k.name()).collect::<Vec<_>>().join("+");
         self.progress(format!(
             "round {index} ({:.1}s): attacks [{attacks}]{} {kill} | ops {} written {:.1} MiB verified {:.1} MiB | lost {} wrong {} hangs {} failures {} | peak rss {} MiB",

@@ -21,6 +21,12 @@
 //!    checks it again after a kill -9); new blocks written there and
 //!    flushed must survive.
 //!
+//! In about half the rounds that end with a kill -9, steps 5 and 6 wait
+//! for the attack window to end and run with the flush gate held, and the
+//! run asks for the kill right after them: strata must make a shrink
+//! durable by itself, not leave its discarded extents to the next Flush
+//! (else the regrown range shows the old data after the restart).
+//!
 //! The volume is left for the round's verification and deleted by the
 //! next run.
 
@@ -29,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use strata_host::Controller;
-use tokio::sync::watch;
+use tokio::sync::{OwnedRwLockWriteGuard, watch};
 
 use crate::block::{self, BLOCK_SIZE};
 use crate::ctx::{Ctx, VolumeRef};
@@ -98,6 +104,7 @@ async fn write(ctx: &Ctx, ctrl: &Controller, vol: &VolumeRef, writer: u32, lba: 
 }
 
 async fn flush(ctx: &Ctx, ctrl: &Controller, vol: &VolumeRef) -> Result<(), Abort> {
+    let _gate = ctx.flush_gate.read().await;
     let t = ctx.oracle(|o| o.begin_flush(vol.id));
     match guarded(ctx.watchdog, ctrl.flush(NSID)).await {
         Ended::Done(()) => {
@@ -199,8 +206,21 @@ async fn delete_under_io(ctx: &Arc<Ctx>, c: &VolumeCli, vol: &VolumeRef, rng: &m
     }
 }
 
-/// Runs the scenario; returns the volume it created (to be verified at
-/// the end of the round and deleted by the next run), if it got that far.
+/// What a run leaves behind.
+pub struct Outcome {
+    /// The volume it created, to be verified at the end of the round and
+    /// deleted by the next run, if it got that far.
+    pub volume: Option<VolumeRef>,
+    /// Set when the run ended right after a shrink and regrow, holding the
+    /// flush gate: the caller must kill strata now, then drop it.
+    pub kill_now: Option<OwnedRwLockWriteGuard<()>>,
+}
+
+/// Runs the scenario. With `kill_after`, the shrink and regrow wait until
+/// that flag is set (the round's attack window is over), run with the
+/// flush gate held, and the run ends asking for a kill -9 at once: the
+/// regrown range must read zeros even though no Flush came after the
+/// shrink.
 pub async fn run(
     ctx: Arc<Ctx>,
     c: VolumeCli,
@@ -208,13 +228,16 @@ pub async fn run(
     new: (VolumeId, String),
     mut rng: Rng,
     stop: watch::Receiver<bool>,
-) -> Option<VolumeRef> {
+    kill_after: Option<watch::Receiver<bool>>,
+) -> Outcome {
     ctx.report(|r| r.ran(SCENARIO));
     if let Some(prev) = &previous {
         delete_under_io(&ctx, &c, prev, &mut rng).await;
     }
     let vol = VolumeRef::new(new.0, &new.1);
-    cli(&ctx, &c, &["create", &vol.name, "--size", &format!("{SIZE_MIB}M")]).await.ok()?;
+    if cli(&ctx, &c, &["create", &vol.name, "--size", &format!("{SIZE_MIB}M")]).await.is_err() {
+        return Outcome { volume: None, kill_now: None };
+    }
     let plan = HostPlan {
         name: format!("host on {}", vol.name),
         scenario: SCENARIO,
@@ -224,8 +247,8 @@ pub async fn run(
         expect_errors: Arc::new(AtomicBool::new(false)),
     };
     tokio::spawn(host::run(ctx.clone(), plan, rng.fork(), stop.clone()));
-    let _ = steps(&ctx, &c, &vol, &mut rng, stop).await;
-    Some(vol)
+    let kill_now = steps(&ctx, &c, &vol, &mut rng, stop, kill_after).await.ok().flatten();
+    Outcome { volume: Some(vol), kill_now }
 }
 
 async fn steps(
@@ -234,7 +257,8 @@ async fn steps(
     vol: &VolumeRef,
     rng: &mut Rng,
     stop: watch::Receiver<bool>,
-) -> Result<(), Abort> {
+    kill_after: Option<watch::Receiver<bool>>,
+) -> Result<Option<OwnedRwLockWriteGuard<()>>, Abort> {
     let cfg = host::host_config(ctx, rng, 1);
     let mut stop = stop;
     let ctrl = match host::connect_retrying(ctx, &vol.nqn, &cfg, ctx.watchdog, &mut stop).await {
@@ -276,7 +300,20 @@ async fn steps(
     }
     let beyond = SIZE_MIB * MIB_BLOCKS + rng.below((GROWN_MIB - SIZE_MIB) * MIB_BLOCKS - 1);
     write(ctx, &ctrl, vol, writer, beyond, 1).await?;
+    flush(ctx, &ctrl, vol).await?;
 
+    let gate = match kill_after {
+        Some(mut ready) => {
+            // The attack window must be over before strata is killed.
+            let limit = ctx.watchdog * 4;
+            if tokio::time::timeout(limit, ready.wait_for(|&r| r)).await.is_err() {
+                ctx.hang(SCENARIO, "waiting for the attack window to end");
+                return Err(Abort);
+            }
+            Some(ctx.flush_gate.clone().write_owned().await)
+        }
+        None => None,
+    };
     cli(ctx, c, &["resize", &vol.name, "--size", &format!("{SHRUNK_MIB}M"), "--shrink"]).await?;
     let end = SHRUNK_MIB * MIB_BLOCKS;
     ctx.oracle(|o| o.shrink(vol.id, end));
@@ -292,7 +329,11 @@ async fn steps(
         let lba = tail.start + rng.below(tail.end - tail.start);
         write(ctx, &ctrl, vol, writer, lba, 1).await?;
     }
-    flush(ctx, &ctrl, vol).await?;
-    let _ = tokio::time::timeout(Duration::from_secs(5), ctrl.disconnect()).await;
-    Ok(())
+    if gate.is_none() {
+        flush(ctx, &ctrl, vol).await?;
+        let _ = tokio::time::timeout(Duration::from_secs(5), ctrl.disconnect()).await;
+    }
+    // With the gate held, no orderly disconnect: its shutdown notification
+    // (CC.SHN) makes strata flush, which would commit the shrink.
+    Ok(gate)
 }
