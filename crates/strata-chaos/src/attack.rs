@@ -358,3 +358,90 @@ async fn probe(ctx: &Ctx, vol: &VolumeRef, region: &Range<u64>, label: &str, rng
         let _ = tokio::time::timeout(Duration::from_secs(5), ctrl.disconnect()).await;
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Report;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    /// A server that closes each connection `after` accepting it, or never
+    /// (`None`, holding them until the test ends).
+    async fn server(after: Option<Duration>) -> std::net::SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                match after {
+                    Some(d) => {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(d).await;
+                            drop(s);
+                        });
+                    }
+                    None => held.push(s),
+                }
+            }
+        });
+        addr
+    }
+
+    fn ctx(addr: std::net::SocketAddr) -> Arc<Ctx> {
+        Arc::new(Ctx::new(addr, Duration::from_secs(5), Duration::from_secs(5), Report::default()))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_sockets_the_server_closes_are_counted_with_their_time() {
+        let c = ctx(server(Some(Duration::from_millis(200))).await);
+        idle_sockets(c.clone(), 8, Duration::from_secs(3)).await;
+        let r = c.snapshot();
+        assert_eq!((r.attacker_connections, r.attacker_connections_closed), (8, 8), "{r:?}");
+        let slowest = r.attacker_close_max_ms.expect("a close time");
+        assert!((150..3000).contains(&slowest), "{slowest} ms");
+        assert!(r.is_clean(), "{:?}", r.failures);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_sockets_left_open_are_a_failure() {
+        let c = ctx(server(None).await);
+        idle_sockets(c.clone(), 4, Duration::from_millis(500)).await;
+        let r = c.snapshot();
+        assert_eq!((r.attacker_connections, r.attacker_connections_closed), (4, 0));
+        assert!(r.failures[0].contains("strata closed 0/4 idle sockets"), "{:?}", r.failures);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn nothing_to_attack_is_a_failure_not_a_pass() {
+        // A port nobody listens on: every connect is refused.
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr")
+        };
+        let c = ctx(addr);
+        idle_sockets(c.clone(), 3, Duration::from_millis(300)).await;
+        let r = c.snapshot();
+        assert_eq!(r.attacker_connections, 0);
+        assert!(!r.is_clean() && r.failures[0].contains("could be set up"), "{:?}", r.failures);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn drain_finds_a_close_queued_behind_data_and_an_open_socket() {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let (mut closing, _) = l.accept().await.expect("accept");
+            let (mut open, _) = l.accept().await.expect("accept");
+            let _ = closing.write_all(&vec![7u8; 1 << 20]).await;
+            drop(closing);
+            let _ = open.write_all(&[1u8; 4096]).await;
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            drop(open);
+        });
+        let a = TcpStream::connect(addr).await.expect("connect");
+        let b = TcpStream::connect(addr).await.expect("connect");
+        assert!(drain(&a, Duration::from_millis(500), Duration::from_secs(5)).await);
+        assert!(!drain(&b, Duration::from_millis(300), Duration::from_secs(2)).await);
+    }
+}
