@@ -319,7 +319,10 @@ async fn probe(ctx: &Ctx, vol: &VolumeRef, region: &Range<u64>, label: &str, rng
             r.legit_probe(label, deadline)
         });
     };
-    let ctrl = match tokio::time::timeout_at(until, Controller::connect(ctx.io, &vol.nqn, &cfg)).await {
+    let step = Instant::now();
+    let connected = tokio::time::timeout_at(until, Controller::connect(ctx.io, &vol.nqn, &cfg)).await;
+    ctx.report(|r| r.legit_step("connect", step.elapsed()));
+    let ctrl = match connected {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return failed(format!("could not connect: {e}")),
         Err(_) => return failed(format!("could not connect within {deadline:?}")),
@@ -328,7 +331,9 @@ async fn probe(ctx: &Ctx, vol: &VolumeRef, region: &Range<u64>, label: &str, rng
     let (writer, seq) = (ctx.writer_id(), ctx.seq());
     let data = block::encode_run(vol.id, writer, seq, lba, 1);
     let t = ctx.oracle(|o| o.begin_write(vol.id, lba, 1, Value::Data { writer, seq }));
+    let step = Instant::now();
     let w = tokio::time::timeout_at(until, ctrl.write(NSID, lba, data, false)).await;
+    ctx.report(|r| r.legit_step("write", step.elapsed()));
     let outcome = match &w {
         Ok(Ok(())) => WriteOutcome::Acked,
         Ok(Err(e)) if e.status().is_some() => WriteOutcome::Failed,
@@ -340,7 +345,10 @@ async fn probe(ctx: &Ctx, vol: &VolumeRef, region: &Range<u64>, label: &str, rng
         Ok(Err(e)) => return failed(format!("connected but its write failed: {e}")),
         Err(_) => return failed(format!("connected but its write did not complete within {deadline:?}")),
     }
-    match tokio::time::timeout_at(until, ctrl.read(NSID, lba, 1)).await {
+    let step = Instant::now();
+    let read = tokio::time::timeout_at(until, ctrl.read(NSID, lba, 1)).await;
+    ctx.report(|r| r.legit_step("read", step.elapsed()));
+    match read {
         Ok(Ok(back)) => {
             ctx.check_blocks("legit_host", vol.id, lba, &back, None);
         }

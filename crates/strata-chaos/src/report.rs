@@ -63,6 +63,9 @@ pub struct Report {
     pub legit_connect_max_ms: Option<u64>,
     /// The same, per attack window (the attacks running, joined by "and").
     pub legit_max_ms_by_attack: BTreeMap<String, u64>,
+    /// Longest time of each step of a legitimate-host probe (`connect`,
+    /// `write`, `read`), milliseconds.
+    pub legit_step_max_ms: BTreeMap<String, u64>,
     /// Misbehaving connections opened (idle sockets, stalled readers,
     /// R2T-hoarding queues).
     pub attacker_connections: u64,
@@ -137,6 +140,13 @@ impl Report {
         *per = (*per).max(ms);
     }
 
+    /// Records how long one step of a legitimate-host probe took.
+    pub(crate) fn legit_step(&mut self, step: &str, took: Duration) {
+        let ms = took.as_millis() as u64;
+        let per = self.legit_step_max_ms.entry(step.to_string()).or_default();
+        *per = (*per).max(ms);
+    }
+
     /// Records attacker connections: `opened`, of which `closed` were
     /// closed by strata, the slowest after `slowest`.
     pub(crate) fn attackers(&mut self, opened: u64, closed: u64, slowest: Option<Duration>) {
@@ -192,6 +202,10 @@ impl Report {
         let _ = writeln!(s, "  {:<22} {legit}", "legit host under attack");
         for (attacks, ms) in &self.legit_max_ms_by_attack {
             let _ = writeln!(s, "  {:<22}   {ms} ms during {attacks}", "");
+        }
+        if !self.legit_step_max_ms.is_empty() {
+            let steps: Vec<String> = self.legit_step_max_ms.iter().map(|(k, v)| format!("{k} {v} ms")).collect();
+            let _ = writeln!(s, "  {:<22}   slowest steps: {}", "", steps.join(", "));
         }
         let slowest = self.attacker_close_max_ms.map_or(String::new(), |ms| format!(", slowest {ms} ms"));
         let _ = writeln!(
