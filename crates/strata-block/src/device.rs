@@ -96,6 +96,30 @@ pub enum BlockError {
 /// Callers MUST pass buffers whose length is `blocks * block_size` and need
 /// not serialise requests: implementations take any number concurrently.
 /// Overlapping concurrent writes land in an unspecified order, as on NVMe.
+///
+/// # Cancellation
+///
+/// Every method returns a future that the caller may drop at any await
+/// point (its host went away, a deadline fired). Implementations MUST
+/// then:
+/// - keep work shared with other callers going: a flush dropped while
+///   the group commit it joined is running MUST NOT take other writers'
+///   data out of that commit; a later flush that completes still makes
+///   durable every write that completed before it was issued. Shared work
+///   runs on a task of its own or is restored by a drop guard;
+/// - return what the call reserved: allocations, buffers, locks, leases;
+///   no invariant may depend on a future running to completion;
+/// - leave each block in the range of a dropped `write`, `write_zeroes`
+///   or `deallocate` reading as before or as after the call, after a
+///   crash too; never as anything else, and never inside another device.
+///
+/// Callers MUST know that a dropped write may still reach the media
+/// after the drop (a submitted I/O cannot be recalled). Its range has an
+/// unknown outcome until a later `flush` completes: that flush waits for
+/// it, so from then on it can no longer overtake a newer write. A caller
+/// that needs a dropped write ordered before its next write to the same
+/// blocks flushes in between, or waits for the write instead of dropping
+/// it (the target does: see its `docs/nvme-tcp.md`).
 pub trait BlockDevice: Send + Sync {
     /// Current geometry.
     fn geometry(&self) -> Geometry;

@@ -29,7 +29,9 @@ use strata_nvme::command::{
     self, DSM_MAX_RANGES, DsmRange, GetLogPage, ReadWrite, Sqe, WriteZeroes, admin, feature, io,
 };
 use strata_nvme::completion::Cqe;
-use strata_nvme::fabrics::{self, CNTLID_DYNAMIC, ConnectCmd, ConnectData, NQN_MAX_LEN, PropertyCmd, fctype, reg};
+use strata_nvme::fabrics::{
+    self, CNTLID_DYNAMIC, ConnectCmd, ConnectData, ConnectInvalidParam, NQN_MAX_LEN, PropertyCmd, fctype, reg,
+};
 use strata_nvme::identify::{
     self as id, Cns, IDENTIFY_DATA_LEN, IdentifyController, IdentifyNamespace, NsIdDescriptor,
 };
@@ -131,8 +133,8 @@ pub(crate) fn connect_command(
 /// The controller ID from a Connect completion, or the rejection.
 pub(crate) fn connect_result(cqe: Cqe) -> Result<u16, HostError> {
     if !cqe.status.is_success() {
-        let dw0 = cqe.dw0();
-        return Err(HostError::ConnectRejected { status: cqe.status, iattr: dw0 & 1 != 0, ipo: (dw0 >> 16) as u16 });
+        let at = ConnectInvalidParam::from_dw0(cqe.dw0());
+        return Err(HostError::ConnectRejected { status: cqe.status, iattr: at.in_data, ipo: at.offset });
     }
     Ok(cqe.dw0() as u16)
 }

@@ -132,3 +132,48 @@ async fn unsupported_icresp_parameters_and_silence_are_refused() {
     assert!(matches!(Controller::connect(addr, NQN, &quick).await, Err(HostError::Timeout { .. })));
     fake.await.unwrap();
 }
+
+/// A CapsuleResp for the Connect in `capsule` with Connect Invalid
+/// Parameters (SCT 1h, SC 82h) and DNR, carrying `dw0` as written here byte
+/// by byte rather than by this crate's encoder.
+fn connect_invalid_parameters(capsule: &[u8], dw0: [u8; 4]) -> Vec<u8> {
+    let cid = [capsule[pdu::CH_LEN + 2], capsule[pdu::CH_LEN + 3]];
+    // Status field: (DNR | SCT 1 | SC 82h) << 1, phase 0: 0x4182 << 1.
+    let status = (0x4182u16 << 1).to_le_bytes();
+    let mut resp = vec![0x05, 0, 24, 0, 24, 0, 0, 0];
+    resp.extend_from_slice(&dw0);
+    resp.extend_from_slice(&[0; 8]); // DW1, SQHD, SQID
+    resp.extend_from_slice(&cid);
+    resp.extend_from_slice(&status);
+    resp
+}
+
+/// Regression: the host read IATTR from bit 0 and IPO from bits 31:16 of a
+/// refused Connect's DW0. NVMe over Fabrics 1.1 section 3.3 (Connect
+/// Response) puts IPO in bits 15:00 and IATTR in bits 23:16; the DW0 values
+/// here are what Linux nvmet sends: `IPO_IATTR_CONNECT_DATA(subsysnqn)` =
+/// `(1 << 16) | 256` and `IPO_IATTR_CONNECT_SQE(qid)` = 42
+/// (`drivers/nvme/target/nvmet.h`).
+#[tokio::test]
+async fn a_refused_connect_reports_ipo_and_iattr_as_nvmet_encodes_them() {
+    let (listener, addr, cfg) = setup().await;
+    let fake = tokio::spawn(async move {
+        for dw0 in [[0x00, 0x01, 0x01, 0x00], [42, 0, 0, 0]] {
+            let mut s = accept_and_answer_icreq(&listener, GOOD).await;
+            let capsule = read_connect(&mut s).await;
+            s.write_all(&connect_invalid_parameters(&capsule, dw0)).await.unwrap();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+        }
+    });
+    for (iattr, ipo) in [(true, 256), (false, 42)] {
+        match Controller::connect(addr, NQN, &cfg).await {
+            Err(HostError::ConnectRejected { status, iattr: got_iattr, ipo: got_ipo }) => {
+                assert_eq!((status.code(), status.is_dnr()), (0x182, true));
+                assert_eq!((got_iattr, got_ipo), (iattr, ipo));
+            }
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+    fake.await.unwrap();
+}

@@ -134,7 +134,8 @@ pub enum ConnectDataError {
     /// The data is shorter than 1024 bytes.
     #[error("connect data is {0} bytes, expected 1024")]
     Short(usize),
-    /// An NQN field is not NUL-terminated UTF-8 of at most 223 bytes.
+    /// An NQN field is not NUL-terminated UTF-8 of at most 223 bytes, or
+    /// SUBNQN is empty.
     #[error("{field} in connect data is not a valid NQN")]
     BadNqn {
         /// Which field.
@@ -170,6 +171,12 @@ pub struct ConnectData {
 impl ConnectData {
     /// Decodes and validates Connect data.
     ///
+    /// An empty HOSTNQN is accepted: SPDK's initiator sends one when its
+    /// application set none, and both SPDK's target and Linux nvmet let it
+    /// connect wherever any host may. Whether it may connect is the
+    /// subsystem's access list's decision, not a format error. An empty
+    /// SUBNQN names nothing and is refused.
+    ///
     /// # Errors
     ///
     /// [`ConnectDataError`] naming the first bad field.
@@ -177,10 +184,11 @@ impl ConnectData {
         if b.len() < CONNECT_DATA_LEN {
             return Err(ConnectDataError::Short(b.len()));
         }
-        let nqn = |off: usize, field: &'static str| -> Result<String, ConnectDataError> {
+        let nqn = |off: usize, field: &'static str, may_be_empty: bool| -> Result<String, ConnectDataError> {
             let raw = &b[off..off + CONNECT_NQN_FIELD_LEN];
             let len = raw.iter().position(|&c| c == 0).unwrap_or(CONNECT_NQN_FIELD_LEN);
-            let s = get_str(b, off, CONNECT_NQN_FIELD_LEN).filter(|s| !s.is_empty() && len <= NQN_MAX_LEN);
+            let s = get_str(b, off, CONNECT_NQN_FIELD_LEN)
+                .filter(|s| (may_be_empty || !s.is_empty()) && len <= NQN_MAX_LEN);
             s.map(str::to_owned).ok_or(ConnectDataError::BadNqn { field, offset: off })
         };
         let mut hostid = [0u8; 16];
@@ -188,9 +196,21 @@ impl ConnectData {
         Ok(ConnectData {
             hostid,
             cntlid: get_u16(b, CONNECT_CNTLID_OFFSET),
-            subnqn: nqn(CONNECT_SUBNQN_OFFSET, "SUBNQN")?,
-            hostnqn: nqn(CONNECT_HOSTNQN_OFFSET, "HOSTNQN")?,
+            subnqn: nqn(CONNECT_SUBNQN_OFFSET, "SUBNQN", false)?,
+            hostnqn: nqn(CONNECT_HOSTNQN_OFFSET, "HOSTNQN", true)?,
         })
+    }
+
+    /// SUBNQN and HOSTNQN of possibly invalid Connect data as text (up to
+    /// the first NUL, invalid UTF-8 replaced, missing bytes empty), for
+    /// naming them when a Connect is refused, even for bad data.
+    pub fn nqns_lossy(b: &[u8]) -> (String, String) {
+        let field = |off: usize| {
+            let f = b.get(off..(off + CONNECT_NQN_FIELD_LEN).min(b.len())).unwrap_or(&[]);
+            let end = f.iter().position(|&c| c == 0).unwrap_or(f.len());
+            String::from_utf8_lossy(&f[..end]).into_owned()
+        };
+        (field(CONNECT_SUBNQN_OFFSET), field(CONNECT_HOSTNQN_OFFSET))
     }
 
     /// Encodes the data (NQNs longer than their field are cut).
@@ -204,10 +224,61 @@ impl ConnectData {
     }
 }
 
-/// Completion DW0 for Connect Invalid Parameters: IATTR (bit 0 of byte 0:
-/// 1 when the bad field is in the data) and IPO (bytes 2-3: its offset).
+/// Shift of IPO (Invalid Parameter Offset) in a Connect response's DW0.
+pub const CONNECT_RSP_IPO_SHIFT: u32 = 0;
+/// Width of IPO in bits.
+pub const CONNECT_RSP_IPO_BITS: u32 = 16;
+/// Shift of IATTR (Invalid Attributes) in a Connect response's DW0.
+pub const CONNECT_RSP_IATTR_SHIFT: u32 = CONNECT_RSP_IPO_SHIFT + CONNECT_RSP_IPO_BITS;
+/// IATTR bit 0: the invalid parameter is in the Connect data (cleared: in
+/// the SQE).
+pub const CONNECT_RSP_IATTR_IN_DATA: u8 = 1 << 0;
+
+/// Where a refused Connect's invalid parameter is: the Status Code Specific
+/// DW0 of a Connect response with Connect Invalid Parameters (or Connect
+/// Invalid Host), NVMe over Fabrics 1.1 section 3.3 "Connect Response":
+///
+/// | DW0 bits | field                                              |
+/// |----------|----------------------------------------------------|
+/// | 15:00    | IPO: byte offset of the parameter                  |
+/// | 23:16    | IATTR: bit 0 set = in the Connect data, clear = SQE |
+/// | 31:24    | reserved                                           |
+///
+/// Linux builds it with `IPO_IATTR_CONNECT_DATA(x)` = `(1 << 16) | offset`
+/// (`drivers/nvme/target/nvmet.h`) and reads it back with `offset >> 16`
+/// and `offset & 0xffff` (`nvmf_log_connect_error`); SPDK's
+/// `struct spdk_nvmf_fabric_connect_rsp` has `uint16_t ipo; uint8_t iattr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectInvalidParam {
+    /// IATTR bit 0: the parameter is in the Connect data, not the SQE.
+    pub in_data: bool,
+    /// IPO: its byte offset in the data or the SQE.
+    pub offset: u16,
+}
+
+impl ConnectInvalidParam {
+    /// The DW0 value carrying this location.
+    pub fn to_dw0(self) -> u32 {
+        let iattr = if self.in_data { CONNECT_RSP_IATTR_IN_DATA } else { 0 };
+        (u32::from(self.offset) << CONNECT_RSP_IPO_SHIFT) | (u32::from(iattr) << CONNECT_RSP_IATTR_SHIFT)
+    }
+
+    /// Reads the location from a Connect response's DW0; reserved bits and
+    /// IATTR bits 7:1 are ignored.
+    pub fn from_dw0(dw0: u32) -> ConnectInvalidParam {
+        let iattr = (dw0 >> CONNECT_RSP_IATTR_SHIFT) as u8;
+        ConnectInvalidParam {
+            in_data: iattr & CONNECT_RSP_IATTR_IN_DATA != 0,
+            offset: (dw0 >> CONNECT_RSP_IPO_SHIFT) as u16,
+        }
+    }
+}
+
+/// Completion DW0 for Connect Invalid Parameters naming the field at
+/// `offset` of the Connect data (`in_data`) or the SQE; see
+/// [`ConnectInvalidParam`].
 pub fn connect_invalid_param_result(in_data: bool, offset: u16) -> u32 {
-    u32::from(in_data) | (u32::from(offset) << 16)
+    ConnectInvalidParam { in_data, offset }.to_dw0()
 }
 
 /// Fields of Property Get and Property Set.
@@ -347,6 +418,28 @@ mod tests {
         assert_eq!(ConnectData::decode(&b).unwrap_err().offset(), 512);
     }
 
+    /// SPDK's initiator sends an empty HOSTNQN when none was configured;
+    /// SPDK's target and nvmet accept it (access lists decide).
+    #[test]
+    fn empty_hostnqn_decodes_and_empty_subnqn_does_not() {
+        let d = ConnectData { hostid: [1; 16], cntlid: CNTLID_DYNAMIC, subnqn: "nqn.s".into(), hostnqn: String::new() };
+        assert_eq!(ConnectData::decode(&d.encode()), Ok(d.clone()));
+        let no_sub = ConnectData { subnqn: String::new(), hostnqn: "nqn.h".into(), ..d };
+        assert_eq!(ConnectData::decode(&no_sub.encode()).unwrap_err().offset(), CONNECT_SUBNQN_OFFSET);
+    }
+
+    #[test]
+    fn nqns_lossy_reads_whatever_is_there() {
+        let mut b = [0u8; CONNECT_DATA_LEN];
+        b[CONNECT_SUBNQN_OFFSET..CONNECT_SUBNQN_OFFSET + 3].copy_from_slice(b"s\xffq");
+        b[CONNECT_HOSTNQN_OFFSET..].fill(b'h');
+        let (sub, host) = ConnectData::nqns_lossy(&b);
+        assert_eq!(sub, "s\u{fffd}q");
+        assert_eq!(host, "h".repeat(CONNECT_NQN_FIELD_LEN));
+        assert_eq!(ConnectData::nqns_lossy(&b[..300]), ("s\u{fffd}q".into(), String::new()));
+        assert_eq!(ConnectData::nqns_lossy(&[]), (String::new(), String::new()));
+    }
+
     #[test]
     fn property_round_trip() {
         let p = PropertyCmd { eight_bytes: true, offset: reg::CAP, value: 0 };
@@ -365,6 +458,33 @@ mod tests {
         assert_eq!(cap & 0xffff, 1023);
         assert_eq!((cap >> 24) & 0xff, 30);
         assert_ne!(cap & (1 << 37), 0);
-        assert_eq!(connect_invalid_param_result(true, 256), 0x0100_0001);
+    }
+
+    /// Regression: DW0 used to carry IATTR in byte 0 and IPO in bytes 3:2,
+    /// so hosts read "SQE offset 1" for a bad SUBNQN. NVMe over Fabrics 1.1
+    /// section 3.3 (Connect Response) puts IPO in bits 15:00 and IATTR in
+    /// bits 23:16; Linux nvmet's `IPO_IATTR_CONNECT_DATA(subsysnqn)` is
+    /// `(1 << 16) | 256` and `IPO_IATTR_CONNECT_SQE(qid)` is `42`.
+    #[test]
+    fn connect_invalid_param_dw0_matches_spec_and_nvmet() {
+        assert_eq!((CONNECT_RSP_IPO_SHIFT, CONNECT_RSP_IATTR_SHIFT), (0, 16));
+        assert_eq!(connect_invalid_param_result(true, CONNECT_SUBNQN_OFFSET as u16), (1 << 16) | 256);
+        assert_eq!(connect_invalid_param_result(true, CONNECT_HOSTNQN_OFFSET as u16), 0x0001_0200);
+        assert_eq!(connect_invalid_param_result(false, CONNECT_QID_OFFSET as u16), 42);
+        assert_eq!(connect_invalid_param_result(true, CONNECT_HOSTID_OFFSET as u16), 0x0001_0000);
+        // Little-endian DW0 bytes as SPDK's `invalid.ipo` (u16) and
+        // `invalid.iattr` (u8) see them.
+        assert_eq!(connect_invalid_param_result(true, 0x0123).to_le_bytes(), [0x23, 0x01, 0x01, 0x00]);
+    }
+
+    #[test]
+    fn connect_invalid_param_round_trips_and_ignores_reserved_bits() {
+        for in_data in [false, true] {
+            for offset in [0u16, 16, 44, 256, 512, 1023, u16::MAX] {
+                let p = ConnectInvalidParam { in_data, offset };
+                assert_eq!(ConnectInvalidParam::from_dw0(p.to_dw0()), p);
+                assert_eq!(ConnectInvalidParam::from_dw0(p.to_dw0() | 0xff00_0000 | (0xfe << 16)), p);
+            }
+        }
     }
 }

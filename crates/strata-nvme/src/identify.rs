@@ -2,8 +2,11 @@
 //!
 //! This module owns the 4096-byte data buffers for the CNS values a
 //! fabrics target answers: Identify Controller (CNS 01h), Identify
-//! Namespace (CNS 00h), the Active Namespace ID list (CNS 02h) and the
-//! Namespace Identification Descriptor list (CNS 03h). It encodes them for
+//! Namespace (CNS 00h), the Active Namespace ID list (CNS 02h, and CNS 07h
+//! for one I/O Command Set), the Namespace Identification Descriptor list
+//! (CNS 03h), the NVM Command Set specific Identify Controller (CNS 06h,
+//! CSI 00h) and the I/O Command Set Independent Identify Namespace (CNS
+//! 08h). It encodes them for
 //! the target and decodes them for the host library. Deciding *which*
 //! values to report (MDTS, IOCCSZ, which namespaces are active) belongs to
 //! the target; the Identify command itself is parsed in [`crate::command`].
@@ -82,6 +85,35 @@
 //! | 39:38   | NACWU   |         |          |
 //! | 41:40   | NABSN   |         |          |
 //! | 43:42   | NABO    |         |          |
+//!
+//! # Format: NVM Command Set Identify Controller (CNS 06h, CSI 00h), 4096 bytes
+//!
+//! NVM Command Set Specification 1.0, "I/O Command Set Specific Identify
+//! Controller Data Structure for the NVM Command Set"; Linux
+//! `struct nvme_id_ctrl_nvm`, SPDK `struct spdk_nvme_nvm_ctrlr_data`.
+//!
+//! | Bytes | Field | Meaning                                         |
+//! |-------|-------|-------------------------------------------------|
+//! | 0     | VSL   | Verify Size Limit, 2^n CAP.MPSMIN units; 0 none |
+//! | 1     | WZSL  | Write Zeroes Size Limit, same units; 0 none     |
+//! | 2     | WUSL  | Write Uncorrectable Size Limit; 0 none          |
+//! | 3     | DMRL  | Dataset Management Ranges Limit; 0 none         |
+//! | 7:4   | DMRSL | DSM Range Size Limit, logical blocks; 0 none    |
+//! | 15:8  | DMSL  | DSM Size Limit, logical blocks; 0 none          |
+//! | 4095:16 | reserved |                                             |
+//!
+//! # Format: I/O Command Set Independent Identify Namespace (CNS 08h), 4096 bytes
+//!
+//! NVMe Base 2.0, "I/O Command Set Independent Identify Namespace Data
+//! Structure"; Linux `struct nvme_id_ns_cs_indep`.
+//!
+//! | Bytes | Field    | Bytes | Field    |
+//! |-------|----------|-------|----------|
+//! | 0     | NSFEAT   | 8     | NSATTR   |
+//! | 1     | NMIC     | 11:10 | NVMSETID |
+//! | 2     | RESCAP   | 13:12 | ENDGID   |
+//! | 3     | FPI      | 14    | NSTAT    |
+//! | 7:4   | ANAGRPID |       |          |
 //!
 //! # Format: Active Namespace ID list (CNS 02h)
 //!
@@ -1101,6 +1133,163 @@ impl IdentifyNamespace {
 }
 
 // ---------------------------------------------------------------------------
+// NVM Command Set Identify Controller (CNS 06h, CSI 00h)
+// ---------------------------------------------------------------------------
+
+/// Byte offsets in the NVM Command Set Identify Controller data structure.
+mod id_ctrl_nvm {
+    pub(super) const VSL_OFFSET: usize = 0;
+    pub(super) const WZSL_OFFSET: usize = VSL_OFFSET + 1;
+    pub(super) const WUSL_OFFSET: usize = WZSL_OFFSET + 1;
+    pub(super) const DMRL_OFFSET: usize = WUSL_OFFSET + 1;
+    pub(super) const DMRSL_OFFSET: usize = DMRL_OFFSET + 1;
+    pub(super) const DMSL_OFFSET: usize = DMRSL_OFFSET + 4;
+    /// Bytes 4095:16 are reserved.
+    #[cfg(test)]
+    pub(super) const RSVD16_UNUSED_OFFSET: usize = DMSL_OFFSET + 8;
+}
+
+/// I/O Command Set specific Identify Controller data structure of the NVM
+/// Command Set (CNS 06h with CSI 00h). Each field is a recommended limit;
+/// 0 means the controller reports no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IdentifyControllerNvm {
+    /// VSL: Verify Size Limit, 2^n units of CAP.MPSMIN.
+    pub vsl: u8,
+    /// WZSL: Write Zeroes Size Limit, 2^n units of CAP.MPSMIN.
+    pub wzsl: u8,
+    /// WUSL: Write Uncorrectable Size Limit, 2^n units of CAP.MPSMIN.
+    pub wusl: u8,
+    /// DMRL: Dataset Management Ranges Limit.
+    pub dmrl: u8,
+    /// DMRSL: Dataset Management Range Size Limit, logical blocks.
+    pub dmrsl: u32,
+    /// DMSL: Dataset Management Size Limit, logical blocks.
+    pub dmsl: u64,
+}
+
+impl IdentifyControllerNvm {
+    /// Encodes the 4096-byte structure.
+    pub fn encode(&self) -> [u8; IDENTIFY_DATA_LEN] {
+        use id_ctrl_nvm::*;
+        let mut b = [0u8; IDENTIFY_DATA_LEN];
+        b[VSL_OFFSET] = self.vsl;
+        b[WZSL_OFFSET] = self.wzsl;
+        b[WUSL_OFFSET] = self.wusl;
+        b[DMRL_OFFSET] = self.dmrl;
+        put_u32(&mut b, DMRSL_OFFSET, self.dmrsl);
+        put_u64(&mut b, DMSL_OFFSET, self.dmsl);
+        b
+    }
+
+    /// Decodes the structure from the first 4096 bytes of `buf`.
+    ///
+    /// # Errors
+    ///
+    /// [`IdentifyError::Truncated`] if `buf` is shorter than 4096 bytes.
+    pub fn decode(buf: &[u8]) -> Result<Self, IdentifyError> {
+        use id_ctrl_nvm::*;
+        let b = identify_page(buf)?;
+        Ok(IdentifyControllerNvm {
+            vsl: b[VSL_OFFSET],
+            wzsl: b[WZSL_OFFSET],
+            wusl: b[WUSL_OFFSET],
+            dmrl: b[DMRL_OFFSET],
+            dmrsl: get_u32(b, DMRSL_OFFSET),
+            dmsl: get_u64(b, DMSL_OFFSET),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// I/O Command Set Independent Identify Namespace (CNS 08h)
+// ---------------------------------------------------------------------------
+
+/// Byte offsets in the I/O Command Set Independent Identify Namespace data
+/// structure.
+mod id_ns_indep {
+    pub(super) const NSFEAT_OFFSET: usize = 0;
+    pub(super) const NMIC_OFFSET: usize = NSFEAT_OFFSET + 1;
+    pub(super) const RESCAP_OFFSET: usize = NMIC_OFFSET + 1;
+    pub(super) const FPI_OFFSET: usize = RESCAP_OFFSET + 1;
+    pub(super) const ANAGRPID_OFFSET: usize = FPI_OFFSET + 1;
+    pub(super) const NSATTR_OFFSET: usize = ANAGRPID_OFFSET + 4;
+    /// Byte 9 is reserved.
+    pub(super) const NVMSETID_OFFSET: usize = NSATTR_OFFSET + 1 + 1;
+    pub(super) const ENDGID_OFFSET: usize = NVMSETID_OFFSET + 2;
+    pub(super) const NSTAT_OFFSET: usize = ENDGID_OFFSET + 2;
+    /// Bytes 4095:15 are reserved.
+    #[cfg(test)]
+    pub(super) const RSVD15_UNUSED_OFFSET: usize = NSTAT_OFFSET + 1;
+}
+
+/// NSTAT bit 0: the namespace is ready (Linux `NVME_NSTAT_NRDY`).
+pub const NSTAT_NAMESPACE_READY: u8 = 1 << 0;
+
+/// I/O Command Set Independent Identify Namespace data structure (CNS 08h):
+/// what a host needs of a namespace whatever its command set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IdentifyNamespaceIndependent {
+    /// NSFEAT: command set independent namespace features.
+    pub nsfeat: u8,
+    /// NMIC: namespace multi-path I/O and sharing (`NMIC_*`).
+    pub nmic: u8,
+    /// RESCAP: reservation capabilities.
+    pub rescap: u8,
+    /// FPI: format progress indicator.
+    pub fpi: u8,
+    /// ANAGRPID: ANA group identifier.
+    pub anagrpid: u32,
+    /// NSATTR: namespace attributes (`NSATTR_*`).
+    pub nsattr: u8,
+    /// NVMSETID: NVM set identifier.
+    pub nvmsetid: u16,
+    /// ENDGID: endurance group identifier.
+    pub endgid: u16,
+    /// NSTAT: namespace status (`NSTAT_*`).
+    pub nstat: u8,
+}
+
+impl IdentifyNamespaceIndependent {
+    /// Encodes the 4096-byte structure.
+    pub fn encode(&self) -> [u8; IDENTIFY_DATA_LEN] {
+        use id_ns_indep::*;
+        let mut b = [0u8; IDENTIFY_DATA_LEN];
+        b[NSFEAT_OFFSET] = self.nsfeat;
+        b[NMIC_OFFSET] = self.nmic;
+        b[RESCAP_OFFSET] = self.rescap;
+        b[FPI_OFFSET] = self.fpi;
+        put_u32(&mut b, ANAGRPID_OFFSET, self.anagrpid);
+        b[NSATTR_OFFSET] = self.nsattr;
+        put_u16(&mut b, NVMSETID_OFFSET, self.nvmsetid);
+        put_u16(&mut b, ENDGID_OFFSET, self.endgid);
+        b[NSTAT_OFFSET] = self.nstat;
+        b
+    }
+
+    /// Decodes the structure from the first 4096 bytes of `buf`.
+    ///
+    /// # Errors
+    ///
+    /// [`IdentifyError::Truncated`] if `buf` is shorter than 4096 bytes.
+    pub fn decode(buf: &[u8]) -> Result<Self, IdentifyError> {
+        use id_ns_indep::*;
+        let b = identify_page(buf)?;
+        Ok(IdentifyNamespaceIndependent {
+            nsfeat: b[NSFEAT_OFFSET],
+            nmic: b[NMIC_OFFSET],
+            rescap: b[RESCAP_OFFSET],
+            fpi: b[FPI_OFFSET],
+            anagrpid: get_u32(b, ANAGRPID_OFFSET),
+            nsattr: b[NSATTR_OFFSET],
+            nvmsetid: get_u16(b, NVMSETID_OFFSET),
+            endgid: get_u16(b, ENDGID_OFFSET),
+            nstat: b[NSTAT_OFFSET],
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Active Namespace ID list (CNS 02h)
 // ---------------------------------------------------------------------------
 
@@ -1439,6 +1628,68 @@ mod tests {
         assert_eq!((NIDT_EUI64, NIDT_NGUID, NIDT_UUID, NIDT_CSI), (1, 2, 3, 4));
         assert_eq!((NIDT_EUI64_LEN, NIDT_NGUID_LEN, NIDT_UUID_LEN, NIDT_CSI_LEN), (8, 16, 16, 1));
         assert_eq!(ACTIVE_NS_LIST_MAX, 1024);
+    }
+
+    /// NVM Command Set 1.0 "I/O Command Set Specific Identify Controller
+    /// Data Structure for the NVM Command Set"; Linux
+    /// `struct nvme_id_ctrl_nvm` and SPDK `struct spdk_nvme_nvm_ctrlr_data`
+    /// (u8 vsl, wzsl, wusl, dmrl; le32 dmrsl; le64 dmsl; 4080 reserved).
+    #[test]
+    fn id_ctrl_nvm_offsets_match_spec() {
+        use id_ctrl_nvm::*;
+        assert_eq!((VSL_OFFSET, WZSL_OFFSET, WUSL_OFFSET, DMRL_OFFSET), (0, 1, 2, 3));
+        assert_eq!((DMRSL_OFFSET, DMSL_OFFSET), (4, 8));
+        assert_eq!(RSVD16_UNUSED_OFFSET + 4080, IDENTIFY_DATA_LEN);
+    }
+
+    #[test]
+    fn id_ctrl_nvm_round_trips_at_spec_offsets() {
+        let c = IdentifyControllerNvm { vsl: 1, wzsl: 13, wusl: 3, dmrl: 255, dmrsl: 0x0102_0304, dmsl: u64::MAX - 1 };
+        let b = c.encode();
+        assert_eq!(&b[..8], &[1, 13, 3, 255, 4, 3, 2, 1]);
+        assert_eq!(&b[8..16], &(u64::MAX - 1).to_le_bytes());
+        assert!(b[16..].iter().all(|&x| x == 0));
+        assert_eq!(IdentifyControllerNvm::decode(&b), Ok(c));
+    }
+
+    /// NVMe Base 2.0 "I/O Command Set Independent Identify Namespace Data
+    /// Structure"; Linux `struct nvme_id_ns_cs_indep` (nsfeat, nmic, rescap,
+    /// fpi, le32 anagrpid, nsattr, rsvd9, le16 nvmsetid, le16 endgid, nstat).
+    #[test]
+    fn id_ns_indep_offsets_match_spec() {
+        use id_ns_indep::*;
+        assert_eq!((NSFEAT_OFFSET, NMIC_OFFSET, RESCAP_OFFSET, FPI_OFFSET), (0, 1, 2, 3));
+        assert_eq!((ANAGRPID_OFFSET, NSATTR_OFFSET, NVMSETID_OFFSET, ENDGID_OFFSET), (4, 8, 10, 12));
+        assert_eq!(NSTAT_OFFSET, 14);
+        assert_eq!(RSVD15_UNUSED_OFFSET + 4081, IDENTIFY_DATA_LEN);
+        assert_eq!(NSTAT_NAMESPACE_READY, 1);
+    }
+
+    #[test]
+    fn id_ns_indep_round_trips_at_spec_offsets() {
+        let n = IdentifyNamespaceIndependent {
+            nsfeat: 0x18,
+            nmic: NMIC_SHARED,
+            rescap: 0x7f,
+            fpi: 0x80,
+            anagrpid: 0x0a0b_0c0d,
+            nsattr: NSATTR_WRITE_PROTECTED,
+            nvmsetid: 0x1234,
+            endgid: 0x5678,
+            nstat: NSTAT_NAMESPACE_READY,
+        };
+        let b = n.encode();
+        assert_eq!(&b[..15], &[0x18, 1, 0x7f, 0x80, 0x0d, 0x0c, 0x0b, 0x0a, 1, 0, 0x34, 0x12, 0x78, 0x56, 1]);
+        assert!(b[15..].iter().all(|&x| x == 0));
+        assert_eq!(IdentifyNamespaceIndependent::decode(&b), Ok(n));
+    }
+
+    #[test]
+    fn id_ctrl_nvm_and_id_ns_indep_short_buffers_are_truncated() {
+        let short = [0u8; 4095];
+        let want = IdentifyError::Truncated { needed: 4096, got: 4095 };
+        assert_eq!(IdentifyControllerNvm::decode(&short).unwrap_err(), want);
+        assert_eq!(IdentifyNamespaceIndependent::decode(&short).unwrap_err(), want);
     }
 
     #[test]
@@ -1787,6 +2038,8 @@ mod tests {
             let _ = IdentifyNamespace::decode(&page);
             let _ = decode_active_ns_list(&page);
             let _ = decode_ns_id_descriptors(&page);
+            let _ = IdentifyControllerNvm::decode(&page);
+            let _ = IdentifyNamespaceIndependent::decode(&page);
         }
 
         #[test]

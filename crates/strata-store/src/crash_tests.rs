@@ -22,7 +22,7 @@ fn open_sim(disks: &[Arc<SimDisk>]) -> Result<Arc<Store>, StoreError> {
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            LoadedDrive::load(format!("sim{i}"), DriveClass::File, Backend::Sim(d.clone()), d.size(), EXT, false)
+            LoadedDrive::load(format!("sim{i}"), DriveClass::File, Backend::Sim(d.handle()), d.size(), EXT, false)
         })
         .collect::<Result<Vec<_>, _>>()?;
     Store::open_loaded(loaded)

@@ -5,21 +5,34 @@
 //!
 //! - `free`: extents that may be handed out now;
 //! - `pending`: journal ops (set-owner, free) not yet committed;
-//! - `freeing`: extents freed in memory whose free op is in `pending`.
-//!   They become `free` only when the commit that records the free is
-//!   durable, so a crash can never show one volume's data in another.
+//! - `freeing`: extents freed in memory whose free op is in `pending`,
+//!   and extents taken for a write that was abandoned (its future
+//!   dropped) while its I/O may still be in flight. They become `free`
+//!   only when a later commit is durable: its first sync is a barrier
+//!   that waits for every I/O submitted before it, so neither an old
+//!   owner's data nor a late write can reach the extent's next owner.
 //!
 //! [`Drive::commit`] is the group commit: it snapshots `pending`, runs
 //! fdatasync (making the data and zeroing under new mappings durable),
 //! writes the journal blocks (or a checkpoint, when the ring is full) and
-//! runs fdatasync again. Concurrent commits coalesce on a ticket counter.
-//! See `docs/durability.md` for the protocol and its crash analysis.
+//! runs fdatasync again. See `docs/durability.md` for the protocol and its
+//! crash analysis.
+//!
+//! # Cancellation
+//!
+//! A commit is shared work: it carries the journal ops of every writer,
+//! not only of the caller that asked for it. So it never runs in a
+//! caller's future. [`Drive::commit`] takes a ticket and, if no committer
+//! task is running, spawns one; the task runs commits until every ticket
+//! is covered, whatever happens to the callers. A caller that stops
+//! waiting loses nothing but its answer. A committer that panics marks
+//! the drive failed instead of leaving waiters hanging.
 //!
 //! Opening is synchronous and uses the backend's blocking calls, so it
 //! works inside or outside a tokio runtime.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use strata_block::{BlockError, IoBuf};
 
@@ -62,6 +75,21 @@ struct AllocState {
     pending: Vec<JournalOp>,
     freeing: Vec<u64>,
     allocated: u64,
+    /// Commit tickets handed out.
+    requested: u64,
+    /// A caller asked for a checkpoint that no commit has started yet.
+    checkpoint_wanted: bool,
+    /// A committer task is running (or about to).
+    committer_running: bool,
+}
+
+/// What the committer publishes to waiting callers.
+#[derive(Debug, Clone, Default)]
+struct CommitProgress {
+    /// Every ticket up to this one is covered by a durable commit.
+    completed: u64,
+    /// The commit that failed, as kind and message (the drive is failed).
+    failed: Option<(std::io::ErrorKind, String)>,
 }
 
 struct CommitState {
@@ -88,16 +116,17 @@ pub(crate) struct LoadedDrive {
     ckpt_slot: usize,
 }
 
-/// A drive in service.
+/// A drive in service. Shared as `Arc<Drive>` so that its committer task
+/// can outlive any caller.
 pub(crate) struct Drive {
     pub(crate) label: String,
     pub(crate) class: DriveClass,
     pub(crate) backend: Backend,
     pub(crate) sb: Superblock,
     state: Mutex<AllocState>,
+    /// Held by the committer task only.
     commit: tokio::sync::Mutex<CommitState>,
-    requested: AtomicU64,
-    completed: AtomicU64,
+    progress: tokio::sync::watch::Sender<CommitProgress>,
     failed: AtomicBool,
 }
 
@@ -389,15 +418,22 @@ impl LoadedDrive {
             class,
             backend,
             sb,
-            state: Mutex::new(AllocState { free, pending: Vec::new(), freeing: Vec::new(), allocated }),
+            state: Mutex::new(AllocState {
+                free,
+                pending: Vec::new(),
+                freeing: Vec::new(),
+                allocated,
+                requested: 0,
+                checkpoint_wanted: false,
+                committer_running: false,
+            }),
             commit: tokio::sync::Mutex::new(CommitState {
                 durable: table,
                 next_seq: seq + 1,
                 ckpt_seq: seq,
                 ckpt_slot: slot,
             }),
-            requested: AtomicU64::new(0),
-            completed: AtomicU64::new(0),
+            progress: tokio::sync::watch::Sender::new(CommitProgress::default()),
             failed: AtomicBool::new(false),
         })
     }
@@ -453,9 +489,18 @@ impl Drive {
     }
 
     /// Gives back an extent taken with [`Drive::take_free`] but never
-    /// installed.
+    /// installed, when no I/O to it can be in flight (none was issued, or
+    /// it completed).
     pub(crate) fn untake(&self, p: u64) {
         self.lock().free.push(p);
+    }
+
+    /// Gives back an extent taken with [`Drive::take_free`] whose write or
+    /// zeroing may still be in flight (its future was dropped): it is
+    /// reused only after the next commit, whose first sync waits for that
+    /// I/O.
+    pub(crate) fn untake_after_io(&self, p: u64) {
+        self.lock().freeing.push(p);
     }
 
     /// Records that `p` now belongs to `owner` (durable at the next commit).
@@ -481,39 +526,92 @@ impl Drive {
     }
 
     /// Group commit; with `checkpoint`, also folds everything into a new
-    /// checkpoint so the next open replays nothing.
+    /// checkpoint so the next open replays nothing. Returns once a commit
+    /// that started after this call is durable. Must be called within a
+    /// tokio runtime (the commit runs on a task of its own).
     ///
     /// # Errors
     ///
     /// [`BlockError::Io`] when a sync or journal write fails (the drive
     /// then turns failed), [`BlockError::Failed`] afterwards.
-    pub(crate) async fn commit(&self, checkpoint: bool) -> Result<(), BlockError> {
-        let ticket = self.requested.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut cs = self.commit.lock().await;
-        if self.is_failed() {
-            return Err(BlockError::Failed);
-        }
-        if !checkpoint && self.completed.load(Ordering::SeqCst) >= ticket {
-            // A commit that started after our ticket covered us.
-            return Ok(());
-        }
-        let started = self.requested.load(Ordering::SeqCst);
-        let (ops, freeing) = {
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the commit runs on the committer task; dropping this
+    /// future only stops waiting for it.
+    pub(crate) async fn commit(self: &Arc<Self>, checkpoint: bool) -> Result<(), BlockError> {
+        let mut progress = self.progress.subscribe();
+        let ticket = {
             let mut st = self.lock();
-            (std::mem::take(&mut st.pending), std::mem::take(&mut st.freeing))
-        };
-        match self.commit_locked(&mut cs, &ops, checkpoint).await {
-            Ok(()) => {
-                self.lock().free.extend(freeing);
-                self.completed.fetch_max(started, Ordering::SeqCst);
-                Ok(())
+            if self.is_failed() {
+                return Err(BlockError::Failed);
             }
-            Err(e) => {
-                self.failed.store(true, Ordering::Release);
-                tracing::error!(drive = %self.label, error = %e, "commit failed; drive refuses writes until restart");
-                Err(BlockError::Io(e))
+            st.requested += 1;
+            st.checkpoint_wanted |= checkpoint;
+            if !st.committer_running {
+                st.committer_running = true;
+                tokio::spawn(self.clone().run_commits());
+            }
+            st.requested
+        };
+        let p = progress
+            .wait_for(|p| p.completed >= ticket || p.failed.is_some())
+            .await
+            .map(|p| p.clone())
+            .unwrap_or_default();
+        match p.failed {
+            _ if p.completed >= ticket => Ok(()),
+            Some((kind, msg)) => Err(BlockError::Io(std::io::Error::new(kind, msg))),
+            None => Err(BlockError::Failed),
+        }
+    }
+
+    /// The committer: commits until every ticket handed out is covered,
+    /// then exits (a later [`Drive::commit`] spawns it again).
+    async fn run_commits(self: Arc<Self>) {
+        /// Marks the drive failed if the committer unwinds, so that
+        /// waiters get an error instead of waiting forever.
+        struct OnPanic<'a>(&'a Drive);
+        impl Drop for OnPanic<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.0.fail_commits(std::io::Error::other("the commit task panicked"));
+                }
             }
         }
+        let _guard = OnPanic(&self);
+        let mut cs = self.commit.lock().await;
+        loop {
+            let (upto, ops, freeing, checkpoint) = {
+                let mut st = self.lock();
+                if self.progress.borrow().completed >= st.requested && !st.checkpoint_wanted {
+                    st.committer_running = false;
+                    return;
+                }
+                let checkpoint = std::mem::take(&mut st.checkpoint_wanted);
+                (st.requested, std::mem::take(&mut st.pending), std::mem::take(&mut st.freeing), checkpoint)
+            };
+            match self.commit_locked(&mut cs, &ops, checkpoint).await {
+                Ok(()) => {
+                    self.lock().free.extend(freeing);
+                    self.progress.send_modify(|p| p.completed = p.completed.max(upto));
+                }
+                Err(e) => {
+                    tracing::error!(drive = %self.label, error = %e, "commit failed; drive refuses writes until restart");
+                    self.fail_commits(e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Turns the drive failed and tells every waiter.
+    fn fail_commits(&self, e: std::io::Error) {
+        self.failed.store(true, Ordering::Release);
+        self.lock().committer_running = false;
+        self.progress.send_modify(|p| {
+            p.failed.get_or_insert((e.kind(), e.to_string()));
+        });
     }
 
     async fn commit_locked(&self, cs: &mut CommitState, ops: &[JournalOp], checkpoint: bool) -> std::io::Result<()> {

@@ -51,6 +51,8 @@ mod sys;
 mod volume;
 
 #[cfg(test)]
+mod cancel_tests;
+#[cfg(test)]
 mod crash_tests;
 #[cfg(test)]
 mod tests;

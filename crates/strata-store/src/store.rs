@@ -9,6 +9,20 @@
 //! When two extents claim the same `(volume, logical extent)` after a crash
 //! (a free committed on one drive, the re-allocation on another), the
 //! higher allocation generation wins and the loser is freed.
+//!
+//! # Locks
+//!
+//! The crate's locks, in the order they may be taken (a holder of one
+//! takes only those below it, and no std lock is held across an await):
+//!
+//! 1. `Store::registry` (std mutex): open volumes and recovered maps;
+//! 2. `Volume::map` (tokio `RwLock`): data I/O reads, unmapping writes;
+//! 3. forward-map slot claims (a CAS per logical extent, taken in
+//!    ascending extent order, see `volume.rs`);
+//! 4. `Drive::commit` (tokio mutex), held only by the drive's committer
+//!    task;
+//! 5. `Drive::state` (std mutex): free list, pending journal ops, commit
+//!    tickets. A leaf: nothing is taken under it.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -26,7 +40,7 @@ use crate::{DriveKind, DriveSpec, StoreConfig, StoreError};
 
 /// State shared by the store and its volumes.
 pub(crate) struct Shared {
-    pub(crate) drives: Vec<Drive>,
+    pub(crate) drives: Vec<Arc<Drive>>,
     extent_size: u32,
     next_gen: AtomicU64,
 }
@@ -78,6 +92,10 @@ impl Shared {
     }
 
     /// Commits every drive; the first error wins, but all are tried.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (see [`Drive::commit`]).
     pub(crate) async fn commit_all(&self, checkpoint: bool) -> Result<(), BlockError> {
         let mut first = Ok(());
         for d in &self.drives {
@@ -140,10 +158,27 @@ pub struct StoreStats {
 /// One node's drives, pooled. Shared as `Arc<Store>`.
 pub struct Store {
     shared: Arc<Shared>,
-    volumes: Mutex<HashMap<u64, Arc<Volume>>>,
+    registry: Mutex<Registry>,
+}
+
+/// The volumes a store knows. One lock for both maps, so that no code
+/// path can take them in two orders.
+#[derive(Default)]
+struct Registry {
+    open: HashMap<u64, Arc<Volume>>,
     /// Forward maps recovered at open for volumes not opened yet:
     /// volume id -> (logical extent, map entry).
-    recovered: Mutex<HashMap<u64, Vec<(u32, u64)>>>,
+    recovered: HashMap<u64, Vec<(u32, u64)>>,
+}
+
+impl Registry {
+    /// Ids of volumes that are open or have extents, sorted.
+    fn ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.recovered.keys().chain(self.open.keys()).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -332,9 +367,10 @@ impl Store {
         for ((vol, lext), (_, d, p)) in claims {
             recovered.entry(vol).or_default().push((lext, encode_entry(d, p)));
         }
-        let drives = loaded.into_iter().map(LoadedDrive::into_drive).collect::<Result<Vec<_>, _>>()?;
+        let drives = loaded.into_iter().map(|d| d.into_drive().map(Arc::new)).collect::<Result<Vec<_>, _>>()?;
         let shared = Arc::new(Shared { drives, extent_size, next_gen: AtomicU64::new(max_gen + 1) });
-        Ok(Arc::new(Store { shared, volumes: Mutex::new(HashMap::new()), recovered: Mutex::new(recovered) }))
+        let registry = Mutex::new(Registry { open: HashMap::new(), recovered });
+        Ok(Arc::new(Store { shared, registry }))
     }
 
     #[cfg(test)]
@@ -370,8 +406,8 @@ impl Store {
         if n_ext as u64 > u64::from(u32::MAX) {
             return Err(bad(format!("size {size_bytes} needs more than 2^32 extents")));
         }
-        let mut vols = lock(&self.volumes);
-        if let Some(v) = vols.get(&id) {
+        let mut reg = lock(&self.registry);
+        if let Some(v) = reg.open.get(&id) {
             use strata_block::BlockDevice;
             let g = v.geometry();
             if g.block_size == block_size && g.size_bytes() == size_bytes {
@@ -379,7 +415,7 @@ impl Store {
             }
             return Err(bad(format!("already open with {} bytes of {}-byte blocks", g.size_bytes(), g.block_size)));
         }
-        let entries = lock(&self.recovered).remove(&id).unwrap_or_default();
+        let entries = reg.recovered.remove(&id).unwrap_or_default();
         let map: Vec<AtomicU64> = (0..n_ext).map(|_| AtomicU64::new(0)).collect();
         for (lext, entry) in entries {
             match map.get(lext as usize) {
@@ -393,8 +429,21 @@ impl Store {
                 }
             }
         }
+        // Bytes past the end inside the last extent read as zeros (a crash
+        // may have come between a shrink recorded in the metadata and the
+        // store's own zeroing); durable at the next commit.
+        let tail = size_bytes % e;
+        if tail != 0
+            && let Some((d, p)) = map.last().and_then(|s| decode_entry(s.load(Ordering::Relaxed)))
+        {
+            let drive = &self.shared.drives[d];
+            drive
+                .backend
+                .zero_sync(drive.offset(p, tail), e - tail)
+                .map_err(|err| StoreError::io(&drive.label, "zero the tail of a volume", err))?;
+        }
         let v = Arc::new(Volume::new(self.shared.clone(), id, size_bytes, block_size, map));
-        vols.insert(id, v.clone());
+        reg.open.insert(id, v.clone());
         Ok(v)
     }
 
@@ -411,13 +460,15 @@ impl Store {
     }
 
     async fn free_volume(&self, id: u64) -> bool {
-        let open = lock(&self.volumes).remove(&id);
+        let (open, entries) = {
+            let mut reg = lock(&self.registry);
+            (reg.open.remove(&id), reg.recovered.remove(&id))
+        };
         let mut any = false;
         if let Some(v) = open {
             v.destroy().await;
             any = true;
         }
-        let entries = lock(&self.recovered).remove(&id);
         for (_, entry) in entries.iter().flatten() {
             if let Some((d, p)) = decode_entry(*entry) {
                 self.shared.drives[d].release(p);
@@ -436,10 +487,8 @@ impl Store {
     /// A commit failure.
     pub async fn retain_volumes(&self, ids: &[u64]) -> Result<Vec<u64>, StoreError> {
         let keep: std::collections::HashSet<u64> = ids.iter().copied().collect();
-        let mut victims: Vec<u64> = lock(&self.recovered).keys().chain(lock(&self.volumes).keys()).copied().collect();
+        let mut victims = lock(&self.registry).ids();
         victims.retain(|id| !keep.contains(id));
-        victims.sort_unstable();
-        victims.dedup();
         for &id in &victims {
             tracing::info!(volume = id, "freeing extents of a volume the metadata does not list");
             self.free_volume(id).await;
@@ -450,10 +499,7 @@ impl Store {
 
     /// Ids of volumes that have extents on the drives or are open.
     pub fn volume_ids(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = lock(&self.recovered).keys().chain(lock(&self.volumes).keys()).copied().collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
+        lock(&self.registry).ids()
     }
 
     /// Space accounting per drive and in total.
@@ -487,6 +533,25 @@ impl Store {
             volatile: drives.iter().any(|d| d.volatile),
             drives,
         }
+    }
+
+    /// Makes every completed write and every allocation, free and
+    /// zeroing so far durable (a flush of every drive). Callers that
+    /// record a larger volume size elsewhere (the metadata store) call it
+    /// first, so that nothing the store dropped past the old end (frees
+    /// at open, at a shrink) can come back inside the new one after a
+    /// crash.
+    ///
+    /// # Errors
+    ///
+    /// A commit failure on any drive (all are tried).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: commits run on their drive's own task.
+    pub async fn commit(&self) -> Result<(), StoreError> {
+        self.shared.commit_all(false).await?;
+        Ok(())
     }
 
     /// Makes everything durable and folds the journal into a checkpoint,

@@ -1,19 +1,41 @@
 //! [`Volume`]: a thin block device over the store's drives.
 //!
 //! A volume owns its forward map: one `AtomicU64` per logical extent,
-//! `0` for unmapped, otherwise `(drive + 1) << 48 | physical extent`.
-//! Lookups are lock-free loads. The map sits inside a per-volume tokio
-//! `RwLock`: data I/O holds a read guard for its whole duration, and
-//! operations that unmap extents (deallocate, whole-extent write-zeroes,
-//! shrink, delete) take the write guard, so that when an extent is handed
-//! back to its drive no I/O that looked it up is still in flight.
-//! Allocation serialises on a per-volume async mutex and re-checks the
-//! entry under it.
+//! `0` for unmapped, [`CLAIMED`] while a write allocates it, otherwise
+//! `(drive + 1) << 48 | physical extent`. Lookups are lock-free loads.
+//! The map sits inside a per-volume tokio `RwLock`: data I/O holds a read
+//! guard for its whole duration, and operations that unmap extents
+//! (deallocate, whole-extent write-zeroes, shrink, delete) take the write
+//! guard, so that when an extent is handed back to its drive no I/O that
+//! looked it up is still running.
 //!
-//! Invariant: a mapped extent reads as zeros or as data this volume wrote.
-//! A new extent is zeroed (hole punch, `BLKZEROOUT`, memset) before its
-//! mapping is installed, unless the first write covers it whole, in which
-//! case the data goes in first. See `docs/durability.md`.
+//! Allocation is per logical extent: a write that finds an extent
+//! unmapped claims its slot with a CAS (0 -> `CLAIMED`), reserves a
+//! physical extent, zeroes it (or writes it whole) and installs the
+//! mapping. Reads see a claimed slot as unmapped (zeros: the write has
+//! not completed); writes to it wait for the claim to resolve. Claims are
+//! taken in ascending extent order, so waiting writers cannot deadlock,
+//! and first writes to different extents run in parallel.
+//!
+//! Invariants:
+//! - a mapped extent reads as zeros or as data this volume wrote. A new
+//!   extent is zeroed (hole punch, `BLKZEROOUT`, memset) before its
+//!   mapping is installed, unless the first write covers it whole, in
+//!   which case the data goes in first. See `docs/durability.md`;
+//! - `map.len()` is the extent count of `num_blocks` whenever the map
+//!   guard is free, and bytes past the end inside the last extent are
+//!   zeros, so that growing exposes zeros;
+//! - no slot is `CLAIMED` while the write guard is held.
+//!
+//! # Cancel safety
+//!
+//! Every operation may be dropped at any await point. A dropped write has
+//! an unknown outcome for its range (each block as before or as written);
+//! its claims are released and its reserved extents go back to the drive
+//! (through the next commit if I/O to them may still be in flight). A
+//! dropped flush leaves the commit it joined running. A dropped resize or
+//! deallocate leaves a consistent map (each step completes under the
+//! guard, in an order that is valid at every await).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,13 +50,19 @@ use crate::store::Shared;
 
 const DRIVE_SHIFT: u32 = 48;
 const EXTENT_MASK: u64 = (1 << DRIVE_SHIFT) - 1;
+/// The slot value of a logical extent a write is allocating. Mapped
+/// entries have a drive field of at least 1, so this (drive field 0,
+/// extent 1) is never one.
+const CLAIMED: u64 = 1;
 
 pub(crate) fn encode_entry(drive: usize, p: u64) -> u64 {
     ((drive as u64 + 1) << DRIVE_SHIFT) | p
 }
 
+/// The `(drive, physical extent)` of a mapped slot; `None` for unmapped
+/// and claimed ones.
 pub(crate) fn decode_entry(e: u64) -> Option<(usize, u64)> {
-    (e != 0).then(|| (((e >> DRIVE_SHIFT) - 1) as usize, e & EXTENT_MASK))
+    (e >> DRIVE_SHIFT != 0).then(|| (((e >> DRIVE_SHIFT) - 1) as usize, e & EXTENT_MASK))
 }
 
 /// One piece of a request that falls inside a single extent.
@@ -56,7 +84,8 @@ pub struct Volume {
     num_blocks: AtomicU64,
     shared: Arc<Shared>,
     map: tokio::sync::RwLock<Vec<AtomicU64>>,
-    alloc: tokio::sync::Mutex<()>,
+    /// Woken whenever a claim resolves (installed or released).
+    claims_resolved: tokio::sync::Notify,
     allocated: AtomicU64,
     failed: AtomicBool,
     gone: AtomicBool,
@@ -77,7 +106,7 @@ impl Volume {
             num_blocks: AtomicU64::new(size_bytes / u64::from(block_size)),
             shared,
             map: tokio::sync::RwLock::new(map),
-            alloc: tokio::sync::Mutex::new(()),
+            claims_resolved: tokio::sync::Notify::new(),
             allocated: AtomicU64::new(allocated),
             failed: AtomicBool::new(false),
             gone: AtomicBool::new(false),
@@ -149,12 +178,20 @@ impl Volume {
 
     /// Grows or shrinks the volume to `size_bytes` (a multiple of the
     /// block size). Shrinking frees the extents past the end and zeroes
-    /// the cut-off tail of the last one, so growing again reads zeros.
+    /// the cut-off tail of the last one, so growing again reads zeros;
+    /// both are durable when this returns.
     ///
     /// # Errors
     ///
     /// [`StoreError::BadVolume`] for a size that is not a whole number of
-    /// blocks; a block error if zeroing the tail fails.
+    /// blocks; a block error if zeroing the tail or the commit fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// The map and the size change together, with no await in between,
+    /// after the tail is zeroed: a dropped shrink leaves the old size (with
+    /// the range being cut reading old data or zeros) or the new one (its
+    /// frees and zeroing durable at the next commit).
     pub async fn resize(&self, size_bytes: u64) -> Result<(), StoreError> {
         self.check_writable()?;
         if !size_bytes.is_multiple_of(u64::from(self.block_size)) {
@@ -166,21 +203,33 @@ impl Volume {
         let e = self.extent_size();
         let new_ext = usize::try_from(size_bytes.div_ceil(e))
             .map_err(|_| StoreError::BadVolume { id: self.id, reason: format!("size {size_bytes} is too large") })?;
-        let mut map = self.map.write().await;
-        if new_ext < map.len() {
-            for slot in map.drain(new_ext..) {
-                self.unmap(slot.into_inner());
-            }
-        }
-        let tail = size_bytes % e;
-        if tail != 0
-            && let Some((d, p)) = map.get(new_ext - 1).and_then(|s| decode_entry(s.load(Ordering::Acquire)))
         {
-            let drive = &self.shared.drives[d];
-            drive.backend.zero(drive.offset(p, tail), e - tail).await.map_err(|err| self.fail(err))?;
+            let mut map = self.map.write().await;
+            let tail = size_bytes % e;
+            if size_bytes < self.geometry_now().size_bytes()
+                && tail != 0
+                && let Some((d, p)) = map.get(new_ext - 1).and_then(|s| decode_entry(s.load(Ordering::Acquire)))
+            {
+                // Zero what will lie past the new end in the new last
+                // extent while it is still inside the volume: if this is
+                // dropped half way, the volume keeps its size and the
+                // range being cut reads zeros or old data. A barrier
+                // first: a write whose caller went away may still be in
+                // flight there and must not land after the zeros.
+                let drive = &self.shared.drives[d];
+                drive.backend.sync().await.map_err(|err| self.fail(err))?;
+                drive.backend.zero(drive.offset(p, tail), e - tail).await.map_err(|err| self.fail(err))?;
+            }
+            // No await from here until the map and the size agree again.
+            if new_ext < map.len() {
+                for slot in map.drain(new_ext..) {
+                    self.unmap(slot.into_inner());
+                }
+            }
+            map.resize_with(new_ext, || AtomicU64::new(0));
+            self.num_blocks.store(size_bytes / u64::from(self.block_size), Ordering::Release);
         }
-        map.resize_with(new_ext, || AtomicU64::new(0));
-        self.num_blocks.store(size_bytes / u64::from(self.block_size), Ordering::Release);
+        self.shared.commit_all(false).await?;
         Ok(())
     }
 
@@ -218,7 +267,7 @@ impl Volume {
         let len = buf.len();
         let single = self.in_one_extent(start, len);
         for pc in self.pieces(start, len) {
-            let Some((d, p)) = decode_entry(map[pc.lext].load(Ordering::Acquire)) else {
+            let Some((d, p)) = decode_entry(entry_at(map, pc.lext)) else {
                 buf[pc.buf_off..pc.buf_off + pc.len].fill(0);
                 continue;
             };
@@ -253,7 +302,7 @@ impl Volume {
         let start = lba * u64::from(self.block_size);
         if self.in_one_extent(start, len)
             && let Some(pc) = self.pieces(start, len).next()
-            && let Some((d, p)) = decode_entry(map[pc.lext].load(Ordering::Acquire))
+            && let Some((d, p)) = decode_entry(entry_at(&map, pc.lext))
         {
             let drive = &self.shared.drives[d];
             if let Some(lent) = drive.backend.lend(drive.offset(p, pc.off), len) {
@@ -279,7 +328,7 @@ impl Volume {
         (buf, r)
     }
 
-    async fn write_locked(&self, map: &[AtomicU64], lba: u64, mut buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
+    async fn write_locked(&self, map: &[AtomicU64], lba: u64, buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
         let g = self.geometry_now();
         let blocks = match blocks_in(g, buf.len()).and_then(|b| check_range(g, lba, b).map(|_| b)) {
             Ok(b) => b,
@@ -287,35 +336,44 @@ impl Volume {
         };
         let start = lba * u64::from(self.block_size);
         let len = (blocks * u64::from(self.block_size)) as usize;
-        let single = self.in_one_extent(start, len);
-        // Reserve every extent the write needs before touching anything,
-        // so that a full store fails the write with NoSpace and no change.
-        let mut reserved: Vec<(usize, u64)> = Vec::new();
-        let mut _alloc = None;
-        if self.pieces(start, len).any(|pc| map[pc.lext].load(Ordering::Acquire) == 0) {
-            _alloc = Some(self.alloc.lock().await);
-            // Re-check under the allocation lock: another write may have
-            // mapped some of them meanwhile; nobody can map them now.
-            let need = self.pieces(start, len).filter(|pc| map[pc.lext].load(Ordering::Acquire) == 0).count();
-            while reserved.len() < need {
-                match self.shared.allocate().await {
-                    Ok(x) => reserved.push(x),
-                    Err(err) => {
-                        self.unreserve(reserved);
-                        return (buf, Err(err));
-                    }
-                }
+        // Claim every unmapped extent the write needs and reserve space for
+        // each before touching anything, so that a full store fails the
+        // write with NoSpace and no change.
+        let mut claims = Claims { vol: self, map, items: Vec::new() };
+        for pc in self.pieces(start, len) {
+            let Some(slot) = map.get(pc.lext) else {
+                return (buf, Err(BlockError::OutOfRange { lba, blocks, num_blocks: g.num_blocks }));
+            };
+            if self.claim(slot).await {
+                claims.items.push(Claim { lext: pc.lext, extent: None, io_started: false });
             }
         }
-        let r;
-        (buf, r) = self.write_pieces(map, start, len, buf, single, &mut reserved).await;
-        self.unreserve(reserved);
-        (buf, r)
+        for c in &mut claims.items {
+            match self.shared.allocate().await {
+                Ok(x) => c.extent = Some(x),
+                Err(err) => return (buf, Err(err)),
+            }
+        }
+        self.write_pieces(map, start, len, buf, &mut claims).await
     }
 
-    fn unreserve(&self, reserved: Vec<(usize, u64)>) {
-        for (d, p) in reserved {
-            self.shared.drives[d].untake(p);
+    /// Waits until `slot` is not claimed by another write, then claims it
+    /// if it is unmapped. Returns true when this call claimed it.
+    ///
+    /// Callers claim in ascending extent order: a write waits only for
+    /// extents above every one it holds, so waits cannot form a cycle.
+    async fn claim(&self, slot: &AtomicU64) -> bool {
+        loop {
+            let resolved = self.claims_resolved.notified();
+            let mut resolved = std::pin::pin!(resolved);
+            // Registered before the check: a resolution in between is not
+            // missed.
+            resolved.as_mut().enable();
+            match slot.compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(CLAIMED) => resolved.await,
+                Err(_) => return false,
+            }
         }
     }
 
@@ -325,18 +383,20 @@ impl Volume {
         start: u64,
         len: usize,
         mut buf: IoBuf,
-        single: bool,
-        reserved: &mut Vec<(usize, u64)>,
+        claims: &mut Claims<'_>,
     ) -> (IoBuf, Result<(), BlockError>) {
         let e = self.extent_size();
+        let single = self.in_one_extent(start, len);
         for pc in self.pieces(start, len) {
-            let mut entry = map[pc.lext].load(Ordering::Acquire);
-            if entry == 0 {
-                let Some((d, p)) = reserved.pop() else {
-                    // Unreachable: the reservation counted this piece under
-                    // the allocation lock, which is still held.
-                    return (buf, Err(BlockError::NoSpace));
+            let mut entry = entry_at(map, pc.lext);
+            if entry == CLAIMED {
+                let Some(claim) = claims.items.iter_mut().find(|c| c.lext == pc.lext) else {
+                    // Unreachable: only this write's own claims stay
+                    // claimed while it runs (claim() waited for others).
+                    return (buf, Err(BlockError::Failed));
                 };
+                let Some((d, p)) = claim.extent else { return (buf, Err(BlockError::NoSpace)) };
+                claim.io_started = true;
                 let drive = &self.shared.drives[d];
                 let whole = pc.off == 0 && pc.len as u64 == e;
                 if whole {
@@ -345,18 +405,18 @@ impl Volume {
                     let r;
                     (buf, r) = self.write_piece(drive, p, pc, buf, single).await;
                     if let Err(err) = r {
-                        drive.untake(p);
                         return (buf, Err(BlockError::Io(err)));
                     }
                 } else if let Err(err) = drive.backend.zero(drive.offset(p, 0), e).await {
-                    drive.untake(p);
                     return (buf, Err(BlockError::Io(err)));
                 }
                 let owner = Owner { volume: self.id, lext: pc.lext as u32, generation: self.shared.next_generation() };
                 entry = encode_entry(d, p);
                 map[pc.lext].store(entry, Ordering::Release);
                 drive.install(p, owner);
+                claim.extent = None;
                 self.allocated.fetch_add(1, Ordering::Relaxed);
+                self.claims_resolved.notify_waiters();
                 if whole {
                     continue;
                 }
@@ -444,6 +504,60 @@ impl Volume {
             return Err(BlockError::Failed);
         }
         self.shared.commit_all(false).await
+    }
+}
+
+/// The slot value of logical extent `lext`; `0` (unmapped) past the end,
+/// which the range checks done under the map guard rule out.
+fn entry_at(map: &[AtomicU64], lext: usize) -> u64 {
+    debug_assert!(lext < map.len(), "extent {lext} past the map ({})", map.len());
+    map.get(lext).map_or(0, |s| s.load(Ordering::Acquire))
+}
+
+/// A logical extent a write claimed, with the physical extent reserved
+/// for it until the mapping is installed (then `None`).
+struct Claim {
+    lext: usize,
+    extent: Option<(usize, u64)>,
+    /// Zeroing or data I/O to `extent` was issued (and may still be in
+    /// flight if the write is dropped).
+    io_started: bool,
+}
+
+/// The claims of one write. Dropping it (the write failed, or its future
+/// was dropped) releases what was not installed: the slot goes back to
+/// unmapped, the extent back to its drive, and waiting writers wake.
+struct Claims<'a> {
+    vol: &'a Volume,
+    map: &'a [AtomicU64],
+    items: Vec<Claim>,
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        let mut released = false;
+        for c in self.items.drain(..) {
+            let Some((d, p)) = c.extent else {
+                // Installed (the slot holds the mapping) or never reserved.
+                if let Some(slot) = self.map.get(c.lext) {
+                    released |= slot.compare_exchange(CLAIMED, 0, Ordering::AcqRel, Ordering::Acquire).is_ok();
+                }
+                continue;
+            };
+            if let Some(slot) = self.map.get(c.lext) {
+                slot.store(0, Ordering::Release);
+            }
+            let drive = &self.vol.shared.drives[d];
+            if c.io_started {
+                drive.untake_after_io(p);
+            } else {
+                drive.untake(p);
+            }
+            released = true;
+        }
+        if released {
+            self.vol.claims_resolved.notify_waiters();
+        }
     }
 }
 

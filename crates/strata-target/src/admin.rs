@@ -11,14 +11,18 @@
 //! expects of a fabrics controller (and what the kernel's own nvmet
 //! reports): SGL support with offsets, traffic-based keep alive, a
 //! volatile write cache with broadcast flush, namespace attribute notices
-//! and extended Get Log Page data.
+//! and extended Get Log Page data. Like nvmet, nothing is reported that the
+//! target does not know: no temperatures, power states or spare capacity.
 
 use std::sync::Arc;
 
 use strata_nvme::command::{FeaturesCmd, GetLogPage, IdentifyCmd, Sqe, admin, feature, io};
 use strata_nvme::completion::Cqe;
 use strata_nvme::fabrics::{PropertyCmd, fctype, reg};
-use strata_nvme::identify::{self as id, Cns, IdentifyController, IdentifyNamespace, NsIdDescriptor};
+use strata_nvme::identify::{
+    self as id, Cns, IdentifyController, IdentifyControllerNvm, IdentifyNamespace, IdentifyNamespaceIndependent,
+    NsIdDescriptor,
+};
 use strata_nvme::log_page::{self as lp, LogPageId, SmartLog};
 use strata_nvme::status::Status;
 
@@ -195,8 +199,16 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
             };
         }
     };
-    match Cns(cmd.cns) {
+    let cns = Cns(cmd.cns);
+    // Only the NVM Command Set is implemented; nvmet and the spec refuse
+    // the I/O Command Set specific structures of any other CSI.
+    let csi_specific = matches!(cns, Cns::IO_CS_NAMESPACE | Cns::IO_CS_CONTROLLER | Cns::IO_CS_ACTIVE_NS_LIST);
+    if csi_specific && cmd.csi != id::CSI_NVM {
+        return done(cid, Status::INVALID_FIELD.dnr());
+    }
+    match cns {
         Cns::CONTROLLER => done_data(cid, identify_controller(ctx, ctrl).encode().to_vec()),
+        Cns::IO_CS_CONTROLLER => done_data(cid, identify_controller_nvm().encode().to_vec()),
         Cns::NAMESPACE => {
             if nsid == 0 || (nsid > MAX_NSID && nsid != u32::MAX) {
                 return done(cid, Status::INVALID_NS.dnr());
@@ -208,7 +220,9 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
             };
             done_data(cid, data)
         }
-        Cns::ACTIVE_NS_LIST => {
+        // Every namespace is an NVM Command Set namespace, so the list for
+        // CSI 00h is the whole list.
+        Cns::ACTIVE_NS_LIST | Cns::IO_CS_ACTIVE_NS_LIST => {
             if nsid >= 0xFFFF_FFFE {
                 return done(cid, Status::INVALID_NS.dnr());
             }
@@ -226,11 +240,53 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
                 Err(_) => done(cid, Status::INTERNAL),
             }
         }
+        // An inactive NSID is Invalid Namespace here, as in nvmet
+        // (`nvmet_req_find_ns`), not a zero-filled structure.
+        Cns::IO_CS_NAMESPACE => match sub.namespace(nsid) {
+            // No protection information, storage tags or extended formats:
+            // every field of the NVM Command Set Identify Namespace is 0.
+            Some(_) => done_data(cid, vec![0; id::IDENTIFY_DATA_LEN]),
+            None => done(cid, Status::INVALID_NS.dnr()),
+        },
+        Cns::CS_INDEPENDENT_NAMESPACE => match sub.namespace(nsid) {
+            Some(_) => done_data(cid, identify_namespace_independent().encode().to_vec()),
+            None => done(cid, Status::INVALID_NS.dnr()),
+        },
         _ => done(cid, Status::INVALID_FIELD.dnr()),
     }
 }
 
+/// The NVM Command Set specific Identify Controller (CNS 06h, CSI 00h):
+/// recommended size limits, 0 where the target has none.
+///
+/// A Write Zeroes moves no data, so MDTS does not bound it, and the store
+/// zeroes by extent; only its 16-bit NLB does: 65536 blocks, which is at
+/// least 32 MiB (512-byte blocks), 2^13 units of CAP.MPSMIN (4 KiB). Saying
+/// so lets hosts zero in 32 MiB commands instead of MDTS-sized ones (Linux
+/// caps Write Zeroes at MDTS when WZSL is 0). Any Dataset Management the
+/// command format can carry (256 ranges of up to 2^32 - 1 blocks) is
+/// accepted, so DMRL, DMRSL and DMSL report no limit; Verify and Write
+/// Uncorrectable are not supported (ONCS), so VSL and WUSL are 0.
+fn identify_controller_nvm() -> IdentifyControllerNvm {
+    const NLB_MAX_SHIFT: u32 = 16;
+    const MIN_BLOCK_SHIFT: u32 = 9;
+    const MPSMIN_SHIFT: u32 = 12;
+    IdentifyControllerNvm { wzsl: (NLB_MAX_SHIFT + MIN_BLOCK_SHIFT - MPSMIN_SHIFT) as u8, ..Default::default() }
+}
+
+/// The I/O Command Set Independent Identify Namespace (CNS 08h) of an
+/// active namespace: shared, ready, not write protected, no ANA group,
+/// NVM set or endurance group, as CNS 00h reports it.
+fn identify_namespace_independent() -> IdentifyNamespaceIndependent {
+    IdentifyNamespaceIndependent { nmic: id::NMIC_SHARED, nstat: id::NSTAT_NAMESPACE_READY, ..Default::default() }
+}
+
 /// The Identify Controller data of `ctrl`.
+///
+/// Power and thermal fields stay zero: there is one power state (NPSS 0)
+/// and nothing to say about it, and no temperature is measured, so PSD0,
+/// WCTEMP and CCTEMP are not reported. SPDK's target leaves PSD0 zero as
+/// well; nvmet fills it with QEMU's made-up 25 W, which we do not copy.
 pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> IdentifyController {
     let cfg = ctx.config;
     let mut c = IdentifyController {
@@ -252,9 +308,6 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
         ofcs: id::OFCS_DISCONNECT,
         ..Default::default()
     };
-    c.psd0.mp = 0x9c4;
-    c.psd0.enlat = 0x10;
-    c.psd0.exlat = 0x4;
     match ctrl.kind() {
         ControllerKind::Io(sub) => {
             c.sn = sub.serial().into();
@@ -264,11 +317,10 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
             c.cmic = id::CMIC_MULTI_PORT | id::CMIC_MULTI_CONTROLLER;
             c.mdts = cfg.mdts;
             c.oaes = id::OAES_NS_ATTRIBUTE_NOTICES;
-            c.lpa |= id::LPA_COMMANDS_EFFECTS;
+            // SMART / Health per namespace, like nvmet (see `smart_log`).
+            c.lpa |= id::LPA_SMART_PER_NAMESPACE | id::LPA_COMMANDS_EFFECTS;
             c.acl = 3;
             c.frmw = id::FRMW_SLOT1_READ_ONLY | (1 << id::FRMW_NUM_SLOTS_SHIFT);
-            c.wctemp = 0x157;
-            c.cctemp = 0x175;
             c.sqes = id::SQES_64;
             c.cqes = id::CQES_16;
             c.nn = MAX_NSID;
@@ -327,7 +379,10 @@ fn get_log_page(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminRe
             b.resize(ERROR_LOG_ENTRIES * lp::ERROR_LOG_ENTRY_LEN, 0);
             b
         }
-        (LogPageId::SMART, false) => smart_log(ctrl).encode().to_vec(),
+        (LogPageId::SMART, false) => match smart_log(ctrl, sqe.nsid()) {
+            Ok(log) => log.encode().to_vec(),
+            Err(status) => return done(cid, status),
+        },
         (LogPageId::FW_SLOT, false) => {
             let mut b = vec![0u8; 512];
             b[0] = 1; // AFI: slot 1 active.
@@ -347,24 +402,39 @@ fn get_log_page(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminRe
     }
 }
 
-fn smart_log(ctrl: &Controller) -> SmartLog {
-    use std::sync::atomic::Ordering::Relaxed;
-    let c = &ctrl.counters;
+/// The SMART / Health log for namespace `nsid`, or for all namespaces of
+/// the subsystem when `nsid` is FFFFFFFFh (or 0h, which some hosts send for
+/// controller-wide logs).
+///
+/// As in Linux nvmet (`nvmet_execute_get_log_page_smart`), only what the
+/// target really counts is reported: the I/O counts and data units of the
+/// namespaces (see [`crate::controller::NamespaceIoStats`]), the media
+/// errors it returned and the controller's error log entries. There is no
+/// temperature sensor, spare capacity, wear, power cycle or power-on clock
+/// behind a network namespace, so those fields are zero ("not reported")
+/// and no critical warning is raised.
+///
+/// # Errors
+///
+/// Invalid Namespace (DNR) for an NSID that is not active, as nvmet answers.
+fn smart_log(ctrl: &Controller, nsid: u32) -> Result<SmartLog, Status> {
+    let Some(sub) = ctrl.subsystem() else { return Ok(SmartLog::default()) };
+    let namespaces = if nsid == 0 || nsid == u32::MAX {
+        sub.namespaces()
+    } else {
+        vec![sub.namespace(nsid).ok_or(Status::INVALID_NS.dnr())?]
+    };
+    let t = sub.io_stats.totals(namespaces.iter().map(|ns| &**ns));
     let (_, errors) = ctrl.error_log();
-    SmartLog {
-        composite_temperature_kelvin: 0x13a, // 41 C: a plausible, constant value.
-        available_spare: 100,
-        available_spare_threshold: 10,
-        data_units_read: SmartLog::data_units_from_sectors(c.sectors_read.load(Relaxed).into()),
-        data_units_written: SmartLog::data_units_from_sectors(c.sectors_written.load(Relaxed).into()),
-        host_read_commands: c.read_commands.load(Relaxed).into(),
-        host_write_commands: c.write_commands.load(Relaxed).into(),
-        power_cycles: 1,
-        power_on_hours: (ctrl.uptime().as_secs() / 3600).into(),
-        media_errors: c.media_errors.load(Relaxed).into(),
+    Ok(SmartLog {
+        data_units_read: SmartLog::data_units_from_sectors(t.sectors_read),
+        data_units_written: SmartLog::data_units_from_sectors(t.sectors_written),
+        host_read_commands: t.read_commands,
+        host_write_commands: t.write_commands,
+        media_errors: t.media_errors,
         num_error_log_entries: errors.into(),
         ..Default::default()
-    }
+    })
 }
 
 fn commands_effects_log() -> Vec<u8> {
@@ -461,7 +531,6 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
         | feature::ERROR_RECOVERY
         | feature::INTERRUPT_COALESCING
         | feature::WRITE_ATOMICITY => 0,
-        feature::TEMPERATURE_THRESHOLD => 0x157,
         feature::HOST_IDENTIFIER => {
             // EXHID (CDW11 bit 0) must be set: we report 128-bit host IDs.
             if f.value & 1 == 0 {

@@ -6,8 +6,9 @@
 //! timer expires. It owns the controller registers (CC, CSTS), negotiated
 //! features (number of queues, keep-alive timeout, asynchronous event
 //! configuration), outstanding Asynchronous Event Requests and the events
-//! waiting for them, the Changed Namespace List, the error log and the
-//! SMART counters. The admin command set is implemented in
+//! waiting for them, the Changed Namespace List and the error log. The
+//! SMART I/O counters are per namespace, not per controller
+//! ([`NamespaceIoStats`]). The admin command set is implemented in
 //! [`crate::admin`]; this module holds the state and its rules.
 //!
 //! Invariants:
@@ -17,18 +18,19 @@
 //! - `dead` only goes from false to true; every queue of the controller
 //!   watches it and closes its connection when it flips.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
+use strata_block::BlockDevice;
 use strata_nvme::command::async_event;
 use strata_nvme::completion::Cqe;
 use strata_nvme::log_page::{ErrorLogEntry, LogPageId};
 use strata_nvme::status::Status;
 use tokio::sync::{Notify, watch};
 
-use crate::subsystem::Subsystem;
+use crate::subsystem::{Namespace, Subsystem};
 
 /// Most AERs a host may park (AERL + 1).
 pub const AER_LIMIT: usize = 4;
@@ -46,7 +48,7 @@ pub enum ControllerKind {
     Discovery,
 }
 
-/// Counters reported in the SMART / Health log.
+/// What the SMART / Health log counts for one namespace.
 #[derive(Debug, Default)]
 pub struct IoCounters {
     /// Read commands completed.
@@ -57,8 +59,110 @@ pub struct IoCounters {
     pub sectors_read: AtomicU64,
     /// 512-byte units written.
     pub sectors_written: AtomicU64,
-    /// Media errors returned.
+    /// Commands that ended with a media and data integrity error.
     pub media_errors: AtomicU64,
+}
+
+impl IoCounters {
+    /// Counts a completed Read of `bytes`.
+    pub(crate) fn count_read(&self, bytes: u64) {
+        self.read_commands.fetch_add(1, Ordering::Relaxed);
+        self.sectors_read.fetch_add(bytes / 512, Ordering::Relaxed);
+    }
+
+    /// Counts a completed Write of `bytes`.
+    pub(crate) fn count_write(&self, bytes: u64) {
+        self.write_commands.fetch_add(1, Ordering::Relaxed);
+        self.sectors_written.fetch_add(bytes / 512, Ordering::Relaxed);
+    }
+
+    /// Adds these counts into `total`.
+    fn add_to(&self, total: &mut IoTotals) {
+        total.read_commands += u128::from(self.read_commands.load(Ordering::Relaxed));
+        total.write_commands += u128::from(self.write_commands.load(Ordering::Relaxed));
+        total.sectors_read += u128::from(self.sectors_read.load(Ordering::Relaxed));
+        total.sectors_written += u128::from(self.sectors_written.load(Ordering::Relaxed));
+        total.media_errors += u128::from(self.media_errors.load(Ordering::Relaxed));
+    }
+}
+
+/// Sums of [`IoCounters`] over some namespaces.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoTotals {
+    /// Read commands completed.
+    pub read_commands: u128,
+    /// Write commands completed.
+    pub write_commands: u128,
+    /// 512-byte units read.
+    pub sectors_read: u128,
+    /// 512-byte units written.
+    pub sectors_written: u128,
+    /// Commands that ended with a media and data integrity error.
+    pub media_errors: u128,
+}
+
+/// The I/O counters of a subsystem's namespaces.
+///
+/// Linux nvmet reads the SMART counts from each namespace's block device
+/// (`part_stat` in `nvmet_get_smart_log_nsid` / `_all`), so they do not
+/// depend on which controller did the I/O or asks for the log: a host that
+/// reconnects, a second path, or `nvme smart-log` run after `strata bench`
+/// see everything. The counters live here, one set per namespace, and
+/// follow its block device: a namespace removed and added again on the same
+/// device keeps counting; an NSID reused for another device starts at
+/// zero. Entries of removed namespaces stay until their NSID is reused and
+/// are never reported.
+#[derive(Default)]
+pub struct NamespaceIoStats {
+    by_nsid: RwLock<HashMap<u32, DeviceCounters>>,
+}
+
+struct DeviceCounters {
+    /// Identifies the device without keeping it open; the allocation it
+    /// points to cannot be reused while this exists.
+    device: Weak<dyn BlockDevice>,
+    counters: IoCounters,
+}
+
+impl std::fmt::Debug for NamespaceIoStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamespaceIoStats").finish_non_exhaustive()
+    }
+}
+
+impl NamespaceIoStats {
+    /// Runs `f` on the counters of `ns`, creating them the first time its
+    /// device is seen under its NSID.
+    pub(crate) fn count(&self, ns: &Namespace, f: impl FnOnce(&IoCounters)) {
+        let device = Arc::downgrade(&ns.device);
+        {
+            let map = self.by_nsid.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = map.get(&ns.nsid).filter(|e| e.device.ptr_eq(&device)) {
+                return f(&e.counters);
+            }
+        }
+        let mut map = self.by_nsid.write().unwrap_or_else(|e| e.into_inner());
+        let e = map
+            .entry(ns.nsid)
+            .or_insert_with(|| DeviceCounters { device: device.clone(), counters: IoCounters::default() });
+        if !e.device.ptr_eq(&device) {
+            *e = DeviceCounters { device, counters: IoCounters::default() };
+        }
+        f(&e.counters)
+    }
+
+    /// The counts of `namespaces` added up.
+    pub fn totals<'a>(&self, namespaces: impl IntoIterator<Item = &'a Namespace>) -> IoTotals {
+        let map = self.by_nsid.read().unwrap_or_else(|e| e.into_inner());
+        let mut total = IoTotals::default();
+        for ns in namespaces {
+            let device = Arc::downgrade(&ns.device);
+            if let Some(e) = map.get(&ns.nsid).filter(|e| e.device.ptr_eq(&device)) {
+                e.counters.add_to(&mut total);
+            }
+        }
+        total
+    }
 }
 
 #[derive(Debug)]
@@ -90,8 +194,6 @@ pub struct Controller {
     state: Mutex<CtrlState>,
     events: Notify,
     dead: watch::Sender<bool>,
-    /// Counters for the SMART log.
-    pub counters: IoCounters,
 }
 
 impl std::fmt::Debug for Controller {
@@ -135,7 +237,6 @@ impl Controller {
             }),
             events: Notify::new(),
             dead,
-            counters: IoCounters::default(),
         })
     }
 
@@ -406,6 +507,28 @@ mod tests {
         assert_eq!(log.len(), ERROR_LOG_ENTRIES);
         assert_eq!(count, ERROR_LOG_ENTRIES as u64 + 5);
         assert_eq!(log[0].cmdid, ERROR_LOG_ENTRIES as u16 + 4);
+    }
+
+    #[test]
+    fn namespace_counters_follow_the_device_not_the_nsid() {
+        let stats = NamespaceIoStats::default();
+        let ids = crate::subsystem::NamespaceIds { nguid: [1; 16], uuid: [2; 16], eui64: [0; 8] };
+        let dev: Arc<dyn BlockDevice> = Arc::new(strata_block::MemDevice::new(4096, 16));
+        let ns = Namespace { nsid: 1, ids, device: dev.clone() };
+        stats.count(&ns, |c| c.count_write(8192));
+        stats.count(&ns, |c| c.count_read(4096));
+        let t = stats.totals([&ns]);
+        assert_eq!((t.write_commands, t.sectors_written, t.read_commands, t.sectors_read), (1, 16, 1, 8));
+        // The same device under the same NSID again (removed and re-added):
+        // the counts go on.
+        let again = Namespace { nsid: 1, ids, device: dev };
+        assert_eq!(stats.totals([&again]), t);
+        // Another device reusing the NSID starts from zero.
+        let other = Namespace { nsid: 1, ids, device: Arc::new(strata_block::MemDevice::new(4096, 16)) };
+        assert_eq!(stats.totals([&other]), IoTotals::default());
+        stats.count(&other, |c| c.count_write(512));
+        assert_eq!(stats.totals([&other]).write_commands, 1);
+        assert_eq!(stats.totals([&again]), IoTotals::default(), "replaced");
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! that disagrees with the block count is Data SGL Length Invalid, a full
 //! thin pool is Capacity Exceeded (hosts map it to ENOSPC), and drive
 //! errors are Write Fault or Unrecovered Read Error.
+//!
+//! Completed Reads and Writes, and media errors, are counted on the
+//! namespace for the SMART / Health log (see
+//! [`NamespaceIoStats`](crate::controller::NamespaceIoStats)).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -39,13 +43,10 @@ fn status_of(e: &BlockError, writing: bool) -> Status {
 pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command) -> IoReply {
     let sqe = cmd.sqe;
     let cid = sqe.cid();
-    let result = dispatch(ctrl, sub, &sqe, cmd.data, cmd.read_len).await;
+    let result = dispatch(sub, &sqe, cmd.data, cmd.read_len).await;
     let (status, data) = match result {
         Ok(data) => (Status::SUCCESS, data),
         Err((status, lba)) => {
-            if status.sct() == strata_nvme::status::SCT_MEDIA {
-                ctrl.counters.media_errors.fetch_add(1, Relaxed);
-            }
             ctrl.record_error(sqid, cid, status, sqe.nsid(), lba);
             (status, None)
         }
@@ -55,23 +56,34 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
 
 type Outcome = Result<Option<ReadData>, (Status, u64)>;
 
-async fn dispatch(ctrl: &Controller, sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize) -> Outcome {
+async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize) -> Outcome {
     let nsid = sqe.nsid();
     if sqe.opcode() == io::FLUSH && nsid == u32::MAX {
         for ns in sub.namespaces() {
-            ns.device.flush().await.map_err(|e| (status_of(&e, true), 0))?;
+            ns.device.flush().await.map_err(|e| (status_of(&e, true), 0)).inspect_err(|e| media_error(sub, &ns, e))?;
         }
         return Ok(None);
     }
     let Some(ns) = sub.namespace(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
     match sqe.opcode() {
-        io::READ => read(ctrl, &ns, sqe, read_len).await,
-        io::WRITE => write(ctrl, &ns, sqe, data).await,
+        io::READ => read(sub, &ns, sqe, read_len).await,
+        io::WRITE => write(sub, &ns, sqe, data).await,
         io::FLUSH => ns.device.flush().await.map(|_| None).map_err(|e| (status_of(&e, true), 0)),
         io::WRITE_ZEROES => write_zeroes(&ns, sqe).await,
         io::DATASET_MANAGEMENT => dataset_management(&ns, sqe, data).await,
         io::COMPARE => compare(&ns, sqe, data).await,
         _ => Err((Status::INVALID_OPCODE.dnr(), 0)),
+    }
+    .inspect_err(|e| media_error(sub, &ns, e))
+}
+
+/// Counts a media and data integrity error on `ns`. A miscompare is in
+/// the same status code type but is not an error of the media.
+fn media_error(sub: &Subsystem, ns: &Namespace, (status, _): &(Status, u64)) {
+    if status.sct() == strata_nvme::status::SCT_MEDIA && status.code() != Status::COMPARE_FAILURE.code() {
+        sub.io_stats.count(ns, |c| {
+            c.media_errors.fetch_add(1, Relaxed);
+        });
     }
 }
 
@@ -87,23 +99,21 @@ fn transfer_len(ns: &Namespace, slba: u64, nlb: u32, sgl_len: usize) -> Result<u
     Ok(len)
 }
 
-async fn read(ctrl: &Controller, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize) -> Outcome {
+async fn read(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let len = transfer_len(ns, rw.slba, rw.nlb, read_len)?;
     let data = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
-    ctrl.counters.read_commands.fetch_add(1, Relaxed);
-    ctrl.counters.sectors_read.fetch_add(len as u64 / 512, Relaxed);
+    sub.io_stats.count(ns, |c| c.count_read(len as u64));
     Ok(Some(data))
 }
 
-async fn write(ctrl: &Controller, ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
+async fn write(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let Some(buf) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
     let len = transfer_len(ns, rw.slba, rw.nlb, buf.len())?;
     let (_, res) = ns.device.write(rw.slba, buf, rw.fua).await;
     res.map_err(|e| (status_of(&e, true), rw.slba))?;
-    ctrl.counters.write_commands.fetch_add(1, Relaxed);
-    ctrl.counters.sectors_written.fetch_add(len as u64 / 512, Relaxed);
+    sub.io_stats.count(ns, |c| c.count_write(len as u64));
     Ok(None)
 }
 

@@ -70,6 +70,8 @@ pub struct Subsystem {
     namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
     allowed_hosts: RwLock<Vec<String>>,
     controllers: Mutex<Vec<Weak<Controller>>>,
+    /// The namespaces' SMART I/O counters.
+    pub(crate) io_stats: crate::controller::NamespaceIoStats,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -90,6 +92,7 @@ impl Subsystem {
             namespaces: RwLock::new(BTreeMap::new()),
             allowed_hosts: RwLock::new(allowed_hosts),
             controllers: Mutex::new(Vec::new()),
+            io_stats: Default::default(),
         })
     }
 

@@ -269,49 +269,77 @@ impl TargetInner {
     }
 
     /// Executes a Connect arriving on a port with `role`.
+    ///
+    /// Every refusal is logged once, here, with its reason, the queue, the
+    /// host and subsystem NQNs (as sent, even when they do not decode) and
+    /// where the completion says the bad field is.
+    ///
+    /// An I/O queue joins only the controller of the same subsystem, HOSTID
+    /// and host NQN.
+    ///
+    /// An empty host NQN is accepted wherever any host may connect (the
+    /// discovery subsystem, subsystems without an access list) and refused
+    /// with Connect Invalid Host elsewhere: SPDK's initiator sends one when
+    /// its application set none, and SPDK's target and Linux nvmet both
+    /// accept it on subsystems that allow any host.
     pub(crate) fn connect(&self, role: PortRole, cmd: &Command) -> Result<Connected, Cqe> {
+        use strata_nvme::fabrics::{CONNECT_HOSTID_OFFSET, ConnectInvalidParam};
         let sqe = &cmd.sqe;
         let cid = sqe.cid();
         let c = ConnectCmd::decode(sqe);
+        let refuse = |cqe: Cqe, reason: &dyn std::fmt::Display| -> Cqe {
+            let (subnqn, hostnqn) = cmd.data.as_deref().map(ConnectData::nqns_lossy).unwrap_or_default();
+            let at = ConnectInvalidParam::from_dw0(cqe.dw0());
+            tracing::info!(
+                qid = c.qid, ?subnqn, ?hostnqn, status = %cqe.status, in_data = at.in_data, offset = at.offset,
+                "connect refused: {reason}"
+            );
+            cqe
+        };
         if c.recfmt != 0 {
             let mut cqe = Cqe::new(cid, Status::CONNECT_INCOMPATIBLE_FORMAT.dnr());
             cqe.result = u64::from(connect_invalid_param_result(false, CONNECT_RECFMT_OFFSET as u16));
-            return Err(cqe);
+            return Err(refuse(cqe, &format_args!("record format {} is not 0", c.recfmt)));
         }
-        let Some(data) = cmd.data.as_ref() else { return Err(Cqe::new(cid, Status::SGL_INVALID_DATA.dnr())) };
-        let d = ConnectData::decode(data).map_err(|e| invalid_param(cid, true, e.offset()))?;
+        let Some(data) = cmd.data.as_ref() else {
+            return Err(refuse(Cqe::new(cid, Status::SGL_INVALID_DATA.dnr()), &"no Connect data"));
+        };
+        let d = ConnectData::decode(data).map_err(|e| refuse(invalid_param(cid, true, e.offset()), &e))?;
         let max_sqsize = if c.qid == 0 { 31 } else { MAX_QUEUE_SIZE - 1 };
         if c.sqsize == 0 || c.sqsize > max_sqsize {
-            return Err(invalid_param(cid, false, CONNECT_SQSIZE_OFFSET));
+            let reason = format_args!("SQSIZE {} is outside 1..={max_sqsize}", c.sqsize);
+            return Err(refuse(invalid_param(cid, false, CONNECT_SQSIZE_OFFSET), &reason));
         }
         let sq_flow_disabled = c.cattr & (1 << 2) != 0;
         let kind = if d.subnqn == DISCOVERY_NQN {
             if c.qid != 0 {
-                return Err(invalid_param(cid, false, CONNECT_QID_OFFSET));
+                let reason = format_args!("I/O queue {} for the discovery subsystem", c.qid);
+                return Err(refuse(invalid_param(cid, false, CONNECT_QID_OFFSET), &reason));
             }
             ControllerKind::Discovery
         } else {
             let sub = match (role, self.subsystem(&d.subnqn)) {
                 (PortRole::Io, Some(sub)) => sub,
-                _ => {
-                    tracing::info!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "connect refused: no such subsystem");
-                    return Err(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET));
+                (PortRole::Discovery, Some(_)) => {
+                    let cqe = invalid_param(cid, true, CONNECT_SUBNQN_OFFSET);
+                    return Err(refuse(cqe, &"NVM subsystem asked for on a discovery port"));
                 }
+                (_, None) => return Err(refuse(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET), &"no such subsystem")),
             };
             if !sub.host_allowed(&d.hostnqn) {
-                tracing::info!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "connect refused: host not allowed");
                 let mut cqe = Cqe::new(cid, Status::CONNECT_INVALID_HOST.dnr());
                 cqe.result = u64::from(connect_invalid_param_result(true, CONNECT_HOSTNQN_OFFSET as u16));
-                return Err(cqe);
+                return Err(refuse(cqe, &"host not allowed"));
             }
             ControllerKind::Io(sub)
         };
         if c.qid == 0 {
             if d.cntlid != CNTLID_DYNAMIC {
-                return Err(invalid_param(cid, true, CONNECT_CNTLID_OFFSET));
+                let reason = format_args!("CNTLID {:#x} on an admin queue (only FFFFh, dynamic)", d.cntlid);
+                return Err(refuse(invalid_param(cid, true, CONNECT_CNTLID_OFFSET), &reason));
             }
             let Some(cntlid) = self.allocate_cntlid() else {
-                return Err(Cqe::new(cid, Status::CONNECT_CONTROLLER_BUSY));
+                return Err(refuse(Cqe::new(cid, Status::CONNECT_CONTROLLER_BUSY), &"no controller ID free"));
             };
             let ctrl =
                 Controller::new(cntlid, kind.clone(), d.hostnqn.clone(), d.hostid, c.kato, self.config.max_io_queues);
@@ -327,22 +355,33 @@ impl TargetInner {
         }
         // An I/O queue joins an existing controller of the same host and
         // subsystem.
-        let ctrl = self
-            .controller(d.cntlid)
-            .filter(|ctrl| !ctrl.is_dead())
-            .ok_or_else(|| invalid_param(cid, true, CONNECT_CNTLID_OFFSET))?;
+        let Some(ctrl) = self.controller(d.cntlid).filter(|ctrl| !ctrl.is_dead()) else {
+            let reason = format_args!("no controller {:#x}", d.cntlid);
+            return Err(refuse(invalid_param(cid, true, CONNECT_CNTLID_OFFSET), &reason));
+        };
         let same_subsystem = ctrl.subsystem().is_some_and(|s| s.nqn() == d.subnqn);
         if !same_subsystem {
-            return Err(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET));
+            let reason = format_args!("controller {:#x} belongs to another subsystem", d.cntlid);
+            return Err(refuse(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET), &reason));
+        }
+        // The association's host is its HOSTID and HOSTNQN (NVMe-oF 1.1
+        // section 3.3); FreeBSD's nvmft checks both, HOSTID first, while
+        // nvmet compares only the NQN. Linux, SPDK and strata hosts send
+        // one HOSTID for all queues.
+        if ctrl.hostid() != d.hostid {
+            let reason = format_args!("HOSTID differs from controller {:#x}'s", d.cntlid);
+            return Err(refuse(invalid_param(cid, true, CONNECT_HOSTID_OFFSET), &reason));
         }
         if ctrl.hostnqn() != d.hostnqn {
-            return Err(invalid_param(cid, true, CONNECT_HOSTNQN_OFFSET));
+            let reason = format_args!("host NQN differs from controller {:#x}'s", d.cntlid);
+            return Err(refuse(invalid_param(cid, true, CONNECT_HOSTNQN_OFFSET), &reason));
         }
         ctrl.attach_io_queue(c.qid).map_err(|status| {
             if status == Status::COMMAND_SEQUENCE {
-                Cqe::new(cid, status.dnr())
+                refuse(Cqe::new(cid, status.dnr()), &"controller not enabled (CC.EN is 0)")
             } else {
-                invalid_param(cid, false, CONNECT_QID_OFFSET)
+                let reason = format_args!("QID {} not granted or already connected", c.qid);
+                refuse(invalid_param(cid, false, CONNECT_QID_OFFSET), &reason)
             }
         })?;
         ctrl.touch();

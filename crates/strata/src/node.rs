@@ -8,7 +8,9 @@
 //! - create: metadata first, then the store volume (a volume in metadata
 //!   with no extents is simply empty);
 //! - resize: metadata first, then the store (at open the store frees
-//!   extents beyond the recorded size);
+//!   extents beyond the recorded size and zeroes the tail of the last
+//!   one); a grow first commits the store, so that nothing it dropped past
+//!   the old end is still pending when the metadata records the new end;
 //! - delete: namespace detached, metadata deleted, then the store frees
 //!   the extents (orphaned extents are freed at the next start by
 //!   `retain_volumes`).
@@ -283,6 +285,13 @@ impl Node {
                 strata_meta::format_size(size_bytes),
                 strata_meta::format_size(rec.size_bytes)
             )));
+        }
+        if size_bytes > rec.size_bytes {
+            // Before the metadata says the volume is larger, the store must
+            // have durably forgotten everything past the old end (extents
+            // freed by a shrink or at open, the zeroed tail), or a crash
+            // could bring old data back where zeros are promised.
+            self.store.commit().await.map_err(|e| NodeError::Internal(e.into()))?;
         }
         rec.size_bytes = size_bytes;
         let rec = self.meta.update_volume(&rec)?;

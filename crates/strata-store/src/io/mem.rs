@@ -446,6 +446,11 @@ impl MemDisk {
         run_spinning(self.write_with(off, buf, Spin))
     }
 
+    /// [`MemDisk::zero`] for open time (spins, as `write_sync` does).
+    pub(crate) fn zero_sync(&self, off: u64, len: u64) {
+        run_spinning(self.zero_with(off, len, Spin))
+    }
+
     /// Bytes of RAM holding data.
     #[cfg(test)]
     pub(crate) fn resident_bytes(&self) -> u64 {

@@ -88,6 +88,7 @@ fn write_zeros(file: &File, mut off: u64, len: u64) -> io::Result<()> {
 /// A file or block device served by a dedicated I/O thread.
 pub(crate) struct Engine {
     file: Arc<File>,
+    zero: ZeroMethod,
     tx: Option<mpsc::Sender<Request>>,
     /// Wakes an io_uring thread; `None` for the blocking thread, which
     /// sleeps in `recv`.
@@ -107,7 +108,7 @@ impl Engine {
                     let notify = ring.notify();
                     let f = file.clone();
                     let thread = std::thread::Builder::new().name(name).spawn(move || ring.run(f, zero, rx))?;
-                    return Ok(Engine { file, tx: Some(tx), notify: Some(notify), thread: Some(thread) });
+                    return Ok(Engine { file, zero, tx: Some(tx), notify: Some(notify), thread: Some(thread) });
                 }
                 Err(e) => tracing::warn!(
                     drive = label,
@@ -118,7 +119,7 @@ impl Engine {
         }
         let f = file.clone();
         let thread = std::thread::Builder::new().name(name).spawn(move || threaded::run(f, zero, rx))?;
-        Ok(Engine { file, tx: Some(tx), notify: None, thread: Some(thread) })
+        Ok(Engine { file, zero, tx: Some(tx), notify: None, thread: Some(thread) })
     }
 
     fn submit(&self, req: Request) {
@@ -165,7 +166,7 @@ pub(crate) enum Backend {
     Mem(MemDisk),
     Engine(Engine),
     #[cfg(test)]
-    Sim(Arc<sim::SimDisk>),
+    Sim(sim::SimHandle),
 }
 
 impl Backend {
@@ -195,6 +196,19 @@ impl Backend {
         }
     }
 
+    /// Makes `len` bytes at `off` read as zeros, blocking. Open-time only.
+    pub(crate) fn zero_sync(&self, off: u64, len: u64) -> io::Result<()> {
+        match self {
+            Backend::Mem(m) => {
+                m.zero_sync(off, len);
+                Ok(())
+            }
+            Backend::Engine(e) => zero_range(&e.file, e.zero, off, len),
+            #[cfg(test)]
+            Backend::Sim(s) => s.zero(off, len),
+        }
+    }
+
     /// Makes completed writes durable, blocking. Open-time only.
     pub(crate) fn sync_sync(&self) -> io::Result<()> {
         match self {
@@ -220,6 +234,7 @@ impl Backend {
             }
             #[cfg(test)]
             Backend::Sim(s) => {
+                sim::YieldOnce::default().await;
                 let r = s.read(off, &mut buf);
                 (buf, r)
             }
@@ -250,7 +265,16 @@ impl Backend {
             }
             #[cfg(test)]
             Backend::Sim(s) => {
-                let r = s.write(off, &buf);
+                if !s.is_deferred() {
+                    let r = s.write(off, &buf);
+                    return (buf, r);
+                }
+                let id = match s.submit(off, buf.len() as u64, Some(buf.to_vec())) {
+                    Ok(id) => id,
+                    Err(e) => return (buf, Err(e)),
+                };
+                sim::YieldOnce::default().await;
+                let r = s.finish(id);
                 (buf, r)
             }
         }
@@ -269,11 +293,24 @@ impl Backend {
                 rx.await.unwrap_or_else(|_| Err(stopped()))
             }
             #[cfg(test)]
-            Backend::Sim(s) => s.zero(off, len),
+            Backend::Sim(s) => {
+                if !s.is_deferred() {
+                    return s.zero(off, len);
+                }
+                let id = s.submit(off, len, None)?;
+                sim::YieldOnce::default().await;
+                s.finish(id)
+            }
         }
     }
 
-    /// Makes every write completed before this call durable (fdatasync).
+    /// Makes every write completed before this call durable (fdatasync),
+    /// after waiting for every request submitted before it to complete:
+    /// a sync is a barrier. A write whose future was dropped may still be
+    /// in flight in the engine; once a later sync completes it has landed
+    /// and is durable, so nothing issued after the sync can be overtaken
+    /// by it. Commits rely on this before they make freed extents
+    /// reusable.
     pub(crate) async fn sync(&self) -> io::Result<()> {
         match self {
             Backend::Mem(_) => Ok(()),
@@ -283,7 +320,12 @@ impl Backend {
                 rx.await.unwrap_or_else(|_| Err(stopped()))
             }
             #[cfg(test)]
-            Backend::Sim(s) => s.sync(),
+            Backend::Sim(s) => {
+                if s.is_deferred() {
+                    sim::YieldOnce::default().await;
+                }
+                s.sync()
+            }
         }
     }
 

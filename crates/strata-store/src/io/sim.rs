@@ -7,10 +7,20 @@
 //! of unsynced writes. It can also fail writes or syncs on demand, and cut
 //! the power after a budget of mutating calls (shared by several disks, so
 //! the cut hits them all at once), which lands crashes inside commits.
+//!
+//! In *deferred* mode ([`SimDisk::set_deferred`]) it behaves like an
+//! io_uring engine towards callers that stop waiting: an async write or
+//! zeroing is queued at its first poll and applied at a later one, so a
+//! caller that drops its future in between leaves the mutation in flight.
+//! Queued mutations land in an adversarial order: any later submission may
+//! apply one of them, and a sync applies all of them first (a sync is a
+//! barrier, as the real engines make it). A crash discards what is still
+//! queued. Every async call returns `Pending` once, so that a test can
+//! drop a future at each of its await points.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 const SB: u64 = 4096;
@@ -20,6 +30,19 @@ struct State {
     overlay: BTreeMap<u64, Box<[u8]>>,
     fail_writes: bool,
     fail_syncs: bool,
+    panic_syncs: bool,
+    /// Deferred mode: mutations submitted and not applied yet, by id.
+    queued: Vec<(u64, Mutation)>,
+    /// Results of queued mutations applied before their caller asked.
+    results: HashMap<u64, Result<(), String>>,
+    next_id: u64,
+}
+
+/// A write (`Some` bytes) or a zeroing (`None`) of `len` bytes at `off`.
+struct Mutation {
+    off: u64,
+    len: u64,
+    data: Option<Vec<u8>>,
 }
 
 /// The simulated disk, shared by the test and successive stores.
@@ -28,13 +51,113 @@ pub(crate) struct SimDisk {
     state: Mutex<State>,
     /// Mutating calls left before the power cut; negative = unlimited.
     power: Arc<AtomicI64>,
+    deferred: AtomicBool,
+    /// Bumped by every crash: I/O through a handle from an earlier epoch
+    /// (the crashed "process") fails and never lands.
+    epoch: AtomicU64,
+    /// xorshift state choosing which queued mutation lands when.
+    rng: AtomicU64,
+}
+
+/// A store's view of a [`SimDisk`]: the I/O of one "process". After a
+/// [`SimDisk::crash`], I/O through handles made before it fails, as the
+/// I/O of a killed process never reaches the disk.
+#[derive(Clone)]
+pub(crate) struct SimHandle {
+    disk: Arc<SimDisk>,
+    epoch: u64,
+}
+
+impl SimDisk {
+    /// A handle for a store opened now.
+    pub(crate) fn handle(self: &Arc<Self>) -> SimHandle {
+        SimHandle { disk: self.clone(), epoch: self.epoch.load(Ordering::SeqCst) }
+    }
+}
+
+impl std::ops::Deref for SimHandle {
+    type Target = SimDisk;
+    fn deref(&self) -> &SimDisk {
+        &self.disk
+    }
+}
+
+impl SimHandle {
+    /// Fails when the disk crashed since this handle was made.
+    fn alive(&self) -> io::Result<()> {
+        if self.disk.epoch.load(Ordering::SeqCst) != self.epoch {
+            return Err(io::Error::other("sim: this process crashed"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.alive()?;
+        self.disk.read(off, buf)
+    }
+
+    pub(crate) fn write(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        self.alive()?;
+        self.disk.write(off, buf)
+    }
+
+    pub(crate) fn zero(&self, off: u64, len: u64) -> io::Result<()> {
+        self.alive()?;
+        self.disk.zero(off, len)
+    }
+
+    pub(crate) fn sync(&self) -> io::Result<()> {
+        self.alive()?;
+        self.disk.sync()
+    }
+
+    pub(crate) fn submit(&self, off: u64, len: u64, data: Option<Vec<u8>>) -> io::Result<u64> {
+        self.alive()?;
+        self.disk.submit(off, len, data)
+    }
+
+    pub(crate) fn finish(&self, id: u64) -> io::Result<()> {
+        self.alive()?;
+        self.disk.finish(id)
+    }
+}
+
+/// A future that returns `Pending` once (waking itself) and then `Ready`.
+#[derive(Default)]
+pub(crate) struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
 }
 
 impl SimDisk {
     pub(crate) fn new(size: u64) -> SimDisk {
-        let state =
-            State { durable: vec![0; size as usize], overlay: BTreeMap::new(), fail_writes: false, fail_syncs: false };
-        SimDisk { size, state: Mutex::new(state), power: Arc::new(AtomicI64::new(-1)) }
+        let state = State {
+            durable: vec![0; size as usize],
+            overlay: BTreeMap::new(),
+            fail_writes: false,
+            fail_syncs: false,
+            panic_syncs: false,
+            queued: Vec::new(),
+            results: HashMap::new(),
+            next_id: 0,
+        };
+        SimDisk {
+            size,
+            state: Mutex::new(state),
+            power: Arc::new(AtomicI64::new(-1)),
+            deferred: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
+        }
     }
 
     /// A disk sharing `power` with others.
@@ -83,10 +206,14 @@ impl SimDisk {
         Ok(())
     }
 
-    fn modify(&self, off: u64, len: u64, mut f: impl FnMut(u64) -> u8) -> io::Result<()> {
+    fn modify(&self, off: u64, len: u64, f: impl FnMut(u64) -> u8) -> io::Result<()> {
         self.check(off, len)?;
-        self.consume()?;
         let mut st = self.lock();
+        self.apply(&mut st, off, len, f)
+    }
+
+    fn apply(&self, st: &mut State, off: u64, len: u64, mut f: impl FnMut(u64) -> u8) -> io::Result<()> {
+        self.consume()?;
         if st.fail_writes {
             return Err(io::Error::other("injected write failure"));
         }
@@ -115,9 +242,82 @@ impl SimDisk {
         self.modify(off, len, |_| 0)
     }
 
-    pub(crate) fn sync(&self) -> io::Result<()> {
-        self.consume()?;
+    /// Turns deferred mode on or off (see the module doc).
+    pub(crate) fn set_deferred(&self, on: bool) {
+        self.deferred.store(on, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_deferred(&self) -> bool {
+        self.deferred.load(Ordering::SeqCst)
+    }
+
+    fn random(&self) -> u64 {
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.store(x, Ordering::Relaxed);
+        x
+    }
+
+    /// Applies the queued mutation at `index`, keeping its result for its
+    /// caller.
+    fn land(&self, st: &mut State, index: usize) {
+        let (id, m) = st.queued.swap_remove(index);
+        let r = match &m.data {
+            Some(d) => self.apply(st, m.off, m.len, |i| d[i as usize]),
+            None => self.apply(st, m.off, m.len, |_| 0),
+        };
+        st.results.insert(id, r.map_err(|e| e.to_string()));
+    }
+
+    /// Deferred mode: queues a write (`Some`) or zeroing (`None`); may
+    /// land an earlier queued mutation first. Returns the ticket for
+    /// [`SimDisk::finish`].
+    pub(crate) fn submit(&self, off: u64, len: u64, data: Option<Vec<u8>>) -> io::Result<u64> {
+        self.check(off, len)?;
         let mut st = self.lock();
+        if !st.queued.is_empty() && self.random().is_multiple_of(2) {
+            let i = (self.random() % st.queued.len() as u64) as usize;
+            self.land(&mut st, i);
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        st.queued.push((id, Mutation { off, len, data }));
+        Ok(id)
+    }
+
+    /// Deferred mode: lands mutation `id` if it is still queued and
+    /// returns its result.
+    pub(crate) fn finish(&self, id: u64) -> io::Result<()> {
+        let mut st = self.lock();
+        if let Some(i) = st.queued.iter().position(|(q, _)| *q == id) {
+            self.land(&mut st, i);
+        }
+        match st.results.remove(&id) {
+            Some(r) => r.map_err(io::Error::other),
+            None => Err(io::Error::other("sim mutation lost (crash)")),
+        }
+    }
+
+    /// Mutations still queued (in flight for a caller that went away).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.lock().queued.len()
+    }
+
+    pub(crate) fn sync(&self) -> io::Result<()> {
+        let mut st = self.lock();
+        // A barrier: everything in flight lands first, in random order.
+        while !st.queued.is_empty() {
+            let i = (self.random() % st.queued.len() as u64) as usize;
+            self.land(&mut st, i);
+        }
+        self.consume()?;
+        if st.panic_syncs {
+            st.panic_syncs = false;
+            drop(st);
+            panic!("injected panic in a sync");
+        }
         if st.fail_syncs {
             return Err(io::Error::other("injected sync failure"));
         }
@@ -132,6 +332,8 @@ impl SimDisk {
     /// Power cut: each unsynced block persists if `keep(block)` says so.
     pub(crate) fn crash(&self, mut keep: impl FnMut(u64) -> bool) {
         let mut st = self.lock();
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        st.queued.clear();
         let overlay = std::mem::take(&mut st.overlay);
         for (bi, blk) in overlay {
             if keep(bi) {
@@ -145,6 +347,11 @@ impl SimDisk {
 
     pub(crate) fn set_fail_writes(&self, v: bool) {
         self.lock().fail_writes = v;
+    }
+
+    /// Makes the next sync panic (once).
+    pub(crate) fn set_panic_syncs(&self, v: bool) {
+        self.lock().panic_syncs = v;
     }
 
     pub(crate) fn set_fail_syncs(&self, v: bool) {

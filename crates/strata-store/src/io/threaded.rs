@@ -1,5 +1,7 @@
 //! The fallback engine: one thread doing blocking pread/pwrite/fdatasync,
 //! used when io_uring is disabled or refused by the kernel. Safe code only.
+//! Requests run one at a time in arrival order, so a sync is a barrier
+//! (everything taken before it has completed) by construction.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

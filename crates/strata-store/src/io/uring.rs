@@ -16,6 +16,12 @@
 //! busy thread costs producers no syscall. Requests are batched: all that
 //! are queued are pushed before one `io_uring_enter`.
 //!
+//! A sync waits for every request taken before it to complete before its
+//! fdatasync is submitted (requests behind it wait meanwhile, which costs
+//! a bubble as long as the slowest write in flight, not the sync): so a
+//! write whose caller stopped waiting can never land after a later sync,
+//! nor after the zeroing of an extent that the sync made reusable.
+//!
 //! Short reads and writes are resubmitted for the remainder. Zeroing runs
 //! synchronously on the thread (a hole punch or `BLKZEROOUT` is one quick
 //! syscall); moving it into the ring is a possible optimisation.
@@ -144,6 +150,11 @@ impl Ring {
                 }
             }
             while inflight < MAX_INFLIGHT {
+                // A sync is a barrier: it starts only once every request
+                // taken before it has completed (see `Backend::sync`).
+                if inflight > 0 && matches!(backlog.front(), Some(Request::Sync { .. })) {
+                    break;
+                }
                 let Some(req) = backlog.pop_front() else { break };
                 let op = match req {
                     Request::Zero { off, len, done } => {
