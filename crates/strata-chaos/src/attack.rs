@@ -51,12 +51,15 @@ enum Seen {
     Open,
     /// The attacker could not set it up (not counted).
     NotEstablished(String),
+    /// It never got to misbehave (a hoarder queue strata never sent an
+    /// R2T, holding it back for its buffer budget): not counted.
+    Untested,
 }
 
 /// Adds the attackers' observations to the report, and a failure when
 /// strata left some open.
 fn tally(ctx: &Ctx, scenario: &str, what: &str, seen: &[Seen], within: Duration) {
-    let opened = seen.iter().filter(|s| !matches!(s, Seen::NotEstablished(_))).count() as u64;
+    let opened = seen.iter().filter(|s| matches!(s, Seen::Closed(_) | Seen::Open)).count() as u64;
     let closed: Vec<Duration> =
         seen.iter().filter_map(|s| if let Seen::Closed(d) = s { Some(*d) } else { None }).collect();
     let not_established: Vec<&String> =
@@ -177,8 +180,10 @@ pub async fn stalled_readers(
 }
 
 /// One controller with `queues` I/O queues, each sending `writes` writes
-/// of `bytes` to `scratch` and never answering the R2Ts; watches for
-/// `within`.
+/// of `bytes` to `scratch` and never answering the R2Ts. Each queue must
+/// be closed within `within` of its first R2T; one strata sends no R2T
+/// before `2 * within` (its buffer budget is busy with the others) is
+/// not counted.
 #[allow(clippy::too_many_arguments)]
 pub async fn r2t_hoarders(
     ctx: Arc<Ctx>,
@@ -219,14 +224,20 @@ pub async fn r2t_hoarders(
                 return (Seen::NotEstablished(e.to_string()), 0);
             }
             let mut r2ts = 0u64;
+            let mut first: Option<Instant> = None;
             loop {
-                let left = within.saturating_sub(start.elapsed());
-                match q.recv(left).await {
-                    Ok(Incoming::R2t(_)) => r2ts += 1,
-                    Ok(Incoming::Term { .. }) => return (Seen::Closed(start.elapsed()), r2ts),
+                let until = first.map_or(start + within * 2, |t| t + within);
+                let since = |first: Option<Instant>| first.unwrap_or(start).elapsed();
+                match q.recv(until.saturating_duration_since(Instant::now())).await {
+                    Ok(Incoming::R2t(_)) => {
+                        r2ts += 1;
+                        first.get_or_insert_with(Instant::now);
+                    }
+                    Ok(Incoming::Term { .. }) => return (Seen::Closed(since(first)), r2ts),
                     Ok(_) => {}
+                    Err(raw::RawError::Timeout(..)) if first.is_none() => return (Seen::Untested, 0),
                     Err(raw::RawError::Timeout(..)) => return (Seen::Open, r2ts),
-                    Err(e) if e.is_closed_by_peer() => return (Seen::Closed(start.elapsed()), r2ts),
+                    Err(e) if e.is_closed_by_peer() => return (Seen::Closed(since(first)), r2ts),
                     Err(e) => return (Seen::NotEstablished(e.to_string()), r2ts),
                 }
             }
@@ -235,9 +246,13 @@ pub async fn r2t_hoarders(
     let results = set.join_all().await;
     drop(admin);
     let r2ts: u64 = results.iter().map(|(_, n)| n).sum();
-    ctx.report(|r| r.op("r2t_hoarded", r2ts));
+    let untested = results.iter().filter(|(s, _)| matches!(s, Seen::Untested)).count() as u64;
+    ctx.report(|r| {
+        r.op("r2t_hoarded", r2ts);
+        r.op("r2t_hoarder_queues_never_served", untested)
+    });
     let seen: Vec<Seen> = results.into_iter().map(|(s, _)| s).collect();
-    tally(&ctx, "r2t_hoarders", "R2T-hoarding queues", &seen, within);
+    tally(&ctx, "r2t_hoarders", "R2T-hoarding queues (from their first R2T)", &seen, within);
 }
 
 /// `tasks` loops connecting and resetting at every stage of the

@@ -484,7 +484,9 @@ impl AttackPhase {
                 }
                 FaultKind::R2tHoarders => {
                     let within = self.expect.r2t_timeout + self.slack;
-                    longest = longest.max(within);
+                    // Queues strata holds back for its budget get their
+                    // R2Ts late; the hoarders watch for twice as long.
+                    longest = longest.max(within * 2);
                     let scratch = self.scratch.clone();
                     set.spawn(async move {
                         attack::r2t_hoarders(ctx, vol, scratch, 64, 32, 256 * 1024, within, &mut r).await
