@@ -34,8 +34,11 @@ set -e
 
 echo
 echo "soak summary (seed $SEED, exit $status):"
-grep -E '^strata-chaos (CLEAN|FAILED)|^  (kill -9|resets|bytes verified|blocks lost|wrong reads|hangs|peak RSS) ' \
-    "$out/output.txt" || echo "  (no summary: the run could not be carried out, see above)"
+# The first line of each label (its first 24 columns): the scenario table
+# further down reuses some of the names.
+awk '/^strata-chaos (CLEAN|FAILED)/ || /^  (kill -9|resets|bytes verified|blocks lost|wrong reads|hangs|peak RSS) / {
+        key = substr($0, 1, 24); if (!(key in seen)) { seen[key] = 1; print; found = 1 }
+    } END { if (!found) print "  (no summary: the run could not be carried out, see above)" }' "$out/output.txt"
 echo "report: $report"
 echo "strata log: $out/work/strata.log"
 exit "$status"
