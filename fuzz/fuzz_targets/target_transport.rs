@@ -14,18 +14,24 @@ use strata_target::transport::{Input, Transport, TransportLimits};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&cfg, rest)) = data.split_first() else { return };
-    let limits =
-        TransportLimits { in_capsule_data: 8192, max_h2c_data: 4096, max_transfer: 1 << 16, max_r2t_inflight: 4 };
+    let limits = TransportLimits {
+        in_capsule_data: 8192,
+        max_h2c_data: 4096,
+        max_transfer: 1 << 16,
+        max_r2t_inflight: 4,
+        r2t_timeout: std::time::Duration::from_secs(10),
+    };
+    let now = std::time::Instant::now();
     let digests = Digests { header: cfg & 1 != 0, data: cfg & 2 != 0 };
     let mut t = Transport::new(limits);
     let mut rbuf = BytesMut::from(&IcReq { pfv: 0, hpda: 0, digests, maxr2t: 0 }.encode()[..]);
     let mut inputs = Vec::new();
-    t.receive(&mut rbuf, &mut inputs).expect("a valid ICReq is accepted");
+    t.receive(&mut rbuf, &mut inputs, now).expect("a valid ICReq is accepted");
     let chunk = usize::from(cfg >> 2).max(1) * 7;
     let mut out = t.take_output();
     for piece in rest.chunks(chunk) {
         rbuf.extend_from_slice(piece);
-        match t.receive(&mut rbuf, &mut inputs) {
+        match t.receive(&mut rbuf, &mut inputs, now) {
             Ok(()) => {}
             Err(fatal) => {
                 let term = fatal.term_req();

@@ -86,6 +86,9 @@ pub const IC_PDA_OFFSET: usize = IC_PFV_OFFSET + 2;
 pub const IC_DGST_OFFSET: usize = IC_PDA_OFFSET + 1;
 /// ICReq: offset of MAXR2T; ICResp: offset of MAXH2CDATA.
 pub const IC_MAX_OFFSET: usize = IC_DGST_OFFSET + 1;
+/// Largest HPDA/CPDA value (0's based dwords: 128-byte alignment); larger
+/// values are reserved.
+pub const HPDA_MAX: u8 = 31;
 
 /// Data PDUs and R2T: offset of CCCID.
 pub const DATA_CCCID_OFFSET: usize = CH_LEN;
@@ -717,12 +720,31 @@ impl std::fmt::Debug for HeaderBuf {
 /// Builds a header of type `t` whose type-specific part is written by
 /// `fill`, for a PDU carrying `data_len` data bytes.
 fn build_header(t: PduType, flags: u8, data_len: usize, digests: Digests, fill: impl FnOnce(&mut [u8])) -> HeaderBuf {
+    build_header_aligned(t, flags, data_len, digests, 0, fill)
+}
+
+/// As [`build_header`], with the data starting at a multiple of `align`
+/// bytes (zero padding after the header, inside the returned buffer).
+/// `align` is at most 128 (HPDA 31), so the padded header fits.
+fn build_header_aligned(
+    t: PduType,
+    flags: u8,
+    data_len: usize,
+    digests: Digests,
+    align: usize,
+    fill: impl FnOnce(&mut [u8]),
+) -> HeaderBuf {
     // Only called with the fixed-size types below.
     let hlen = t.hlen().unwrap_or(CH_LEN);
     let hdgst = digests.header && t.has_header_digest();
     let ddgst = digests.data && data_len > 0 && t.has_data_digest();
     let header_end = hlen + if hdgst { DIGEST_LEN } else { 0 };
-    let plen = header_end + data_len + if ddgst { DIGEST_LEN } else { 0 };
+    let data_start = if data_len > 0 && align > 1 {
+        header_end.div_ceil(align).saturating_mul(align).min(MAX_HEADER_LEN)
+    } else {
+        header_end
+    };
+    let plen = data_start + data_len + if ddgst { DIGEST_LEN } else { 0 };
     let mut flags = flags;
     if hdgst {
         flags |= FLAG_HDGSTF;
@@ -730,8 +752,8 @@ fn build_header(t: PduType, flags: u8, data_len: usize, digests: Digests, fill: 
     if ddgst {
         flags |= FLAG_DDGSTF;
     }
-    let pdo = if data_len > 0 { header_end as u8 } else { 0 };
-    let mut h = HeaderBuf { buf: [0; MAX_HEADER_LEN], len: header_end };
+    let pdo = if data_len > 0 { data_start as u8 } else { 0 };
+    let mut h = HeaderBuf { buf: [0; MAX_HEADER_LEN], len: data_start };
     CommonHeader { pdu_type: t, flags, hlen: hlen as u8, pdo, plen: plen as u32 }.encode(&mut h.buf);
     fill(&mut h.buf[..hlen]);
     if hdgst {
@@ -756,6 +778,13 @@ pub fn encode_capsule_resp(cqe: &Cqe, digests: Digests) -> HeaderBuf {
 /// [`FLAG_DATA_SUCCESS`].
 pub fn encode_c2h_data(header: &DataHeader, flags: u8, digests: Digests) -> HeaderBuf {
     build_header(PduType::C2H_DATA, flags, header.datal as usize, digests, |b| header.encode(b))
+}
+
+/// Header of a C2HData PDU whose data starts at a multiple of `align`
+/// bytes, as a host's HPDA asks (`align = (HPDA + 1) * 4`); the padding
+/// is part of the returned header.
+pub fn encode_c2h_data_aligned(header: &DataHeader, flags: u8, digests: Digests, align: usize) -> HeaderBuf {
+    build_header_aligned(PduType::C2H_DATA, flags, header.datal as usize, digests, align, |b| header.encode(b))
 }
 
 /// Header of an H2CData PDU; `flags` may hold [`FLAG_DATA_LAST`].
@@ -784,6 +813,35 @@ pub fn encode_term_req(t: PduType, fes: u16, fei: u32, offending: &[u8]) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NVMe/TCP 1.0 section 3.6.2.1 and 3.6.2.5: with HPDA h, the data of
+    /// a controller-to-host PDU starts at a multiple of (h + 1) * 4 bytes
+    /// (PDO), the gap (PAD) after the header and its digest is zeros, and
+    /// the data digest follows the data.
+    #[test]
+    fn c2h_data_honours_every_hpda() {
+        let data: Vec<u8> = (0..700u32).map(|i| i as u8).collect();
+        for hpda in 0..=HPDA_MAX {
+            for digests in [Digests::default(), ALL_DIGESTS] {
+                let align = (usize::from(hpda) + 1) * 4;
+                let h = DataHeader { cccid: 9, ttag: 0, datao: 0, datal: data.len() as u32 };
+                let head = encode_c2h_data_aligned(&h, FLAG_DATA_LAST, digests, align);
+                let mut pdu = head.as_slice().to_vec();
+                assert_eq!(pdu.len() % align, 0, "hpda {hpda}");
+                let header_end = DATA_HLEN + if digests.header { DIGEST_LEN } else { 0 };
+                assert!(pdu[header_end..].iter().all(|&b| b == 0), "padding is zeros");
+                pdu.extend_from_slice(&data);
+                if digests.data {
+                    pdu.extend_from_slice(&digest_bytes(&data));
+                }
+                let d = decode_pdu(&pdu, digests, 1 << 20).unwrap().unwrap();
+                assert_eq!(d.len, pdu.len());
+                assert_eq!(usize::from(pdu[PDO_OFFSET]) % align, 0);
+                let Pdu::C2hData { data: got, .. } = d.pdu else { panic!("not C2HData") };
+                assert_eq!(got, &data[..]);
+            }
+        }
+    }
     use crate::status::Status;
     use proptest::prelude::*;
 

@@ -492,9 +492,8 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
             done_result(cid, u64::from(g | (g << 16)))
         }
         feature::KEEP_ALIVE_TIMER => {
-            st.kato_ms = f.value;
             drop(st);
-            ctrl.touch();
+            ctrl.set_kato(f.value);
             done(cid, Status::SUCCESS)
         }
         feature::ASYNC_EVENT_CONFIG => {

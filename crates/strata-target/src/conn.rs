@@ -3,22 +3,49 @@
 //! yields.
 //!
 //! A connection goes through two phases. Until Connect it has no
-//! controller; the only command it accepts is Connect. Afterwards it is
-//! either an admin queue (commands run one at a time, in order; parked
-//! AERs complete when the controller raises an event; the keep-alive
-//! timer is watched here) or an I/O queue (commands run concurrently up to
-//! the queue depth; their completions are sent as they finish, batched
-//! into as few writes as possible).
+//! controller; the only command it accepts is Connect, and it must come
+//! within the handshake deadline (ICReq included) or the connection is
+//! closed; it may also be evicted by a newer pending connection (see
+//! `admission`). Afterwards it is either an admin queue (commands run one
+//! at a time, in order; parked AERs complete when the controller raises an
+//! event) or an I/O queue (commands run concurrently up to the queue
+//! depth; their completions are sent as they finish, batched into as few
+//! writes as possible).
+//!
+//! Every wait on the host has a deadline: the handshake, the data of each
+//! R2T (`r2t_timeout`), progress of every send (`send_timeout`, so a host
+//! that stops reading cannot hold a task, buffers or lent blocks), and the
+//! controller's keep-alive timer, which runs on a task of its own.
 //!
 //! A protocol error ends only this connection: the C2HTermReq is sent, the
 //! error logged, the socket closed. Closing an admin queue tears down its
 //! controller, which closes that controller's I/O queues too.
+//!
+//! # Commands in flight when a connection ends
+//!
+//! The socket is closed at once, then the commands still running are
+//! *drained*: they run to completion (their results are dropped) for up
+//! to `drain_timeout`, and only then does the queue leave its controller
+//! and free its slot. This is what Linux nvmet does (it waits for a
+//! queue's requests before freeing it): a write of a dead connection that
+//! is still reaching the media must not overtake the host's retry of it
+//! on a new connection, and a Flush in a group commit finishes for every
+//! writer. Commands still running at the deadline are dropped, which the
+//! block-device cancellation contract makes safe, and counted.
+//!
+//! # Panics
+//!
+//! A panic in a command completes it with Internal Error; a panic
+//! anywhere else in a connection ends that connection. Both are logged and
+//! counted; the connection's slot, its controller (killed if it was the
+//! admin queue) and every buffer are released by drop guards, and the
+//! node keeps serving.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use futures_util::FutureExt;
@@ -27,9 +54,12 @@ use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 use crate::admin::{self, AdminContext, AdminReply};
-use crate::controller::{Controller, ControllerKind};
+use crate::admission::{Counters, Slot};
+use crate::budget::{Budget, Permit};
+use crate::controller::{Controller, ControllerKind, InflightGuard, KeepAliveEnd};
 use crate::nvm::{self, IoReply};
 use crate::subsystem::Subsystem;
 use crate::target::{Port, TargetInner};
@@ -44,15 +74,66 @@ use crate::transport::{self, Closed, Command, Fatal, Input, Transport, Transport
 /// 252-255K; 16 KiB 327-387K; 32 KiB 533-537K; 64 KiB 296-493K.
 const FLUSH_BYTES: usize = 32 * 1024;
 
+/// Admin answers up to this size are not charged to the buffer budget.
+const ADMIN_FREE_DATA: usize = 16 * 1024;
+
+/// Receive buffer of a connection before Connect: an ICReq (128 bytes)
+/// and a Connect capsule with its data (about 1.1 KiB) fit.
+const RBUF_HANDSHAKE: usize = 4 * 1024;
+/// Free space offered to each socket read once connected. With a partial
+/// PDU of at most header + MAXH2CDATA waiting, the buffer stays under
+/// this plus the largest PDU (see `docs/operations.md`).
+const RBUF_READ: usize = 128 * 1024;
+
+/// TCP keep-alive on every connection: a host that vanishes without a
+/// FIN or RST (power loss, cable cut) is noticed even with the NVMe
+/// keep-alive timer disabled (KATO 0, as discovery controllers use).
+const TCP_KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const TCP_KEEPALIVE_RETRIES: u32 = 3;
+
 /// Resolves once the watched flag is true (or its sender is gone).
-async fn until_true(rx: &mut tokio::sync::watch::Receiver<bool>) {
+async fn until_true(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|&v| v).await.map(|_| ());
+}
+
+/// Sleeps until `deadline`, or forever when there is none.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// One I/O command in flight. A named future type (not a boxed one), so
 /// that `FuturesUnordered` holds it without a second allocation per I/O.
-async fn io_command(ctrl: Arc<Controller>, sub: Arc<Subsystem>, qid: u16, cmd: Command) -> IoReply {
-    nvm::execute(&ctrl, &sub, qid, cmd).await
+/// A panic inside it completes the command with Internal Error.
+async fn io_command(
+    running: InflightGuard,
+    sub: Arc<Subsystem>,
+    qid: u16,
+    cmd: Command,
+    budget: Arc<Budget>,
+    inner: Arc<TargetInner>,
+) -> IoReply {
+    let ctrl = running.controller();
+    let cid = cmd.sqe.cid();
+    let opcode = cmd.sqe.opcode();
+    match AssertUnwindSafe(nvm::execute(&ctrl, &sub, qid, cmd, &budget)).catch_unwind().await {
+        Ok(reply) => reply,
+        Err(panic) => {
+            Counters::bump(&inner.admission.counters.panics);
+            tracing::error!(cntlid = ctrl.cntlid(), qid, cid, opcode, "command panicked: {}", panic_message(&panic));
+            (Cqe::new(cid, Status::INTERNAL), None)
+        }
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, port: Port) {
@@ -61,13 +142,12 @@ pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, 
         tokio::select! {
             res = listener.accept() => match res {
                 Ok((stream, peer)) => {
-                    if inner.active_connections.load(Ordering::Acquire) >= inner.config.max_connections {
+                    let Some(slot) = inner.admission.admit() else {
                         tracing::warn!(%peer, limit = inner.config.max_connections, "connection refused: too many connections");
                         drop(stream);
                         continue;
-                    }
-                    inner.active_connections.fetch_add(1, Ordering::AcqRel);
-                    spawn_connection(&inner, stream, peer, port);
+                    };
+                    spawn_connection(&inner, stream, peer, port, slot);
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off briefly
@@ -82,19 +162,22 @@ pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, 
 }
 
 /// Runs a connection: on the next executor in round-robin order when the
-/// target has per-core executors, else on the current runtime.
-fn spawn_connection(inner: &Arc<TargetInner>, stream: TcpStream, peer: SocketAddr, port: Port) {
+/// target has per-core executors, else on the current runtime. The slot
+/// is released when the task ends, however it ends.
+fn spawn_connection(inner: &Arc<TargetInner>, stream: TcpStream, peer: SocketAddr, port: Port, slot: Slot) {
+    let accepted = Instant::now();
     let task = {
         let inner = inner.clone();
-        move |stream: TcpStream| async move {
-            serve(&inner, stream, peer, port).await;
-            if inner.active_connections.fetch_sub(1, Ordering::AcqRel) == 1 {
-                inner.idle.notify_waiters();
+        move |stream: TcpStream, slot: Slot| async move {
+            let run = AssertUnwindSafe(serve(&inner, stream, peer, port, slot, accepted)).catch_unwind();
+            if let Err(panic) = run.await {
+                Counters::bump(&inner.admission.counters.panics);
+                tracing::error!(%peer, "connection task panicked: {}", panic_message(&panic));
             }
         }
     };
     let Some(handle) = inner.next_executor() else {
-        tokio::spawn(task(stream));
+        tokio::spawn(task(stream, slot));
         return;
     };
     // A tokio socket belongs to the runtime that registered it: hand the
@@ -103,20 +186,13 @@ fn spawn_connection(inner: &Arc<TargetInner>, stream: TcpStream, peer: SocketAdd
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(%peer, "cannot move connection to its executor: {e}");
-            inner.active_connections.fetch_sub(1, Ordering::AcqRel);
             return;
         }
     };
-    let inner2 = inner.clone();
     handle.spawn(async move {
         match TcpStream::from_std(std_stream) {
-            Ok(stream) => task(stream).await,
-            Err(e) => {
-                tracing::warn!(%peer, "cannot register connection on its executor: {e}");
-                if inner2.active_connections.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    inner2.idle.notify_waiters();
-                }
-            }
+            Ok(stream) => task(stream, slot).await,
+            Err(e) => tracing::warn!(%peer, "cannot register connection on its executor: {e}"),
         }
     });
 }
@@ -130,8 +206,10 @@ enum End {
     Host(Closed),
     Disconnect,
     ControllerGone,
-    KeepAliveExpired,
     Shutdown,
+    HandshakeTimeout,
+    Evicted,
+    SendStalled,
 }
 
 impl std::fmt::Display for End {
@@ -143,8 +221,30 @@ impl std::fmt::Display for End {
             End::Host(Closed::HostTerminated { fes }) => write!(f, "host sent H2CTermReq (FES {fes:#x})"),
             End::Disconnect => write!(f, "host sent Disconnect"),
             End::ControllerGone => write!(f, "controller torn down"),
-            End::KeepAliveExpired => write!(f, "keep-alive timeout"),
             End::Shutdown => write!(f, "target shutting down"),
+            End::HandshakeTimeout => write!(f, "no ICReq and Connect within the handshake deadline"),
+            End::Evicted => write!(f, "closed before Connect to make room for newer connections"),
+            End::SendStalled => write!(f, "host stopped reading: no send progress within the send deadline"),
+        }
+    }
+}
+
+/// Leaves the controller when the queue's task ends, panics included: the
+/// admin queue kills its controller, an I/O queue detaches.
+struct QueueGuard {
+    ctrl: Arc<Controller>,
+    qid: u16,
+}
+
+impl Drop for QueueGuard {
+    fn drop(&mut self) {
+        if self.qid == 0 {
+            if !self.ctrl.is_dead() {
+                tracing::info!(cntlid = self.ctrl.cntlid(), hostnqn = self.ctrl.hostnqn(), "controller removed");
+            }
+            self.ctrl.kill();
+        } else {
+            self.ctrl.detach_io_queue(self.qid);
         }
     }
 }
@@ -152,15 +252,34 @@ impl std::fmt::Display for End {
 struct Conn<'a> {
     inner: &'a Arc<TargetInner>,
     stream: TcpStream,
+    peer: SocketAddr,
     local: SocketAddr,
     port: Port,
     transport: Transport,
     rbuf: BytesMut,
+    rbuf_read: usize,
     inputs: Vec<Input>,
+    shutdown: watch::Receiver<bool>,
+    /// The controller's death, once connected.
+    dead: Option<watch::Receiver<bool>>,
+    /// The socket was shut down (the end was handled).
+    closed: bool,
 }
 
-async fn serve(inner: &Arc<TargetInner>, stream: TcpStream, peer: SocketAddr, port: Port) {
+async fn serve(
+    inner: &Arc<TargetInner>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    port: Port,
+    mut slot: Slot,
+    accepted: Instant,
+) {
     let _ = stream.set_nodelay(true);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(TCP_KEEPALIVE_IDLE)
+        .with_interval(TCP_KEEPALIVE_INTERVAL)
+        .with_retries(TCP_KEEPALIVE_RETRIES);
+    let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
     let local = stream.local_addr().unwrap_or(port.addr);
     let cfg = &inner.config;
     let limits = TransportLimits {
@@ -168,50 +287,45 @@ async fn serve(inner: &Arc<TargetInner>, stream: TcpStream, peer: SocketAddr, po
         max_h2c_data: cfg.max_h2c_data,
         max_transfer: cfg.max_transfer(),
         max_r2t_inflight: cfg.max_r2t_inflight,
+        r2t_timeout: cfg.r2t_timeout,
     };
     let mut conn = Conn {
         inner,
         stream,
+        peer,
         local,
         port,
-        transport: Transport::new(limits),
-        rbuf: BytesMut::with_capacity(256 * 1024),
+        transport: Transport::with_budget(limits, inner.budget.clone()),
+        rbuf: BytesMut::with_capacity(RBUF_HANDSHAKE),
+        rbuf_read: RBUF_HANDSHAKE,
         inputs: Vec::new(),
+        shutdown: inner.shutdown.subscribe(),
+        dead: None,
+        closed: false,
     };
-    let mut ctrl_for_cleanup: Option<(Arc<Controller>, u16)> = None;
-    let end = conn.run(&mut ctrl_for_cleanup).await;
-    if let End::Fatal(f) = &end {
-        tracing::warn!(%peer, fes = f.fes, fei = f.fei, "protocol error, terminating connection: {}", f.reason);
-        let _ = conn.flush().await;
-        let _ = conn.stream.write_all(&f.term_req()).await;
-    }
-    let _ = conn.stream.shutdown().await;
-    match &end {
-        End::Eof | End::Disconnect | End::Shutdown | End::ControllerGone => {
-            tracing::debug!(%peer, "connection closed: {end}")
-        }
-        End::Fatal(_) => {}
-        other => tracing::info!(%peer, "connection closed: {other}"),
-    }
-    if let Some((ctrl, qid)) = ctrl_for_cleanup {
-        if qid == 0 {
-            tracing::info!(cntlid = ctrl.cntlid(), hostnqn = ctrl.hostnqn(), "controller removed");
-            ctrl.kill();
-        } else {
-            ctrl.detach_io_queue(qid);
-        }
-    }
+    let end = conn.run(&mut slot, accepted).await;
+    conn.close(&end, &slot).await;
 }
 
 impl Conn<'_> {
-    /// Reads more bytes and feeds them to the transport.
+    /// Reads more bytes and feeds them to the transport; when input waits
+    /// for buffer budget, waits for it instead and feeds the bytes already
+    /// read again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: bytes read are kept in `rbuf`.
     async fn read_more(&mut self) -> Result<(), End> {
-        if self.rbuf.capacity() - self.rbuf.len() < 16 * 1024 {
-            self.rbuf.reserve(256 * 1024);
+        if let Some(n) = self.transport.blocked_on() {
+            self.inner.budget.wait_for(n).await;
+            return self.transport.receive(&mut self.rbuf, &mut self.inputs, Instant::now()).map_err(End::Fatal);
+        }
+        if self.rbuf.capacity() - self.rbuf.len() < self.rbuf_read / 8 {
+            self.rbuf.reserve(self.rbuf_read);
         }
         match self.stream.read_buf(&mut self.rbuf).await {
             Ok(0) => Err(End::Eof),
-            Ok(_) => self.transport.receive(&mut self.rbuf, &mut self.inputs).map_err(End::Fatal),
+            Ok(_) => self.transport.receive(&mut self.rbuf, &mut self.inputs, Instant::now()).map_err(End::Fatal),
             Err(e) => Err(End::Io(e)),
         }
     }
@@ -221,7 +335,9 @@ impl Conn<'_> {
     /// socket without another copy. Lent data never waits for the socket:
     /// when the socket is full, what is left of it is copied first (see
     /// [`Transport::materialize`]), so a host that stops reading cannot
-    /// hold up writers to the blocks it read.
+    /// hold up writers to the blocks it read. A send that makes no
+    /// progress for `send_timeout` ends the connection, as does the
+    /// controller's death or the target's shutdown while waiting.
     async fn flush(&mut self) -> Result<(), End> {
         /// At most this many slices per system call (IOV_MAX is 1024).
         const IOV_BATCH: usize = 512;
@@ -236,9 +352,9 @@ impl Conn<'_> {
                 Ok(k) => self.transport.consume(k),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     self.transport.materialize();
-                    if let Err(e) = self.stream.writable().await {
+                    if let Err(end) = self.wait_writable().await {
                         self.transport.clear_output();
-                        return Err(End::Io(e));
+                        return Err(end);
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -251,9 +367,79 @@ impl Conn<'_> {
         Ok(())
     }
 
-    async fn run(&mut self, cleanup: &mut Option<(Arc<Controller>, u16)>) -> End {
-        let mut shutdown = self.inner.shutdown.subscribe();
-        // Phase 1: wait for Connect.
+    async fn wait_writable(&mut self) -> Result<(), End> {
+        let mut shutdown = self.shutdown.clone();
+        let mut dead = self.dead.clone();
+        let dead = async {
+            match &mut dead {
+                Some(d) => until_true(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = self.stream.writable() => r.map_err(End::Io),
+            _ = tokio::time::sleep(self.inner.config.send_timeout) => Err(End::SendStalled),
+            _ = dead => Err(End::ControllerGone),
+            _ = until_true(&mut shutdown) => Err(End::Shutdown),
+        }
+    }
+
+    /// Ends the connection: logs why, sends a C2HTermReq after a protocol
+    /// error (under the send deadline) and shuts the socket.
+    async fn close(&mut self, end: &End, slot: &Slot) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
+        let peer = self.peer;
+        let counters = slot.counters();
+        match end {
+            End::Fatal(f) => {
+                if f.reason.starts_with("no H2CData") {
+                    Counters::bump(&counters.r2t_timeouts);
+                }
+                tracing::warn!(%peer, fes = f.fes, fei = f.fei, "protocol error, terminating connection: {}", f.reason);
+                self.transport.clear_output();
+                self.transport.push_output(&f.term_req());
+                let _ = self.flush().await;
+            }
+            End::Eof | End::Disconnect | End::Shutdown | End::ControllerGone => {
+                tracing::debug!(%peer, "connection closed: {end}")
+            }
+            End::HandshakeTimeout | End::Evicted | End::SendStalled => {
+                let c = match end {
+                    End::HandshakeTimeout => &counters.handshake_timeouts,
+                    End::SendStalled => &counters.send_timeouts,
+                    _ => &counters.accepted,
+                };
+                if !matches!(end, End::Evicted) {
+                    Counters::bump(c);
+                }
+                tracing::warn!(%peer, "connection closed: {end}")
+            }
+            other => tracing::info!(%peer, "connection closed: {other}"),
+        }
+        let _ = self.stream.shutdown().await;
+    }
+
+    /// Holds a new association of a host back until the commands of its
+    /// previous, dead associations with the same subsystem have finished
+    /// (at most `drain_timeout`): a write of a connection that died must
+    /// not overtake the host's retry of it on the new association.
+    async fn await_predecessors(&self, ctrl: &Arc<Controller>) {
+        for old in self.inner.predecessors(ctrl) {
+            tracing::info!(
+                cntlid = ctrl.cntlid(),
+                old = old.cntlid(),
+                in_flight = old.commands_in_flight(),
+                "new association waits for the commands of the host's previous one"
+            );
+            let _ = tokio::time::timeout(self.inner.config.drain_timeout, old.wait_drained()).await;
+        }
+    }
+
+    async fn run(&mut self, slot: &mut Slot, accepted: Instant) -> End {
+        // Phase 1: wait for Connect, under the handshake deadline.
+        let deadline = accepted + self.inner.config.handshake_timeout;
         let connected = loop {
             if let Some(input) = (!self.inputs.is_empty()).then(|| self.inputs.remove(0)) {
                 match input {
@@ -261,6 +447,9 @@ impl Conn<'_> {
                     Input::Command(cmd) if transport::is_connect(&cmd.sqe) => {
                         match self.inner.connect(self.port.role, &cmd) {
                             Ok(c) => {
+                                if c.qid == 0 {
+                                    self.await_predecessors(&c.ctrl).await;
+                                }
                                 self.transport.complete(c.response);
                                 break c;
                             }
@@ -270,49 +459,93 @@ impl Conn<'_> {
                     Input::Command(cmd) => {
                         self.transport.complete(Cqe::new(cmd.sqe.cid(), Status::COMMAND_SEQUENCE.dnr()));
                     }
+                    Input::AerRetired(_) => {}
                 }
                 continue;
             }
             if let Err(e) = self.flush().await {
                 return e;
             }
+            let mut shutdown = self.shutdown.clone();
             tokio::select! {
                 r = self.read_more() => if let Err(e) = r { return e },
+                _ = tokio::time::sleep_until(deadline.into()) => return End::HandshakeTimeout,
+                _ = slot.evicted() => return End::Evicted,
                 _ = until_true(&mut shutdown) => return End::Shutdown,
             }
         };
+        slot.connected();
+        self.rbuf_read = RBUF_READ;
         self.transport.set_queue_params(connected.sqsize, connected.sq_flow_disabled);
-        *cleanup = Some((connected.ctrl.clone(), connected.qid));
+        if connected.qid != 0 {
+            self.transport.charge_in_capsule_data();
+        }
+        let _guard = QueueGuard { ctrl: connected.ctrl.clone(), qid: connected.qid };
+        self.dead = Some(connected.ctrl.watch_dead());
+        if connected.qid == 0 {
+            let ctrl = connected.ctrl.clone();
+            let inner = self.inner.clone();
+            tokio::spawn(async move {
+                if ctrl.watch_keep_alive().await == KeepAliveEnd::Expired {
+                    Counters::bump(&inner.admission.counters.keep_alive_expiries);
+                    tracing::warn!(cntlid = ctrl.cntlid(), hostnqn = ctrl.hostnqn(), kato = ?ctrl.kato(),
+                        "keep-alive timeout expired; tearing down the controller");
+                }
+            });
+        }
         if let Err(e) = self.flush().await {
             return e;
         }
         if connected.qid == 0 {
-            self.admin_queue(&connected.ctrl, &mut shutdown).await
+            self.admin_queue(&connected.ctrl).await
         } else {
-            self.io_queue(&connected.ctrl, connected.qid, &mut shutdown).await
+            self.io_queue(&connected.ctrl, connected.qid, slot).await
         }
     }
 
-    async fn admin_queue(&mut self, ctrl: &Arc<Controller>, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> End {
-        let mut dead = ctrl.watch_dead();
+    async fn admin_queue(&mut self, ctrl: &Arc<Controller>) -> End {
         let hostnqn = ctrl.hostnqn().to_owned();
         let local = self.local;
         let inner = self.inner.clone();
         let discovery_log = move || inner.discovery_log(&hostnqn, local);
+        let mut dead = ctrl.watch_dead();
         loop {
+            let mut held: Vec<Permit> = Vec::new();
             for input in std::mem::take(&mut self.inputs) {
                 let cmd = match input {
                     Input::Closed(c) => return End::Host(c),
+                    Input::AerRetired(cid) => {
+                        ctrl.retire_aer(cid);
+                        continue;
+                    }
                     Input::Command(cmd) => cmd,
                 };
+                // A large answer is charged until it is sent. Small ones are
+                // not (one at a time per queue, at most ADMIN_FREE_DATA):
+                // Identify and Keep Alive must not wait behind I/O buffers.
+                if cmd.read_len > ADMIN_FREE_DATA {
+                    held.push(self.inner.budget.acquire(cmd.read_len).await);
+                }
                 let ctx = AdminContext { config: &self.inner.config, discovery_log: &discovery_log };
-                match admin::execute(&ctx, ctrl, &cmd.sqe, cmd.read_len).await {
-                    AdminReply::Done(cqe, data) => self.transport.complete_with_data(cqe, &data),
-                    AdminReply::Parked => {}
-                    AdminReply::Disconnect(cqe) => {
+                let cid = cmd.sqe.cid();
+                let reply = AssertUnwindSafe(admin::execute(&ctx, ctrl, &cmd.sqe, cmd.read_len)).catch_unwind().await;
+                match reply {
+                    Ok(AdminReply::Done(cqe, data)) => self.transport.complete_with_data(cqe, &data),
+                    Ok(AdminReply::Parked) => self.transport.park_aer(cid),
+                    Ok(AdminReply::Disconnect(cqe)) => {
                         self.transport.complete(cqe);
                         let _ = self.flush().await;
                         return End::Disconnect;
+                    }
+                    Err(panic) => {
+                        Counters::bump(&self.inner.admission.counters.panics);
+                        tracing::error!(
+                            cntlid = ctrl.cntlid(),
+                            cid,
+                            "admin command panicked: {}",
+                            panic_message(&panic)
+                        );
+                        self.transport.complete(Cqe::new(cid, Status::INTERNAL));
                     }
                 }
             }
@@ -322,45 +555,31 @@ impl Conn<'_> {
             if let Err(e) = self.flush().await {
                 return e;
             }
-            let keepalive = async {
-                match ctrl.keepalive_remaining() {
-                    Some(left) => tokio::time::sleep(left).await,
-                    None => std::future::pending().await,
-                }
-            };
+            drop(held);
+            let mut shutdown = self.shutdown.clone();
             tokio::select! {
                 r = self.read_more() => if let Err(e) = r { return e },
                 _ = ctrl.event_ready() => {}
-                _ = keepalive => {
-                    if ctrl.keepalive_remaining() == Some(Duration::ZERO) {
-                        tracing::warn!(cntlid = ctrl.cntlid(), hostnqn = ctrl.hostnqn(), kato = ?ctrl.kato(),
-                            "keep-alive timeout expired; tearing down the controller");
-                        ctrl.kill();
-                        return End::KeepAliveExpired;
-                    }
-                }
                 _ = until_true(&mut dead) => return End::ControllerGone,
-                _ = until_true(shutdown) => return End::Shutdown,
+                _ = until_true(&mut shutdown) => return End::Shutdown,
             }
         }
     }
 
-    async fn io_queue(
-        &mut self,
-        ctrl: &Arc<Controller>,
-        qid: u16,
-        shutdown: &mut tokio::sync::watch::Receiver<bool>,
-    ) -> End {
+    async fn io_queue(&mut self, ctrl: &Arc<Controller>, qid: u16, slot: &Slot) -> End {
         let ControllerKind::Io(sub) = ctrl.kind().clone() else { return End::ControllerGone };
-        let mut dead = ctrl.watch_dead();
         let mut inflight = FuturesUnordered::new();
-        loop {
+        let mut dead = ctrl.watch_dead();
+        let mut shutdown = self.shutdown.clone();
+        let budget = self.inner.budget.clone();
+        let end = 'run: loop {
             if !self.inputs.is_empty() {
                 ctrl.touch();
             }
             for input in std::mem::take(&mut self.inputs) {
                 let cmd = match input {
-                    Input::Closed(c) => return End::Host(c),
+                    Input::Closed(c) => break 'run End::Host(c),
+                    Input::AerRetired(_) => continue,
                     Input::Command(cmd) => cmd,
                 };
                 if cmd.sqe.opcode() == strata_nvme::fabrics::FABRICS_OPCODE {
@@ -368,12 +587,13 @@ impl Conn<'_> {
                     if cmd.sqe.fctype() == strata_nvme::fabrics::fctype::DISCONNECT {
                         self.transport.complete(Cqe::new(cmd.sqe.cid(), Status::SUCCESS));
                         let _ = self.flush().await;
-                        return End::Disconnect;
+                        break 'run End::Disconnect;
                     }
                     self.transport.complete(Cqe::new(cmd.sqe.cid(), Status::INVALID_OPCODE.dnr()));
                     continue;
                 }
-                inflight.push(io_command(ctrl.clone(), sub.clone(), qid, cmd));
+                let running = ctrl.command_started();
+                inflight.push(io_command(running, sub.clone(), qid, cmd, budget.clone(), self.inner.clone()));
             }
             // Collect every completion that is ready now, so that one write
             // carries them all.
@@ -382,27 +602,53 @@ impl Conn<'_> {
                 if self.transport.output_len() >= FLUSH_BYTES
                     && let Err(e) = self.flush().await
                 {
-                    return e;
+                    break 'run e;
                 }
             }
             if let Err(e) = self.flush().await {
-                return e;
+                break 'run e;
             }
             let poll = self.inner.config.poll;
             if !poll.is_zero() {
                 match self.busy_poll(poll, &mut inflight).await {
                     Ok(true) => continue,
                     Ok(false) => {}
-                    Err(e) => return e,
+                    Err(e) => break 'run e,
                 }
             }
+            let r2t_deadline = self.transport.r2t_deadline();
+            let r2t_budget = self.transport.r2t_blocked_on();
             tokio::select! {
-                r = self.read_more() => if let Err(e) = r { return e },
+                r = self.read_more() => if let Err(e) = r { break 'run e },
                 Some((cqe, data)) = inflight.next(), if !inflight.is_empty() => self.complete(cqe, data),
-                _ = until_true(&mut dead) => return End::ControllerGone,
-                _ = until_true(shutdown) => return End::Shutdown,
+                _ = sleep_until(r2t_deadline), if r2t_deadline.is_some() => {
+                    if let Err(f) = self.transport.check_timeouts(Instant::now()) {
+                        break 'run End::Fatal(f);
+                    }
+                }
+                _ = budget.wait_for(r2t_budget.unwrap_or(0)), if r2t_budget.is_some() => {
+                    self.transport.send_r2ts(Instant::now());
+                }
+                _ = until_true(&mut dead) => break 'run End::ControllerGone,
+                _ = until_true(&mut shutdown) => break 'run End::Shutdown,
+            }
+        };
+        // Close first, so the host learns at once; then let what is still
+        // running finish (see the module doc).
+        self.close(&end, slot).await;
+        if !inflight.is_empty() {
+            let n = inflight.len();
+            let drain = async { while inflight.next().await.is_some() {} };
+            if tokio::time::timeout(self.inner.config.drain_timeout, drain).await.is_err() {
+                let left = inflight.len();
+                slot.counters().commands_abandoned.fetch_add(left as u64, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid(), qid, left,
+                    "commands of a closed connection still running after the drain deadline; abandoning them");
+            } else {
+                tracing::debug!(peer = %self.peer, qid, n, "drained the commands of a closed connection");
             }
         }
+        end
     }
 
     /// Polls the socket and the commands in flight without sleeping for up
@@ -416,6 +662,9 @@ impl Conn<'_> {
         F: Future<Output = IoReply>,
     {
         use std::io::Read;
+        if self.transport.blocked_on().is_some() {
+            return Ok(false);
+        }
         let deadline = std::time::Instant::now() + budget;
         let mut scratch = [0u8; 16 * 1024];
         loop {
@@ -425,7 +674,7 @@ impl Conn<'_> {
                 Ok(0) => return Err(End::Eof),
                 Ok(n) => {
                     self.rbuf.extend_from_slice(&scratch[..n]);
-                    self.transport.receive(&mut self.rbuf, &mut self.inputs).map_err(End::Fatal)?;
+                    self.transport.receive(&mut self.rbuf, &mut self.inputs, Instant::now()).map_err(End::Fatal)?;
                     return Ok(true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -443,9 +692,9 @@ impl Conn<'_> {
         }
     }
 
-    fn complete(&mut self, cqe: Cqe, data: Option<strata_block::ReadData>) {
+    fn complete(&mut self, cqe: Cqe, data: Option<(strata_block::ReadData, Permit)>) {
         match data {
-            Some(buf) => self.transport.complete_with_buf(cqe, buf),
+            Some((buf, permit)) => self.transport.complete_with_buf(cqe, buf, Some(permit)),
             None => self.transport.complete(cqe),
         }
     }

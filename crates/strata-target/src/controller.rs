@@ -19,7 +19,7 @@
 //!   watches it and closes its connection when it flips.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,34 @@ pub const AER_LIMIT: usize = 4;
 pub const ERROR_LOG_ENTRIES: usize = 64;
 /// Most entries in the Changed Namespace List before it reports overflow.
 const CHANGED_NS_MAX: usize = 1024;
+
+/// One running I/O command of a controller (see
+/// [`Controller::command_started`]).
+pub(crate) struct InflightGuard(Arc<Controller>);
+
+impl InflightGuard {
+    /// The controller running the command.
+    pub(crate) fn controller(&self) -> Arc<Controller> {
+        self.0.clone()
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        if self.0.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+/// Why [`Controller::watch_keep_alive`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeepAliveEnd {
+    /// The timer expired; the controller was torn down.
+    Expired,
+    /// The controller died otherwise.
+    Dead,
+}
 
 /// Which kind of subsystem a controller belongs to.
 #[derive(Debug, Clone)]
@@ -193,6 +221,13 @@ pub struct Controller {
     last_keepalive_ms: AtomicU64,
     state: Mutex<CtrlState>,
     events: Notify,
+    /// Woken when the host sets a new keep-alive timeout.
+    kato_changed: Notify,
+    /// I/O commands running on this controller's queues, including those
+    /// of queues whose connection ended and that are being drained.
+    inflight: AtomicUsize,
+    /// Woken when `inflight` drops to zero.
+    drained: Notify,
     dead: watch::Sender<bool>,
 }
 
@@ -236,6 +271,9 @@ impl Controller {
                 error_count: 0,
             }),
             events: Notify::new(),
+            kato_changed: Notify::new(),
+            inflight: AtomicUsize::new(0),
+            drained: Notify::new(),
             dead,
         })
     }
@@ -344,6 +382,70 @@ impl Controller {
     /// Records that I/O queue `qid` went away.
     pub(crate) fn detach_io_queue(&self, qid: u16) {
         self.lock().io_queues.remove(&qid);
+    }
+
+    /// Sets the keep-alive timeout (0 disables it) and restarts the timer.
+    pub(crate) fn set_kato(&self, kato_ms: u32) {
+        self.lock().kato_ms = kato_ms;
+        self.touch();
+        self.kato_changed.notify_waiters();
+    }
+
+    /// Tears the controller down when the host stops talking: its
+    /// keep-alive timer runs on this task, not on the admin queue's, so
+    /// that a stuck queue cannot stop it. Returns when the controller
+    /// dies (killed here or elsewhere).
+    pub(crate) async fn watch_keep_alive(&self) -> KeepAliveEnd {
+        let mut dead = self.watch_dead();
+        loop {
+            let changed = self.kato_changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            let sleep = match self.keepalive_remaining() {
+                Some(left) if left.is_zero() => {
+                    self.kill();
+                    return KeepAliveEnd::Expired;
+                }
+                Some(left) => Some(tokio::time::sleep(left)),
+                None => None,
+            };
+            tokio::select! {
+                _ = async { match sleep { Some(s) => s.await, None => std::future::pending().await } } => {}
+                _ = changed => {}
+                _ = dead.wait_for(|&d| d) => return KeepAliveEnd::Dead,
+            }
+        }
+    }
+
+    /// Counts an I/O command as running until the returned guard drops.
+    pub(crate) fn command_started(self: &Arc<Self>) -> InflightGuard {
+        self.inflight.fetch_add(1, Ordering::AcqRel);
+        InflightGuard(self.clone())
+    }
+
+    /// I/O commands running now.
+    pub fn commands_in_flight(&self) -> usize {
+        self.inflight.load(Ordering::Acquire)
+    }
+
+    /// Waits until no I/O command of this controller is running.
+    pub(crate) async fn wait_drained(&self) {
+        loop {
+            let drained = self.drained.notified();
+            let mut drained = std::pin::pin!(drained);
+            drained.as_mut().enable();
+            if self.commands_in_flight() == 0 {
+                return;
+            }
+            drained.await;
+        }
+    }
+
+    /// Forgets the parked AER `cid` without completing it: the host
+    /// reused its command identifier (SPDK completes its AERs itself at
+    /// detach).
+    pub(crate) fn retire_aer(&self, cid: u16) {
+        self.lock().aer_cids.retain(|&c| c != cid);
     }
 
     /// Parks an AER, or completes it at once when an event is waiting.

@@ -32,6 +32,8 @@
 //! `target` ties ports, subsystems and controllers together.
 
 pub mod admin;
+mod admission;
+pub mod budget;
 mod conn;
 pub mod controller;
 mod nvm;
@@ -39,6 +41,7 @@ pub mod subsystem;
 mod target;
 pub mod transport;
 
+pub use admission::TargetStats;
 pub use controller::Controller;
 pub use subsystem::{Namespace, NamespaceIds, Subsystem, SubsystemError};
 pub use target::{Port, PortRole, Target, TargetError};

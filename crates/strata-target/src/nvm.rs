@@ -20,13 +20,14 @@ use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZer
 use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
 
+use crate::budget::{Budget, Permit};
 use crate::controller::Controller;
 use crate::subsystem::{Namespace, Subsystem};
 use crate::transport::Command;
 
 /// The result of an I/O command: its completion and, for reads, the data
 /// (possibly lent by the device: send it or copy it promptly).
-pub type IoReply = (Cqe, Option<ReadData>);
+pub type IoReply = (Cqe, Option<(ReadData, Permit)>);
 
 fn status_of(e: &BlockError, writing: bool) -> Status {
     match e {
@@ -40,10 +41,12 @@ fn status_of(e: &BlockError, writing: bool) -> Status {
 }
 
 /// Executes one I/O command of controller `ctrl` on queue `sqid`.
-pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command) -> IoReply {
-    let sqe = cmd.sqe;
+pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command, budget: &Arc<Budget>) -> IoReply {
+    let Command { sqe, data, read_len, permit } = cmd;
+    // The host data's budget is held until the device is done with it.
+    let _permit = permit;
     let cid = sqe.cid();
-    let result = dispatch(sub, &sqe, cmd.data, cmd.read_len).await;
+    let result = dispatch(sub, &sqe, data, read_len, budget).await;
     let (status, data) = match result {
         Ok(data) => (Status::SUCCESS, data),
         Err((status, lba)) => {
@@ -54,9 +57,9 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
     (Cqe::new(cid, status), data)
 }
 
-type Outcome = Result<Option<ReadData>, (Status, u64)>;
+type Outcome = Result<Option<(ReadData, Permit)>, (Status, u64)>;
 
-async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize) -> Outcome {
+async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize, budget: &Arc<Budget>) -> Outcome {
     let nsid = sqe.nsid();
     if sqe.opcode() == io::FLUSH && nsid == u32::MAX {
         for ns in sub.namespaces() {
@@ -66,12 +69,12 @@ async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usi
     }
     let Some(ns) = sub.namespace(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
     match sqe.opcode() {
-        io::READ => read(sub, &ns, sqe, read_len).await,
+        io::READ => read(sub, &ns, sqe, read_len, budget).await,
         io::WRITE => write(sub, &ns, sqe, data).await,
         io::FLUSH => ns.device.flush().await.map(|_| None).map_err(|e| (status_of(&e, true), 0)),
         io::WRITE_ZEROES => write_zeroes(&ns, sqe).await,
         io::DATASET_MANAGEMENT => dataset_management(&ns, sqe, data).await,
-        io::COMPARE => compare(&ns, sqe, data).await,
+        io::COMPARE => compare(&ns, sqe, data, budget).await,
         _ => Err((Status::INVALID_OPCODE.dnr(), 0)),
     }
     .inspect_err(|e| media_error(sub, &ns, e))
@@ -99,12 +102,14 @@ fn transfer_len(ns: &Namespace, slba: u64, nlb: u32, sgl_len: usize) -> Result<u
     Ok(len)
 }
 
-async fn read(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize) -> Outcome {
+async fn read(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize, budget: &Arc<Budget>) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let len = transfer_len(ns, rw.slba, rw.nlb, read_len)?;
+    // The data is held until it is on the wire: charge it first.
+    let permit = budget.acquire(len).await;
     let data = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
     sub.io_stats.count(ns, |c| c.count_read(len as u64));
-    Ok(Some(data))
+    Ok(Some((data, permit)))
 }
 
 async fn write(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
@@ -157,10 +162,11 @@ async fn dataset_management(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>)
     Ok(None)
 }
 
-async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
+async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>, budget: &Arc<Budget>) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let Some(expected) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
-    transfer_len(ns, rw.slba, rw.nlb, expected.len())?;
+    let len = transfer_len(ns, rw.slba, rw.nlb, expected.len())?;
+    let _permit = budget.acquire(len).await;
     let actual = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
     if actual[..] != expected[..] {
         return Err((Status::COMPARE_FAILURE.dnr(), rw.slba));

@@ -117,10 +117,18 @@ impl Subsystem {
         hosts.is_empty() || hosts.iter().any(|h| h == hostnqn)
     }
 
-    /// Replaces the host access list (empty = any host). Hosts already
-    /// connected stay connected.
+    /// Replaces the host access list (empty = any host). Controllers of
+    /// hosts the new list leaves out are torn down: access control holds
+    /// for connected hosts too.
     pub fn set_allowed_hosts(&self, hosts: Vec<String>) {
         *self.allowed_hosts.write().unwrap_or_else(|e| e.into_inner()) = hosts;
+        for c in self.controllers() {
+            if !self.host_allowed(c.hostnqn()) {
+                tracing::info!(subnqn = %self.nqn, hostnqn = c.hostnqn(), cntlid = c.cntlid(),
+                    "host no longer allowed; tearing down its controller");
+                c.kill();
+            }
+        }
     }
 
     /// The namespace with `nsid`, if active.

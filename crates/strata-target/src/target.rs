@@ -23,8 +23,10 @@ use strata_nvme::fabrics::{
 use strata_nvme::log_page::{self as lp, DiscoveryEntry};
 use strata_nvme::status::Status;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
+use crate::admission::{Admission, TargetStats};
+use crate::budget::Budget;
 use crate::controller::{Controller, ControllerKind};
 use crate::subsystem::Subsystem;
 use crate::transport::Command;
@@ -78,8 +80,8 @@ pub(crate) struct TargetInner {
     controllers: Mutex<HashMap<u16, Weak<Controller>>>,
     next_cntlid: Mutex<u16>,
     pub(crate) shutdown: watch::Sender<bool>,
-    pub(crate) active_connections: AtomicUsize,
-    pub(crate) idle: Notify,
+    pub(crate) admission: Arc<Admission>,
+    pub(crate) budget: Arc<Budget>,
     executors: RwLock<Vec<tokio::runtime::Handle>>,
     next_executor: AtomicUsize,
 }
@@ -100,6 +102,8 @@ impl Target {
     /// A target with no subsystems and no listeners.
     pub fn new(config: TargetConfig) -> Target {
         let (shutdown, _) = watch::channel(false);
+        let admission = Arc::new(Admission::new(config.max_connections, config.max_pending_connections));
+        let budget = Budget::new(config.io_buffer_budget);
         Target {
             inner: Arc::new(TargetInner {
                 config,
@@ -109,8 +113,8 @@ impl Target {
                 controllers: Mutex::new(HashMap::new()),
                 next_cntlid: Mutex::new(1),
                 shutdown,
-                active_connections: AtomicUsize::new(0),
-                idle: Notify::new(),
+                admission,
+                budget,
                 executors: RwLock::new(Vec::new()),
                 next_executor: AtomicUsize::new(0),
             }),
@@ -160,6 +164,17 @@ impl Target {
         self.inner.ports.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Counters of connections and of hosts that misbehaved.
+    pub fn stats(&self) -> TargetStats {
+        self.inner.admission.stats()
+    }
+
+    /// Bytes of command data buffers held now, against
+    /// [`TargetConfig::io_buffer_budget`].
+    pub fn buffer_bytes_in_use(&self) -> usize {
+        self.inner.budget.used()
+    }
+
     /// Number of live controllers.
     pub fn controller_count(&self) -> usize {
         let mut map = self.inner.controllers.lock().unwrap_or_else(|e| e.into_inner());
@@ -185,7 +200,7 @@ impl Target {
     ///
     /// [`TargetError::Bind`] when the address cannot be bound.
     pub async fn listen(&self, addr: SocketAddr, role: PortRole) -> Result<Port, TargetError> {
-        let listener = TcpListener::bind(addr).await.map_err(|source| TargetError::Bind { addr, source })?;
+        let listener = bind_listener(addr).map_err(|source| TargetError::Bind { addr, source })?;
         let bound = listener.local_addr().map_err(|source| TargetError::Bind { addr, source })?;
         let port = {
             let mut ports = self.inner.ports.write().unwrap_or_else(|e| e.into_inner());
@@ -207,8 +222,8 @@ impl Target {
         self.inner.shutdown.send_replace(true);
         let wait = async {
             loop {
-                let idle = self.inner.idle.notified();
-                if self.inner.active_connections.load(Ordering::Acquire) == 0 {
+                let idle = self.inner.admission.idle.notified();
+                if self.inner.admission.active() == 0 {
                     return;
                 }
                 idle.await;
@@ -218,6 +233,18 @@ impl Target {
             tracing::warn!("connections still open after {timeout:?} at shutdown");
         }
     }
+}
+
+/// Connections the kernel may queue before we accept them. The default
+/// of most listeners (128) drops bursts that hosts reconnecting after an
+/// outage produce; the kernel caps it at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// A Connect that succeeded.
@@ -262,6 +289,29 @@ impl TargetInner {
             }
         }
         None
+    }
+
+    /// Dead controllers of the same host (NQN and host ID) and subsystem
+    /// as `ctrl` whose commands are still running.
+    pub(crate) fn predecessors(&self, ctrl: &Controller) -> Vec<Arc<Controller>> {
+        let same_sub = |c: &Controller| match (c.subsystem(), ctrl.subsystem()) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        self.controllers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|c| {
+                c.cntlid() != ctrl.cntlid()
+                    && c.is_dead()
+                    && c.commands_in_flight() > 0
+                    && c.hostnqn() == ctrl.hostnqn()
+                    && c.hostid() == ctrl.hostid()
+                    && same_sub(c)
+            })
+            .collect()
     }
 
     fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {

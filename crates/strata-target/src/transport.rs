@@ -11,7 +11,20 @@
 //!   commands may hold an R2T (and a data buffer) at once;
 //! - the controller-to-host data flow (C2HData, then CapsuleResp or the
 //!   SUCCESS flag when SQ flow control is disabled);
-//! - command identifiers: a CID may not be reused while it is outstanding.
+//! - command identifiers: a CID may not be reused while it is outstanding,
+//!   except the CID of a parked Asynchronous Event Request, which the
+//!   reuse retires (SPDK's initiator completes its AERs locally at detach
+//!   and reuses their CIDs; nvmet and SPDK's target accept that);
+//! - the memory of host data: in-capsule data and R2T buffers are charged
+//!   to a shared [`Budget`]; when it is spent, input stops (the rest of
+//!   the bytes stay in the caller's buffer) and R2Ts wait;
+//! - R2T deadlines: the host must send the data an R2T asks for within
+//!   `r2t_timeout`, or [`Transport::check_timeouts`] fails the connection;
+//! - host PDU data alignment (HPDA): C2HData data starts at a multiple of
+//!   it.
+//!
+//! Time comes from the caller (`now` arguments); the transport reads no
+//! clock.
 //!
 //! What it leaves to others: what a command means (the controller and
 //! namespace layers), sockets and timers (the connection driver).
@@ -22,9 +35,13 @@
 //!   `max_r2t_inflight` of them have an R2T on the wire (`r2t_active`);
 //! - once [`Transport::receive`] has returned a [`Fatal`], the caller sends
 //!   its termination PDU and drops the connection; no further input is
-//!   processed.
+//!   processed;
+//! - every R2T buffer and in-capsule data buffer holds a [`Permit`] of its
+//!   size until its command is dropped.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use strata_block::{IoBuf, ReadData};
@@ -38,6 +55,8 @@ use strata_nvme::pdu::{
 };
 use strata_nvme::status::Status;
 
+use crate::budget::{Budget, Permit};
+
 /// Transport limits for one queue.
 #[derive(Debug, Clone, Copy)]
 pub struct TransportLimits {
@@ -50,6 +69,8 @@ pub struct TransportLimits {
     /// Most commands that may have an R2T outstanding at once; further
     /// writes wait their turn, which bounds buffer memory per queue.
     pub max_r2t_inflight: usize,
+    /// How long the host may take to send the data of an R2T.
+    pub r2t_timeout: Duration,
 }
 
 /// A fatal transport error: the caller sends [`Fatal::term_req`] and closes
@@ -102,6 +123,8 @@ pub struct Command {
     pub data: Option<IoBuf>,
     /// Bytes the host expects back (controller-to-host commands).
     pub read_len: usize,
+    /// The budget held by `data`; dropped with the command.
+    pub permit: Option<Permit>,
 }
 
 /// What [`Transport::receive`] produced.
@@ -111,6 +134,9 @@ pub enum Input {
     Command(Command),
     /// The connection is over.
     Closed(Closed),
+    /// A command reused the identifier of this parked Asynchronous Event
+    /// Request, which is retired: it will never be completed.
+    AerRetired(u16),
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -126,6 +152,7 @@ struct PendingData {
     /// Allocated when the R2T goes out, so that queued writes hold no
     /// memory.
     buf: Option<IoBuf>,
+    permit: Option<Permit>,
     received: usize,
     ttag: u16,
     r2t_sent: bool,
@@ -146,13 +173,31 @@ pub struct Transport {
     pending_data: HashMap<u16, PendingData>,
     r2t_waiting: VecDeque<u16>,
     r2t_active: usize,
+    /// R2Ts on the wire, oldest first: (sent at, CID, transfer tag).
+    /// Entries whose transfer has finished are skipped lazily.
+    r2t_sent_order: VecDeque<(Instant, u16, u16)>,
     next_ttag: u16,
+    budget: Arc<Budget>,
+    /// In-capsule data is charged to the budget (I/O queues). Before
+    /// Connect and on admin queues it is not: there it is small, bounded
+    /// per connection, and must not wait behind data (a Connect or a Keep
+    /// Alive stuck behind hoarded R2T buffers would time out).
+    charge_in_capsule: bool,
+    /// Input stopped until this many bytes of budget are free.
+    blocked_on: Option<usize>,
+    /// The time of the input being handled (from the caller).
+    now: Instant,
+    /// C2HData data alignment in bytes, from the host's HPDA.
+    data_align: usize,
+    /// CIDs of parked Asynchronous Event Requests (admin queue).
+    parked_aers: Vec<u16>,
     /// Output bytes: headers, responses and small data.
     out: Vec<u8>,
     /// Read data sent without copying: each goes out after
-    /// `out[..offset]` and before `out[offset..]`, in order. Lent data
-    /// must not wait long: see [`Transport::materialize`].
-    out_bufs: Vec<(usize, ReadData)>,
+    /// `out[..offset]` and before `out[offset..]`, in order, holding its
+    /// budget until then. Lent data must not wait long: see
+    /// [`Transport::materialize`].
+    out_bufs: Vec<(usize, ReadData, Option<Permit>)>,
     /// Total length of `out_bufs`' data.
     out_bufs_len: usize,
     /// Bytes of the output already written (partial writes).
@@ -160,8 +205,15 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// A transport waiting for the host's ICReq.
+    /// A transport waiting for the host's ICReq, with an unlimited buffer
+    /// budget.
     pub fn new(limits: TransportLimits) -> Transport {
+        Transport::with_budget(limits, Budget::unlimited())
+    }
+
+    /// A transport waiting for the host's ICReq, charging host data to
+    /// `budget`.
+    pub fn with_budget(limits: TransportLimits, budget: Arc<Budget>) -> Transport {
         Transport {
             state: State::AwaitIcReq,
             digests: Digests::default(),
@@ -177,8 +229,15 @@ impl Transport {
             pending_data: HashMap::new(),
             r2t_waiting: VecDeque::new(),
             r2t_active: 0,
+            r2t_sent_order: VecDeque::new(),
             next_ttag: 0,
-            out: Vec::with_capacity(64 * 1024),
+            budget,
+            charge_in_capsule: false,
+            blocked_on: None,
+            now: Instant::now(),
+            data_align: 0,
+            parked_aers: Vec::new(),
+            out: Vec::with_capacity(4096),
             out_bufs: Vec::new(),
             out_bufs_len: 0,
             sent: 0,
@@ -215,7 +274,7 @@ impl Transport {
         let mut v = Vec::with_capacity(2 * self.out_bufs.len() + 1);
         let mut skip = self.sent;
         let mut start = 0;
-        for (off, buf) in &self.out_bufs {
+        for (off, buf, _) in &self.out_bufs {
             push_unsent(&mut v, &mut skip, &self.out[start..*off]);
             push_unsent(&mut v, &mut skip, buf);
             start = *off;
@@ -238,9 +297,83 @@ impl Transport {
     /// socket: the host decides how long that takes, and writers to the
     /// lent blocks would wait as long.
     pub fn materialize(&mut self) {
-        for (_, data) in &mut self.out_bufs {
+        for (_, data, _) in &mut self.out_bufs {
             data.make_owned();
         }
+    }
+
+    /// Charges in-capsule data to the budget from now on (I/O queues,
+    /// after Connect). R2T buffers are always charged.
+    pub fn charge_in_capsule_data(&mut self) {
+        self.charge_in_capsule = true;
+    }
+
+    /// Bytes of budget input waits for, if it stopped for lack of them:
+    /// wait for them ([`Budget::wait_for`]), then call
+    /// [`Transport::receive`] again with the same buffer.
+    pub fn blocked_on(&self) -> Option<usize> {
+        self.blocked_on
+    }
+
+    /// Bytes of budget the oldest R2T that waits for it needs, if R2Ts
+    /// wait for budget: wait for them, then call [`Transport::send_r2ts`].
+    pub fn r2t_blocked_on(&self) -> Option<usize> {
+        if self.r2t_active >= self.limits.max_r2t_inflight {
+            return None;
+        }
+        let cid = self.r2t_waiting.front()?;
+        self.pending_data.get(cid).map(|p| p.len)
+    }
+
+    /// Sends the R2Ts that may go now (budget permitting), stamped `now`.
+    pub fn send_r2ts(&mut self, now: Instant) {
+        self.now = now;
+        self.send_waiting_r2ts();
+    }
+
+    /// When the oldest R2T on the wire times out, if any.
+    pub fn r2t_deadline(&mut self) -> Option<Instant> {
+        while let Some(&(at, cid, ttag)) = self.r2t_sent_order.front() {
+            if self.pending_data.get(&cid).is_some_and(|p| p.r2t_sent && p.ttag == ttag) {
+                return Some(at + self.limits.r2t_timeout);
+            }
+            self.r2t_sent_order.pop_front();
+        }
+        None
+    }
+
+    /// Fails the connection if an R2T has waited for its data longer than
+    /// `r2t_timeout` at `now`.
+    ///
+    /// # Errors
+    ///
+    /// A [`Fatal`] naming the command whose data did not come.
+    pub fn check_timeouts(&mut self, now: Instant) -> Result<(), Fatal> {
+        match self.r2t_deadline() {
+            Some(deadline) if deadline <= now => {
+                let (_, cid, _) = self.r2t_sent_order[0];
+                Err(Fatal::new(
+                    fes::PDU_SEQUENCE_ERROR,
+                    0,
+                    &[],
+                    format!("no H2CData for the R2T of command {cid} within {:?}", self.limits.r2t_timeout),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Records that the admin command `cid` is a parked Asynchronous
+    /// Event Request: a later command reusing its CID retires it.
+    pub fn park_aer(&mut self, cid: u16) {
+        if !self.parked_aers.contains(&cid) {
+            self.parked_aers.push(cid);
+        }
+    }
+
+    /// Appends bytes to the output as they are (a C2HTermReq).
+    pub fn push_output(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
     }
 
     /// Forgets the output (written or abandoned), keeping the capacity.
@@ -286,8 +419,10 @@ impl Transport {
     /// # Errors
     ///
     /// A [`Fatal`] protocol error; the connection must be terminated.
-    pub fn receive(&mut self, rbuf: &mut BytesMut, inputs: &mut Vec<Input>) -> Result<(), Fatal> {
-        while self.state != State::Done {
+    pub fn receive(&mut self, rbuf: &mut BytesMut, inputs: &mut Vec<Input>, now: Instant) -> Result<(), Fatal> {
+        self.blocked_on = None;
+        self.now = now;
+        while self.state != State::Done && self.blocked_on.is_none() {
             let Some(ch) = CommonHeader::parse(rbuf) else { return Ok(()) };
             let max_data = match ch.pdu_type {
                 PduType::CAPSULE_CMD => self.limits.in_capsule_data,
@@ -303,6 +438,10 @@ impl Transport {
             };
             let len = decoded.len;
             let res = self.handle_pdu(decoded, &rbuf[..header_len], inputs);
+            if self.blocked_on.is_some() {
+                // Not consumed: handled again once budget is free.
+                return res;
+            }
             rbuf.advance(len);
             res?;
         }
@@ -313,6 +452,17 @@ impl Transport {
         let seq_error = |what: &str| Fatal::new(fes::PDU_SEQUENCE_ERROR, 0, header, what.to_string());
         match (&self.state, d.pdu) {
             (State::AwaitIcReq, Pdu::IcReq(req)) => {
+                if req.hpda > pdu::HPDA_MAX {
+                    return Err(Fatal::new(
+                        fes::INVALID_HEADER_FIELD,
+                        pdu::IC_PDA_OFFSET as u32,
+                        header,
+                        format!("ICReq HPDA {} is above {}", req.hpda, pdu::HPDA_MAX),
+                    ));
+                }
+                // MAXR2T needs no check: every value allows the one R2T
+                // per command that we send.
+                self.data_align = (usize::from(req.hpda) + 1) * 4;
                 // The host may ask for digests; we grant what it asks.
                 self.digests = req.digests;
                 let resp = IcResp { pfv: 0, cpda: 0, digests: req.digests, maxh2cdata: self.limits.max_h2c_data };
@@ -351,6 +501,24 @@ impl Transport {
         inputs: &mut Vec<Input>,
     ) -> Result<(), Fatal> {
         let cid = sqe.cid();
+        // Budget for in-capsule data first: without it, nothing of this
+        // capsule is processed (it stays in the caller's buffer).
+        let permit = if data.is_empty() || !self.charge_in_capsule {
+            None
+        } else {
+            match self.budget.try_acquire(data.len()) {
+                Some(p) => Some(p),
+                None => {
+                    self.blocked_on = Some(data.len());
+                    return Ok(());
+                }
+            }
+        };
+        if let Some(i) = self.parked_aers.iter().position(|&c| c == cid) {
+            self.parked_aers.swap_remove(i);
+            self.set_outstanding(cid, false);
+            inputs.push(Input::AerRetired(cid));
+        }
         if self.is_outstanding(cid) {
             return Err(Fatal::new(
                 fes::INVALID_HEADER_FIELD,
@@ -384,7 +552,7 @@ impl Transport {
                 self.complete(Cqe::new(cid, Status::SGL_INVALID_DATA.dnr()));
                 return Ok(());
             }
-            inputs.push(Input::Command(Command { sqe, data: None, read_len: 0 }));
+            inputs.push(Input::Command(Command { sqe, data: None, read_len: 0, permit: None }));
             return Ok(());
         }
         if len > self.limits.max_transfer.max(self.limits.in_capsule_data) {
@@ -399,7 +567,7 @@ impl Transport {
                     return Ok(());
                 }
                 let buf = IoBuf::from_slice(&data[off..off + len]);
-                inputs.push(Input::Command(Command { sqe, data: Some(buf), read_len: 0 }));
+                inputs.push(Input::Command(Command { sqe, data: Some(buf), read_len: 0, permit }));
             }
             (SGL_TRANSPORT_DATA, 0x1) => {
                 if !data.is_empty() {
@@ -413,7 +581,7 @@ impl Transport {
                 self.queue_r2t(cid, sqe, len);
             }
             (SGL_TRANSPORT_DATA, 0x2) => {
-                inputs.push(Input::Command(Command { sqe, data: None, read_len: len }));
+                inputs.push(Input::Command(Command { sqe, data: None, read_len: len, permit: None }));
             }
             (SGL_INCAPSULE_DATA, _) | (SGL_TRANSPORT_DATA, _) => {
                 self.complete(Cqe::new(cid, Status::INVALID_FIELD.dnr()));
@@ -429,7 +597,8 @@ impl Transport {
     fn queue_r2t(&mut self, cid: u16, sqe: Sqe, len: usize) {
         let ttag = self.next_ttag;
         self.next_ttag = self.next_ttag.wrapping_add(1);
-        let pending = PendingData { sqe, len, buf: None, received: 0, ttag, r2t_sent: false, digest_failed: false };
+        let pending =
+            PendingData { sqe, len, buf: None, permit: None, received: 0, ttag, r2t_sent: false, digest_failed: false };
         self.pending_data.insert(cid, pending);
         self.r2t_waiting.push_back(cid);
         self.send_waiting_r2ts();
@@ -437,12 +606,21 @@ impl Transport {
 
     fn send_waiting_r2ts(&mut self) {
         while self.r2t_active < self.limits.max_r2t_inflight {
-            let Some(cid) = self.r2t_waiting.pop_front() else { return };
-            let Some(p) = self.pending_data.get_mut(&cid) else { continue };
+            let Some(&cid) = self.r2t_waiting.front() else { return };
+            let Some(p) = self.pending_data.get_mut(&cid) else {
+                self.r2t_waiting.pop_front();
+                continue;
+            };
+            // The buffer is charged when the R2T goes out; without budget
+            // the R2T waits (in order) until some comes back.
+            let Some(permit) = self.budget.try_acquire(p.len) else { return };
+            self.r2t_waiting.pop_front();
             p.r2t_sent = true;
             p.buf = Some(IoBuf::recycled(p.len));
+            p.permit = Some(permit);
             let r2t = R2t { cccid: cid, ttag: p.ttag, r2to: 0, r2tl: p.len as u32 };
             self.r2t_active += 1;
+            self.r2t_sent_order.push_back((self.now, cid, p.ttag));
             self.out.extend_from_slice(pdu::encode_r2t(&r2t, self.digests).as_slice());
         }
     }
@@ -505,7 +683,7 @@ impl Transport {
             if p.digest_failed {
                 self.complete(Cqe::new(h.cccid, Status::TRANSIENT_TRANSPORT));
             } else {
-                inputs.push(Input::Command(Command { sqe: p.sqe, data: p.buf, read_len: 0 }));
+                inputs.push(Input::Command(Command { sqe: p.sqe, data: p.buf, read_len: 0, permit: p.permit }));
             }
             self.send_waiting_r2ts();
         }
@@ -515,6 +693,9 @@ impl Transport {
     /// Sends the completion of a command without data to return.
     pub fn complete(&mut self, mut cqe: Cqe) {
         self.set_outstanding(cqe.cid, false);
+        if !self.parked_aers.is_empty() {
+            self.parked_aers.retain(|&c| c != cqe.cid);
+        }
         cqe.sqhd = self.sqhd;
         self.out.extend_from_slice(pdu::encode_capsule_resp(&cqe, self.digests).as_slice());
     }
@@ -533,8 +714,9 @@ impl Transport {
     }
 
     /// As [`Transport::complete_with_data`], sending `buf` (owned or lent)
-    /// without copying it.
-    pub fn complete_with_buf(&mut self, cqe: Cqe, buf: ReadData) {
+    /// without copying it; `permit` (the budget `buf` holds) is kept until
+    /// it is sent.
+    pub fn complete_with_buf(&mut self, cqe: Cqe, buf: ReadData, permit: Option<Permit>) {
         if buf.is_empty() || !cqe.status.is_success() {
             self.complete(cqe);
             return;
@@ -542,7 +724,7 @@ impl Transport {
         self.c2h_data_header(&cqe, buf.len());
         let digest = self.digests.data.then(|| digest_bytes(&buf));
         self.out_bufs_len += buf.len();
-        self.out_bufs.push((self.out.len(), buf));
+        self.out_bufs.push((self.out.len(), buf, permit));
         if let Some(d) = digest {
             self.out.extend_from_slice(&d);
         }
@@ -552,7 +734,8 @@ impl Transport {
     fn c2h_data_header(&mut self, cqe: &Cqe, len: usize) {
         let header = DataHeader { cccid: cqe.cid, ttag: 0, datao: 0, datal: len as u32 };
         let flags = FLAG_DATA_LAST | if self.success_flag(cqe) { FLAG_DATA_SUCCESS } else { 0 };
-        self.out.extend_from_slice(pdu::encode_c2h_data(&header, flags, self.digests).as_slice());
+        let h = pdu::encode_c2h_data_aligned(&header, flags, self.digests, self.data_align);
+        self.out.extend_from_slice(h.as_slice());
     }
 
     fn c2h_data_trailer(&mut self, cqe: Cqe, data: &[u8]) {
@@ -611,14 +794,19 @@ mod tests {
     use strata_nvme::command::SglDescriptor;
     use strata_nvme::pdu::IcReq;
 
-    const LIMITS: TransportLimits =
-        TransportLimits { in_capsule_data: 8192, max_h2c_data: 4096, max_transfer: 1 << 20, max_r2t_inflight: 2 };
+    const LIMITS: TransportLimits = TransportLimits {
+        in_capsule_data: 8192,
+        max_h2c_data: 4096,
+        max_transfer: 1 << 20,
+        max_r2t_inflight: 2,
+        r2t_timeout: Duration::from_secs(10),
+    };
 
     fn ready(digests: Digests) -> Transport {
         let mut t = Transport::new(LIMITS);
         let mut rbuf = BytesMut::from(&IcReq { pfv: 0, hpda: 0, digests, maxr2t: 0 }.encode()[..]);
         let mut inputs = vec![];
-        t.receive(&mut rbuf, &mut inputs).unwrap();
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         assert!(rbuf.is_empty() && inputs.is_empty());
         let resp = t.take_output();
         assert_eq!(resp.len(), 128);
@@ -645,7 +833,7 @@ mod tests {
     fn first_pdu_must_be_icreq() {
         let mut t = Transport::new(LIMITS);
         let mut rbuf = BytesMut::from(&capsule(&Sqe::new(0, 1), &[], Digests::default())[..]);
-        let e = t.receive(&mut rbuf, &mut vec![]).unwrap_err();
+        let e = t.receive(&mut rbuf, &mut vec![], Instant::now()).unwrap_err();
         assert_eq!(e.fes, fes::PDU_SEQUENCE_ERROR);
         assert_eq!(e.term_req()[0], 0x03);
     }
@@ -659,7 +847,7 @@ mod tests {
         let mut rbuf = BytesMut::new();
         for chunk in bytes.chunks(1000) {
             rbuf.extend_from_slice(chunk);
-            t.receive(&mut rbuf, &mut inputs).unwrap();
+            t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         }
         assert_eq!(inputs.len(), 1);
         let Input::Command(c) = &inputs[0] else { panic!() };
@@ -674,7 +862,7 @@ mod tests {
         let mut t = ready(Digests::default());
         let mut inputs = vec![];
         let mut rbuf = BytesMut::from(&capsule(&write_sqe(7, 8192, SGL_TRANSPORT_DATA), &[], t.digests())[..]);
-        t.receive(&mut rbuf, &mut inputs).unwrap();
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         assert!(inputs.is_empty());
         let out = t.take_output();
         let Some(Decoded { pdu: Pdu::R2t(r2t), .. }) = pdu::decode_pdu(&out, t.digests(), 0).unwrap() else {
@@ -688,7 +876,7 @@ mod tests {
             v.extend_from_slice(chunk);
             rbuf.extend_from_slice(&v);
         }
-        t.receive(&mut rbuf, &mut inputs).unwrap();
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         let Input::Command(c) = &inputs[0] else { panic!() };
         let d = c.data.as_ref().unwrap();
         assert!(d[..4096].iter().all(|&b| b == 1) && d[4096..].iter().all(|&b| b == 2));
@@ -698,12 +886,12 @@ mod tests {
     fn h2c_data_larger_than_maxh2cdata_is_fatal() {
         let mut t = ready(Digests::default());
         let mut rbuf = BytesMut::from(&capsule(&write_sqe(7, 8192, SGL_TRANSPORT_DATA), &[], t.digests())[..]);
-        t.receive(&mut rbuf, &mut vec![]).unwrap();
+        t.receive(&mut rbuf, &mut vec![], Instant::now()).unwrap();
         let h = DataHeader { cccid: 7, ttag: 0, datao: 0, datal: 8192 };
         let mut v = pdu::encode_h2c_data(&h, FLAG_DATA_LAST, t.digests()).as_slice().to_vec();
         v.extend_from_slice(&[0; 8192]);
         rbuf.extend_from_slice(&v);
-        let e = t.receive(&mut rbuf, &mut vec![]).unwrap_err();
+        let e = t.receive(&mut rbuf, &mut vec![], Instant::now()).unwrap_err();
         assert_eq!(e.fes, fes::DATA_LIMIT_EXCEEDED);
     }
 
@@ -711,12 +899,12 @@ mod tests {
     fn h2c_data_out_of_window_is_fatal() {
         let mut t = ready(Digests::default());
         let mut rbuf = BytesMut::from(&capsule(&write_sqe(7, 4096, SGL_TRANSPORT_DATA), &[], t.digests())[..]);
-        t.receive(&mut rbuf, &mut vec![]).unwrap();
+        t.receive(&mut rbuf, &mut vec![], Instant::now()).unwrap();
         let h = DataHeader { cccid: 7, ttag: 0, datao: 512, datal: 4096 };
         let mut v = pdu::encode_h2c_data(&h, FLAG_DATA_LAST, t.digests()).as_slice().to_vec();
         v.extend_from_slice(&[0; 4096]);
         rbuf.extend_from_slice(&v);
-        let e = t.receive(&mut rbuf, &mut vec![]).unwrap_err();
+        let e = t.receive(&mut rbuf, &mut vec![], Instant::now()).unwrap_err();
         assert_eq!((e.fes, e.fei), (fes::DATA_OUT_OF_RANGE, 12));
     }
 
@@ -727,7 +915,7 @@ mod tests {
         for cid in 0..4 {
             rbuf.extend_from_slice(&capsule(&write_sqe(cid, 512, SGL_TRANSPORT_DATA), &[], t.digests()));
         }
-        t.receive(&mut rbuf, &mut vec![]).unwrap();
+        t.receive(&mut rbuf, &mut vec![], Instant::now()).unwrap();
         let out = t.take_output();
         assert_eq!(out.len(), 2 * 24, "only max_r2t_inflight R2Ts go out");
         let h = DataHeader { cccid: 0, ttag: 0, datao: 0, datal: 512 };
@@ -735,7 +923,7 @@ mod tests {
         v.extend_from_slice(&[0; 512]);
         rbuf.extend_from_slice(&v);
         let mut inputs = vec![];
-        t.receive(&mut rbuf, &mut inputs).unwrap();
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         assert_eq!(inputs.len(), 1);
         let out = t.take_output();
         let Some(Decoded { pdu: Pdu::R2t(r2t), .. }) = pdu::decode_pdu(&out, t.digests(), 0).unwrap() else {
@@ -753,7 +941,7 @@ mod tests {
         rbuf.extend_from_slice(&capsule(&sqe, &[], t.digests()));
         rbuf.extend_from_slice(&capsule(&sqe, &[], t.digests()));
         let mut inputs = vec![];
-        let e = t.receive(&mut rbuf, &mut inputs).unwrap_err();
+        let e = t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap_err();
         assert_eq!(inputs.len(), 1);
         assert_eq!((e.fes, e.fei), (fes::INVALID_HEADER_FIELD, 10));
     }
@@ -766,7 +954,7 @@ mod tests {
         bytes[n - 1] ^= 0xff;
         let mut rbuf = BytesMut::from(&bytes[..]);
         let mut inputs = vec![];
-        t.receive(&mut rbuf, &mut inputs).unwrap();
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         assert!(inputs.is_empty());
         let out = t.take_output();
         let Some(Decoded { pdu: Pdu::CapsuleResp(cqe), .. }) = pdu::decode_pdu(&out, t.digests(), 0).unwrap() else {
@@ -801,7 +989,7 @@ mod tests {
             rbuf.extend_from_slice(&capsule(&sqe, &[], t.digests()));
         }
         let mut inputs = vec![];
-        let e = t.receive(&mut rbuf, &mut inputs).unwrap_err();
+        let e = t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap_err();
         assert_eq!(inputs.len(), 4, "SQSIZE 3 allows four outstanding commands");
         assert_eq!(e.fes, fes::PDU_SEQUENCE_ERROR);
     }
@@ -817,7 +1005,7 @@ mod tests {
             }
             let data: Vec<u8> = (0..8192u32).map(|i| i as u8).collect();
             a.complete_with_data(Cqe::new(4, Status::SUCCESS), &data);
-            b.complete_with_buf(Cqe::new(4, Status::SUCCESS), IoBuf::from_slice(&data).into());
+            b.complete_with_buf(Cqe::new(4, Status::SUCCESS), IoBuf::from_slice(&data).into(), None);
             a.complete(Cqe::new(5, Status::SUCCESS));
             b.complete(Cqe::new(5, Status::SUCCESS));
             assert_eq!(a.take_output(), b.take_output());
@@ -852,10 +1040,10 @@ mod tests {
             std::sync::Arc::new(TestLender { data: (0..20000u32).map(|i| (i * 7) as u8).collect(), leases: 0.into() });
         let fill = |t: &mut Transport| {
             t.set_queue_params(31, false);
-            t.complete_with_buf(Cqe::new(1, Status::SUCCESS), lend(&lender, 100, 4096));
-            t.complete_with_buf(Cqe::new(2, Status::SUCCESS), IoBuf::from_slice(&lender.data[..512]).into());
+            t.complete_with_buf(Cqe::new(1, Status::SUCCESS), lend(&lender, 100, 4096), None);
+            t.complete_with_buf(Cqe::new(2, Status::SUCCESS), IoBuf::from_slice(&lender.data[..512]).into(), None);
             t.complete(Cqe::new(3, Status::SUCCESS));
-            t.complete_with_buf(Cqe::new(4, Status::SUCCESS), lend(&lender, 9000, 8192));
+            t.complete_with_buf(Cqe::new(4, Status::SUCCESS), lend(&lender, 9000, 8192), None);
         };
         let mut whole = ready(Digests { header: true, data: true });
         fill(&mut whole);
@@ -885,11 +1073,90 @@ mod tests {
     }
 
     #[test]
+    fn a_parked_aer_cid_may_be_reused_and_is_retired() {
+        let mut t = ready(Digests::default());
+        let mut rbuf = BytesMut::from(&capsule(&Sqe::new(0x0c, 3), &[], t.digests())[..]);
+        let mut inputs = vec![];
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
+        assert_eq!(inputs.len(), 1);
+        t.park_aer(3);
+        inputs.clear();
+        rbuf.extend_from_slice(&capsule(&Sqe::new(0x18, 3), &[], t.digests()));
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).expect("reuse of a parked AER's CID is allowed");
+        assert!(matches!(inputs[0], Input::AerRetired(3)));
+        assert!(matches!(&inputs[1], Input::Command(c) if c.sqe.cid() == 3));
+        assert_eq!(t.outstanding_count(), 1, "the AER left, the new command counts");
+        // A completed AER is no longer parked: its CID is an ordinary one.
+        t.complete(Cqe::new(3, Status::SUCCESS));
+        t.park_aer(4);
+        t.complete(Cqe::new(4, Status::SUCCESS));
+        inputs.clear();
+        rbuf.extend_from_slice(&capsule(&Sqe::new(0x18, 4), &[], t.digests()));
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
+        assert!(matches!(&inputs[..], [Input::Command(_)]));
+    }
+
+    #[test]
+    fn input_and_r2ts_wait_for_budget_without_losing_bytes() {
+        let budget = Budget::new(8192);
+        let mut t = Transport::with_budget(LIMITS, budget.clone());
+        let mut rbuf = BytesMut::from(&IcReq { pfv: 0, hpda: 0, digests: Digests::default(), maxr2t: 0 }.encode()[..]);
+        t.receive(&mut rbuf, &mut vec![], Instant::now()).unwrap();
+        t.take_output();
+        t.charge_in_capsule_data();
+        let held = budget.try_acquire(8192).unwrap();
+        // An in-capsule write: held back, its bytes kept.
+        let bytes = capsule(&write_sqe(1, 4096, SGL_INCAPSULE_DATA), &[7; 4096], t.digests());
+        rbuf.extend_from_slice(&bytes);
+        let mut inputs = vec![];
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
+        assert!(inputs.is_empty());
+        assert_eq!(t.blocked_on(), Some(4096));
+        assert_eq!(rbuf.len(), bytes.len());
+        drop(held);
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
+        let Input::Command(c) = &inputs[0] else { panic!() };
+        assert_eq!(c.permit.as_ref().map(Permit::bytes), Some(4096));
+        assert_eq!(budget.used(), 4096);
+        // An R2T write: no R2T until budget comes back.
+        rbuf.extend_from_slice(&capsule(&write_sqe(2, 8192, SGL_TRANSPORT_DATA), &[], t.digests()));
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
+        assert!(t.take_output().is_empty(), "no R2T without budget");
+        assert_eq!(t.r2t_blocked_on(), Some(8192));
+        inputs.clear();
+        assert_eq!(budget.used(), 0);
+        t.send_r2ts(Instant::now());
+        assert_eq!(t.take_output().len(), 24, "the R2T goes out once budget is free");
+        assert_eq!(budget.used(), 8192);
+    }
+
+    #[test]
+    fn an_r2t_without_data_times_out() {
+        let mut t = ready(Digests::default());
+        let start = Instant::now();
+        let mut rbuf = BytesMut::from(&capsule(&write_sqe(7, 8192, SGL_TRANSPORT_DATA), &[], t.digests())[..]);
+        t.receive(&mut rbuf, &mut vec![], start).unwrap();
+        assert_eq!(t.r2t_deadline(), Some(start + LIMITS.r2t_timeout));
+        assert!(t.check_timeouts(start + LIMITS.r2t_timeout / 2).is_ok());
+        let e = t.check_timeouts(start + LIMITS.r2t_timeout).unwrap_err();
+        assert!(e.reason.contains("command 7"), "{}", e.reason);
+        // Data that arrives in time clears the deadline.
+        let mut t = ready(Digests::default());
+        let write = capsule(&write_sqe(7, 4096, SGL_TRANSPORT_DATA), &[], t.digests());
+        t.receive(&mut BytesMut::from(&write[..]), &mut vec![], start).unwrap();
+        let h = DataHeader { cccid: 7, ttag: 0, datao: 0, datal: 4096 };
+        let mut v = pdu::encode_h2c_data(&h, FLAG_DATA_LAST, t.digests()).as_slice().to_vec();
+        v.extend_from_slice(&[0; 4096]);
+        t.receive(&mut BytesMut::from(&v[..]), &mut vec![], start).unwrap();
+        assert_eq!(t.r2t_deadline(), None);
+    }
+
+    #[test]
     fn host_term_req_closes() {
         let mut t = ready(Digests::default());
         let mut rbuf = BytesMut::from(&pdu::encode_term_req(PduType::H2C_TERM_REQ, 1, 0, &[])[..]);
         let mut inputs = vec![];
-        t.receive(&mut rbuf, &mut inputs).unwrap();
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         assert!(matches!(inputs[0], Input::Closed(Closed::HostTerminated { fes: 1 })));
     }
 }

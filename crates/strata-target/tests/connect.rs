@@ -7,95 +7,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use common::raw::*;
 use common::{NQN, start};
-use strata_nvme::command::{SGL_INCAPSULE_DATA, SglDescriptor, Sqe};
-use strata_nvme::pdu::{self, Digests, IcReq};
 use strata_target::Subsystem;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000c1";
-const HOSTID: [u8; 16] = [0xc1; 16];
-
-/// Status field of a CQE (bits 15:1, phase 0) for SCT/SC with DNR.
-fn dnr_status(sct: u16, sc: u16) -> u16 {
-    ((1 << 14) | (sct << 8) | sc) << 1
-}
-
-/// A connection that has exchanged ICReq/ICResp, without digests.
-async fn queue(addr: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(&IcReq { pfv: 0, hpda: 0, digests: Digests::default(), maxr2t: 0 }.encode()).await.unwrap();
-    let mut resp = [0u8; pdu::IC_LEN];
-    s.read_exact(&mut resp).await.unwrap();
-    assert_eq!(resp[0], 0x01, "ICResp");
-    s
-}
-
-/// The 1024-byte Connect data, laid out by hand: HOSTID at 0, CNTLID at 16,
-/// SUBNQN at 256, HOSTNQN at 512 (`struct nvmf_connect_data`).
-fn connect_data(hostid: [u8; 16], cntlid: u16, subnqn: &str, hostnqn: &str) -> Vec<u8> {
-    let mut d = vec![0u8; 1024];
-    d[..16].copy_from_slice(&hostid);
-    d[16..18].copy_from_slice(&cntlid.to_le_bytes());
-    d[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
-    d[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
-    d
-}
-
-/// A Connect (fabrics opcode 7Fh, FCTYPE 01h) for `qid` with SQSIZE
-/// `sqsize` and 1024 bytes of in-capsule data.
-fn connect_sqe(cid: u16, qid: u16, sqsize: u16) -> Sqe {
-    let mut sqe = Sqe::new(0x7f, cid);
-    let b = sqe.bytes_mut();
-    b[4] = 0x01; // FCTYPE Connect
-    b[42..44].copy_from_slice(&qid.to_le_bytes());
-    b[44..46].copy_from_slice(&sqsize.to_le_bytes());
-    sqe.set_sgl(SglDescriptor { addr: 0, length: 1024, sgl_type: SGL_INCAPSULE_DATA });
-    sqe
-}
-
-/// Sends `sqe` with `data` in the capsule.
-async fn send(s: &mut TcpStream, sqe: &Sqe, data: &[u8]) {
-    let mut capsule = pdu::encode_capsule_cmd(sqe, data.len(), Digests::default()).as_slice().to_vec();
-    capsule.extend_from_slice(data);
-    s.write_all(&capsule).await.unwrap();
-}
-
-async fn send_connect(s: &mut TcpStream, cid: u16, qid: u16, sqsize: u16, data: &[u8]) {
-    send(s, &connect_sqe(cid, qid, sqsize), data).await;
-}
-
-/// Sends a Property Set of CC enabling an I/O controller (EN, IOSQES 6,
-/// IOCQES 4).
-async fn enable(s: &mut TcpStream, cid: u16) {
-    let mut sqe = Sqe::new(0x7f, cid);
-    let b = sqe.bytes_mut();
-    b[4] = 0x00; // FCTYPE Property Set
-    b[44..48].copy_from_slice(&0x14u32.to_le_bytes()); // OFST: CC
-    b[48..52].copy_from_slice(&(1u32 | (6 << 16) | (4 << 20)).to_le_bytes());
-    send(s, &sqe, &[]).await;
-}
-
-/// Reads one CapsuleResp and returns its 16-byte CQE.
-async fn read_cqe(s: &mut TcpStream) -> [u8; 16] {
-    let mut resp = [0u8; pdu::CAPSULE_RESP_HLEN];
-    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut resp)).await.expect("answer in time").unwrap();
-    assert_eq!(resp[0], 0x05, "CapsuleResp");
-    resp[pdu::CH_LEN..].try_into().unwrap()
-}
-
-fn dw0(cqe: &[u8; 16]) -> [u8; 4] {
-    cqe[..4].try_into().unwrap()
-}
-
-fn status(cqe: &[u8; 16]) -> u16 {
-    u16::from_le_bytes([cqe[14], cqe[15]])
-}
 
 /// Regression: a refused Connect carried IATTR in DW0 byte 0 and IPO in
 /// bytes 3:2. NVMe over Fabrics 1.1 section 3.3 (Connect Response) puts IPO

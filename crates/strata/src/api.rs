@@ -55,7 +55,14 @@ pub async fn serve(node: Arc<Node>, addr: SocketAddr) -> anyhow::Result<SocketAd
             tokio::spawn(async move {
                 let svc = service_fn(move |req| {
                     let node = node.clone();
-                    async move { Ok::<_, Infallible>(handle(&node, req).await) }
+                    // On a task of its own: a client that hangs up does
+                    // not cancel a volume operation half way.
+                    let op = tokio::spawn(async move { handle(&node, req).await });
+                    async move {
+                        Ok::<_, Infallible>(op.await.unwrap_or_else(|e| {
+                            error(StatusCode::INTERNAL_SERVER_ERROR, format!("the request failed: {e}"))
+                        }))
+                    }
                 });
                 if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
                     tracing::debug!("HTTP connection error: {e}");
@@ -226,7 +233,29 @@ fn status(node: &Node) -> Value {
         "drives": drives,
         "subsystems": node.target().subsystems().len(),
         "controllers": node.target().controller_count(),
+        "target": target_stats(node).into_iter().map(|(k, v, _, _)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
     })
+}
+
+/// The target's counters: name, value, whether it is a counter (else a
+/// gauge), and its help text.
+fn target_stats(node: &Node) -> Vec<(&'static str, u64, bool, &'static str)> {
+    let t = node.target().stats();
+    let buffers = node.target().buffer_bytes_in_use() as u64;
+    vec![
+        ("connections", t.connections_now, false, "NVMe/TCP connections open."),
+        ("pending_connections", t.pending_now, false, "Connections that have not completed Connect."),
+        ("buffer_bytes_in_use", buffers, false, "Bytes of command data buffers held (io_buffer_budget)."),
+        ("connections_accepted", t.connections_accepted, true, "Connections accepted."),
+        ("connections_refused", t.connections_refused, true, "Connections refused at max_connections."),
+        ("pending_evicted", t.pending_evicted, true, "Pending connections closed to make room."),
+        ("handshake_timeouts", t.handshake_timeouts, true, "Connections without ICReq and Connect in time."),
+        ("r2t_timeouts", t.r2t_timeouts, true, "Connections whose R2T data did not come in time."),
+        ("send_timeouts", t.send_timeouts, true, "Connections closed because the host stopped reading."),
+        ("keep_alive_expiries", t.keep_alive_expiries, true, "Controllers torn down by keep-alive."),
+        ("commands_abandoned", t.commands_abandoned, true, "Commands of closed connections abandoned at drain."),
+        ("panics", t.panics, true, "Panics caught in connections and commands."),
+    ]
 }
 
 fn metrics(node: &Node) -> Response<Full<Bytes>> {
@@ -263,6 +292,12 @@ fn metrics(node: &Node) -> Response<Full<Bytes>> {
     let _ = writeln!(out, "# HELP strata_controllers Live NVMe controllers.");
     let _ = writeln!(out, "# TYPE strata_controllers gauge");
     let _ = writeln!(out, "strata_controllers {}", node.target().controller_count());
+    for (name, value, counter, help) in target_stats(node) {
+        let kind = if counter { "counter" } else { "gauge" };
+        let _ = writeln!(out, "# HELP strata_target_{name} {help}");
+        let _ = writeln!(out, "# TYPE strata_target_{name} {kind}");
+        let _ = writeln!(out, "strata_target_{name} {value}");
+    }
     Response::builder()
         .header("content-type", "text/plain; version=0.0.4")
         .body(Full::new(Bytes::from(out)))

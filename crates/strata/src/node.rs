@@ -183,27 +183,32 @@ impl Node {
         &self.store
     }
 
-    /// Opens the store volume of `rec` and serves it as a namespace.
+    /// Opens the store volume of `rec` and serves it as a namespace. A
+    /// new subsystem becomes visible to hosts only once it has its access
+    /// list and its namespace: there is no moment at which any host may
+    /// connect to it.
     fn attach(&self, rec: &VolumeRecord) -> anyhow::Result<()> {
         let vol = self.store.open_volume(rec.id, rec.size_bytes, rec.block_size)?;
-        let sub = match self.target.subsystem(&rec.nqn) {
-            Some(s) => s,
-            None => {
-                let s = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), vec![]);
-                self.target.add_subsystem(s.clone())?;
-                s
-            }
-        };
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
-        sub.add_namespace(Namespace { nsid: rec.nsid, ids, device: vol.clone() as Arc<dyn BlockDevice> })?;
+        let ns = Namespace { nsid: rec.nsid, ids, device: vol.clone() as Arc<dyn BlockDevice> };
+        match self.target.subsystem(&rec.nqn) {
+            Some(sub) => {
+                // Another volume's subsystem: its list only grows here.
+                sub.add_namespace(ns)?;
+                self.refresh_acl(&rec.nqn)?;
+            }
+            None => {
+                let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), self.acl(&rec.nqn)?);
+                sub.add_namespace(ns)?;
+                self.target.add_subsystem(sub)?;
+            }
+        }
         self.volumes.lock().unwrap_or_else(|e| e.into_inner()).insert(rec.name.clone(), vol);
-        self.refresh_acl(&rec.nqn)?;
         Ok(())
     }
 
-    /// Sets a subsystem's host list to the union of its volumes' lists.
-    fn refresh_acl(&self, nqn: &str) -> anyhow::Result<()> {
-        let Some(sub) = self.target.subsystem(nqn) else { return Ok(()) };
+    /// The union of the host lists of the volumes in subsystem `nqn`.
+    fn acl(&self, nqn: &str) -> anyhow::Result<Vec<String>> {
         let mut hosts: Vec<String> = Vec::new();
         for r in self.meta.list_volumes()?.into_iter().filter(|r| r.nqn == nqn) {
             for h in r.allowed_hosts {
@@ -212,7 +217,14 @@ impl Node {
                 }
             }
         }
-        sub.set_allowed_hosts(hosts);
+        Ok(hosts)
+    }
+
+    /// Sets a subsystem's host list to the union of its volumes' lists;
+    /// hosts left out are disconnected.
+    fn refresh_acl(&self, nqn: &str) -> anyhow::Result<()> {
+        let Some(sub) = self.target.subsystem(nqn) else { return Ok(()) };
+        sub.set_allowed_hosts(self.acl(nqn)?);
         Ok(())
     }
 

@@ -4,10 +4,12 @@
 
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use strata_block::MemDevice;
+use strata_block::{BlockDevice, MemDevice};
 use strata_target::{Namespace, NamespaceIds, PortRole, Subsystem, Target, TargetConfig};
 
 /// NQN of the fixture's subsystem.
@@ -30,14 +32,29 @@ pub struct Fixture {
 
 /// Starts a target whose namespace 1 is `blocks` 4 KiB blocks of RAM.
 pub async fn start(blocks: u64) -> Fixture {
-    let target = Target::new(TargetConfig::default());
-    let sub = Subsystem::new(NQN, "STRATAITEST01", vec![]);
+    start_with(TargetConfig::default(), blocks).await
+}
+
+/// As [`start`], with `config`.
+pub async fn start_with(config: TargetConfig, blocks: u64) -> Fixture {
     let dev = Arc::new(MemDevice::new(BS as u32, blocks));
-    sub.add_namespace(Namespace { nsid: 1, ids: IDS, device: dev.clone() }).expect("namespace 1");
+    let (target, sub, io, disc) = serve(config, dev.clone()).await;
+    Fixture { target, sub, dev, io, disc }
+}
+
+/// A target with `config` serving `device` as namespace 1 of [`NQN`]:
+/// the target, the subsystem, the I/O port and the discovery port.
+pub async fn serve(
+    config: TargetConfig,
+    device: Arc<dyn BlockDevice>,
+) -> (Target, Arc<Subsystem>, SocketAddr, SocketAddr) {
+    let target = Target::new(config);
+    let sub = Subsystem::new(NQN, "STRATAITEST01", vec![]);
+    sub.add_namespace(Namespace { nsid: 1, ids: IDS, device }).expect("namespace 1");
     target.add_subsystem(sub.clone()).expect("subsystem");
     let io = target.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.expect("io port").addr;
     let disc = target.listen("127.0.0.1:0".parse().unwrap(), PortRole::Discovery).await.expect("disc port").addr;
-    Fixture { target, sub, dev, io, disc }
+    (target, sub, io, disc)
 }
 
 /// xorshift64*: deterministic, seedable, good enough for test patterns.
