@@ -101,9 +101,26 @@ async fn raw_check(ctx: &Ctx, q: &mut RawConn, vol: &VolumeRef, lba: u64, n: u32
     Ok(())
 }
 
+/// Connects, retrying as a real host does when strata closes the
+/// connection during the handshake (under a flood of pending connections
+/// it evicts the oldest); a failure only when that lasts past the
+/// legitimate-host deadline.
 async fn connect(ctx: &Ctx, vol: &VolumeRef, rng: &mut Rng) -> Result<RawAssoc, Abort> {
     let ident = HostIdent::random(rng);
-    step(ctx, "connect", RawAssoc::connect(ctx.io, &vol.nqn, &ident, AssocOptions::default(), ctx.watchdog)).await
+    let until = tokio::time::Instant::now() + ctx.legit_deadline;
+    loop {
+        match RawAssoc::connect(ctx.io, &vol.nqn, &ident, AssocOptions::default(), ctx.watchdog).await {
+            Ok(a) => return Ok(a),
+            Err(e) if e.is_closed_by_peer() && tokio::time::Instant::now() < until && !ctx.disrupted() => {
+                ctx.report(|r| r.op("reset_connect_retry", 1));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                report_error(ctx, "connect", &e);
+                return Err(Abort);
+            }
+        }
+    }
 }
 
 /// Runs resetters on `range` of `vol` until `stop` is set.
