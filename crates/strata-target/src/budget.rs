@@ -129,11 +129,20 @@ impl Permit {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Takes over the bytes of `other` (of the same budget): both are
+    /// returned when `self` drops.
+    pub fn absorb(&mut self, mut other: Permit) {
+        debug_assert!(Arc::ptr_eq(&self.budget, &other.budget), "permits of two budgets");
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.budget.release(self.bytes);
+        if self.bytes > 0 {
+            self.budget.release(self.bytes);
+        }
     }
 }
 

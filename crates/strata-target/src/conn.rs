@@ -60,7 +60,7 @@ use crate::admin::{self, AdminContext, AdminReply};
 use crate::admission::{Counters, Slot};
 use crate::budget::{Budget, Permit};
 use crate::controller::{Controller, ControllerKind, InflightGuard, KeepAliveEnd};
-use crate::nvm::{self, IoReply};
+use crate::nvm;
 use crate::subsystem::Subsystem;
 use crate::target::{Port, TargetInner};
 use crate::transport::{self, Closed, Command, Fatal, Input, Transport, TransportLimits};
@@ -105,6 +105,11 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
+/// The result of an I/O command: its completion and, for reads, the data
+/// (possibly lent by the device: send it or copy it promptly) with the
+/// budget it holds.
+type IoReply = (Cqe, Option<(strata_block::ReadData, Option<Permit>)>);
+
 /// One I/O command in flight. A named future type (not a boxed one), so
 /// that `FuturesUnordered` holds it without a second allocation per I/O.
 /// A panic inside it completes the command with Internal Error.
@@ -112,15 +117,18 @@ async fn io_command(
     running: InflightGuard,
     sub: Arc<Subsystem>,
     qid: u16,
-    cmd: Command,
+    mut cmd: Command,
     budget: Arc<Budget>,
     inner: Arc<TargetInner>,
 ) -> IoReply {
     let ctrl = running.controller();
     let cid = cmd.sqe.cid();
     let opcode = cmd.sqe.opcode();
+    // The command's budget (its state, its data) is held until it ends,
+    // or for a read, until its data is on the wire.
+    let permit = cmd.permit.take();
     match AssertUnwindSafe(nvm::execute(&ctrl, &sub, qid, cmd, &budget)).catch_unwind().await {
-        Ok(reply) => reply,
+        Ok((cqe, data)) => (cqe, data.map(|d| (d, permit))),
         Err(panic) => {
             Counters::bump(&inner.admission.counters.panics);
             tracing::error!(cntlid = ctrl.cntlid(), qid, cid, opcode, "command panicked: {}", panic_message(&panic));
@@ -478,7 +486,7 @@ impl Conn<'_> {
         self.rbuf_read = RBUF_READ;
         self.transport.set_queue_params(connected.sqsize, connected.sq_flow_disabled);
         if connected.qid != 0 {
-            self.transport.charge_in_capsule_data();
+            self.transport.charge_budget();
         }
         let _guard = QueueGuard { ctrl: connected.ctrl.clone(), qid: connected.qid };
         self.dead = Some(connected.ctrl.watch_dead());
@@ -692,10 +700,27 @@ impl Conn<'_> {
         }
     }
 
-    fn complete(&mut self, cqe: Cqe, data: Option<(strata_block::ReadData, Permit)>) {
+    fn complete(&mut self, cqe: Cqe, data: Option<(strata_block::ReadData, Option<Permit>)>) {
         match data {
-            Some((buf, permit)) => self.transport.complete_with_buf(cqe, buf, Some(permit)),
+            Some((buf, permit)) => self.transport.complete_with_buf(cqe, buf, permit),
             None => self.transport.complete(cqe),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_of_a_command_in_flight_fits_its_memory_charge() {
+        let target = crate::Target::new(crate::TargetConfig::default());
+        let sub = Subsystem::new("nqn.2026-11.io.strata:probe", "probe", vec![]);
+        let ctrl = Controller::new(1, ControllerKind::Io(sub.clone()), "h".into(), [0; 16], 0, 1);
+        let cmd = Command { sqe: strata_nvme::command::Sqe::new(0x02, 1), data: None, read_len: 4096, permit: None };
+        let fut = io_command(ctrl.command_started(), sub, 1, cmd, target.inner.budget.clone(), target.inner.clone());
+        let size = std::mem::size_of_val(&fut);
+        eprintln!("io_command future: {size} bytes");
+        assert!(size <= transport::COMMAND_STATE_BYTES / 2, "{size} bytes");
     }
 }

@@ -20,14 +20,14 @@ use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZer
 use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
 
-use crate::budget::{Budget, Permit};
+use crate::budget::Budget;
 use crate::controller::Controller;
 use crate::subsystem::{Namespace, Subsystem};
 use crate::transport::Command;
 
 /// The result of an I/O command: its completion and, for reads, the data
 /// (possibly lent by the device: send it or copy it promptly).
-pub type IoReply = (Cqe, Option<(ReadData, Permit)>);
+pub type IoReply = (Cqe, Option<ReadData>);
 
 fn status_of(e: &BlockError, writing: bool) -> Status {
     match e {
@@ -42,9 +42,7 @@ fn status_of(e: &BlockError, writing: bool) -> Status {
 
 /// Executes one I/O command of controller `ctrl` on queue `sqid`.
 pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command, budget: &Arc<Budget>) -> IoReply {
-    let Command { sqe, data, read_len, permit } = cmd;
-    // The host data's budget is held until the device is done with it.
-    let _permit = permit;
+    let Command { sqe, data, read_len, .. } = cmd;
     let cid = sqe.cid();
     let result = dispatch(sub, &sqe, data, read_len, budget).await;
     let (status, data) = match result {
@@ -57,7 +55,7 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
     (Cqe::new(cid, status), data)
 }
 
-type Outcome = Result<Option<(ReadData, Permit)>, (Status, u64)>;
+type Outcome = Result<Option<ReadData>, (Status, u64)>;
 
 async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize, budget: &Arc<Budget>) -> Outcome {
     let nsid = sqe.nsid();
@@ -69,7 +67,7 @@ async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usi
     }
     let Some(ns) = sub.namespace(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
     match sqe.opcode() {
-        io::READ => read(sub, &ns, sqe, read_len, budget).await,
+        io::READ => read(sub, &ns, sqe, read_len).await,
         io::WRITE => write(sub, &ns, sqe, data).await,
         io::FLUSH => ns.device.flush().await.map(|_| None).map_err(|e| (status_of(&e, true), 0)),
         io::WRITE_ZEROES => write_zeroes(&ns, sqe).await,
@@ -102,14 +100,12 @@ fn transfer_len(ns: &Namespace, slba: u64, nlb: u32, sgl_len: usize) -> Result<u
     Ok(len)
 }
 
-async fn read(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize, budget: &Arc<Budget>) -> Outcome {
+async fn read(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let len = transfer_len(ns, rw.slba, rw.nlb, read_len)?;
-    // The data is held until it is on the wire: charge it first.
-    let permit = budget.acquire(len).await;
     let data = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
     sub.io_stats.count(ns, |c| c.count_read(len as u64));
-    Ok(Some((data, permit)))
+    Ok(Some(data))
 }
 
 async fn write(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
@@ -165,6 +161,7 @@ async fn dataset_management(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>)
 async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>, budget: &Arc<Budget>) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let Some(expected) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
+    // The read to compare against is a second buffer of the same size.
     let len = transfer_len(ns, rw.slba, rw.nlb, expected.len())?;
     let _permit = budget.acquire(len).await;
     let actual = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;

@@ -57,6 +57,14 @@ use strata_nvme::status::Status;
 
 use crate::budget::{Budget, Permit};
 
+/// Bytes charged to the buffer budget for the state of each I/O command
+/// in flight (its future and task, its completion on the way out), on
+/// top of its data: a queue full of commands is paid for like their data
+/// is. At least twice the size of the command's future (pinned by a
+/// test in `conn`), which leaves room for the task around it and the
+/// device's own future.
+pub const COMMAND_STATE_BYTES: usize = 4096;
+
 /// Transport limits for one queue.
 #[derive(Debug, Clone, Copy)]
 pub struct TransportLimits {
@@ -178,11 +186,13 @@ pub struct Transport {
     r2t_sent_order: VecDeque<(Instant, u16, u16)>,
     next_ttag: u16,
     budget: Arc<Budget>,
-    /// In-capsule data is charged to the budget (I/O queues). Before
-    /// Connect and on admin queues it is not: there it is small, bounded
-    /// per connection, and must not wait behind data (a Connect or a Keep
-    /// Alive stuck behind hoarded R2T buffers would time out).
-    charge_in_capsule: bool,
+    /// Commands are charged to the budget (I/O queues): their state, and
+    /// their in-capsule or read data. Before Connect and on admin queues
+    /// they are not: there they are few, bounded per connection, and must
+    /// not wait behind data (a Connect or a Keep Alive stuck behind
+    /// hoarded R2T buffers would time out). R2T buffers are always
+    /// charged.
+    charge: bool,
     /// Input stopped until this many bytes of budget are free.
     blocked_on: Option<usize>,
     /// The time of the input being handled (from the caller).
@@ -232,7 +242,7 @@ impl Transport {
             r2t_sent_order: VecDeque::new(),
             next_ttag: 0,
             budget,
-            charge_in_capsule: false,
+            charge: false,
             blocked_on: None,
             now: Instant::now(),
             data_align: 0,
@@ -302,10 +312,11 @@ impl Transport {
         }
     }
 
-    /// Charges in-capsule data to the budget from now on (I/O queues,
-    /// after Connect). R2T buffers are always charged.
-    pub fn charge_in_capsule_data(&mut self) {
-        self.charge_in_capsule = true;
+    /// Charges every command to the budget from now on (I/O queues,
+    /// after Connect): [`COMMAND_STATE_BYTES`] plus its in-capsule data or
+    /// the data it reads. R2T buffers are always charged.
+    pub fn charge_budget(&mut self) {
+        self.charge = true;
     }
 
     /// Bytes of budget input waits for, if it stopped for lack of them:
@@ -501,19 +512,21 @@ impl Transport {
         inputs: &mut Vec<Input>,
     ) -> Result<(), Fatal> {
         let cid = sqe.cid();
-        // Budget for in-capsule data first: without it, nothing of this
-        // capsule is processed (it stays in the caller's buffer).
-        let permit = if data.is_empty() || !self.charge_in_capsule {
-            None
-        } else {
-            match self.budget.try_acquire(data.len()) {
-                Some(p) => Some(p),
+        // Budget first: without it, nothing of this capsule is processed
+        // (it stays in the caller's buffer).
+        let mut permit = None;
+        if self.charge {
+            let reads = sqe.opcode() & 0x3 == 0x2 && sqe.opcode() != FABRICS_OPCODE;
+            let read_len = if reads { (sqe.sgl().length as usize).min(self.limits.max_transfer) } else { 0 };
+            let bytes = COMMAND_STATE_BYTES + data.len() + read_len;
+            match self.budget.try_acquire(bytes) {
+                Some(p) => permit = Some(p),
                 None => {
-                    self.blocked_on = Some(data.len());
+                    self.blocked_on = Some(bytes);
                     return Ok(());
                 }
             }
-        };
+        }
         if let Some(i) = self.parked_aers.iter().position(|&c| c == cid) {
             self.parked_aers.swap_remove(i);
             self.set_outstanding(cid, false);
@@ -552,7 +565,7 @@ impl Transport {
                 self.complete(Cqe::new(cid, Status::SGL_INVALID_DATA.dnr()));
                 return Ok(());
             }
-            inputs.push(Input::Command(Command { sqe, data: None, read_len: 0, permit: None }));
+            inputs.push(Input::Command(Command { sqe, data: None, read_len: 0, permit }));
             return Ok(());
         }
         if len > self.limits.max_transfer.max(self.limits.in_capsule_data) {
@@ -578,10 +591,10 @@ impl Transport {
                         "capsule carries in-capsule data but its SGL asks for a transport transfer",
                     ));
                 }
-                self.queue_r2t(cid, sqe, len);
+                self.queue_r2t(cid, sqe, len, permit);
             }
             (SGL_TRANSPORT_DATA, 0x2) => {
-                inputs.push(Input::Command(Command { sqe, data: None, read_len: len, permit: None }));
+                inputs.push(Input::Command(Command { sqe, data: None, read_len: len, permit }));
             }
             (SGL_INCAPSULE_DATA, _) | (SGL_TRANSPORT_DATA, _) => {
                 self.complete(Cqe::new(cid, Status::INVALID_FIELD.dnr()));
@@ -594,11 +607,11 @@ impl Transport {
         Ok(())
     }
 
-    fn queue_r2t(&mut self, cid: u16, sqe: Sqe, len: usize) {
+    fn queue_r2t(&mut self, cid: u16, sqe: Sqe, len: usize, permit: Option<Permit>) {
         let ttag = self.next_ttag;
         self.next_ttag = self.next_ttag.wrapping_add(1);
         let pending =
-            PendingData { sqe, len, buf: None, permit: None, received: 0, ttag, r2t_sent: false, digest_failed: false };
+            PendingData { sqe, len, buf: None, permit, received: 0, ttag, r2t_sent: false, digest_failed: false };
         self.pending_data.insert(cid, pending);
         self.r2t_waiting.push_back(cid);
         self.send_waiting_r2ts();
@@ -617,7 +630,10 @@ impl Transport {
             self.r2t_waiting.pop_front();
             p.r2t_sent = true;
             p.buf = Some(IoBuf::recycled(p.len));
-            p.permit = Some(permit);
+            match &mut p.permit {
+                Some(held) => held.absorb(permit),
+                None => p.permit = Some(permit),
+            }
             let r2t = R2t { cccid: cid, ttag: p.ttag, r2to: 0, r2tl: p.len as u32 };
             self.r2t_active += 1;
             self.r2t_sent_order.push_back((self.now, cid, p.ttag));
@@ -1097,37 +1113,50 @@ mod tests {
     }
 
     #[test]
-    fn input_and_r2ts_wait_for_budget_without_losing_bytes() {
-        let budget = Budget::new(8192);
+    fn commands_and_r2ts_wait_for_budget_without_losing_bytes() {
+        const STATE: usize = COMMAND_STATE_BYTES;
+        let budget = Budget::new(2 * STATE + 8191);
         let mut t = Transport::with_budget(LIMITS, budget.clone());
         let mut rbuf = BytesMut::from(&IcReq { pfv: 0, hpda: 0, digests: Digests::default(), maxr2t: 0 }.encode()[..]);
         t.receive(&mut rbuf, &mut vec![], Instant::now()).unwrap();
         t.take_output();
-        t.charge_in_capsule_data();
-        let held = budget.try_acquire(8192).unwrap();
+        t.charge_budget();
+        let held = budget.try_acquire(budget.limit()).unwrap();
         // An in-capsule write: held back, its bytes kept.
         let bytes = capsule(&write_sqe(1, 4096, SGL_INCAPSULE_DATA), &[7; 4096], t.digests());
         rbuf.extend_from_slice(&bytes);
         let mut inputs = vec![];
         t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         assert!(inputs.is_empty());
-        assert_eq!(t.blocked_on(), Some(4096));
+        assert_eq!(t.blocked_on(), Some(STATE + 4096));
         assert_eq!(rbuf.len(), bytes.len());
         drop(held);
         t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         let Input::Command(c) = &inputs[0] else { panic!() };
-        assert_eq!(c.permit.as_ref().map(Permit::bytes), Some(4096));
-        assert_eq!(budget.used(), 4096);
-        // An R2T write: no R2T until budget comes back.
-        rbuf.extend_from_slice(&capsule(&write_sqe(2, 8192, SGL_TRANSPORT_DATA), &[], t.digests()));
+        assert_eq!(c.permit.as_ref().map(Permit::bytes), Some(STATE + 4096));
+        // A read is charged its state and the data it will return.
+        let mut read = Sqe::new(command::io::READ, 2);
+        read.set_sgl(SglDescriptor { addr: 0, length: 4096, sgl_type: SGL_TRANSPORT_DATA });
+        rbuf.extend_from_slice(&capsule(&read, &[], t.digests()));
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
+        assert_eq!(t.blocked_on(), Some(STATE + 4096), "the budget does not hold both");
+        inputs.clear();
+        t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
+        let Input::Command(c) = &inputs[0] else { panic!() };
+        assert_eq!(c.permit.as_ref().map(Permit::bytes), Some(STATE + 4096));
+        inputs.clear();
+        // An R2T write: its state is charged at once, its buffer when the
+        // R2T goes, which waits for budget.
+        assert_eq!(budget.used(), 0);
+        let held = budget.try_acquire(budget.limit() - STATE).unwrap();
+        rbuf.extend_from_slice(&capsule(&write_sqe(3, 8192, SGL_TRANSPORT_DATA), &[], t.digests()));
         t.receive(&mut rbuf, &mut inputs, Instant::now()).unwrap();
         assert!(t.take_output().is_empty(), "no R2T without budget");
         assert_eq!(t.r2t_blocked_on(), Some(8192));
-        inputs.clear();
-        assert_eq!(budget.used(), 0);
+        drop(held);
         t.send_r2ts(Instant::now());
         assert_eq!(t.take_output().len(), 24, "the R2T goes out once budget is free");
-        assert_eq!(budget.used(), 8192);
+        assert_eq!(budget.used(), STATE + 8192);
     }
 
     #[test]
