@@ -55,7 +55,8 @@ enum Seen {
     /// The attacker could not set it up (not counted).
     NotEstablished(String),
     /// It never got to misbehave (a hoarder queue strata never sent an
-    /// R2T, holding it back for its buffer budget): not counted.
+    /// R2T, a stalled reader it never sent data, holding them back for its
+    /// buffer budget): not counted.
     Untested,
 }
 
@@ -134,7 +135,9 @@ pub async fn idle_sockets(ctx: Arc<Ctx>, count: usize, within: Duration) {
 }
 
 /// Controllers that queue `reads` reads of 1 MiB each and never read
-/// their socket; watches for `within`.
+/// their socket. Each must be closed within `within` of the first data
+/// strata sends it; one strata sends nothing before `2 * within` (its
+/// buffer budget busy) has not stalled anything yet and is not counted.
 pub async fn stalled_readers(
     ctx: Arc<Ctx>,
     vol: VolumeRef,
@@ -164,12 +167,33 @@ pub async fn stalled_readers(
                 return Seen::NotEstablished(format!("sending reads: {e}"));
             }
             ctx.report(|r| r.op("stalled_read", reads as u64));
+            // The reader stalls strata once strata has sent it something:
+            // from then on it must be closed within `within`. Reads strata
+            // holds back (its buffer budget busy) are not a stall yet.
             let start = Instant::now();
-            while start.elapsed() < within {
-                if let Ok(Some(_)) = socket2::SockRef::from(q.stream()).take_error() {
-                    return Seen::Closed(start.elapsed());
+            let mut first_data: Option<Instant> = None;
+            let sock = socket2::SockRef::from(q.stream());
+            loop {
+                let until = first_data.map_or(start + within * 2, |t| t + within);
+                if Instant::now() >= until {
+                    break;
+                }
+                if let Ok(Some(_)) = sock.take_error() {
+                    return Seen::Closed(first_data.unwrap_or(start).elapsed());
+                }
+                if first_data.is_none() {
+                    let mut one = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+                    match sock.peek(&mut one) {
+                        Ok(0) => return Seen::Closed(start.elapsed()),
+                        Ok(_) => first_data = Some(Instant::now()),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => return Seen::Closed(start.elapsed()),
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if first_data.is_none() {
+                return Seen::Untested;
             }
             // The window is over: was it closed behind the data?
             let closed = drain(q.stream(), Duration::from_secs(1), Duration::from_secs(8)).await;
@@ -178,7 +202,9 @@ pub async fn stalled_readers(
         });
     }
     let seen = set.join_all().await;
-    tally(&ctx, "stalled_readers", "stalled readers", &seen, within);
+    let untested = seen.iter().filter(|s| matches!(s, Seen::Untested)).count() as u64;
+    ctx.report(|r| r.op("stalled_readers_never_served", untested));
+    tally(&ctx, "stalled_readers", "stalled readers (from the first data sent to them)", &seen, within);
 }
 
 /// One controller with `queues` I/O queues, each sending `writes` writes

@@ -479,7 +479,7 @@ impl AttackPhase {
                 }
                 FaultKind::StalledReaders => {
                     let within = self.expect.send_timeout + self.slack;
-                    longest = longest.max(within);
+                    longest = longest.max(within * 2);
                     set.spawn(async move { attack::stalled_readers(ctx, vol, 4, 32, within, &mut r).await });
                 }
                 FaultKind::R2tHoarders => {
