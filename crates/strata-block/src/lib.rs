@@ -37,7 +37,7 @@ pub mod lend;
 mod mem;
 pub mod size;
 
-pub use buf::{IO_ALIGN, IoBuf};
+pub use buf::{IO_ALIGN, IoBuf, POISON};
 pub use device::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, blocks_in, check_range};
 pub use lend::{Lender, Lent, ReadData};
 pub use mem::MemDevice;
