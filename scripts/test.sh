@@ -37,8 +37,10 @@ elif [ "$fuzz_seconds" != 0 ]; then
 fi
 
 if [ "${SKIP_VM:-0}" != 1 ]; then
-    step "kernel initiator in a VM"
     cargo build --release -p strata
+    step "kernel initiator in a VM (Debian bookworm, Linux 6.1)"
     tests/vm/run.sh kernel-initiator.sh
+    step "kernel initiator in a VM (Debian trixie, Linux 6.12)"
+    tests/vm/run.sh kernel-initiator.sh --suite trixie
 fi
 step "all tests passed"

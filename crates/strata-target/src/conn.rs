@@ -402,25 +402,19 @@ impl Conn<'_> {
         let counters = slot.counters();
         match end {
             End::Fatal(f) => {
-                if f.reason.starts_with("no H2CData") {
-                    Counters::bump(&counters.r2t_timeouts);
-                }
                 tracing::warn!(%peer, fes = f.fes, fei = f.fei, "protocol error, terminating connection: {}", f.reason);
-                self.transport.clear_output();
                 self.transport.push_output(&f.term_req());
                 let _ = self.flush().await;
             }
             End::Eof | End::Disconnect | End::Shutdown | End::ControllerGone => {
                 tracing::debug!(%peer, "connection closed: {end}")
             }
-            End::HandshakeTimeout | End::Evicted | End::SendStalled => {
-                let c = match end {
-                    End::HandshakeTimeout => &counters.handshake_timeouts,
-                    End::SendStalled => &counters.send_timeouts,
-                    _ => &counters.accepted,
-                };
-                if !matches!(end, End::Evicted) {
-                    Counters::bump(c);
+            End::HandshakeTimeout | End::SendStalled | End::Evicted => {
+                match end {
+                    End::HandshakeTimeout => Counters::bump(&counters.handshake_timeouts),
+                    End::SendStalled => Counters::bump(&counters.send_timeouts),
+                    // Counted when it was chosen for eviction.
+                    _ => {}
                 }
                 tracing::warn!(%peer, "connection closed: {end}")
             }
@@ -631,6 +625,7 @@ impl Conn<'_> {
                 Some((cqe, data)) = inflight.next(), if !inflight.is_empty() => self.complete(cqe, data),
                 _ = sleep_until(r2t_deadline), if r2t_deadline.is_some() => {
                     if let Err(f) = self.transport.check_timeouts(Instant::now()) {
+                        Counters::bump(&slot.counters().r2t_timeouts);
                         break 'run End::Fatal(f);
                     }
                 }

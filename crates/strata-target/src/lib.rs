@@ -25,6 +25,16 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Locks
+//!
+//! Every lock in the crate is a short `std::sync` lock, never held across
+//! an `.await`, and never held while another is taken, except in this
+//! order: the target's subsystem map, port list or controller map, then a
+//! subsystem's namespace map, access list or controller list, then a
+//! controller's state. Cross-task signals (controller death, events,
+//! keep-alive changes, drained commands, the buffer budget) are
+//! `tokio::sync` channels and notifies.
+//!
 //! Layout: [`transport`] is the sans-I/O NVMe/TCP state machine of one
 //! connection; `conn` drives it over a socket; [`controller`] and
 //! [`admin`] hold controller state and the admin command set; `nvm`
