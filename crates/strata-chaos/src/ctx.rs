@@ -1,0 +1,173 @@
+//! State shared by every task of a run: where strata listens, the oracle,
+//! the report, id counters, and whether strata is being disrupted on
+//! purpose (killed, restarted) so that connection failures are expected.
+//!
+//! The oracle and the report sit behind std mutexes that are only ever
+//! held for a few statements, never across an `.await`.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::block::{self, BLOCK_SIZE};
+use crate::oracle::{Oracle, Violation, VolumeId};
+use crate::report::Report;
+
+/// A volume the harness does I/O on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeRef {
+    /// The harness's id (stamped into every block).
+    pub id: VolumeId,
+    /// strata's volume name.
+    pub name: String,
+    /// Its subsystem NQN (namespace 1).
+    pub nqn: String,
+}
+
+impl VolumeRef {
+    /// The volume `name` with strata's default NQN for it.
+    pub fn new(id: VolumeId, name: &str) -> VolumeRef {
+        VolumeRef { id, name: name.to_string(), nqn: format!("nqn.2026-11.io.strata:{name}") }
+    }
+}
+
+/// Shared state of a run.
+#[derive(Debug)]
+pub struct Ctx {
+    /// strata's NVMe/TCP I/O address.
+    pub io: SocketAddr,
+    oracle: Mutex<Oracle>,
+    report: Mutex<Report>,
+    /// Violations already reported, as (volume, LBA, what was read): a
+    /// block that stays wrong is counted once, not at every verification.
+    reported: Mutex<HashSet<(VolumeId, u64, String)>>,
+    next_writer: AtomicU32,
+    next_seq: AtomicU64,
+    /// An operation not finished after this is a hang.
+    pub watchdog: Duration,
+    /// A legitimate host must get through within this under attack.
+    pub legit_deadline: Duration,
+    disrupted: AtomicBool,
+    /// Whoever runs a Flush (or a FUA write, which commits too) holds it
+    /// shared. A resetter may hold it exclusively for the instant between
+    /// sending its Flush and resetting the connection, so that its Flush
+    /// is the one running the group commit when the connection dies (with
+    /// hosts flushing dozens of times a second, the commit is otherwise
+    /// nearly always someone else's and the reset never lands inside it).
+    /// The volume scenario holds it exclusively from a shrink until the
+    /// kill -9 that follows, so that no Flush commits the shrink first.
+    pub flush_gate: Arc<tokio::sync::RwLock<()>>,
+}
+
+impl Ctx {
+    /// A context for strata at `io`.
+    pub fn new(io: SocketAddr, watchdog: Duration, legit_deadline: Duration, report: Report) -> Ctx {
+        Ctx {
+            io,
+            oracle: Mutex::new(Oracle::new()),
+            report: Mutex::new(report),
+            reported: Mutex::new(HashSet::new()),
+            next_writer: AtomicU32::new(1),
+            next_seq: AtomicU64::new(1),
+            watchdog,
+            legit_deadline,
+            disrupted: AtomicBool::new(false),
+            flush_gate: Arc::new(tokio::sync::RwLock::new(())),
+        }
+    }
+
+    /// A writer id not used before in this run.
+    pub fn writer_id(&self) -> u32 {
+        self.next_writer.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A write sequence number not used before in this run.
+    pub fn seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs `f` on the oracle.
+    pub fn oracle<R>(&self, f: impl FnOnce(&mut Oracle) -> R) -> R {
+        f(&mut self.oracle.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Runs `f` on the report.
+    pub fn report<R>(&self, f: impl FnOnce(&mut Report) -> R) -> R {
+        f(&mut self.report.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// A copy of the report as it stands.
+    pub fn snapshot(&self) -> Report {
+        self.report(|r| r.clone())
+    }
+
+    /// Records a failure seen by `scenario`.
+    pub fn fail(&self, scenario: &str, msg: impl Into<String>) {
+        let msg = msg.into();
+        self.report(|r| r.fail(scenario, msg));
+    }
+
+    /// Records an operation that did not finish within the watchdog.
+    pub fn hang(&self, scenario: &str, what: impl std::fmt::Display) {
+        let msg = format!("HANG: {what} did not finish within {:?}", self.watchdog);
+        self.report(|r| {
+            r.hangs += 1;
+            r.fail(scenario, msg)
+        });
+    }
+
+    /// Records a read the oracle rejected. `after` names the restart the
+    /// read follows ("kill -9", "clean restart"), if any: a block whose
+    /// durable value was the suite's data then counts as lost. The same
+    /// block read wrong the same way again is not counted again.
+    pub fn violation(&self, scenario: &str, v: &Violation, after: Option<&str>) {
+        let key = (v.volume, v.lba, v.got.clone());
+        if !self.reported.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
+            return;
+        }
+        let lost = after.is_some() && v.durable_written;
+        let what = match (lost, after) {
+            (true, Some(a)) => format!("LOST after {a}"),
+            (false, Some(a)) => format!("WRONG READ after {a}"),
+            _ => "WRONG READ".to_string(),
+        };
+        let msg = format!("{what}: {v}");
+        self.report(|r| {
+            if lost {
+                r.blocks_lost += 1;
+            } else {
+                r.wrong_reads += 1;
+            }
+            r.fail(scenario, msg)
+        });
+    }
+
+    /// Marks strata as being disrupted on purpose (or not any more).
+    pub fn set_disrupted(&self, on: bool) {
+        self.disrupted.store(on, Ordering::Release);
+    }
+
+    /// True while strata is being killed or restarted on purpose.
+    pub fn disrupted(&self) -> bool {
+        self.disrupted.load(Ordering::Acquire)
+    }
+
+    /// Checks every block of a read of `volume` at `slba` against the
+    /// oracle (`after`: see [`Ctx::violation`]); returns the number of
+    /// violations.
+    pub fn check_blocks(&self, scenario: &str, volume: VolumeId, slba: u64, data: &[u8], after: Option<&str>) -> u64 {
+        let mut bad = 0;
+        for (i, b) in data.chunks(BLOCK_SIZE).enumerate() {
+            let content = block::decode(b);
+            let verdict = self.oracle(|o| o.check_read(volume, slba + i as u64, &content));
+            if let Err(v) = verdict {
+                self.violation(scenario, &v, after);
+                bad += 1;
+            }
+        }
+        self.report(|r| r.bytes_verified += data.len() as u64);
+        bad
+    }
+}
