@@ -83,9 +83,12 @@ pub struct Tuning {
     pub send_timeout: Duration,
     /// Most connections that have not completed Connect. Default: 64.
     pub max_pending_connections: u32,
-    /// Global bytes of write and read data buffers in flight, in MiB.
-    /// Default: 64.
+    /// Global bytes of command state and data buffers, in MiB. I/O
+    /// queues prepay 11 KiB per entry from it, so it also decides how
+    /// many queues can connect. Default: 256.
     pub io_buffer_budget_mib: u64,
+    /// Most connections served at once. Default: 512.
+    pub max_connections: u32,
 }
 
 impl Default for Tuning {
@@ -95,7 +98,8 @@ impl Default for Tuning {
             r2t_timeout: Duration::from_secs(2),
             send_timeout: Duration::from_secs(3),
             max_pending_connections: 64,
-            io_buffer_budget_mib: 64,
+            io_buffer_budget_mib: 256,
+            max_connections: 512,
         }
     }
 }
@@ -108,13 +112,29 @@ impl Tuning {
     /// The settings as lines of strata's TOML config file.
     pub fn to_toml(&self) -> String {
         format!(
-            "handshake_timeout = {}\nr2t_timeout = {}\nsend_timeout = {}\nmax_pending_connections = {}\nio_buffer_budget = \"{}M\"\n",
+            "handshake_timeout = {}\nr2t_timeout = {}\nsend_timeout = {}\nmax_pending_connections = {}\n\
+             io_buffer_budget = \"{}M\"\nmax_connections = {}\n",
             toml_duration(self.handshake_timeout),
             toml_duration(self.r2t_timeout),
             toml_duration(self.send_timeout),
             self.max_pending_connections,
-            self.io_buffer_budget_mib
+            self.io_buffer_budget_mib,
+            self.max_connections,
         )
+    }
+
+    /// The worst-case memory of a strata run with these settings, by the
+    /// formula in `docs/operations.md`: the budget, 24 KiB per pending
+    /// connection, 350 KiB per connection, 48 MiB per runtime thread (one
+    /// per CPU, with the buffer pools) and 64 MiB for the process itself
+    /// (code, metadata, drive engines).
+    pub fn memory_bound_bytes(&self) -> u64 {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        (self.io_buffer_budget_mib << 20)
+            + u64::from(self.max_pending_connections) * (24 << 10)
+            + u64::from(self.max_connections) * (350 << 10)
+            + threads * (48 << 20)
+            + (64 << 20)
     }
 
     /// The longest time strata may take to cut off any attacker.

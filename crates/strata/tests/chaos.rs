@@ -18,7 +18,8 @@ const SEED: u64 = 20261201;
 #[test]
 fn a_minute_of_chaos_loses_nothing_hangs_nothing_and_cuts_off_every_attacker() {
     let mut cfg = ChaosConfig::new(env!("CARGO_BIN_EXE_strata"), Duration::from_secs(60), SEED);
-    cfg.rss_limit_bytes = Some(512 << 20);
+    // The worst case docs/operations.md promises for these settings.
+    cfg.rss_limit_bytes = cfg.tuning.as_ref().map(|t| t.memory_bound_bytes());
     cfg.watchdog = Duration::from_secs(20);
     cfg.progress = true;
     let report = strata_chaos::run(&cfg).expect("the chaos run could not be carried out");
