@@ -102,11 +102,8 @@ pub(crate) struct Drive {
 }
 
 fn random_uuid() -> Result<[u8; 16], StoreError> {
-    use std::io::Read;
     let mut u = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut u))
-        .map_err(|e| StoreError::io("/dev/urandom", "read random drive uuid", e))?;
+    getrandom::fill(&mut u).map_err(|e| StoreError::io("getrandom", "read random drive uuid", e.into()))?;
     Ok(u)
 }
 
