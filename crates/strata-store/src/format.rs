@@ -663,6 +663,44 @@ pub fn decode_journal_block(
     Ok(JournalRead::Record(ops))
 }
 
+/// Recomputes the checksum of a structure whose bytes were changed on
+/// purpose, so that a test or fuzz target reaches the checks behind the
+/// crc (what a broken or newer writer would produce). Each function takes
+/// the structure's bytes as laid out on disk and never panics on short
+/// input (it then does nothing).
+#[cfg(any(test, fuzzing))]
+pub mod reseal {
+    use super::*;
+
+    /// A superblock copy (at least [`SB_LEN`] bytes).
+    pub fn superblock(block: &mut [u8]) {
+        if block.len() >= SB_LEN {
+            let crc = crc32c(&block[..SB_CRC_OFFSET]);
+            put_u32(block, SB_CRC_OFFSET, crc);
+        }
+    }
+
+    /// A checkpoint slot: its header block followed by `extent_count`
+    /// entries (as many as `slot` holds, if fewer).
+    pub fn checkpoint(slot: &mut [u8], extent_count: u64) {
+        if slot.len() < BLOCK {
+            return;
+        }
+        let entries = usize::try_from(extent_count).unwrap_or(usize::MAX).saturating_mul(ENTRY_LEN);
+        let end = BLOCK.saturating_add(entries).min(slot.len());
+        let crc = checkpoint_crc(CheckpointHeader::crc_seed(slot), &slot[BLOCK..end]);
+        put_u32(slot, CK_CRC_OFFSET, crc);
+    }
+
+    /// A journal block ([`BLOCK`] bytes).
+    pub fn journal_block(block: &mut [u8]) {
+        if block.len() >= BLOCK {
+            let crc = journal_crc(block);
+            put_u32(block, JB_CRC_OFFSET, crc);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,6 +44,8 @@
 mod drive;
 mod error;
 mod format;
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
 mod io;
 mod spec;
 mod store;
