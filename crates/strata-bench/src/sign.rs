@@ -37,10 +37,11 @@
 //!   beside the secret key as `KEYFILE.pub`. A bare 64-hex string is
 //!   accepted wherever a public key is expected.
 //!
-//! Keys come from `/dev/urandom` (no RNG crate for 32 bytes on Linux).
+//! Keys come from the operating system through the `getrandom` crate, the
+//! project's one random-bytes source.
 
 use std::fmt;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -56,25 +57,14 @@ pub const SECRET_KEY_TAG: &str = "strata-bench-ed25519-secret-key:";
 pub const PUBLIC_KEY_TAG: &str = "strata-bench-ed25519-public-key:";
 const ALGORITHM: &str = "ed25519";
 
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Lower-case hex only: an upper-case digit is a changed byte.
+/// Decodes exactly `N` bytes of lower-case hex. Upper case is refused:
+/// signing writes lower case, so an upper-case digit is a changed byte.
 fn from_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let s = s.as_bytes();
-    if s.len() != N * 2 {
+    if s.bytes().any(|c| c.is_ascii_uppercase()) {
         return None;
     }
     let mut out = [0u8; N];
-    for (o, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
-        *o = digit(pair[0])? << 4 | digit(pair[1])?;
-    }
+    hex::decode_to_slice(s, &mut out).ok()?;
     Some(out)
 }
 
@@ -128,7 +118,7 @@ impl fmt::Debug for PublicKey {
 
 impl fmt::Display for PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&to_hex(self.0.as_bytes()))
+        f.write_str(&hex::encode(self.0.as_bytes()))
     }
 }
 
@@ -191,13 +181,13 @@ impl SecretKey {
     ///
     /// # Errors
     ///
-    /// [`KeyError::Io`] when `/dev/urandom` cannot be read.
+    /// [`KeyError::Io`] when the operating system's random source fails.
     pub fn generate() -> Result<SecretKey, KeyError> {
-        let path = Path::new("/dev/urandom");
         let mut seed = [0u8; 32];
-        std::fs::File::open(path)
-            .and_then(|mut f| f.read_exact(&mut seed))
-            .map_err(|source| KeyError::Io { path: path.into(), source })?;
+        getrandom::fill(&mut seed).map_err(|e| KeyError::Io {
+            path: "the operating system's random source (getrandom)".into(),
+            source: e.into(),
+        })?;
         let key = SecretKey::from_seed(seed);
         seed.fill(0);
         Ok(key)
@@ -267,7 +257,7 @@ impl SecretKey {
                 io(path)(e)
             }
         })?;
-        let text = format!("{SECRET_KEY_TAG}{}\n", to_hex(self.0.as_bytes()));
+        let text = format!("{SECRET_KEY_TAG}{}\n", hex::encode(self.0.as_bytes()));
         f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(io(path))?;
         std::fs::write(&pub_path, self.public().to_file_text()).map_err(io(&pub_path))?;
         Ok(pub_path)
@@ -323,7 +313,7 @@ pub fn sign_report(body: &[u8], key: &SecretKey) -> Vec<u8> {
     let block = SignatureBlock {
         algorithm: ALGORITHM.into(),
         public_key: key.public().to_string(),
-        value: to_hex(&sig.to_bytes()),
+        value: hex::encode(sig.to_bytes()),
     };
     envelope(&block, body)
 }
@@ -551,6 +541,16 @@ mod tests {
         assert_eq!(PublicKey::load_or_parse(&k.public().to_string()).unwrap(), k.public());
         assert!(matches!(k.write_new(&path), Err(KeyError::Exists { .. })), "never overwrites");
         assert_ne!(SecretKey::generate().unwrap().public(), k.public(), "keys are random");
+    }
+
+    #[test]
+    fn hex_is_exact_length_and_lower_case_only() {
+        assert_eq!(from_hex::<2>("00ff"), Some([0, 0xff]));
+        assert_eq!(from_hex::<2>("00FF"), None);
+        assert_eq!(from_hex::<2>("00f"), None);
+        assert_eq!(from_hex::<2>("00ff00"), None);
+        assert_eq!(from_hex::<2>("00fg"), None);
+        assert_eq!(from_hex::<1>("é"), None);
     }
 
     #[test]

@@ -47,7 +47,7 @@ use crate::gate::{BaselineError, BaselineLookup, Gate, ResolvedGate, Scope, Stop
 use crate::report::{Report, WorkloadReport};
 use crate::result::WorkloadResult;
 use crate::spec::{MAX_POLL_US, Pattern, TargetSpec, WorkloadSpec};
-use crate::units::{parse_duration, parse_size};
+use crate::units::parse_duration;
 
 /// Why a job file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +102,7 @@ impl<'de> Deserialize<'de> for Size {
                 Ok(Size(v))
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Size, E> {
-                parse_size(v).map(Size).map_err(E::custom)
+                strata_block::parse_size(v).map(Size).map_err(E::custom)
             }
         }
         d.deserialize_any(V)

@@ -4,16 +4,18 @@
 //!   `2h` (`ns`, `us`, `ms`, `s`, `m`, `h`). A bare number is refused:
 //!   "10" could mean seconds or milliseconds, and a benchmark that runs
 //!   1000 times longer than meant is worse than an error.
-//! - Sizes are bytes with an optional binary suffix, as in fio: `4096`,
-//!   `4k`, `128K`, `1M`, `1G`, `1T` (also `KiB`/`KB` and so on; all of them
-//!   mean powers of 1024).
+//! - Sizes are parsed by the project's one size parser,
+//!   [`strata_block::parse_size`], so a job file, the bench command line,
+//!   volume sizes and drive specs read `4k`, `1.5G` or `1P` alike (binary
+//!   units in any case, `K`/`KB`/`KiB` spellings, exact fractions). This
+//!   module only formats sizes, in fio's short style (`4k`, `128k`).
 //!
 //! Parsers never panic: overflow, negative and non-finite numbers are
 //! [`UnitError`]s that name the input.
 
 use std::time::Duration;
 
-/// Why a duration or size did not parse.
+/// Why a duration did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UnitError {
@@ -27,7 +29,7 @@ pub enum UnitError {
         input: String,
     },
     /// A unit this parser does not know.
-    #[error("{input:?}: unknown unit {unit:?} (durations: ns, us, ms, s, m, h; sizes: k, M, G, T)")]
+    #[error("{input:?}: unknown unit {unit:?} (durations: ns, us, ms, s, m, h)")]
     UnknownUnit {
         /// What was given.
         input: String,
@@ -92,38 +94,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
     Duration::try_from_secs_f64(v * secs_per_unit).map_err(|_| UnitError::Overflow { input: s.to_string() })
 }
 
-/// Parses a size in bytes such as `4096`, `4k` or `1G` (binary multiples).
-///
-/// # Errors
-///
-/// [`UnitError`] for an empty string, an unknown suffix, a bad number, a
-/// fraction of a byte or a value beyond `u64::MAX`.
-pub fn parse_size(s: &str) -> Result<u64, UnitError> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err(UnitError::Empty);
-    }
-    let (num, unit) = split_number(s);
-    let v = number(num, s)?;
-    let shift = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(UnitError::UnknownUnit { input: s.to_string(), unit: unit.to_string() }),
-    };
-    let bytes = v * (1u64 << shift) as f64;
-    if bytes.fract() != 0.0 {
-        return Err(UnitError::BadNumber { input: s.to_string() });
-    }
-    // 2^64 is exactly representable; anything at or above it overflows.
-    if bytes >= 18_446_744_073_709_551_616.0 {
-        return Err(UnitError::Overflow { input: s.to_string() });
-    }
-    Ok(bytes as u64)
-}
-
 /// Formats a duration the way [`parse_duration`] reads it back.
 pub fn format_duration(d: Duration) -> String {
     let ns = d.as_nanos();
@@ -140,7 +110,9 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
-/// Formats a byte count with the largest binary suffix that divides it.
+/// Formats a byte count with the largest binary suffix that divides it, in
+/// fio's short style (`4k`, `128k`, `1M`): a label for reports, which
+/// [`strata_block::parse_size`] reads back.
 pub fn format_size(bytes: u64) -> String {
     for (shift, suffix) in [(40, "T"), (30, "G"), (20, "M"), (10, "k")] {
         if bytes != 0 && bytes.is_multiple_of(1 << shift) {
@@ -181,33 +153,12 @@ mod tests {
     }
 
     #[test]
-    fn sizes_use_binary_multiples() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("4k"), Ok(4096));
-        assert_eq!(parse_size("4K"), Ok(4096));
-        assert_eq!(parse_size("128KiB"), Ok(128 << 10));
-        assert_eq!(parse_size("1M"), Ok(1 << 20));
-        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
-        assert_eq!(parse_size("2T"), Ok(2 << 40));
-        assert_eq!(parse_size("100_000"), Ok(100_000));
-    }
-
-    #[test]
-    fn bad_sizes_are_rejected() {
-        assert_eq!(parse_size(" "), Err(UnitError::Empty));
-        assert!(matches!(parse_size("4q"), Err(UnitError::UnknownUnit { .. })));
-        assert!(matches!(parse_size("0.5"), Err(UnitError::BadNumber { .. })));
-        assert!(matches!(parse_size("-4k"), Err(UnitError::BadNumber { .. })));
-        assert!(matches!(parse_size("16777216T"), Err(UnitError::Overflow { .. })));
-    }
-
-    #[test]
     fn formatting_round_trips() {
         for d in [Duration::ZERO, Duration::from_secs(10), Duration::from_millis(1500), Duration::from_nanos(3)] {
             assert_eq!(parse_duration(&format_duration(d)), Ok(d));
         }
         for b in [0, 512, 4096, 1 << 20, 3 << 30, 12345] {
-            assert_eq!(parse_size(&format_size(b)), Ok(b));
+            assert_eq!(strata_block::parse_size(&format_size(b)), Ok(b));
         }
         assert_eq!(format_size(4096), "4k");
     }

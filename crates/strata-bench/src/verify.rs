@@ -94,10 +94,6 @@ pub(crate) enum BlockCheck {
     Mismatch(String),
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// Checks one block read from `lba`.
 pub(crate) fn check_block(block: &[u8], lba: u64) -> BlockCheck {
     if block[..MAGIC_LEN] != MAGIC {
@@ -106,7 +102,7 @@ pub(crate) fn check_block(block: &[u8], lba: u64) -> BlockCheck {
         }
         return BlockCheck::Mismatch(format!(
             "expected the verify pattern of LBA {lba}, found no pattern header (first bytes {})",
-            hex(&block[..16])
+            hex::encode(&block[..16])
         ));
     }
     let written_lba = read_u64(block, LBA_OFFSET);

@@ -68,14 +68,12 @@ impl Default for HostConfig {
     }
 }
 
-/// A random version-4 UUID from `/dev/urandom`. If that cannot be read,
-/// falls back to std's randomly keyed hasher over the time and process
-/// ID, which is unique enough for a host NQN.
+/// A random version-4 UUID from the operating system (`getrandom`). If
+/// that fails, falls back to std's randomly keyed hasher over the time and
+/// process ID, which is unique enough for a host NQN.
 pub(crate) fn random_uuid() -> [u8; 16] {
-    use std::io::Read;
     let mut b = [0u8; 16];
-    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok();
-    if !ok {
+    if getrandom::fill(&mut b).is_err() {
         use std::hash::{BuildHasher, Hasher};
         for (i, chunk) in b.chunks_mut(8).enumerate() {
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -92,16 +90,11 @@ pub(crate) fn random_uuid() -> [u8; 16] {
     b
 }
 
-/// The canonical 8-4-4-4-12 text form of a UUID.
+/// The canonical 8-4-4-4-12 text form of a UUID (lower-case, as nvme-cli
+/// writes host NQNs).
 pub(crate) fn format_uuid(u: &[u8; 16]) -> String {
-    let mut s = String::with_capacity(36);
-    for (i, byte) in u.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            s.push('-');
-        }
-        s.push_str(&format!("{byte:02x}"));
-    }
-    s
+    let h = hex::encode(u);
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::MetaError;
-use crate::record::{VolumeRecord, check_record, hex_decode, hex_encode};
+use crate::record::{VolumeRecord, check_record, hex_decode};
 
 /// The newest value format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -92,9 +92,9 @@ pub(crate) fn encode_volume(rec: &VolumeRecord) -> Vec<u8> {
         block_size: rec.block_size,
         nqn: rec.nqn.clone(),
         nsid: rec.nsid,
-        nguid: hex_encode(&rec.nguid),
-        uuid: hex_encode(&rec.uuid),
-        eui64: hex_encode(&rec.eui64),
+        nguid: hex::encode(rec.nguid),
+        uuid: hex::encode(rec.uuid),
+        eui64: hex::encode(rec.eui64),
         allowed_hosts: rec.allowed_hosts.clone(),
         created_unix: rec.created_unix,
         generation: rec.generation,
@@ -162,7 +162,7 @@ pub(crate) fn decode_volume(name: &str, bytes: &[u8]) -> Result<VolumeRecord, Me
 
 /// Encodes a config value at the current format version.
 pub(crate) fn encode_config(value: &[u8]) -> Vec<u8> {
-    let v = ConfigV1 { format: FORMAT_VERSION, hex: hex_encode(value) };
+    let v = ConfigV1 { format: FORMAT_VERSION, hex: hex::encode(value) };
     // As in `encode_volume`: cannot fail.
     serde_json::to_vec(&v).expect("serialising a ConfigV1 cannot fail")
 }
@@ -177,17 +177,7 @@ pub(crate) fn decode_config(key: &str, bytes: &[u8]) -> Result<Vec<u8>, MetaErro
     probe_version(&label, bytes)?;
     let v: ConfigV1 = serde_json::from_slice(bytes)
         .map_err(|e| MetaError::corrupt(&label, format!("bad version-1 config value: {e}")))?;
-    decode_hex_vec(&v.hex).ok_or_else(|| MetaError::corrupt(&label, "value is not an even number of hex digits"))
-}
-
-fn decode_hex_vec(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    s.as_bytes()
-        .chunks_exact(2)
-        .map(|pair| std::str::from_utf8(pair).ok().and_then(hex_decode::<1>).map(|b| b[0]))
-        .collect()
+    hex::decode(&v.hex).map_err(|_| MetaError::corrupt(&label, "value is not an even number of hex digits"))
 }
 
 #[cfg(test)]

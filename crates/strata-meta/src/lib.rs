@@ -29,6 +29,8 @@
 
 mod error;
 mod format;
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
 mod mem;
 mod record;
 mod redb_store;

@@ -61,18 +61,18 @@ impl VolumeRecord {
 
     /// The UUID in its 8-4-4-4-12 lower-case text form.
     pub fn uuid_string(&self) -> String {
-        let h = hex_encode(&self.uuid);
+        let h = hex::encode(self.uuid);
         format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
     }
 
     /// The NGUID as 32 lower-case hex digits.
     pub fn nguid_hex(&self) -> String {
-        hex_encode(&self.nguid)
+        hex::encode(self.nguid)
     }
 
     /// The EUI-64 as 16 lower-case hex digits.
     pub fn eui64_hex(&self) -> String {
-        hex_encode(&self.eui64)
+        hex::encode(self.eui64)
     }
 
     /// Whether `host_nqn` may see this volume.
@@ -168,29 +168,10 @@ pub(crate) fn check_record(rec: &VolumeRecord) -> Result<(), MetaError> {
     check_hosts(&rec.allowed_hosts)
 }
 
-/// Lower-case hex of `bytes`.
-pub(crate) fn hex_encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    s
-}
-
 /// Decodes hex (either case) into exactly `N` bytes, or `None`.
 pub(crate) fn hex_decode<const N: usize>(s: &str) -> Option<[u8; N]> {
-    if s.len() != N * 2 {
-        return None;
-    }
     let mut out = [0u8; N];
-    for (o, pair) in out.iter_mut().zip(s.as_bytes().chunks_exact(2)) {
-        let hi = char::from(pair[0]).to_digit(16)?;
-        let lo = char::from(pair[1]).to_digit(16)?;
-        // Both digits are < 16, so the value fits a byte.
-        *o = u8::try_from(hi * 16 + lo).ok()?;
-    }
+    hex::decode_to_slice(s, &mut out).ok()?;
     Some(out)
 }
 
@@ -240,7 +221,7 @@ mod tests {
     #[test]
     fn hex_round_trips_and_rejects_garbage() {
         let b = [0x00, 0x7f, 0x80, 0xff];
-        assert_eq!(hex_decode::<4>(&hex_encode(&b)), Some(b));
+        assert_eq!(hex_decode::<4>(&hex::encode(b)), Some(b));
         assert_eq!(hex_decode::<4>("007F80FF"), Some(b));
         assert_eq!(hex_decode::<4>("007f80f"), None);
         assert_eq!(hex_decode::<4>("007f80fg"), None);

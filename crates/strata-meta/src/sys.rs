@@ -1,24 +1,24 @@
 //! What the store takes from the operating system: randomness and the clock.
 //!
 //! Kept in one leaf so that tests and future backends see the two sources
-//! of non-determinism in one place. Randomness comes from `/dev/urandom`
-//! through `std` (no `unsafe`, no extra crate); on Linux it never blocks
-//! once the kernel's pool is initialised, which happens early in boot.
+//! of non-determinism in one place. Randomness comes from the `getrandom`
+//! crate (the `getrandom(2)` system call on Linux), the project's one
+//! random-bytes source; it never blocks once the kernel's pool is
+//! initialised, which happens early in boot.
 
-use std::io::Read;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::MetaError;
 
-const URANDOM: &str = "/dev/urandom";
-
 /// 32 bytes from the operating system's random source.
 pub(crate) fn random_bytes() -> Result<[u8; 32], MetaError> {
-    let io =
-        |source| MetaError::Io { what: "reading random bytes from", path: Path::new(URANDOM).to_path_buf(), source };
     let mut buf = [0u8; 32];
-    std::fs::File::open(URANDOM).and_then(|mut f| f.read_exact(&mut buf)).map_err(io)?;
+    getrandom::fill(&mut buf).map_err(|e| MetaError::Io {
+        what: "reading random bytes from",
+        path: PathBuf::from("the operating system (getrandom)"),
+        source: e.into(),
+    })?;
     Ok(buf)
 }
 

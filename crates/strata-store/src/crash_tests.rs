@@ -482,3 +482,203 @@ async fn mapping_is_never_durable_before_the_zeroing_under_it() {
     }
     assert!(survived > 0, "some cut must land after the journal write");
 }
+
+// Every field of the newest journal record and of each checkpoint slot,
+// damaged a byte at a time, on an image built through the store's API with
+// the history of its durable states (`crate::fuzzing`): the drive opens to
+// a state that was durable, or refuses with an error; never anything else.
+
+/// An image whose ring has wrapped into checkpoints, that was reopened, and
+/// whose newest records are journal records after the newest checkpoint.
+fn history_image() -> &'static crate::fuzzing::Image {
+    static IMAGE: std::sync::OnceLock<crate::fuzzing::Image> = std::sync::OnceLock::new();
+    IMAGE.get_or_init(|| crate::fuzzing::Image::build(11, 40, 17))
+}
+
+/// Fields of a journal block and of a checkpoint header as (name, offset,
+/// length), from the format tables in `format.rs`.
+const JOURNAL_FIELDS: [(&str, usize, usize); 8] = [
+    ("magic", 0, 8),
+    ("version", 8, 4),
+    ("count", 12, 4),
+    ("uuid", 16, 16),
+    ("seq", 32, 8),
+    ("crc", 40, 4),
+    ("_unused", 44, 4),
+    ("entries", 48, 4096 - 48),
+];
+const CHECKPOINT_FIELDS: [(&str, usize, usize); 7] = [
+    ("magic", 0, 8),
+    ("version", 8, 4),
+    ("_unused", 12, 4),
+    ("uuid", 16, 16),
+    ("seq", 32, 8),
+    ("extent_count", 40, 8),
+    ("crc", 48, 4),
+];
+
+/// Offsets to flip within a field: every byte of a short field; the
+/// first and last 32 bytes and one in the middle of a long one.
+fn offsets(off: usize, len: usize) -> Vec<usize> {
+    if len <= 64 {
+        (off..off + len).collect()
+    } else {
+        (off..off + 32).chain([off + len / 2]).chain(off + len - 32..off + len).collect()
+    }
+}
+
+/// Opens `img` with byte `at` flipped; checks the outcome is a durable
+/// state or an error, and returns the state (or None for an error).
+fn open_flipped(img: &crate::fuzzing::Image, at: u64, what: &str) -> Option<crate::fuzzing::Table> {
+    let mut bytes = img.bytes.clone();
+    bytes[at as usize] ^= 0x5a;
+    match crate::fuzzing::recover(bytes) {
+        Ok(r) => {
+            assert!(img.durable.contains(&r.table), "{what}: recovered a state that was never durable");
+            assert!(r.reopened == r.table, "{what}: a second open recovered another state");
+            Some(r.table)
+        }
+        Err(e) => {
+            assert!(matches!(e, StoreError::Corrupt { .. } | StoreError::UnsupportedVersion { .. }), "{what}: {e}");
+            None
+        }
+    }
+}
+
+/// The slot of the newest valid checkpoint, and the seq of the newest
+/// journal record that follows it.
+fn newest(img: &crate::fuzzing::Image) -> (usize, u64) {
+    use crate::format::{CheckpointHeader, JournalRead, decode_journal_block};
+    let sb = &img.sb;
+    let header = |slot: usize| {
+        let off = sb.ckpt_slot_offset(slot) as usize;
+        CheckpointHeader::decode(&img.bytes[off..off + 4096], &sb.uuid, sb.extent_count).ok()
+    };
+    let (slot, ckpt_seq) = match (header(0), header(1)) {
+        (Some(a), Some(b)) if b.seq > a.seq => (1, b.seq),
+        (Some(a), _) => (0, a.seq),
+        (None, Some(b)) => (1, b.seq),
+        (None, None) => panic!("the image has no valid checkpoint"),
+    };
+    let mut last = ckpt_seq;
+    loop {
+        let off = sb.journal_block_offset(last + 1) as usize;
+        match decode_journal_block(&img.bytes[off..off + 4096], &sb.uuid, last + 1, sb.extent_count) {
+            Ok(JournalRead::Record(_)) => last += 1,
+            _ => break,
+        }
+    }
+    assert!(last > ckpt_seq, "the image must end with journal records after its newest checkpoint");
+    (slot, last)
+}
+
+#[test]
+fn a_damaged_newest_journal_record_rolls_back_exactly_one_commit() {
+    let img = history_image();
+    let (_, last) = newest(img);
+    let before_last = &img.durable[img.durable.len() - 2];
+    let block = img.sb.journal_block_offset(last);
+    for (field, off, len) in JOURNAL_FIELDS {
+        for at in offsets(off, len) {
+            let what = format!("journal record {last}, {field} byte {at}");
+            // Every byte of a record is under its crc: replay ends before it.
+            assert_eq!(open_flipped(img, block + at as u64, &what).as_ref(), Some(before_last), "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_damaged_checkpoint_slot_falls_back_to_a_durable_state() {
+    let img = history_image();
+    let (newest_slot, _) = newest(img);
+    let last = img.durable.last();
+    let sb = &img.sb;
+    let entries = usize::try_from(sb.extent_count).unwrap() * crate::format::ENTRY_LEN;
+    for slot in 0..2 {
+        let base = sb.ckpt_slot_offset(slot);
+        let fields = CHECKPOINT_FIELDS.iter().copied().chain([("entries", 4096, entries)]);
+        for (field, off, len) in fields {
+            for at in offsets(off, len) {
+                let what = format!("checkpoint slot {slot}, {field} byte {at}");
+                let got = open_flipped(img, base + at as u64, &what);
+                if slot != newest_slot {
+                    // The older checkpoint is not read past its header.
+                    assert_eq!(got.as_ref(), last, "{what}");
+                } else {
+                    // The older checkpoint and what is left of the journal
+                    // after it: an earlier state, never a newer one.
+                    assert!(got.is_some_and(|t| Some(&t) != last), "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// Regression (found by the `store_recovery` fuzz target): when the
+/// newest checkpoint is damaged, recovery falls back to the older one and
+/// replays only the records that follow it, so its last seq is below seqs
+/// already on the disk. `LoadedDrive::into_drive` jumped to
+/// `last_seq + journal_blocks + 1`, which could be the very seq of the
+/// lost checkpoint, and the records that followed the lost checkpoint
+/// became replayable again on the next open. If, in between, the store
+/// handed one of their extents to another volume and that volume wrote to
+/// it, the next open mapped the extent back to its old owner, who read the
+/// other volume's data. Recovery now places the next seqs past the newest
+/// valid record in the ring.
+#[tokio::test]
+async fn a_lost_newest_checkpoint_must_not_resurrect_its_records() {
+    let img = history_image();
+    let (slot, _) = newest(img);
+    let mut bytes = img.bytes.clone();
+    bytes[img.sb.ckpt_slot_offset(slot) as usize] ^= 0x5a;
+    let recovered = crate::fuzzing::recover(bytes.clone()).unwrap().table;
+    let last = img.durable.last().unwrap();
+    // An extent the lost commits gave to (vol, lext), free after recovery.
+    let (x, lost) = (0..last.len())
+        .find_map(|p| Some((p, last[p].filter(|_| recovered[p].is_none())?)))
+        .expect("the damaged checkpoint loses an allocation");
+    let lowest_free = recovered.iter().position(Option::is_none).unwrap();
+    assert_eq!(x, lowest_free, "premise: the next allocation takes extent {x}");
+    let other = 3 - lost.volume;
+    let unmapped = (0..24u32)
+        .find(|&l| !recovered.iter().flatten().any(|o| o.volume == other && o.lext == l))
+        .expect("the other volume has an unmapped extent");
+    let vol_bytes = 24 * u64::from(EXT);
+    let disk = Arc::new(SimDisk::from_image(bytes));
+    {
+        let s = open_sim(std::slice::from_ref(&disk)).unwrap();
+        let v = s.open_volume(other, vol_bytes, 4096).unwrap();
+        let lba = u64::from(unmapped) * BPE;
+        write(&v, lba, patterned(99, lba, BPE), false).await.unwrap();
+    }
+    // A power cut that kept the unflushed data write.
+    disk.crash(|_| true);
+    let s = open_sim(std::slice::from_ref(&disk)).unwrap();
+    let v = s.open_volume(lost.volume, vol_bytes, 4096).unwrap();
+    let lba = u64::from(lost.lext) * BPE;
+    let foreign: Vec<u8> = (0..BPE).flat_map(|i| pattern(99, u64::from(unmapped) * BPE + i)).collect();
+    assert!(read(&v, lba, BPE).await != foreign, "volume {} reads volume {other}'s data", lost.volume);
+}
+
+/// Regression: a checkpoint header with a valid checksum and a seq near
+/// `u64::MAX` (a broken writer) made recovery overflow `seq + 1` (a panic
+/// in debug builds, a wrapped seq in release) instead of refusing it.
+#[test]
+fn a_checksummed_checkpoint_seq_near_the_top_is_refused() {
+    let img = history_image();
+    let (slot, _) = newest(img);
+    let sb = &img.sb;
+    let base = sb.ckpt_slot_offset(slot) as usize;
+    let len = sb.ckpt_slot_len as usize;
+    for seq in [u64::MAX, u64::MAX - sb.journal_blocks, crate::format::MAX_SEQ + 1] {
+        let mut bytes = img.bytes.clone();
+        bytes[base + 32..base + 40].copy_from_slice(&seq.to_le_bytes());
+        crate::format::reseal::checkpoint(&mut bytes[base..base + len], sb.extent_count);
+        // The damaged slot is refused; the other one is used.
+        let r = crate::fuzzing::recover(bytes).unwrap_or_else(|e| panic!("seq {seq}: {e}"));
+        assert!(img.durable.contains(&r.table), "seq {seq}");
+    }
+    let mut ok = vec![0u8; 4096];
+    crate::format::CheckpointHeader::encode(&mut ok, &sb.uuid, crate::format::MAX_SEQ, sb.extent_count, |c| c);
+    assert!(crate::format::CheckpointHeader::decode(&ok, &sb.uuid, sb.extent_count).is_ok());
+}

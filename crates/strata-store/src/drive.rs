@@ -40,7 +40,7 @@ use crate::StoreError;
 use crate::format::{
     BLOCK, CK_ENTRIES_OFFSET, CheckpointHeader, ENTRY_LEN, FormatError, JOURNAL_MAX_ENTRIES, JournalOp, JournalRead,
     Owner, SUPERBLOCK_COPIES, Superblock, checkpoint_crc, decode_entry, decode_journal_block, encode_entry,
-    encode_journal_block,
+    encode_journal_block, journal_block_seq,
 };
 use crate::io::Backend;
 
@@ -112,6 +112,8 @@ pub(crate) struct LoadedDrive {
     pub(crate) sb: Superblock,
     /// The recovered reverse map; the store may free duplicate claims.
     pub(crate) table: Vec<Option<Owner>>,
+    /// The newest journal seq on the disk: the last one replayed, or a
+    /// later one of a valid record the replay did not reach.
     last_seq: u64,
     ckpt_slot: usize,
 }
@@ -131,11 +133,8 @@ pub(crate) struct Drive {
 }
 
 fn random_uuid() -> Result<[u8; 16], StoreError> {
-    use std::io::Read;
     let mut u = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut u))
-        .map_err(|e| StoreError::io("/dev/urandom", "read random drive uuid", e))?;
+    getrandom::fill(&mut u).map_err(|e| StoreError::io("getrandom", "read random drive uuid", e.into()))?;
     Ok(u)
 }
 
@@ -394,8 +393,20 @@ impl LoadedDrive {
                 Err(e) => return Err(fmt_err(&label, "journal", e)),
             }
         }
-        tracing::info!(drive = %label, checkpoint_seq = seq, replayed, "drive recovered");
-        Ok(LoadedDrive { label, class, backend, sb, table, last_seq: last, ckpt_slot: slot })
+        // The newest seq on the disk may lie past the replay: when the
+        // newest checkpoint is damaged, replay starts at the older one and
+        // stops before the records that followed the lost one. The next
+        // seqs must pass those too, or a later replay would take them up
+        // again (and map extents given away since to their old owners).
+        let newest = ring
+            .chunks_exact(BLOCK)
+            .filter_map(|b| journal_block_seq(b, &sb.uuid))
+            .filter(|&s| s <= crate::format::MAX_SEQ)
+            .max()
+            .unwrap_or(0)
+            .max(last);
+        tracing::info!(drive = %label, checkpoint_seq = seq, replayed, newest_seq = newest, "drive recovered");
+        Ok(LoadedDrive { label, class, backend, sb, table, last_seq: newest, ckpt_slot: slot })
     }
 
     /// Puts the drive in service: writes the (possibly reconciled) table as

@@ -44,7 +44,7 @@
 //! | version      | 8      | 4   | [`FORMAT_VERSION`]                             |
 //! | _unused      | 12     | 4   | zero                                           |
 //! | uuid         | 16     | 16  | the drive's uuid                               |
-//! | seq          | 32     | 8   | last journal seq folded into this checkpoint   |
+//! | seq          | 32     | 8   | last journal seq folded in; <= [`MAX_SEQ`]     |
 //! | extent_count | 40     | 8   | `N`                                            |
 //! | crc          | 48     | 4   | crc32c of header 0..48 then all entry bytes    |
 //!
@@ -75,6 +75,12 @@
 //! with [`FormatError::UnsupportedVersion`] and never modified. A future
 //! version that changes any field bumps the number and keeps a reader for
 //! the old one. Fields that retire keep their slot, renamed `_unused`.
+//!
+//! Decoding is exact: every byte the encoder writes as zero (`_unused`
+//! fields, the owner fields of a free entry or free op, journal bytes past
+//! the last entry) must read as zero, so a structure that decodes
+//! re-encodes to the same bytes, and a checksummed structure from a broken
+//! or newer writer is refused rather than half understood.
 
 use crc32c::{crc32c, crc32c_append};
 
@@ -200,6 +206,11 @@ const JOURNAL_BLOCKS_LIMIT: u64 = 1 << 20;
 /// Upper bound on extents per drive: physical extent numbers must fit in
 /// the 48 bits the volume forward map gives them.
 pub const MAX_EXTENTS: u64 = 1 << 40;
+/// Largest checkpoint seq accepted. Seqs grow by one per commit and by the
+/// ring length plus one per open, so no drive comes near it; the bound
+/// keeps recovery's `seq + 1` and `seq + journal_blocks + 1` from
+/// overflowing on a checksummed header from a broken writer.
+pub const MAX_SEQ: u64 = 1 << 62;
 
 /// Why a persistent structure failed validation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -386,6 +397,10 @@ impl Superblock {
         if flags != 0 {
             return Err(FormatError::BadField { field: "flags", value: u64::from(flags) });
         }
+        let unused = get_u32(block, SB_UNUSED_OFFSET);
+        if unused != 0 {
+            return Err(FormatError::BadField { field: "_unused", value: u64::from(unused) });
+        }
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&block[SB_UUID_OFFSET..SB_UUID_OFFSET + SB_UUID_LEN]);
         let sb = Superblock {
@@ -497,6 +512,10 @@ impl CheckpointHeader {
         if version != FORMAT_VERSION {
             return Err(FormatError::UnsupportedVersion { found: version });
         }
+        let unused = get_u32(block, CK_UNUSED_OFFSET);
+        if unused != 0 {
+            return Err(FormatError::BadField { field: "checkpoint._unused", value: u64::from(unused) });
+        }
         if block[CK_UUID_OFFSET..CK_UUID_OFFSET + CK_UUID_LEN] != uuid[..] {
             return Err(FormatError::ForeignUuid);
         }
@@ -504,7 +523,11 @@ impl CheckpointHeader {
         if n != extent_count {
             return Err(FormatError::BadField { field: "extent_count", value: n });
         }
-        Ok(CheckpointHeader { seq: get_u64(block, CK_SEQ_OFFSET), crc: get_u32(block, CK_CRC_OFFSET) })
+        let seq = get_u64(block, CK_SEQ_OFFSET);
+        if seq > MAX_SEQ {
+            return Err(FormatError::BadField { field: "checkpoint.seq", value: seq });
+        }
+        Ok(CheckpointHeader { seq, crc: get_u32(block, CK_CRC_OFFSET) })
     }
 
     /// The crc of the header bytes, to be continued over the entries.
@@ -529,10 +552,25 @@ pub fn encode_entry(out: &mut [u8], owner: Option<Owner>) {
     }
 }
 
-/// Decodes one extent-table entry ([`ENTRY_LEN`] bytes).
+/// Decodes one extent-table entry ([`ENTRY_LEN`] bytes). A free entry
+/// must be all zero, as [`encode_entry`] writes it: anything else under a
+/// valid checksum came from a broken or newer writer.
 pub fn decode_entry(b: &[u8]) -> Result<Option<Owner>, FormatError> {
+    if b.len() < ENTRY_LEN {
+        return Err(FormatError::BadField { field: "entry.length", value: b.len() as u64 });
+    }
     match get_u32(b, ENT_STATE_OFFSET) {
-        ENT_STATE_FREE => Ok(None),
+        ENT_STATE_FREE => {
+            let fields = [
+                ("entry.volume", get_u64(b, ENT_VOLUME_OFFSET)),
+                ("entry.lext", u64::from(get_u32(b, ENT_LEXT_OFFSET))),
+                ("entry.gen", get_u64(b, ENT_GEN_OFFSET)),
+            ];
+            match fields.into_iter().find(|&(_, v)| v != 0) {
+                Some((field, value)) => Err(FormatError::BadField { field, value }),
+                None => Ok(None),
+            }
+        }
         ENT_STATE_OWNED => Ok(Some(Owner {
             volume: get_u64(b, ENT_VOLUME_OFFSET),
             lext: get_u32(b, ENT_LEXT_OFFSET),
@@ -604,6 +642,17 @@ pub enum JournalRead {
     End(String),
 }
 
+/// The seq of `block` if it is a journal record of this drive (magic,
+/// checksum and uuid valid), whatever seq replay expects there: recovery
+/// uses it to place the next seqs past every record on the disk.
+pub fn journal_block_seq(block: &[u8], uuid: &[u8; 16]) -> Option<u64> {
+    (block.len() >= BLOCK
+        && block[JB_MAGIC_OFFSET..JB_MAGIC_OFFSET + JB_MAGIC_LEN] == JB_MAGIC
+        && get_u32(block, JB_CRC_OFFSET) == journal_crc(block)
+        && block[JB_UUID_OFFSET..JB_UUID_OFFSET + JB_UUID_LEN] == uuid[..])
+        .then(|| get_u64(block, JB_SEQ_OFFSET))
+}
+
 /// Decodes the journal block expected to hold record `seq`. Blocks that
 /// are not a valid record with that seq and uuid end replay
 /// ([`JournalRead::End`]); a block with a valid checksum but impossible
@@ -640,6 +689,16 @@ pub fn decode_journal_block(
     if count > JOURNAL_MAX_ENTRIES {
         return Err(FormatError::BadField { field: "journal.count", value: count as u64 });
     }
+    // Every byte the encoder leaves zero must be zero: the checksum says a
+    // writer put them there, and this one never does.
+    let unused = get_u32(block, JB_UNUSED_OFFSET);
+    if unused != 0 {
+        return Err(FormatError::BadField { field: "journal._unused", value: u64::from(unused) });
+    }
+    let entries_end = JB_ENTRIES_OFFSET + count * JE_LEN;
+    if let Some(at) = block[entries_end..BLOCK].iter().position(|&b| b != 0) {
+        return Err(FormatError::BadField { field: "journal.unused_entry_bytes", value: (entries_end + at) as u64 });
+    }
     let mut ops = Vec::with_capacity(count);
     for i in 0..count {
         let e = &block[JB_ENTRIES_OFFSET + i * JE_LEN..][..JE_LEN];
@@ -656,11 +715,59 @@ pub fn decode_journal_block(
                     generation: get_u64(e, JE_GEN_OFFSET),
                 },
             },
-            JE_OP_FREE => JournalOp::Free { extent },
+            JE_OP_FREE => {
+                let fields = [
+                    ("journal.free.lext", u64::from(get_u32(e, JE_LEXT_OFFSET))),
+                    ("journal.free.volume", get_u64(e, JE_VOLUME_OFFSET)),
+                    ("journal.free.gen", get_u64(e, JE_GEN_OFFSET)),
+                ];
+                if let Some((field, value)) = fields.into_iter().find(|&(_, v)| v != 0) {
+                    return Err(FormatError::BadField { field, value });
+                }
+                JournalOp::Free { extent }
+            }
             op => return Err(FormatError::BadField { field: "journal.op", value: u64::from(op) }),
         });
     }
     Ok(JournalRead::Record(ops))
+}
+
+/// Recomputes the checksum of a structure whose bytes were changed on
+/// purpose, so that a test or fuzz target reaches the checks behind the
+/// crc (what a broken or newer writer would produce). Each function takes
+/// the structure's bytes as laid out on disk and never panics on short
+/// input (it then does nothing).
+#[cfg(any(test, fuzzing))]
+pub mod reseal {
+    use super::*;
+
+    /// A superblock copy (at least [`SB_LEN`] bytes).
+    pub fn superblock(block: &mut [u8]) {
+        if block.len() >= SB_LEN {
+            let crc = crc32c(&block[..SB_CRC_OFFSET]);
+            put_u32(block, SB_CRC_OFFSET, crc);
+        }
+    }
+
+    /// A checkpoint slot: its header block followed by `extent_count`
+    /// entries (as many as `slot` holds, if fewer).
+    pub fn checkpoint(slot: &mut [u8], extent_count: u64) {
+        if slot.len() < BLOCK {
+            return;
+        }
+        let entries = usize::try_from(extent_count).unwrap_or(usize::MAX).saturating_mul(ENTRY_LEN);
+        let end = BLOCK.saturating_add(entries).min(slot.len());
+        let crc = checkpoint_crc(CheckpointHeader::crc_seed(slot), &slot[BLOCK..end]);
+        put_u32(slot, CK_CRC_OFFSET, crc);
+    }
+
+    /// A journal block ([`BLOCK`] bytes).
+    pub fn journal_block(block: &mut [u8]) {
+        if block.len() >= BLOCK {
+            let crc = journal_crc(block);
+            put_u32(block, JB_CRC_OFFSET, crc);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -839,6 +946,70 @@ mod tests {
         put_u32(&mut newer, JB_VERSION_OFFSET, 2);
         recrc(&mut newer);
         assert_eq!(decode_journal_block(&newer, &UUID, 1, 10), Err(FormatError::UnsupportedVersion { found: 2 }));
+    }
+
+    // Regressions from the `store_format` fuzz target: each structure's
+    // decoder accepted, under a valid checksum, bytes its encoder never
+    // writes (reserved fields, free entries with an owner, bytes past the
+    // last journal entry), so two different blocks decoded alike and
+    // re-encoding changed the bytes. A broken or newer writer's blocks must
+    // be refused, as unknown superblock flags already were.
+
+    #[test]
+    fn superblock_with_a_nonzero_reserved_field_is_rejected() {
+        let mut b = vec![0u8; BLOCK];
+        sb().encode(&mut b);
+        put_u32(&mut b, SB_UNUSED_OFFSET, 0x27_0000);
+        reseal::superblock(&mut b);
+        assert_eq!(Superblock::decode(&b), Err(FormatError::BadField { field: "_unused", value: 0x27_0000 }));
+    }
+
+    #[test]
+    fn checkpoint_header_with_a_nonzero_reserved_field_is_rejected() {
+        let mut h = vec![0u8; BLOCK];
+        CheckpointHeader::encode(&mut h, &UUID, 5, 3, |c| c);
+        put_u32(&mut h, CK_UNUSED_OFFSET, 0x27_0000);
+        assert_eq!(
+            CheckpointHeader::decode(&h, &UUID, 3),
+            Err(FormatError::BadField { field: "checkpoint._unused", value: 0x27_0000 })
+        );
+    }
+
+    #[test]
+    fn free_checkpoint_entry_with_an_owner_is_rejected() {
+        for (off, field) in
+            [(ENT_VOLUME_OFFSET, "entry.volume"), (ENT_LEXT_OFFSET, "entry.lext"), (ENT_GEN_OFFSET, "entry.gen")]
+        {
+            let mut e = vec![0u8; ENTRY_LEN];
+            e[off] = 1;
+            assert_eq!(decode_entry(&e), Err(FormatError::BadField { field, value: 1 }));
+        }
+        assert_eq!(decode_entry(&[0; ENTRY_LEN]), Ok(None));
+        // Short input is an error too, not a panic.
+        assert!(matches!(decode_entry(&[0; 8]), Err(FormatError::BadField { field: "entry.length", value: 8 })));
+    }
+
+    #[test]
+    fn journal_block_with_bytes_its_encoder_never_writes_is_an_error() {
+        let mut b = vec![0u8; BLOCK];
+        encode_journal_block(&mut b, &UUID, 1, &ops());
+        let cases: [(usize, &str); 5] = [
+            (JB_UNUSED_OFFSET, "journal._unused"),
+            (JB_ENTRIES_OFFSET + 2 * JE_LEN, "journal.unused_entry_bytes"),
+            (BLOCK - 1, "journal.unused_entry_bytes"),
+            // The second op is a free: only its op and extent may be set.
+            (JB_ENTRIES_OFFSET + JE_LEN + JE_LEXT_OFFSET, "journal.free.lext"),
+            (JB_ENTRIES_OFFSET + JE_LEN + JE_GEN_OFFSET, "journal.free.gen"),
+        ];
+        for (off, field) in cases {
+            let mut bad = b.clone();
+            bad[off] = 0x27;
+            reseal::journal_block(&mut bad);
+            match decode_journal_block(&bad, &UUID, 1, 10) {
+                Err(FormatError::BadField { field: f, .. }) => assert_eq!(f, field, "byte {off}"),
+                other => panic!("byte {off}: {other:?}"),
+            }
+        }
     }
 
     #[test]

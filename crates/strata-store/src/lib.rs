@@ -44,6 +44,8 @@
 mod drive;
 mod error;
 mod format;
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
 mod io;
 mod spec;
 mod store;
@@ -60,6 +62,6 @@ mod tests;
 pub use drive::DriveClass;
 pub use error::StoreError;
 pub use format::FORMAT_VERSION;
-pub use spec::{DEFAULT_EXTENT_SIZE, DriveKind, DriveSpec, MAX_EXTENT_SIZE, MIN_EXTENT_SIZE, StoreConfig, parse_size};
+pub use spec::{DEFAULT_EXTENT_SIZE, DriveKind, DriveSpec, MAX_EXTENT_SIZE, MIN_EXTENT_SIZE, StoreConfig};
 pub use store::{DriveStats, Store, StoreStats};
 pub use volume::Volume;

@@ -64,15 +64,16 @@ impl FromStr for DriveSpec {
 
     /// Parses `mem:SIZE`, `PATH:SIZE` or `PATH`. A `PATH` naming an existing
     /// block device is used whole (a size is refused); any other path is a
-    /// file. `SIZE` is a whole number with an optional binary unit: `4096`,
-    /// `512K`, `512M`, `8G`, `1T`, `1GiB`, `64MB` (all powers of 1024).
+    /// file. `SIZE` is in the project's size syntax
+    /// ([`strata_block::parse_size`]): `4096`, `512K`, `512M`, `8G`, `1.5T`,
+    /// `1GiB`, `64MB` (all powers of 1024).
     fn from_str(s: &str) -> Result<DriveSpec, StoreError> {
         let bad = |reason: String| StoreError::BadDriveSpec { spec: s.to_owned(), reason };
         if s.is_empty() {
             return Err(bad("empty; expected PATH[:SIZE] or mem:SIZE".into()));
         }
         if let Some(size) = s.strip_prefix("mem:") {
-            let size = parse_size(size).map_err(bad)?;
+            let size = drive_size(size).map_err(bad)?;
             return Ok(DriveSpec { kind: DriveKind::Mem { size } });
         }
         if s == "mem" {
@@ -82,7 +83,7 @@ impl FromStr for DriveSpec {
         // the colon belongs to the path (rare, but legal on Linux).
         let (path, size) = match s.rsplit_once(':') {
             Some((p, sz)) if !p.is_empty() && sz.starts_with(|c: char| c.is_ascii_digit()) => {
-                (p, Some(parse_size(sz).map_err(bad)?))
+                (p, Some(drive_size(sz).map_err(bad)?))
             }
             _ => (s, None),
         };
@@ -113,14 +114,13 @@ impl FromStr for DriveSpec {
     }
 }
 
-/// Parses a drive size with the project's size syntax
-/// ([`strata_block::parse_size`]: binary units K..E, optional `B`/`iB`,
-/// any case); a drive of zero bytes is refused.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+/// A drive size: the project's size syntax ([`strata_block::parse_size`]:
+/// binary units K..E, optional `B`/`iB`, any case, exact fractions), and
+/// not zero.
+fn drive_size(s: &str) -> Result<u64, String> {
     match strata_block::parse_size(s) {
         Ok(0) => Err(format!("size {s:?} is zero")),
         Ok(v) => Ok(v),
-        Err(strata_block::SizeError::TooLarge { .. }) => Err(format!("size {s:?} overflows 64 bits")),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -183,24 +183,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse_with_binary_units() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("8G"), Ok(8 << 30));
-        assert_eq!(parse_size("1T"), Ok(1 << 40));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("64mb"), Ok(64 << 20));
-        assert_eq!(parse_size("2k"), Ok(2048));
-        assert_eq!(parse_size("7B"), Ok(7));
-    }
-
-    #[test]
-    fn bad_sizes_say_what_is_wrong() {
-        assert!(parse_size("").unwrap_err().contains("number"));
-        assert!(parse_size("G").unwrap_err().contains("number"));
-        assert!(parse_size("8X").unwrap_err().contains("unknown unit"));
-        assert!(parse_size("0").unwrap_err().contains("zero"));
-        assert!(parse_size("99999999999P").unwrap_err().contains("overflows"));
+    fn drive_sizes_use_the_shared_parser_and_refuse_zero() {
+        assert_eq!(drive_size("8G"), Ok(8 << 30));
+        assert_eq!(drive_size("64mb"), Ok(64 << 20));
+        assert!(drive_size("0").unwrap_err().contains("zero"));
+        assert!(drive_size("").unwrap_err().contains("empty"));
+        assert!(drive_size("8X").unwrap_err().contains("unknown unit"));
+        assert!(drive_size("99999999999P").unwrap_err().contains("too large"));
     }
 
     #[test]

@@ -1,77 +1,151 @@
-//! A minimal HTTP/1.1 client for the CLI's volume commands: one request per
-//! connection (`Connection: close`), JSON in and out. The API is local and
-//! ours, so this needs no more than that.
+//! The CLI's HTTP client for the volume commands: one request per
+//! connection, JSON in and out.
+//!
+//! hyper's client connection API does the HTTP/1.1 framing (chunked
+//! bodies included) on a small current-thread tokio runtime built per
+//! call; the CLI makes one request and exits, so a pool, TLS or a shared
+//! runtime would buy nothing. Every call has a deadline covering connect,
+//! send and the whole answer.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::header::{CONNECTION, CONTENT_TYPE, HOST};
+use hyper_util::rt::TokioIo;
 use serde_json::Value;
+
+/// How long one request may take, from connect to the last byte of the
+/// answer. Volume operations are metadata updates; two minutes is far
+/// beyond any healthy answer.
+const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Sends `method path` with an optional JSON body to the API at `base`
 /// (`http://HOST:PORT`) and returns the JSON answer.
 ///
 /// # Errors
 ///
-/// Connection failures (with a hint to start `strata serve`), non-2xx
-/// answers (with the API's error message) and malformed answers.
+/// Connection failures (with a hint to start `strata serve`), no answer
+/// within two minutes, non-2xx answers (with the API's error message) and
+/// malformed answers.
 pub fn request(base: &str, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
-    let hostport = base.strip_prefix("http://").unwrap_or(base).trim_end_matches('/');
-    let mut stream = TcpStream::connect(hostport).with_context(|| {
-        format!("cannot reach the strata API at {base}: is `strata serve` running? (--api or STRATA_API)")
-    })?;
-    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let payload = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
-        payload.len()
-    );
-    stream.write_all(req.as_bytes())?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).context("reading the API answer")?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP answer from the API")?;
-    let status: u16 =
-        head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).context("malformed HTTP status line")?;
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        dechunk(body)?
-    } else {
-        body.to_string()
-    };
-    let json: Value = if body.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&body).context("API answer is not JSON")?
-    };
-    if !(200..300).contains(&status) {
-        let msg = json.get("error").and_then(Value::as_str).unwrap_or("(no message)");
-        bail!("{msg} (HTTP {status})");
-    }
-    Ok(json)
+    request_within(base, method, path, body, TIMEOUT)
 }
 
-fn dechunk(mut s: &str) -> anyhow::Result<String> {
-    let mut out = String::new();
-    loop {
-        let (len, rest) = s.split_once("\r\n").context("bad chunked encoding")?;
-        let n = usize::from_str_radix(len.trim(), 16).context("bad chunk size")?;
-        if n == 0 {
-            return Ok(out);
-        }
-        out.push_str(rest.get(..n).context("short chunk")?);
-        s = rest.get(n + 2..).unwrap_or("");
+fn request_within(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    timeout: Duration,
+) -> anyhow::Result<Value> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("starting the HTTP client's runtime")?;
+    rt.block_on(async {
+        tokio::time::timeout(timeout, exchange(base, method, path, body))
+            .await
+            .map_err(|_| anyhow!("the strata API at {base} did not answer within {timeout:?}"))?
+    })
+}
+
+async fn exchange(base: &str, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+    let hostport = base.strip_prefix("http://").unwrap_or(base).trim_end_matches('/');
+    let stream = tokio::net::TcpStream::connect(hostport).await.with_context(|| {
+        format!("cannot reach the strata API at {base}: is `strata serve` running? (--api or STRATA_API)")
+    })?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .with_context(|| format!("HTTP handshake with the strata API at {base}"))?;
+    // The connection future moves the bytes; it ends when the answer is
+    // read and `sender` is dropped, or with the runtime on a timeout.
+    tokio::spawn(conn);
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, hostport)
+        .header(CONTENT_TYPE, "application/json")
+        .header(CONNECTION, "close")
+        .body(Full::new(Bytes::from(payload)))
+        .with_context(|| format!("building the request {method} {path}"))?;
+    let resp = sender.send_request(req).await.context("sending the request to the API")?;
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.context("reading the API answer")?.to_bytes();
+    let json: Option<Value> =
+        if bytes.trim_ascii().is_empty() { Some(Value::Null) } else { serde_json::from_slice(&bytes).ok() };
+    if !status.is_success() {
+        let msg = match &json {
+            Some(v) => v.get("error").and_then(Value::as_str).unwrap_or("(no message)").to_owned(),
+            None => String::from_utf8_lossy(&bytes).trim().to_owned(),
+        };
+        bail!("{msg} (HTTP {})", status.as_u16());
     }
+    json.context("API answer is not JSON")
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
     use super::*;
 
+    /// A one-shot server: accepts one connection, reads the request head,
+    /// writes `answer` (unless `None`: then it stays silent) and returns
+    /// the request head it read.
+    fn serve_once(answer: Option<&'static str>) -> (String, std::thread::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap() == 1 {
+                head.push(byte[0]);
+            }
+            match answer {
+                Some(a) => s.write_all(a.as_bytes()).unwrap(),
+                None => std::thread::sleep(Duration::from_millis(500)),
+            }
+            String::from_utf8(head).unwrap()
+        });
+        (base, t)
+    }
+
     #[test]
-    fn chunked_bodies_are_joined() {
-        assert_eq!(dechunk("4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n").unwrap(), "{\"a\":1}");
-        assert!(dechunk("zz\r\n").is_err());
+    fn chunked_answers_are_joined() {
+        let (base, t) = serve_once(Some(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n\
+             4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n",
+        ));
+        let v = request(&base, "GET", "/api/v1/volumes", None).unwrap();
+        assert_eq!(v, serde_json::json!({"a": 1}));
+        let head = t.join().unwrap();
+        assert!(head.starts_with("GET /api/v1/volumes HTTP/1.1\r\n"), "{head}");
+        assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
+    }
+
+    #[test]
+    fn api_errors_carry_the_api_message_and_status() {
+        let (base, t) = serve_once(Some(
+            "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n\
+             1d\r\n{\"error\":\"no volume named x\"}\r\n0\r\n\r\n",
+        ));
+        let e = request(&base, "DELETE", "/api/v1/volumes/x", None).unwrap_err();
+        assert_eq!(e.to_string(), "no volume named x (HTTP 404)");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_silent_api_times_out() {
+        let (base, t) = serve_once(None);
+        let e = request_within(&base, "GET", "/api/v1/volumes", None, Duration::from_millis(200)).unwrap_err();
+        assert!(e.to_string().contains("did not answer"), "{e}");
+        t.join().unwrap();
     }
 
     #[test]

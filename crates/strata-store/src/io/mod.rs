@@ -9,14 +9,15 @@
 //! - `Engine`: a file or block device served by one dedicated thread
 //!   (io_uring, or pread/pwrite when io_uring is unavailable); requests go
 //!   over a channel and results come back through `tokio::sync::oneshot`.
-//! - `Sim` (tests only): a RAM disk that keeps a durable image and a
-//!   volatile overlay, to simulate crashes.
+//! - `Sim` (tests and fuzzing only): a RAM disk that keeps a durable image
+//!   and a volatile overlay, to simulate crashes.
 //!
 //! Every buffer is an [`IoBuf`] owned by the request while in flight and
 //! handed back with the result, even on error.
 
 mod mem;
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod sim;
 mod threaded;
 mod uring;
@@ -165,7 +166,7 @@ fn stopped() -> io::Error {
 pub(crate) enum Backend {
     Mem(MemDisk),
     Engine(Engine),
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     Sim(sim::SimHandle),
 }
 
@@ -178,7 +179,7 @@ impl Backend {
                 Ok(())
             }
             Backend::Engine(e) => e.file.read_exact_at(buf, off),
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             Backend::Sim(s) => s.read(off, buf),
         }
     }
@@ -191,7 +192,7 @@ impl Backend {
                 Ok(())
             }
             Backend::Engine(e) => e.file.write_all_at(buf, off),
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             Backend::Sim(s) => s.write(off, buf),
         }
     }
@@ -204,7 +205,7 @@ impl Backend {
                 Ok(())
             }
             Backend::Engine(e) => zero_range(&e.file, e.zero, off, len),
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             Backend::Sim(s) => s.zero(off, len),
         }
     }
@@ -214,7 +215,7 @@ impl Backend {
         match self {
             Backend::Mem(_) => Ok(()),
             Backend::Engine(e) => e.file.sync_data(),
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             Backend::Sim(s) => s.sync(),
         }
     }
@@ -232,7 +233,7 @@ impl Backend {
                 e.submit(Request::Read { off, buf, done });
                 rx.await.unwrap_or_else(|_| (IoBuf::zeroed(len), Err(stopped())))
             }
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             Backend::Sim(s) => {
                 sim::YieldOnce::default().await;
                 let r = s.read(off, &mut buf);
@@ -263,7 +264,7 @@ impl Backend {
                 e.submit(Request::Write { off, buf, done });
                 rx.await.unwrap_or_else(|_| (IoBuf::zeroed(len), Err(stopped())))
             }
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             Backend::Sim(s) => {
                 if !s.is_deferred() {
                     let r = s.write(off, &buf);
@@ -292,7 +293,7 @@ impl Backend {
                 e.submit(Request::Zero { off, len, done });
                 rx.await.unwrap_or_else(|_| Err(stopped()))
             }
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             Backend::Sim(s) => {
                 if !s.is_deferred() {
                     return s.zero(off, len);
@@ -319,7 +320,7 @@ impl Backend {
                 e.submit(Request::Sync { done });
                 rx.await.unwrap_or_else(|_| Err(stopped()))
             }
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             Backend::Sim(s) => {
                 if s.is_deferred() {
                     sim::YieldOnce::default().await;
@@ -340,7 +341,7 @@ impl Backend {
             Backend::Mem(_) => "memory",
             Backend::Engine(e) if e.is_uring() => "io_uring",
             Backend::Engine(_) => "thread",
-            #[cfg(test)]
+            #[cfg(any(test, fuzzing))]
             Backend::Sim(_) => "sim",
         }
     }

@@ -17,6 +17,9 @@
 //! barrier, as the real engines make it). A crash discards what is still
 //! queued. Every async call returns `Pending` once, so that a test can
 //! drop a future at each of its await points.
+//! It can start from a given image, and record the durable prefix of the
+//! disk at every sync: the history of what was ever durable, against which
+//! recovery from a damaged image is checked.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -36,6 +39,8 @@ struct State {
     /// Results of queued mutations applied before their caller asked.
     results: HashMap<u64, Result<(), String>>,
     next_id: u64,
+    /// With `Some((len, images))`, every sync appends `durable[..len]`.
+    history: Option<(usize, Vec<Vec<u8>>)>,
 }
 
 /// A write (`Some` bytes) or a zeroing (`None`) of `len` bytes at `off`.
@@ -140,8 +145,14 @@ impl std::future::Future for YieldOnce {
 
 impl SimDisk {
     pub(crate) fn new(size: u64) -> SimDisk {
+        SimDisk::from_image(vec![0; size as usize])
+    }
+
+    /// A disk whose durable contents are `image`.
+    pub(crate) fn from_image(image: Vec<u8>) -> SimDisk {
+        let size = image.len() as u64;
         let state = State {
-            durable: vec![0; size as usize],
+            durable: image,
             overlay: BTreeMap::new(),
             fail_writes: false,
             fail_syncs: false,
@@ -149,6 +160,7 @@ impl SimDisk {
             queued: Vec::new(),
             results: HashMap::new(),
             next_id: 0,
+            history: None,
         };
         SimDisk {
             size,
@@ -158,6 +170,21 @@ impl SimDisk {
             epoch: AtomicU64::new(0),
             rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
         }
+    }
+
+    /// From now on, every sync records the first `len` durable bytes.
+    pub(crate) fn record_history(&self, len: usize) {
+        self.lock().history = Some((len.min(self.size as usize), Vec::new()));
+    }
+
+    /// The prefixes recorded since [`SimDisk::record_history`].
+    pub(crate) fn take_history(&self) -> Vec<Vec<u8>> {
+        self.lock().history.take().map(|(_, h)| h).unwrap_or_default()
+    }
+
+    /// A copy of the durable contents.
+    pub(crate) fn durable_image(&self) -> Vec<u8> {
+        self.lock().durable.clone()
     }
 
     /// A disk sharing `power` with others.
@@ -196,12 +223,18 @@ impl SimDisk {
     pub(crate) fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
         self.check(off, buf.len() as u64)?;
         let st = self.lock();
-        for (i, b) in buf.iter_mut().enumerate() {
-            let pos = off + i as u64;
-            *b = match st.overlay.get(&(pos / SB)) {
-                Some(blk) => blk[(pos % SB) as usize],
-                None => st.durable[pos as usize],
+        // Block by block: from the overlay where a block has one.
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = off + done as u64;
+            let (bi, within) = (pos / SB, (pos % SB) as usize);
+            let n = (SB as usize - within).min(buf.len() - done);
+            let src = match st.overlay.get(&bi) {
+                Some(blk) => &blk[within..within + n],
+                None => &st.durable[pos as usize..pos as usize + n],
             };
+            buf[done..done + n].copy_from_slice(src);
+            done += n;
         }
         Ok(())
     }
@@ -325,6 +358,10 @@ impl SimDisk {
         for (bi, blk) in overlay {
             let s = (bi * SB) as usize;
             st.durable[s..s + SB as usize].copy_from_slice(&blk);
+        }
+        let st = &mut *st;
+        if let Some((len, images)) = &mut st.history {
+            images.push(st.durable[..*len].to_vec());
         }
         Ok(())
     }
