@@ -29,7 +29,7 @@ mkdir -p /data && mount /dev/ram0 /data
 if dd if=/dev/zero of=/tmp/direct-probe bs=4096 count=1 oflag=direct 2>/dev/null; then
     log "tmpfs takes O_DIRECT in this kernel: a drive there is served"
     rc=0
-    timeout 5 "$STRATA" serve --data-dir /tmp/strata-tmpfs --drive /tmp/tmpfs-drive.img:64M --listen 127.0.0.1:4500 \
+    timeout 10 "$STRATA" serve --data-dir /tmp/strata-tmpfs --drive /tmp/tmpfs-drive.img:64M --listen 127.0.0.1:4500 \
         --discovery 127.0.0.1:4501 --http 127.0.0.1:4502 >/tmp/tmpfs.out 2>&1 || rc=$?
     cat /tmp/tmpfs.out >&2
     check "tmpfs drive served where tmpfs has O_DIRECT" bash -c '[ "$0" = 124 ] && grep -q "serving" /tmp/tmpfs.out' "$rc"
