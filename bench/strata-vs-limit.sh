@@ -6,6 +6,7 @@
 #   bench/strata-vs-limit.sh                 # RUNTIME=10 REPEAT=3
 #   SERVER_CPU=0 CLIENT_CPU=1 RUNTIME=5 REPEAT=1 bench/strata-vs-limit.sh
 #   POLL_US=0 bench/strata-vs-limit.sh       # client sleeps between completions
+#   STRATA=/path/to/old/strata bench/strata-vs-limit.sh   # another build, e.g. a baseline
 #
 # Prints, per workload, the median over REPEAT runs of IOPS, MB/s and
 # p50/p99/p99.9 latency for both servers and the strata/limit ratio, and
@@ -27,7 +28,7 @@ out=bench/results/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 
 cargo build --release -p strata -p transport-limit >&2
-STRATA=$root/target/release/strata
+STRATA=${STRATA:-$root/target/release/strata}
 LIMIT=$root/target/release/transport-limit
 NQN=nqn.2026-11.io.strata:default
 data=$(mktemp -d)
