@@ -4,7 +4,7 @@
 //! What is charged, and when (see `docs/nvme-tcp.md`):
 //! - an I/O queue prepays, at Connect, the state and in-capsule buffer of
 //!   every command its queue can hold, as Linux nvmet and SPDK preallocate
-//!   per queue. So reading a queue's socket never waits for budget: data a
+//!   per queue (or the Connect is refused, to be retried). So reading a queue's socket never waits for budget: data a
 //!   host sends for an R2T can never be stuck behind a capsule that waits
 //!   for memory (that would make a well-behaved host miss its R2T
 //!   deadline);

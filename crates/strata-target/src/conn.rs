@@ -417,24 +417,25 @@ impl Conn<'_> {
     }
 
     /// An I/O queue's Connect first takes, from the buffer budget, the
-    /// memory of every command its queue can hold (see `budget`), waiting
-    /// for it until the handshake deadline; then the queue never waits for
-    /// memory to read its socket. Without it the Connect is answered
-    /// Controller Busy, which hosts retry.
-    async fn prepay_queue(&mut self, cmd: &Command, deadline: Instant) -> Result<(), Cqe> {
+    /// memory of every command its queue can hold (see `budget`); then the
+    /// queue never waits for memory to read its socket. When the budget
+    /// cannot give it now, the Connect is answered Controller Busy, which
+    /// hosts retry: it does not wait in the budget's line, where a stream
+    /// of Connects that cannot be served would hold up commands.
+    fn prepay_queue(&mut self, cmd: &Command) -> Result<(), Cqe> {
         let c = strata_nvme::fabrics::ConnectCmd::decode(&cmd.sqe);
         if c.qid == 0 {
             return Ok(());
         }
-        let bytes = transport::queue_memory(&transport_limits(&self.inner.config), usize::from(c.sqsize) + 1);
-        let wait = self.inner.budget.clone().acquire(bytes);
-        match tokio::time::timeout_at(deadline.into(), wait).await {
-            Ok(permit) => {
+        let entries = (usize::from(c.sqsize) + 1).min(usize::from(crate::MAX_QUEUE_SIZE));
+        let bytes = transport::queue_memory(&transport_limits(&self.inner.config), entries);
+        match self.inner.budget.try_acquire(bytes) {
+            Some(permit) => {
                 self.queue_permit = Some(permit);
                 Ok(())
             }
-            Err(_) => {
-                tracing::warn!(peer = %self.peer, qid = c.qid, bytes, "I/O queue refused: no buffer budget for its commands");
+            None => {
+                tracing::warn!(peer = %self.peer, qid = c.qid, bytes, "I/O queue refused for now: no buffer budget for its commands");
                 Err(Cqe::new(cmd.sqe.cid(), Status::CONNECT_CONTROLLER_BUSY))
             }
         }
@@ -464,7 +465,7 @@ impl Conn<'_> {
                 match input {
                     Input::Closed(c) => return End::Host(c),
                     Input::Command(cmd) if transport::is_connect(&cmd.sqe) => {
-                        if let Err(cqe) = self.prepay_queue(&cmd, deadline).await {
+                        if let Err(cqe) = self.prepay_queue(&cmd) {
                             self.transport.complete(cqe);
                             continue;
                         }

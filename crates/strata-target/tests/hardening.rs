@@ -147,15 +147,20 @@ async fn r2t_hoarders_are_bounded_by_the_budget_and_cut_off() {
     const BUDGET: usize = 8 << 20;
     let cfg = TargetConfig { io_buffer_budget: BUDGET, ..short_deadlines() };
     let f = start_with(cfg, 4096).await;
+    // Queues first (each prepays its commands), the well-behaved host's
+    // too; then the hoarders ask for R2Ts and never send data.
     let mut hoarders = Vec::new();
     for h in 0..4u16 {
         let hostnqn = format!("{HOSTNQN}{h}");
         let (admin, cntlid) = admin_queue(f.io, NQN, &hostnqn, 0).await;
-        let mut io = io_queue(f.io, NQN, &hostnqn, cntlid, 1, 64).await;
-        for cid in 0..64u16 {
-            send(&mut io, &write_sqe(cid, 0, 64), &[]).await;
-        }
+        let io = io_queue(f.io, NQN, &hostnqn, cntlid, 1, 64).await;
         hoarders.push((admin, io));
+    }
+    let host = Controller::connect(f.io, NQN, &HostConfig::default()).await.expect("a host can connect");
+    for (_, io) in &mut hoarders {
+        for cid in 0..64u16 {
+            send(io, &write_sqe(cid, 0, 64), &[]).await;
+        }
     }
     let peak = Arc::new(AtomicU64::new(0));
     let watch = {
@@ -167,19 +172,21 @@ async fn r2t_hoarders_are_bounded_by_the_budget_and_cut_off() {
             }
         })
     };
-    // A legitimate host's writes get through once the hoarders are cut,
-    // large ones (R2T) too: its data is read even while it waits for
-    // budget, so it never misses its own R2T deadline.
+    // A legitimate host's writes get through: small ones at once (their
+    // buffers were prepaid with the queue), large ones (R2T) once the
+    // hoarders are cut; its data is read even while it waits for budget,
+    // so it never misses its own R2T deadline.
     let started = Instant::now();
-    let host = tokio::time::timeout(Duration::from_secs(20), async {
-        let host = verified_io(f.io, 11).await;
+    tokio::time::timeout(Duration::from_secs(20), async {
+        let small = Rng::new(11).bytes(BS);
+        host.write(1, 7, small.clone(), false).await.expect("a small write");
+        assert_eq!(host.read(1, 7, 1).await.expect("read")[..], small[..]);
         let big = Rng::new(12).bytes(64 * BS);
         let writes = (0..8u64).map(|i| host.write(1, 1024 + 64 * i, big.clone(), false));
         for r in futures_util::future::join_all(writes).await {
             r.expect("a large write of a well-behaved host");
         }
         assert_eq!(host.read(1, 1024, 64).await.expect("read")[..], big[..]);
-        host
     })
     .await
     .expect("host served in time");
@@ -407,4 +414,23 @@ async fn narrowing_the_access_list_disconnects_hosts_left_out() {
     assert!(eventually(Duration::from_secs(5), || f.target.controller_count() == 0).await);
     assert!(ctrl.read(1, 0, 1).await.is_err(), "a host left out of the list keeps doing I/O");
     assert!(Controller::connect(f.io, NQN, &HostConfig::default()).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_queues_prepay_their_commands_or_are_refused_until_memory_frees() {
+    // 128 entries x (3 KiB state + 8 KiB in-capsule buffer) = 1.4 MiB.
+    let cfg = TargetConfig { io_buffer_budget: 2 << 20, ..short_deadlines() };
+    let f = start_with(cfg, 64).await;
+    let host = HostConfig { io_queue_size: 128, ..HostConfig::default() };
+    let first = Controller::connect(f.io, NQN, &host).await.expect("the first queue fits");
+    assert!(f.target.buffer_bytes_in_use() >= 128 * 11 * 1024);
+    let e = Controller::connect(f.io, NQN, &host).await.expect_err("a second queue does not fit");
+    assert!(e.to_string().contains("busy"), "{e}");
+    first.disconnect().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || f.target.buffer_bytes_in_use() == 0).await,
+        "the queue's memory came back"
+    );
+    let second = verified_io(f.io, 9).await;
+    second.disconnect().await.unwrap();
 }
