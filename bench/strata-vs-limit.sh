@@ -6,7 +6,9 @@
 #   bench/strata-vs-limit.sh                 # RUNTIME=10 REPEAT=3
 #   SERVER_CPU=0 CLIENT_CPU=1 RUNTIME=5 REPEAT=1 bench/strata-vs-limit.sh
 #   POLL_US=0 bench/strata-vs-limit.sh       # client sleeps between completions
-#   STRATA=/path/to/old/strata bench/strata-vs-limit.sh   # another build, e.g. a baseline
+#   STRATA=/path/to/old/strata bench/strata-vs-limit.sh   # another build
+#   BASELINE=/path/to/old/strata bench/strata-vs-limit.sh # a third server in
+#       the same rotation, and a strata/baseline column: before/after a change
 #
 # Prints, per workload, the median over REPEAT runs of IOPS, MB/s and
 # p50/p99/p99.9 latency for both servers and the strata/limit ratio, and
@@ -44,14 +46,14 @@ wait_port() { # wait_port PORT PID: the server PID must be alive and listening
     exit 1
 }
 
-start_strata() {
-    rm -rf "$data/strata"
-    taskset -c "$SERVER_CPU" "$STRATA" serve --data-dir "$data/strata" --drive mem:2G --default-volume-size 1G \
-        --listen 127.0.0.1:4490 --discovery 127.0.0.1:8090 --http 127.0.0.1:7490 >"$out/strata.log" 2>&1 &
+start_strata() { # start_strata BINARY LABEL PORT (the port + 1 and + 2 serve discovery and HTTP)
+    rm -rf "${data:?}/$2"
+    taskset -c "$SERVER_CPU" "$1" serve --data-dir "$data/$2" --drive mem:2G --default-volume-size 1G \
+        --listen "127.0.0.1:$3" --discovery "127.0.0.1:$(($3 + 1))" --http "127.0.0.1:$(($3 + 2))" >"$out/$2.log" 2>&1 &
     SERVER=$!
-    wait_port 4490 "$SERVER"
+    wait_port "$3" "$SERVER"
     # Write the namespace once so that reads hit allocated extents.
-    taskset -c "$CLIENT_CPU" "$STRATA" bench --target "tcp://127.0.0.1:4490/$NQN" --rw write --bs 128k --iodepth 8 \
+    taskset -c "$CLIENT_CPU" "$STRATA" bench --target "tcp://127.0.0.1:$3/$NQN" --rw write --bs 128k --iodepth 8 \
         --size 1G --json >/dev/null
 }
 
@@ -88,23 +90,32 @@ echo "server on CPU $SERVER_CPU, strata bench on CPU $CLIENT_CPU (--poll-us $POL
 # a ratio rather than one.
 start_limit
 LIMIT_PID=$SERVER
-start_strata
+start_strata "$STRATA" strata 4480
 STRATA_PID=$SERVER
+BASELINE_PID=
+if [ -n "${BASELINE:-}" ]; then
+    start_strata "$BASELINE" baseline 4470
+    BASELINE_PID=$SERVER
+fi
 for w in "${WORKLOADS[@]}"; do
     name=${w%%|*}
     read -r -a args <<<"${w#*|}"
     for r in $(seq "$REPEAT"); do
         run_one limit 4491 nqn.test:limit "$name" "$r" "${args[@]}"
-        run_one strata 4490 "$NQN" "$name" "$r" "${args[@]}"
+        run_one strata 4480 "$NQN" "$name" "$r" "${args[@]}"
+        if [ -n "$BASELINE_PID" ]; then
+            run_one baseline 4470 "$NQN" "$name" "$r" "${args[@]}"
+        fi
     done
 done
 kill "$LIMIT_PID" 2>/dev/null || true
-kill -TERM "$STRATA_PID"
-wait "$LIMIT_PID" "$STRATA_PID" 2>/dev/null || true
+kill -TERM "$STRATA_PID" $BASELINE_PID
+wait "$LIMIT_PID" "$STRATA_PID" $BASELINE_PID 2>/dev/null || true
 
 python3 - "$out" "${WORKLOADS[@]}" <<'EOF'
 import json, statistics, sys, glob
 out, workloads = sys.argv[1], [w.split("|")[0] for w in sys.argv[2:]]
+baseline = bool(glob.glob(f"{out}/baseline.*.json"))
 def med(label, name, key):
     vals = []
     for f in sorted(glob.glob(f"{out}/{label}.{name}.*.json")):
@@ -112,11 +123,16 @@ def med(label, name, key):
         r = r["workloads"][0]["result"]
         vals.append(r["latency"][key] if key.endswith("_us") else r[key])
     return statistics.median(vals) if vals else float("nan")
-print(f"{'workload':<22} {'metric':<8} {'limit':>12} {'strata':>12} {'strata/limit':>13}")
+extra = f" {'baseline':>12} {'strata/base':>12}" if baseline else ""
+print(f"{'workload':<22} {'metric':<8} {'limit':>12} {'strata':>12} {'strata/limit':>13}{extra}")
 for w in workloads:
     for key, fmt in [("iops", "{:.0f}"), ("mbps", "{:.1f}"), ("p50_us", "{:.1f}"), ("p99_us", "{:.1f}"), ("p999_us", "{:.1f}")]:
         a, b = med("limit", w, key), med("strata", w, key)
         ratio = b / a if a else float("nan")
-        print(f"{w:<22} {key:<8} {fmt.format(a):>12} {fmt.format(b):>12} {ratio:>13.2f}")
+        line = f"{w:<22} {key:<8} {fmt.format(a):>12} {fmt.format(b):>12} {ratio:>13.2f}"
+        if baseline:
+            c = med("baseline", w, key)
+            line += f" {fmt.format(c):>12} {(b / c if c else float('nan')):>12.2f}"
+        print(line)
 print(f"(raw results: {out})")
 EOF

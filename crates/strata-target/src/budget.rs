@@ -12,39 +12,62 @@
 //!   read starts, until it is on the wire; large admin answers while they
 //!   are sent.
 //!
-//! Waiters are served first come, first served (a tokio semaphore): a
-//! command that waits is not overtaken by later ones, so hosts that hoard
+//! Waiters are served first come, first served: a command that waits is
+//! not overtaken by later ones, so hosts that hoard
 //! buffers can delay a well-behaved host by their deadlines, not starve it.
 //! Everything charged is returned by a command finishing or by a deadline
 //! (R2T, send, drain), so waiting cannot deadlock, and the target's
 //! worst-case memory is this budget plus per-connection constants (see
 //! `docs/operations.md`).
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
 
 /// A byte budget shared by connections. Shared as `Arc<Budget>`.
+///
+/// Fast path: while nobody waits, taking and returning bytes is one
+/// atomic operation each (no lock per I/O). Waiters queue in `line`;
+/// `waiting` mirrors its length so that returns know, without the lock,
+/// whether anyone must be served.
 #[derive(Debug)]
 pub struct Budget {
     limit: usize,
-    bytes: Arc<Semaphore>,
+    used: AtomicUsize,
+    waiting: AtomicUsize,
+    line: Mutex<VecDeque<Waiter>>,
+}
+
+/// A request waiting in line: its size and where to send the grant.
+#[derive(Debug)]
+struct Waiter {
+    bytes: usize,
+    grant: oneshot::Sender<Permit>,
 }
 
 /// Bytes held from a [`Budget`]; returned on drop.
 #[derive(Debug)]
-pub struct Permit(OwnedSemaphorePermit);
+pub struct Permit {
+    budget: Arc<Budget>,
+    bytes: usize,
+}
 
 impl Budget {
-    /// A budget of `limit` bytes (at most [`Semaphore::MAX_PERMITS`]).
+    /// A budget of `limit` bytes.
     pub fn new(limit: usize) -> Arc<Budget> {
-        let limit = limit.clamp(1, Semaphore::MAX_PERMITS);
-        Arc::new(Budget { limit, bytes: Arc::new(Semaphore::new(limit)) })
+        Arc::new(Budget {
+            limit: limit.max(1),
+            used: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            line: Mutex::new(VecDeque::new()),
+        })
     }
 
     /// A budget that never runs out (tests, fuzzing).
     pub fn unlimited() -> Arc<Budget> {
-        Budget::new(Semaphore::MAX_PERMITS)
+        Budget::new(usize::MAX)
     }
 
     /// The limit in bytes.
@@ -54,33 +77,87 @@ impl Budget {
 
     /// Bytes held now.
     pub fn used(&self) -> usize {
-        self.limit - self.bytes.available_permits()
+        self.used.load(Ordering::Acquire)
     }
 
-    /// A request's size in semaphore permits: a request larger than the
-    /// whole budget takes all of it (it could never be granted otherwise).
-    fn permits(&self, bytes: usize) -> u32 {
-        u32::try_from(bytes.min(self.limit)).unwrap_or(u32::MAX)
+    fn line(&self) -> std::sync::MutexGuard<'_, VecDeque<Waiter>> {
+        // Single push/pop updates: a panic cannot leave it half-done.
+        self.line.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes `bytes` if they fit now. A request larger than the whole
+    /// budget takes all of it (it could never be granted otherwise).
+    fn take(self: &Arc<Self>, bytes: usize) -> Option<Permit> {
+        let bytes = bytes.min(self.limit);
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            if self.limit - used < bytes {
+                return None;
+            }
+            match self.used.compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some(Permit { budget: self.clone(), bytes }),
+                Err(now) => used = now,
+            }
+        }
     }
 
     /// Takes `bytes` if they are available now and nobody waits for them.
-    pub fn try_acquire(&self, bytes: usize) -> Option<Permit> {
-        self.bytes.clone().try_acquire_many_owned(self.permits(bytes)).ok().map(Permit)
+    pub fn try_acquire(self: &Arc<Self>, bytes: usize) -> Option<Permit> {
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        self.take(bytes)
     }
 
     /// Waits in line until `bytes` are available and takes them.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, but a dropped wait loses its place in line: keep the
-    /// future across `select!` rounds.
+    /// Cancel safe (a grant sent to a dropped wait goes back), but a
+    /// dropped wait loses its place in line: keep the future across
+    /// `select!` rounds.
     pub async fn acquire(self: Arc<Self>, bytes: usize) -> Permit {
-        let n = self.permits(bytes);
-        // The semaphore is never closed, so acquiring cannot fail; if it
-        // somehow were, an empty permit keeps the caller going.
-        match self.bytes.clone().acquire_many_owned(n).await {
-            Ok(p) => Permit(p),
-            Err(_) => Permit(Arc::new(Semaphore::new(0)).try_acquire_many_owned(0).expect("zero permits")),
+        if let Some(p) = self.try_acquire(bytes) {
+            return p;
+        }
+        let (grant, granted) = oneshot::channel();
+        {
+            let mut line = self.line();
+            line.push_back(Waiter { bytes, grant });
+            self.waiting.store(line.len(), Ordering::Release);
+            // Bytes may have come back before we were in line to be told.
+            self.serve(&mut line);
+        }
+        match granted.await {
+            Ok(p) => p,
+            // Unreachable: the sender is only dropped after it sent; an
+            // empty permit keeps the caller going.
+            Err(_) => Permit { budget: self.clone(), bytes: 0 },
+        }
+    }
+
+    /// Grants waiting requests in order while the first one fits.
+    fn serve(self: &Arc<Self>, line: &mut VecDeque<Waiter>) {
+        while let Some(w) = line.front() {
+            if w.grant.is_closed() {
+                line.pop_front();
+                continue;
+            }
+            let Some(p) = self.take(w.bytes) else { break };
+            if let Some(w) = line.pop_front() {
+                // A wait dropped meanwhile hands the permit back (its drop
+                // returns the bytes, and serves again).
+                let _ = w.grant.send(p);
+            }
+        }
+        self.waiting.store(line.len(), Ordering::Release);
+    }
+
+    fn release(self: &Arc<Self>, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            let mut line = self.line();
+            self.serve(&mut line);
         }
     }
 }
@@ -88,13 +165,22 @@ impl Budget {
 impl Permit {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.0.num_permits()
+        self.bytes
     }
 
     /// Takes over the bytes of `other` (of the same budget): both are
     /// returned when `self` drops.
-    pub fn absorb(&mut self, other: Permit) {
-        self.0.merge(other.0);
+    pub fn absorb(&mut self, mut other: Permit) {
+        debug_assert!(Arc::ptr_eq(&self.budget, &other.budget), "permits of two budgets");
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.budget.release(self.bytes);
+        }
     }
 }
 
@@ -140,5 +226,23 @@ mod tests {
         assert!(b.try_acquire(1).is_none(), "a newcomer does not overtake the waiting request");
         drop(first);
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), large).await.unwrap().unwrap().bytes(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_wait_gives_up_its_place() {
+        let b = Budget::new(10);
+        let p = b.try_acquire(10).unwrap();
+        let gone = tokio::spawn(b.clone().acquire(10));
+        tokio::task::yield_now().await;
+        let next = tokio::spawn(b.clone().acquire(4));
+        tokio::task::yield_now().await;
+        gone.abort();
+        let _ = gone.await;
+        drop(p);
+        let next = tokio::time::timeout(Duration::from_secs(5), next).await.unwrap().unwrap();
+        assert_eq!(next.bytes(), 4);
+        drop(next);
+        assert_eq!(b.used(), 0, "nothing is held by the dropped wait");
+        assert!(b.try_acquire(10).is_some(), "the line is empty again");
     }
 }

@@ -58,10 +58,9 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminContext, AdminReply};
 use crate::admission::{Counters, Slot};
-use crate::budget::{Budget, Permit};
+use crate::budget::Permit;
 use crate::controller::{Controller, ControllerKind, InflightGuard, KeepAliveEnd};
 use crate::nvm::{self, IoReply};
-use crate::subsystem::Subsystem;
 use crate::target::{Port, TargetInner};
 use crate::transport::{self, Closed, Command, Fatal, Input, Transport, TransportLimits};
 
@@ -108,18 +107,11 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// One I/O command in flight. A named future type (not a boxed one), so
 /// that `FuturesUnordered` holds it without a second allocation per I/O.
 /// A panic inside it completes the command with Internal Error.
-async fn io_command(
-    running: InflightGuard,
-    sub: Arc<Subsystem>,
-    qid: u16,
-    cmd: Command,
-    budget: Arc<Budget>,
-    inner: Arc<TargetInner>,
-) -> IoReply {
-    let ctrl = running.controller();
+async fn io_command(ctrl: InflightGuard, qid: u16, cmd: Command, inner: Arc<TargetInner>) -> IoReply {
     let cid = cmd.sqe.cid();
     let opcode = cmd.sqe.opcode();
-    match AssertUnwindSafe(nvm::execute(&ctrl, &sub, qid, cmd, &budget)).catch_unwind().await {
+    let Some(sub) = ctrl.subsystem() else { return (Cqe::new(cid, Status::INTERNAL), None) };
+    match AssertUnwindSafe(nvm::execute(&ctrl, sub, qid, cmd, &inner.budget)).catch_unwind().await {
         Ok(reply) => reply,
         Err(panic) => {
             Counters::bump(&inner.admission.counters.panics);
@@ -591,7 +583,9 @@ impl Conn<'_> {
     }
 
     async fn io_queue(&mut self, ctrl: &Arc<Controller>, qid: u16, slot: &Slot) -> End {
-        let ControllerKind::Io(sub) = ctrl.kind().clone() else { return End::ControllerGone };
+        if !matches!(ctrl.kind(), ControllerKind::Io(_)) {
+            return End::ControllerGone;
+        }
         let mut inflight = FuturesUnordered::new();
         let mut dead = ctrl.watch_dead();
         let mut shutdown = self.shutdown.clone();
@@ -619,8 +613,7 @@ impl Conn<'_> {
                     self.transport.complete(Cqe::new(cmd.sqe.cid(), Status::INVALID_OPCODE.dnr()));
                     continue;
                 }
-                let running = ctrl.command_started();
-                inflight.push(io_command(running, sub.clone(), qid, cmd, budget.clone(), self.inner.clone()));
+                inflight.push(io_command(ctrl.command_started(), qid, cmd, self.inner.clone()));
             }
             // Collect every completion that is ready now, so that one write
             // carries them all.
@@ -734,14 +727,15 @@ impl Conn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::subsystem::Subsystem;
 
     #[test]
     fn the_state_of_a_command_in_flight_fits_its_memory_charge() {
         let target = crate::Target::new(crate::TargetConfig::default());
         let sub = Subsystem::new("nqn.2026-11.io.strata:probe", "probe", vec![]);
-        let ctrl = Controller::new(1, ControllerKind::Io(sub.clone()), "h".into(), [0; 16], 0, 1);
+        let ctrl = Controller::new(1, ControllerKind::Io(sub), "h".into(), [0; 16], 0, 1);
         let cmd = Command { sqe: strata_nvme::command::Sqe::new(0x02, 1), data: None, read_len: 4096, permit: None };
-        let fut = io_command(ctrl.command_started(), sub, 1, cmd, target.inner.budget.clone(), target.inner.clone());
+        let fut = io_command(ctrl.command_started(), 1, cmd, target.inner.clone());
         let size = std::mem::size_of_val(&fut);
         eprintln!("io_command future: {size} bytes");
         // Room left for the task around it and the device's future.

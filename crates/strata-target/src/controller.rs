@@ -43,10 +43,10 @@ const CHANGED_NS_MAX: usize = 1024;
 /// [`Controller::command_started`]).
 pub(crate) struct InflightGuard(Arc<Controller>);
 
-impl InflightGuard {
-    /// The controller running the command.
-    pub(crate) fn controller(&self) -> Arc<Controller> {
-        self.0.clone()
+impl std::ops::Deref for InflightGuard {
+    type Target = Controller;
+    fn deref(&self) -> &Controller {
+        &self.0
     }
 }
 
@@ -149,7 +149,7 @@ struct DeviceCounters {
     /// Identifies the device without keeping it open; the allocation it
     /// points to cannot be reused while this exists.
     device: Weak<dyn BlockDevice>,
-    counters: IoCounters,
+    counters: Arc<IoCounters>,
 }
 
 impl std::fmt::Debug for NamespaceIoStats {
@@ -159,24 +159,18 @@ impl std::fmt::Debug for NamespaceIoStats {
 }
 
 impl NamespaceIoStats {
-    /// Runs `f` on the counters of `ns`, creating them the first time its
-    /// device is seen under its NSID.
-    pub(crate) fn count(&self, ns: &Namespace, f: impl FnOnce(&IoCounters)) {
+    /// The counters of `ns`, created the first time its device is seen
+    /// under its NSID. Taken when the namespace is added; the I/O path
+    /// then counts through its namespace entry, without a lookup here.
+    pub(crate) fn counters_for(&self, ns: &Namespace) -> Arc<IoCounters> {
         let device = Arc::downgrade(&ns.device);
-        {
-            let map = self.by_nsid.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = map.get(&ns.nsid).filter(|e| e.device.ptr_eq(&device)) {
-                return f(&e.counters);
-            }
-        }
         let mut map = self.by_nsid.write().unwrap_or_else(|e| e.into_inner());
-        let e = map
-            .entry(ns.nsid)
-            .or_insert_with(|| DeviceCounters { device: device.clone(), counters: IoCounters::default() });
+        let e =
+            map.entry(ns.nsid).or_insert_with(|| DeviceCounters { device: device.clone(), counters: Arc::default() });
         if !e.device.ptr_eq(&device) {
-            *e = DeviceCounters { device, counters: IoCounters::default() };
+            *e = DeviceCounters { device, counters: Arc::default() };
         }
-        f(&e.counters)
+        e.counters.clone()
     }
 
     /// The counts of `namespaces` added up.
@@ -617,8 +611,8 @@ mod tests {
         let ids = crate::subsystem::NamespaceIds { nguid: [1; 16], uuid: [2; 16], eui64: [0; 8] };
         let dev: Arc<dyn BlockDevice> = Arc::new(strata_block::MemDevice::new(4096, 16));
         let ns = Namespace { nsid: 1, ids, device: dev.clone() };
-        stats.count(&ns, |c| c.count_write(8192));
-        stats.count(&ns, |c| c.count_read(4096));
+        stats.counters_for(&ns).count_write(8192);
+        stats.counters_for(&ns).count_read(4096);
         let t = stats.totals([&ns]);
         assert_eq!((t.write_commands, t.sectors_written, t.read_commands, t.sectors_read), (1, 16, 1, 8));
         // The same device under the same NSID again (removed and re-added):
@@ -628,7 +622,7 @@ mod tests {
         // Another device reusing the NSID starts from zero.
         let other = Namespace { nsid: 1, ids, device: Arc::new(strata_block::MemDevice::new(4096, 16)) };
         assert_eq!(stats.totals([&other]), IoTotals::default());
-        stats.count(&other, |c| c.count_write(512));
+        stats.counters_for(&other).count_write(512);
         assert_eq!(stats.totals([&other]).write_commands, 1);
         assert_eq!(stats.totals([&again]), IoTotals::default(), "replaced");
     }

@@ -22,7 +22,7 @@ use strata_nvme::status::Status;
 
 use crate::budget::{Budget, Permit};
 use crate::controller::Controller;
-use crate::subsystem::{Namespace, Subsystem};
+use crate::subsystem::{Namespace, NsEntry, Subsystem};
 use crate::transport::Command;
 
 /// The result of an I/O command: its completion and, for reads, the data
@@ -62,31 +62,30 @@ type Outcome = Result<Option<(ReadData, Permit)>, (Status, u64)>;
 async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize, budget: &Arc<Budget>) -> Outcome {
     let nsid = sqe.nsid();
     if sqe.opcode() == io::FLUSH && nsid == u32::MAX {
-        for ns in sub.namespaces() {
-            ns.device.flush().await.map_err(|e| (status_of(&e, true), 0)).inspect_err(|e| media_error(sub, &ns, e))?;
+        for e in sub.entries() {
+            e.ns.device.flush().await.map_err(|err| (status_of(&err, true), 0)).inspect_err(|s| media_error(&e, s))?;
         }
         return Ok(None);
     }
-    let Some(ns) = sub.namespace(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
+    let Some(entry) = sub.entry(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
+    let ns = &entry.ns;
     match sqe.opcode() {
-        io::READ => read(sub, &ns, sqe, read_len, budget).await,
-        io::WRITE => write(sub, &ns, sqe, data).await,
+        io::READ => read(&entry, sqe, read_len, budget).await,
+        io::WRITE => write(&entry, sqe, data).await,
         io::FLUSH => ns.device.flush().await.map(|_| None).map_err(|e| (status_of(&e, true), 0)),
-        io::WRITE_ZEROES => write_zeroes(&ns, sqe).await,
-        io::DATASET_MANAGEMENT => dataset_management(&ns, sqe, data).await,
-        io::COMPARE => compare(&ns, sqe, data, budget).await,
+        io::WRITE_ZEROES => write_zeroes(ns, sqe).await,
+        io::DATASET_MANAGEMENT => dataset_management(ns, sqe, data).await,
+        io::COMPARE => compare(ns, sqe, data, budget).await,
         _ => Err((Status::INVALID_OPCODE.dnr(), 0)),
     }
-    .inspect_err(|e| media_error(sub, &ns, e))
+    .inspect_err(|e| media_error(&entry, e))
 }
 
 /// Counts a media and data integrity error on `ns`. A miscompare is in
 /// the same status code type but is not an error of the media.
-fn media_error(sub: &Subsystem, ns: &Namespace, (status, _): &(Status, u64)) {
+fn media_error(entry: &NsEntry, (status, _): &(Status, u64)) {
     if status.sct() == strata_nvme::status::SCT_MEDIA && status.code() != Status::COMPARE_FAILURE.code() {
-        sub.io_stats.count(ns, |c| {
-            c.media_errors.fetch_add(1, Relaxed);
-        });
+        entry.counters.media_errors.fetch_add(1, Relaxed);
     }
 }
 
@@ -102,24 +101,26 @@ fn transfer_len(ns: &Namespace, slba: u64, nlb: u32, sgl_len: usize) -> Result<u
     Ok(len)
 }
 
-async fn read(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, read_len: usize, budget: &Arc<Budget>) -> Outcome {
+async fn read(entry: &NsEntry, sqe: &Sqe, read_len: usize, budget: &Arc<Budget>) -> Outcome {
+    let ns = &entry.ns;
     let rw = ReadWrite::decode(sqe);
     let len = transfer_len(ns, rw.slba, rw.nlb, read_len)?;
     // The data is held until it is on the wire: charge it first (in line
     // with every other command waiting for memory).
     let permit = budget.clone().acquire(len).await;
     let data = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
-    sub.io_stats.count(ns, |c| c.count_read(len as u64));
+    entry.counters.count_read(len as u64);
     Ok(Some((data, permit)))
 }
 
-async fn write(sub: &Subsystem, ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
+async fn write(entry: &NsEntry, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
+    let ns = &entry.ns;
     let rw = ReadWrite::decode(sqe);
     let Some(buf) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
     let len = transfer_len(ns, rw.slba, rw.nlb, buf.len())?;
     let (_, res) = ns.device.write(rw.slba, buf, rw.fua).await;
     res.map_err(|e| (status_of(&e, true), rw.slba))?;
-    sub.io_stats.count(ns, |c| c.count_write(len as u64));
+    entry.counters.count_write(len as u64);
     Ok(None)
 }
 

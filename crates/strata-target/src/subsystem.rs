@@ -62,12 +62,18 @@ pub enum SubsystemError {
     NoSuchNamespace(u32),
 }
 
+/// An active namespace with its SMART I/O counters.
+pub(crate) struct NsEntry {
+    pub(crate) ns: Arc<Namespace>,
+    pub(crate) counters: Arc<crate::controller::IoCounters>,
+}
+
 /// An NVM subsystem.
 pub struct Subsystem {
     nqn: String,
     serial: String,
     model: String,
-    namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
+    namespaces: RwLock<BTreeMap<u32, Arc<NsEntry>>>,
     allowed_hosts: RwLock<Vec<String>>,
     controllers: Mutex<Vec<Weak<Controller>>>,
     /// The namespaces' SMART I/O counters.
@@ -133,12 +139,23 @@ impl Subsystem {
 
     /// The namespace with `nsid`, if active.
     pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        self.entry(nsid).map(|e| e.ns.clone())
+    }
+
+    /// The namespace with `nsid` and its SMART counters, in one lookup:
+    /// the I/O path takes both per command.
+    pub(crate) fn entry(&self, nsid: u32) -> Option<Arc<NsEntry>> {
         self.namespaces.read().unwrap_or_else(|e| e.into_inner()).get(&nsid).cloned()
+    }
+
+    /// All active namespaces with their counters, in NSID order.
+    pub(crate) fn entries(&self) -> Vec<Arc<NsEntry>> {
+        self.namespaces.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
     }
 
     /// All active namespaces in NSID order.
     pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
-        self.namespaces.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+        self.namespaces.read().unwrap_or_else(|e| e.into_inner()).values().map(|e| e.ns.clone()).collect()
     }
 
     /// Active NSIDs in order.
@@ -161,7 +178,8 @@ impl Subsystem {
             if map.contains_key(&nsid) {
                 return Err(SubsystemError::NsidInUse(nsid));
             }
-            map.insert(nsid, Arc::new(ns));
+            let counters = self.io_stats.counters_for(&ns);
+            map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters }));
         }
         self.namespace_changed(nsid);
         Ok(())
@@ -181,7 +199,7 @@ impl Subsystem {
             .remove(&nsid)
             .ok_or(SubsystemError::NoSuchNamespace(nsid))?;
         self.namespace_changed(nsid);
-        Ok(ns)
+        Ok(ns.ns.clone())
     }
 
     /// Tells connected controllers that namespace `nsid` changed (e.g. its
