@@ -30,6 +30,7 @@ use strata_nvme::log_page::{ErrorLogEntry, LogPageId};
 use strata_nvme::status::Status;
 use tokio::sync::{Notify, watch};
 
+use crate::nvm::DataBudget;
 use crate::subsystem::{Namespace, Subsystem};
 
 /// Most AERs a host may park (AERL + 1).
@@ -217,6 +218,8 @@ pub struct Controller {
     events: Notify,
     /// Woken when the host sets a new keep-alive timeout.
     kato_changed: Notify,
+    /// What its I/O commands' data is charged to.
+    pub(crate) data_budget: DataBudget,
     /// I/O commands running on this controller's queues, including those
     /// of queues whose connection ended and that are being drained.
     inflight: AtomicUsize,
@@ -239,9 +242,11 @@ impl Controller {
         hostid: [u8; 16],
         kato_ms: u32,
         max_io_queues: u16,
+        data_budget: DataBudget,
     ) -> Arc<Controller> {
         let (dead, _) = watch::channel(false);
         Arc::new(Controller {
+            data_budget,
             cntlid,
             kind,
             hostnqn,
@@ -548,7 +553,7 @@ mod tests {
     use super::*;
 
     fn ctrl() -> Arc<Controller> {
-        Controller::new(1, ControllerKind::Discovery, "nqn.host".into(), [0; 16], 0, 4)
+        Controller::new(1, ControllerKind::Discovery, "nqn.host".into(), [0; 16], 0, 4, DataBudget::unlimited())
     }
 
     #[test]
@@ -629,7 +634,7 @@ mod tests {
 
     #[test]
     fn keepalive_expiry_follows_kato() {
-        let c = Controller::new(1, ControllerKind::Discovery, "h".into(), [0; 16], 100, 1);
+        let c = Controller::new(1, ControllerKind::Discovery, "h".into(), [0; 16], 100, 1, DataBudget::unlimited());
         c.touch();
         let r = c.keepalive_remaining().unwrap();
         assert!(r <= Duration::from_millis(100) && r > Duration::ZERO);

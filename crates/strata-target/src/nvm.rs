@@ -28,7 +28,7 @@ use crate::transport::Command;
 /// The result of an I/O command: its completion and, for reads, the data
 /// (possibly lent by the device: send it or copy it promptly) with the
 /// budget it holds until it is sent.
-pub type IoReply = (Cqe, Option<(ReadData, Permit)>);
+pub type IoReply = (Cqe, Option<(ReadData, Option<Permit>)>);
 
 fn status_of(e: &BlockError, writing: bool) -> Status {
     match e {
@@ -42,7 +42,7 @@ fn status_of(e: &BlockError, writing: bool) -> Status {
 }
 
 /// Executes one I/O command of controller `ctrl` on queue `sqid`.
-pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command, budget: &Arc<Budget>) -> IoReply {
+pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command, budget: &DataBudget) -> IoReply {
     // An R2T write's buffer stays charged until the device is done with it.
     let Command { sqe, data, read_len, permit: _permit } = cmd;
     let cid = sqe.cid();
@@ -57,9 +57,40 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
     (Cqe::new(cid, status), data)
 }
 
-type Outcome = Result<Option<(ReadData, Permit)>, (Status, u64)>;
+type Outcome = Result<Option<(ReadData, Option<Permit>)>, (Status, u64)>;
 
-async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize, budget: &Arc<Budget>) -> Outcome {
+/// What an I/O command's data is charged to: the shared budget, for data
+/// larger than what each command slot of a queue prepaid at Connect (its
+/// in-capsule buffer; a 4 KiB read fits and costs the budget nothing).
+#[derive(Debug, Clone)]
+pub struct DataBudget {
+    /// The target's budget.
+    pub budget: Arc<Budget>,
+    /// Bytes of data every command slot prepaid.
+    pub prepaid: usize,
+}
+
+impl DataBudget {
+    /// No limit (tests).
+    #[cfg(test)]
+    pub fn unlimited() -> DataBudget {
+        DataBudget { budget: Budget::unlimited(), prepaid: 0 }
+    }
+
+    /// Charges `bytes` of command data: nothing when the prepaid slot
+    /// holds them, else a permit from the budget, waiting in line.
+    pub async fn charge(&self, bytes: usize) -> Option<Permit> {
+        if bytes <= self.prepaid {
+            return None;
+        }
+        Some(match self.budget.try_acquire(bytes) {
+            Some(p) => p,
+            None => self.budget.clone().acquire(bytes).await,
+        })
+    }
+}
+
+async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize, budget: &DataBudget) -> Outcome {
     let nsid = sqe.nsid();
     if sqe.opcode() == io::FLUSH && nsid == u32::MAX {
         for e in sub.entries() {
@@ -101,13 +132,14 @@ fn transfer_len(ns: &Namespace, slba: u64, nlb: u32, sgl_len: usize) -> Result<u
     Ok(len)
 }
 
-async fn read(entry: &NsEntry, sqe: &Sqe, read_len: usize, budget: &Arc<Budget>) -> Outcome {
+async fn read(entry: &NsEntry, sqe: &Sqe, read_len: usize, budget: &DataBudget) -> Outcome {
     let ns = &entry.ns;
     let rw = ReadWrite::decode(sqe);
     let len = transfer_len(ns, rw.slba, rw.nlb, read_len)?;
     // The data is held until it is on the wire: charge it first (in line
-    // with every other command waiting for memory).
-    let permit = budget.clone().acquire(len).await;
+    // with every other command waiting for memory), unless the command's
+    // prepaid slot holds it.
+    let permit = budget.charge(len).await;
     let data = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
     entry.counters.count_read(len as u64);
     Ok(Some((data, permit)))
@@ -164,12 +196,12 @@ async fn dataset_management(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>)
     Ok(None)
 }
 
-async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>, budget: &Arc<Budget>) -> Outcome {
+async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>, budget: &DataBudget) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let Some(expected) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
     // The read to compare against is a second buffer of the same size.
     let len = transfer_len(ns, rw.slba, rw.nlb, expected.len())?;
-    let _permit = budget.clone().acquire(len).await;
+    let _permit = budget.charge(len).await;
     let actual = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
     if actual[..] != expected[..] {
         return Err((Status::COMPARE_FAILURE.dnr(), rw.slba));

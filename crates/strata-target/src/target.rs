@@ -82,6 +82,8 @@ pub(crate) struct TargetInner {
     pub(crate) shutdown: watch::Sender<bool>,
     pub(crate) admission: Arc<Admission>,
     pub(crate) budget: Arc<Budget>,
+    /// The budget as I/O commands charge it (see `nvm::DataBudget`).
+    pub(crate) data_budget: crate::nvm::DataBudget,
     executors: RwLock<Vec<tokio::runtime::Handle>>,
     next_executor: AtomicUsize,
 }
@@ -104,6 +106,7 @@ impl Target {
         let (shutdown, _) = watch::channel(false);
         let admission = Arc::new(Admission::new(config.max_connections, config.max_pending_connections));
         let budget = Budget::new(config.io_buffer_budget);
+        let data_budget = crate::nvm::DataBudget { budget: budget.clone(), prepaid: config.in_capsule_data };
         Target {
             inner: Arc::new(TargetInner {
                 config,
@@ -114,6 +117,7 @@ impl Target {
                 next_cntlid: Mutex::new(1),
                 shutdown,
                 admission,
+                data_budget,
                 budget,
                 executors: RwLock::new(Vec::new()),
                 next_executor: AtomicUsize::new(0),
@@ -391,8 +395,15 @@ impl TargetInner {
             let Some(cntlid) = self.allocate_cntlid() else {
                 return Err(refuse(Cqe::new(cid, Status::CONNECT_CONTROLLER_BUSY), &"no controller ID free"));
             };
-            let ctrl =
-                Controller::new(cntlid, kind.clone(), d.hostnqn.clone(), d.hostid, c.kato, self.config.max_io_queues);
+            let ctrl = Controller::new(
+                cntlid,
+                kind.clone(),
+                d.hostnqn.clone(),
+                d.hostid,
+                c.kato,
+                self.config.max_io_queues,
+                self.data_budget.clone(),
+            );
             ctrl.touch();
             if let ControllerKind::Io(sub) = &kind {
                 sub.register_controller(&ctrl);

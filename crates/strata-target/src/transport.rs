@@ -722,10 +722,17 @@ impl Transport {
         self.c2h_data_completion(cqe);
     }
 
+    #[inline]
     fn c2h_data_header(&mut self, cqe: &Cqe, len: usize) {
         let header = DataHeader { cccid: cqe.cid, ttag: 0, datao: 0, datal: len as u32 };
         let flags = FLAG_DATA_LAST | if self.success_flag(cqe) { FLAG_DATA_SUCCESS } else { 0 };
-        let h = pdu::encode_c2h_data_aligned(&header, flags, self.digests, self.data_align);
+        // Every header ends on a dword: HPDA 0 (all hosts we know) needs
+        // no padding, and the plain encoder is the cheaper one.
+        let h = if self.data_align <= 4 {
+            pdu::encode_c2h_data(&header, flags, self.digests)
+        } else {
+            pdu::encode_c2h_data_aligned(&header, flags, self.digests, self.data_align)
+        };
         self.out.extend_from_slice(h.as_slice());
     }
 

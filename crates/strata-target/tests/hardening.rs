@@ -265,22 +265,29 @@ impl BlockDevice for Faulty {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn panics_in_commands_are_contained_and_counted() {
+async fn panics_are_contained_to_their_connection_and_counted() {
     let dev = Arc::new(Faulty { panic_lba: 13, ..Faulty::new() });
     let (target, _sub, io, _) = serve(short_deadlines(), dev.clone()).await;
+    let bystander = Controller::connect(io, NQN, &HostConfig::default()).await.unwrap();
+    bystander.write(1, 20, vec![6u8; BS], false).await.unwrap();
+    // An admin command that panics fails alone; the queue carries on.
     let ctrl = Controller::connect(io, NQN, &HostConfig::default()).await.unwrap();
-    let e = ctrl.read(1, 13, 1).await.expect_err("the panicking read fails");
-    assert!(e.is_status(strata_nvme::status::Status::INTERNAL), "{e}");
-    // The same connection keeps serving, and so does the admin queue.
-    ctrl.write(1, 14, vec![5u8; BS], false).await.unwrap();
-    assert_eq!(ctrl.read(1, 14, 1).await.unwrap()[..], [5u8; BS][..]);
     dev.panic_usage.store(true, Ordering::SeqCst);
-    assert!(ctrl.identify_namespace(1).await.is_err(), "the panicking Identify fails");
+    let e = ctrl.identify_namespace(1).await.expect_err("the panicking Identify fails");
+    assert!(e.is_status(strata_nvme::status::Status::INTERNAL), "{e}");
     ctrl.identify_namespace(1).await.expect("the admin queue keeps serving");
+    // An I/O command that panics ends its connection, nothing else.
+    assert!(ctrl.read(1, 13, 1).await.is_err(), "the panicking read fails");
     assert_eq!(target.stats().panics, 2);
-    ctrl.disconnect().await.unwrap();
+    assert_eq!(bystander.read(1, 20, 1).await.unwrap()[..], [6u8; BS][..], "other hosts keep being served");
+    drop(ctrl);
+    let again = Controller::connect(io, NQN, &HostConfig::default()).await.expect("the host reconnects");
+    again.write(1, 14, vec![5u8; BS], false).await.unwrap();
+    assert_eq!(again.read(1, 14, 1).await.unwrap()[..], [5u8; BS][..]);
+    again.disconnect().await.unwrap();
+    bystander.disconnect().await.unwrap();
     assert!(eventually(Duration::from_secs(5), || target.stats().connections_now == 0).await, "a slot leaked");
-    assert_eq!(target.controller_count(), 0);
+    assert!(eventually(Duration::from_secs(5), || target.controller_count() == 0).await, "a controller leaked");
 }
 
 #[tokio::test]

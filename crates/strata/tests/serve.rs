@@ -526,3 +526,45 @@ async fn every_byte_a_host_reads_was_written_to_that_block() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_not_on_a_new_volumes_list_never_gets_in() {
+    // Regression: a new subsystem was added with an empty access list (any
+    // host) and got its real list afterwards; a host that connected in
+    // between stayed connected. An intruder tries to connect to each new
+    // volume for as long as its creation takes, and must never succeed.
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let allowed = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-00000000a110";
+    for round in 0..8 {
+        let name = format!("fenced{round}");
+        let nqn = format!("nqn.2026-11.io.strata:{name}");
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let intruder = {
+            let (done, nqn, io) = (done.clone(), nqn.clone(), server.io);
+            tokio::spawn(async move {
+                let cfg = HostConfig { connect_timeout: Duration::from_secs(2), ..HostConfig::default() };
+                let mut attempts = 0u32;
+                while !done.load(std::sync::atomic::Ordering::Acquire) || attempts < 5 {
+                    attempts += 1;
+                    if let Ok(c) = Controller::connect(io, &nqn, &cfg).await {
+                        return Err(format!("intruder connected to {nqn} (cntlid {})", c.cntlid()));
+                    }
+                }
+                Ok(attempts)
+            })
+        };
+        let out = server.cli(&["create", &name, "--size", "16M", "--allow-host", allowed]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        done.store(true, std::sync::atomic::Ordering::Release);
+        let attempts = intruder.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+        assert!(attempts >= 5);
+        let cfg = HostConfig { hostnqn: allowed.into(), ..HostConfig::default() };
+        Controller::connect(server.io, &nqn, &cfg)
+            .await
+            .expect("the allowed host connects")
+            .disconnect()
+            .await
+            .unwrap();
+    }
+}
