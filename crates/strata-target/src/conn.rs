@@ -423,7 +423,7 @@ impl Conn<'_> {
         }
         let entries = (usize::from(c.sqsize) + 1).min(usize::from(crate::MAX_QUEUE_SIZE));
         let bytes = transport::queue_memory(&transport_limits(&self.inner.config), entries);
-        match self.inner.budget.try_acquire(bytes) {
+        match self.inner.queue_budget.try_acquire(bytes) {
             Some(permit) => {
                 self.queue_permit = Some(permit);
                 Ok(())

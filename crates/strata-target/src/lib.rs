@@ -101,11 +101,12 @@ pub struct TargetConfig {
     /// Time a send may make no progress (a host that stopped reading its
     /// socket) before the connection is closed. Default: 30 s.
     pub send_timeout: std::time::Duration,
-    /// Bytes of command data buffers (in-capsule and R2T write data, read
-    /// data until it is sent) held at once over all connections. A command
-    /// that would exceed it waits: writes are not asked for (no R2T, the
-    /// socket is not read) and reads do not start until buffers are
-    /// returned. Default: 1 GiB.
+    /// Bytes of command state and data held at once over all
+    /// connections. Half is what I/O queues prepay at Connect (state and
+    /// in-capsule buffer per entry; a queue that does not fit is refused
+    /// with Controller Busy), half is data charged as it moves (R2T
+    /// buffers, reads larger than a slot, large admin answers), which
+    /// waits in line when spent. See `docs/nvme-tcp.md`. Default: 1 GiB.
     pub io_buffer_budget: usize,
     /// How long commands still running when their connection ends are
     /// waited for before they are abandoned (see `docs/nvme-tcp.md`).

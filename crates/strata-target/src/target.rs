@@ -81,6 +81,11 @@ pub(crate) struct TargetInner {
     next_cntlid: Mutex<u16>,
     pub(crate) shutdown: watch::Sender<bool>,
     pub(crate) admission: Arc<Admission>,
+    /// Half of `io_buffer_budget`: what I/O queues prepay at Connect.
+    pub(crate) queue_budget: Arc<Budget>,
+    /// The other half: data charged as it moves (R2T buffers, large reads,
+    /// large admin answers). Kept apart, so that hosts holding data
+    /// buffers cannot keep new queues out, nor many queues starve data.
     pub(crate) budget: Arc<Budget>,
     /// The budget as I/O commands charge it (see `nvm::DataBudget`).
     pub(crate) data_budget: crate::nvm::DataBudget,
@@ -105,7 +110,8 @@ impl Target {
     pub fn new(config: TargetConfig) -> Target {
         let (shutdown, _) = watch::channel(false);
         let admission = Arc::new(Admission::new(config.max_connections, config.max_pending_connections));
-        let budget = Budget::new(config.io_buffer_budget);
+        let queue_budget = Budget::new(config.io_buffer_budget / 2);
+        let budget = Budget::new(config.io_buffer_budget - config.io_buffer_budget / 2);
         let data_budget = crate::nvm::DataBudget { budget: budget.clone(), prepaid: config.in_capsule_data };
         Target {
             inner: Arc::new(TargetInner {
@@ -118,6 +124,7 @@ impl Target {
                 shutdown,
                 admission,
                 data_budget,
+                queue_budget,
                 budget,
                 executors: RwLock::new(Vec::new()),
                 next_executor: AtomicUsize::new(0),
@@ -176,7 +183,7 @@ impl Target {
     /// Bytes of command data buffers held now, against
     /// [`TargetConfig::io_buffer_budget`].
     pub fn buffer_bytes_in_use(&self) -> usize {
-        self.inner.budget.used()
+        self.inner.queue_budget.used() + self.inner.budget.used()
     }
 
     /// Number of live controllers.

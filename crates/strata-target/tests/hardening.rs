@@ -144,7 +144,7 @@ async fn r2t_hoarders_are_bounded_by_the_budget_and_cut_off() {
     // Regression: each connection could pin queue depth x MAXH2CDATA of
     // R2T buffers, forever: 64 queues that asked for R2Ts and never sent
     // data grew the process to 2.1 GiB.
-    const BUDGET: usize = 8 << 20;
+    const BUDGET: usize = 16 << 20;
     let cfg = TargetConfig { io_buffer_budget: BUDGET, ..short_deadlines() };
     let f = start_with(cfg, 4096).await;
     // Queues first (each prepays its commands), the well-behaved host's
@@ -425,8 +425,9 @@ async fn narrowing_the_access_list_disconnects_hosts_left_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn io_queues_prepay_their_commands_or_are_refused_until_memory_frees() {
-    // 128 entries x (3 KiB state + 8 KiB in-capsule buffer) = 1.4 MiB.
-    let cfg = TargetConfig { io_buffer_budget: 2 << 20, ..short_deadlines() };
+    // 128 entries x (3 KiB state + 8 KiB in-capsule buffer) = 1.4 MiB, of
+    // the 2 MiB (half the budget) that queues prepay from.
+    let cfg = TargetConfig { io_buffer_budget: 4 << 20, ..short_deadlines() };
     let f = start_with(cfg, 64).await;
     let host = HostConfig { io_queue_size: 128, ..HostConfig::default() };
     let first = Controller::connect(f.io, NQN, &host).await.expect("the first queue fits");

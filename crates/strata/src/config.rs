@@ -198,8 +198,10 @@ fn target_config(file: &mut FileConfig, poll: Duration) -> anyhow::Result<strata
         None => default_buffer_budget(),
     };
     let max_transfer = d.max_transfer();
-    if budget < max_transfer {
-        bail!("io_buffer_budget must hold at least one largest transfer ({max_transfer} bytes)");
+    if budget < 2 * max_transfer {
+        bail!(
+            "io_buffer_budget must be at least twice the largest transfer ({max_transfer} bytes): half of it holds data"
+        );
     }
     Ok(strata_target::TargetConfig {
         poll,
