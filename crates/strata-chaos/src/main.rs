@@ -28,7 +28,8 @@ Runs `strata serve` and attacks it under verified load (see docs/chaos.md).
   --seed N            seed of every random choice (default: derived from the time, printed)
   --work-dir DIR      strata's data dir, config and log (default: a temp dir, kept if the run fails)
   --report FILE       write the report as JSON
-  --rss-limit-mb N    fail when strata's peak RSS exceeds N MiB
+  --rss-limit-mb N    fail when strata's peak RSS exceeds N MiB (default: the
+                      worst case docs/operations.md gives for its settings)
   --no-tuning         do not pass handshake_timeout, r2t_timeout, send_timeout,
                       max_pending_connections, io_buffer_budget (for a strata without them)
   --only KINDS        only these faults: resets, kill9, idle_sockets, stalled_readers,
@@ -136,10 +137,12 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     let strata = strata.ok_or("--strata PATH is required")?;
     let mut cfg = ChaosConfig::new(strata, duration, seed.unwrap_or_else(time_seed));
     cfg.work_dir = work_dir;
-    cfg.rss_limit_bytes = rss;
     if !tuning {
         cfg.tuning = None;
     }
+    // Without --rss-limit-mb, the worst case docs/operations.md gives for
+    // the settings strata runs with.
+    cfg.rss_limit_bytes = rss.or_else(|| cfg.tuning.as_ref().map(|t| t.memory_bound_bytes()));
     if let Some(kinds) = only {
         cfg.faults = kinds.into_iter().collect();
     }
