@@ -246,6 +246,8 @@ mod tests {
     fn tuning_is_flat_toml() {
         let t = Tuning::default().to_toml();
         assert!(t.contains("handshake_timeout = \"2s\"\n"), "{t}");
+        assert!(t.contains("io_buffer_budget = \"256M\"\n"), "{t}");
+        let t = Tuning { io_buffer_budget_mib: 64, ..Tuning::default() }.to_toml();
         assert!(t.contains("io_buffer_budget = \"64M\"\n"), "{t}");
         assert!(t.contains("max_pending_connections = 64\n"), "{t}");
         let t = Tuning { send_timeout: Duration::from_millis(1500), ..Tuning::default() }.to_toml();
