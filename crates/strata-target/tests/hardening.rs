@@ -70,7 +70,8 @@ async fn sockets_that_never_speak_cannot_lock_hosts_out() {
     }
     let st = f.target.stats();
     assert!(st.pending_evicted > 0 && st.handshake_timeouts > 0, "{st:?}");
-    assert_eq!(st.pending_now, 0);
+    // The socket closes before its task releases the pending slot.
+    assert!(eventually(Duration::from_secs(2), || f.target.stats().pending_now == 0).await, "{:?}", f.target.stats());
     ctrl.disconnect().await.unwrap();
 }
 
