@@ -31,7 +31,7 @@ async fn start() -> Fixture {
     let sub = Subsystem::new(NQN, "STRATABENCH01", vec![]);
     let dev = Arc::new(MemDevice::new(BS, BLOCKS));
     let ids = NamespaceIds { nguid: [1; 16], uuid: [2; 16], eui64: [3; 8] };
-    sub.add_namespace(Namespace { nsid: 1, ids, device: dev.clone() }).expect("namespace");
+    sub.add_namespace(Namespace::new(1, ids, dev.clone())).expect("namespace");
     target.add_subsystem(sub).expect("subsystem");
     let addr = target.listen("127.0.0.1:0".parse().expect("addr"), PortRole::Io).await.expect("listen").addr;
     Fixture { _target: target, dev, addr }

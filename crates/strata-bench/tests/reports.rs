@@ -28,7 +28,7 @@ async fn start() -> (Target, SocketAddr) {
     let sub = Subsystem::new(NQN, "STRATABENCHREP", vec![]);
     let dev = Arc::new(MemDevice::new(4096, 4096));
     let ids = NamespaceIds { nguid: [7; 16], uuid: [8; 16], eui64: [9; 8] };
-    sub.add_namespace(Namespace { nsid: 1, ids, device: dev }).expect("namespace");
+    sub.add_namespace(Namespace::new(1, ids, dev)).expect("namespace");
     target.add_subsystem(sub).expect("subsystem");
     let addr = target.listen("127.0.0.1:0".parse().expect("addr"), PortRole::Io).await.expect("listen").addr;
     (target, addr)

@@ -33,12 +33,14 @@
 
 mod buf;
 mod device;
+pub mod fence;
 pub mod lend;
 mod mem;
 pub mod size;
 
 pub use buf::{IO_ALIGN, IoBuf, POISON};
 pub use device::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, blocks_in, check_range};
+pub use fence::{EpochFence, FenceGuard, Stale};
 pub use lend::{Lender, Lent, ReadData};
 pub use mem::MemDevice;
 pub use size::{SizeError, format_size, parse_size};

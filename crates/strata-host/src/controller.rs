@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use strata_nvme::command::{
-    self, DSM_MAX_RANGES, DsmRange, GetLogPage, ReadWrite, Sqe, WriteZeroes, admin, feature, io,
+    self, DSM_MAX_RANGES, DsmRange, GetLogPage, ReadWrite, Sqe, WriteZeroes, admin, feature, fenced, io,
 };
 use strata_nvme::completion::Cqe;
 use strata_nvme::fabrics::{
@@ -419,6 +419,16 @@ impl Controller {
     }
 
     /// The next I/O queue in round-robin order.
+    /// The next I/O queue in round-robin order, for commands the
+    /// controller-level methods do not cover (the fenced ones).
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::NoIoQueue`] when the controller has no I/O queue.
+    pub fn next_io_queue(&self) -> Result<IoQueue<'_>, HostError> {
+        self.pick()
+    }
+
     fn pick(&self) -> Result<IoQueue<'_>, HostError> {
         if self.io.is_empty() {
             return Err(HostError::NoIoQueue(0));
@@ -697,6 +707,20 @@ pub struct IoQueue<'a> {
     q: &'a QueueHandle,
 }
 
+/// A command for `nsid`: the standard `opcode`, or with an epoch its fenced
+/// twin (see [`strata_nvme::command::fenced`]).
+fn io_sqe(opcode: u8, nsid: u32, epoch: Option<u64>) -> Sqe {
+    let mut sqe = match epoch.and_then(|_| fenced::of(opcode)) {
+        Some(f) => Sqe::new(f, 0),
+        None => Sqe::new(opcode, 0),
+    };
+    sqe.set_nsid(nsid);
+    if let Some(e) = epoch {
+        sqe.set_epoch(e);
+    }
+    sqe
+}
+
 fn check_blocks(nblocks: u32) -> Result<(), HostError> {
     if nblocks == 0 || nblocks > MAX_BLOCKS_PER_COMMAND {
         return Err(HostError::InvalidArgument(format!("block count {nblocks} is outside 1..=65536")));
@@ -765,9 +789,12 @@ impl IoQueue<'_> {
     /// [`HostError::InvalidArgument`] for 0 or more than 65536 blocks, or a
     /// transport error.
     pub async fn read(&self, nsid: u32, slba: u64, nblocks: u32) -> Result<Bytes, HostError> {
+        self.read_at(nsid, None, slba, nblocks).await
+    }
+
+    async fn read_at(&self, nsid: u32, epoch: Option<u64>, slba: u64, nblocks: u32) -> Result<Bytes, HostError> {
         let len = self.transfer_len(nsid, nblocks).await?;
-        let mut sqe = Sqe::new(io::READ, 0);
-        sqe.set_nsid(nsid);
+        let mut sqe = io_sqe(io::READ, nsid, epoch);
         ReadWrite { slba, nlb: nblocks, fua: false, limited_retry: false }.encode(&mut sqe);
         Ok(self.q.execute(Command { sqe, data_out: None, read_len: len }).await?.data)
     }
@@ -780,7 +807,7 @@ impl IoQueue<'_> {
     /// As [`IoQueue::read`]; [`HostError::InvalidArgument`] when `data` is
     /// not whole blocks.
     pub async fn write(&self, nsid: u32, slba: u64, data: impl Into<Bytes>, fua: bool) -> Result<(), HostError> {
-        self.data_command(io::WRITE, nsid, slba, data.into(), fua).await
+        self.data_command(io_sqe(io::WRITE, nsid, None), slba, data.into(), fua).await
     }
 
     /// Compare: succeeds when the blocks at `slba` equal `data`.
@@ -790,13 +817,11 @@ impl IoQueue<'_> {
     /// [`HostError::Status`] with Compare Failure when they differ; else as
     /// [`IoQueue::write`].
     pub async fn compare(&self, nsid: u32, slba: u64, data: impl Into<Bytes>) -> Result<(), HostError> {
-        self.data_command(io::COMPARE, nsid, slba, data.into(), false).await
+        self.data_command(io_sqe(io::COMPARE, nsid, None), slba, data.into(), false).await
     }
 
-    async fn data_command(&self, opcode: u8, nsid: u32, slba: u64, data: Bytes, fua: bool) -> Result<(), HostError> {
-        let nlb = self.blocks_of(nsid, data.len()).await?;
-        let mut sqe = Sqe::new(opcode, 0);
-        sqe.set_nsid(nsid);
+    async fn data_command(&self, mut sqe: Sqe, slba: u64, data: Bytes, fua: bool) -> Result<(), HostError> {
+        let nlb = self.blocks_of(sqe.nsid(), data.len()).await?;
         ReadWrite { slba, nlb, fua, limited_retry: false }.encode(&mut sqe);
         self.q.execute(Command { sqe, data_out: Some(data), read_len: 0 }).await.map(|_| ())
     }
@@ -807,9 +832,7 @@ impl IoQueue<'_> {
     ///
     /// [`HostError::Status`] or a transport error.
     pub async fn flush(&self, nsid: u32) -> Result<(), HostError> {
-        let mut sqe = Sqe::new(io::FLUSH, 0);
-        sqe.set_nsid(nsid);
-        self.q.execute(Command::new(sqe)).await.map(|_| ())
+        self.q.execute(Command::new(io_sqe(io::FLUSH, nsid, None))).await.map(|_| ())
     }
 
     /// Write Zeroes of `nblocks` at `slba`, optionally deallocating them.
@@ -819,11 +842,76 @@ impl IoQueue<'_> {
     /// [`HostError::InvalidArgument`] for 0 or more than 65536 blocks,
     /// [`HostError::Status`] or a transport error.
     pub async fn write_zeroes(&self, nsid: u32, slba: u64, nblocks: u32, deallocate: bool) -> Result<(), HostError> {
+        self.write_zeroes_at(nsid, None, slba, nblocks, deallocate).await
+    }
+
+    async fn write_zeroes_at(
+        &self,
+        nsid: u32,
+        epoch: Option<u64>,
+        slba: u64,
+        nblocks: u32,
+        deallocate: bool,
+    ) -> Result<(), HostError> {
         check_blocks(nblocks)?;
-        let mut sqe = Sqe::new(io::WRITE_ZEROES, 0);
-        sqe.set_nsid(nsid);
+        let mut sqe = io_sqe(io::WRITE_ZEROES, nsid, epoch);
         WriteZeroes { slba, nlb: nblocks, deallocate, fua: false }.encode(&mut sqe);
         self.q.execute(Command::new(sqe)).await.map(|_| ())
+    }
+
+    /// A fenced Read (strata's internal fabric): as [`IoQueue::read`],
+    /// carrying the sender's volume `epoch`.
+    ///
+    /// # Errors
+    ///
+    /// As [`IoQueue::read`]; [`HostError::Status`] with
+    /// [`Status::STALE_EPOCH`](strata_nvme::status::Status::STALE_EPOCH)
+    /// when the replica has seen a newer epoch.
+    pub async fn fenced_read(&self, nsid: u32, epoch: u64, slba: u64, nblocks: u32) -> Result<Bytes, HostError> {
+        self.read_at(nsid, Some(epoch), slba, nblocks).await
+    }
+
+    /// A fenced Write: as [`IoQueue::write`], carrying `epoch`.
+    ///
+    /// # Errors
+    ///
+    /// As [`IoQueue::fenced_read`].
+    pub async fn fenced_write(
+        &self,
+        nsid: u32,
+        epoch: u64,
+        slba: u64,
+        data: impl Into<Bytes>,
+        fua: bool,
+    ) -> Result<(), HostError> {
+        self.data_command(io_sqe(io::WRITE, nsid, Some(epoch)), slba, data.into(), fua).await
+    }
+
+    /// A fenced Flush of `nsid`. A replica admits it only after every
+    /// command of an older epoch has finished, so a new owner's first
+    /// fenced flush tells it the old owner's writes are over.
+    ///
+    /// # Errors
+    ///
+    /// As [`IoQueue::fenced_read`].
+    pub async fn fenced_flush(&self, nsid: u32, epoch: u64) -> Result<(), HostError> {
+        self.q.execute(Command::new(io_sqe(io::FLUSH, nsid, Some(epoch)))).await.map(|_| ())
+    }
+
+    /// A fenced Write Zeroes: as [`IoQueue::write_zeroes`], carrying `epoch`.
+    ///
+    /// # Errors
+    ///
+    /// As [`IoQueue::fenced_read`].
+    pub async fn fenced_write_zeroes(
+        &self,
+        nsid: u32,
+        epoch: u64,
+        slba: u64,
+        nblocks: u32,
+        deallocate: bool,
+    ) -> Result<(), HostError> {
+        self.write_zeroes_at(nsid, Some(epoch), slba, nblocks, deallocate).await
     }
 
     /// Dataset Management with the Deallocate attribute over `ranges`

@@ -180,6 +180,15 @@ impl Sqe {
         cdw15, set_cdw15, 15;
     }
 
+    /// The epoch of a [`fenced`] command (CDW2-CDW3).
+    pub fn epoch(&self) -> u64 {
+        get_u64(&self.0, CDW2_OFFSET)
+    }
+    /// Sets the epoch of a [`fenced`] command.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        put_u64(&mut self.0, CDW2_OFFSET, epoch)
+    }
+
     /// Bytes at `off..off+len` of the entry, for fields that do not fit the
     /// dword accessors (fabrics commands).
     pub fn bytes(&self) -> &[u8; SQE_LEN] {
@@ -238,6 +247,49 @@ pub mod io {
     pub const WRITE_ZEROES: u8 = 0x08;
     /// Dataset Management.
     pub const DATASET_MANAGEMENT: u8 = 0x09;
+}
+
+/// strata's fenced I/O commands, for the internal fabric between storage
+/// nodes. Opcodes 80h-FFh of the NVM command set are vendor specific; these
+/// four mirror Flush, Write, Read and Write Zeroes field for field (the
+/// direction bits of each opcode match its standard twin) and add the
+/// sender's volume *epoch* in CDW2-CDW3 (bytes 8..16, little endian). A
+/// replica refuses a command whose epoch is below the highest it has seen
+/// with [`Status::STALE_EPOCH`]: an owner that lost its volume cannot
+/// change it. See docs/pool.md.
+pub mod fenced {
+    /// Fenced Flush (no data).
+    pub const FLUSH: u8 = 0x80;
+    /// Fenced Write (host to controller).
+    pub const WRITE: u8 = 0x81;
+    /// Fenced Read (controller to host).
+    pub const READ: u8 = 0x82;
+    /// Fenced Write Zeroes (no data; CDW12 as Write Zeroes).
+    pub const WRITE_ZEROES: u8 = 0x84;
+
+    /// The standard command a fenced opcode mirrors, or `None` when
+    /// `opcode` is not a fenced command.
+    pub fn standard(opcode: u8) -> Option<u8> {
+        match opcode {
+            FLUSH => Some(super::io::FLUSH),
+            WRITE => Some(super::io::WRITE),
+            READ => Some(super::io::READ),
+            WRITE_ZEROES => Some(super::io::WRITE_ZEROES),
+            _ => None,
+        }
+    }
+
+    /// The fenced twin of a standard opcode, or `None` for commands the
+    /// fabric does not carry.
+    pub fn of(opcode: u8) -> Option<u8> {
+        match opcode {
+            super::io::FLUSH => Some(FLUSH),
+            super::io::WRITE => Some(WRITE),
+            super::io::READ => Some(READ),
+            super::io::WRITE_ZEROES => Some(WRITE_ZEROES),
+            _ => None,
+        }
+    }
 }
 
 /// True when `opcode` transfers data from host to controller (bits 0-1 of
@@ -555,6 +607,24 @@ mod tests {
         assert!(check_psdt(&s).is_ok());
         s.0[FLAGS_OFFSET] = 0;
         assert_eq!(check_psdt(&s), Err(Status::INVALID_FIELD));
+    }
+
+    #[test]
+    fn fenced_commands_mirror_their_twins_and_carry_the_epoch_in_cdw2_3() {
+        for op in [io::FLUSH, io::WRITE, io::READ, io::WRITE_ZEROES] {
+            let f = fenced::of(op).unwrap();
+            assert!(f >= 0x80, "vendor-specific range");
+            assert_eq!(fenced::standard(f), Some(op));
+            assert_eq!(f & 0x3, op & 0x3, "same data direction as the standard command");
+        }
+        assert_eq!(fenced::of(io::COMPARE), None);
+        assert_eq!(fenced::standard(io::WRITE), None);
+        let mut sqe = Sqe::new(fenced::WRITE, 9);
+        sqe.set_epoch(0x0102_0304_0506_0708);
+        assert_eq!(&sqe.bytes()[8..16], &[8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(sqe.epoch(), 0x0102_0304_0506_0708);
+        ReadWrite { slba: 5, nlb: 2, fua: true, limited_retry: false }.encode(&mut sqe);
+        assert_eq!(sqe.epoch(), 0x0102_0304_0506_0708, "the read/write fields leave the epoch alone");
     }
 
     #[test]

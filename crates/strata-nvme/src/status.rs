@@ -26,6 +26,8 @@ pub const SCT_COMMAND_SPECIFIC: u8 = 1;
 pub const SCT_MEDIA: u8 = 2;
 /// Status code type: path related status.
 pub const SCT_PATH: u8 = 3;
+/// Status code type: vendor specific.
+pub const SCT_VENDOR: u8 = 7;
 
 const DNR_BIT: u16 = 1 << 14;
 const MORE_BIT: u16 = 1 << 13;
@@ -118,6 +120,12 @@ impl Status {
     pub const UNRECOVERED_READ_ERROR: Status = Status::new(SCT_MEDIA, 0x81);
     /// Compare Failure.
     pub const COMPARE_FAILURE: Status = Status::new(SCT_MEDIA, 0x85);
+    /// strata, vendor specific: a fenced command's epoch is older than the
+    /// replica's; its sender no longer owns the volume.
+    pub const STALE_EPOCH: Status = Status::new(SCT_VENDOR, 0x01);
+    /// strata, vendor specific: a fenced namespace takes only fenced
+    /// commands (an unfenced I/O would bypass the owner's epoch).
+    pub const FENCE_REQUIRED: Status = Status::new(SCT_VENDOR, 0x02);
 
     /// Status code type.
     pub const fn sct(self) -> u8 {
@@ -202,6 +210,8 @@ impl std::fmt::Display for Status {
             0x280 => "write fault",
             0x281 => "unrecovered read error",
             0x285 => "compare failure",
+            0x701 => "strata: stale epoch (fenced)",
+            0x702 => "strata: fenced command required",
             _ => "status",
         };
         write!(f, "{name} ({:#05x})", self.code())

@@ -17,7 +17,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let target = Target::new(TargetConfig::default());
     let sub = Subsystem::new("nqn.2026-11.io.strata:mem", "STRATAMEM0001", vec![]);
     let ids = NamespaceIds { nguid: [0x11; 16], uuid: [0x22; 16], eui64: [0; 8] };
-    sub.add_namespace(Namespace { nsid: 1, ids, device: Arc::new(MemDevice::new(4096, mib * 256)) })?;
+    sub.add_namespace(Namespace::new(1, ids, Arc::new(MemDevice::new(4096, mib * 256))))?;
     target.add_subsystem(sub)?;
     target.listen(addr, PortRole::Io).await?;
     let mut disc = addr;

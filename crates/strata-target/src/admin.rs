@@ -26,9 +26,9 @@ use strata_nvme::identify::{
 use strata_nvme::log_page::{self as lp, LogPageId, SmartLog};
 use strata_nvme::status::Status;
 
+use crate::TargetConfig;
 use crate::controller::{AER_LIMIT, Controller, ControllerKind, ERROR_LOG_ENTRIES};
 use crate::subsystem::Namespace;
-use crate::{MAX_NSID, TargetConfig};
 
 /// The answer to an admin command.
 #[derive(Debug)]
@@ -210,7 +210,7 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
         Cns::CONTROLLER => done_data(cid, identify_controller(ctx, ctrl).encode().to_vec()),
         Cns::IO_CS_CONTROLLER => done_data(cid, identify_controller_nvm().encode().to_vec()),
         Cns::NAMESPACE => {
-            if nsid == 0 || (nsid > MAX_NSID && nsid != u32::MAX) {
+            if nsid == 0 || (nsid > sub.max_nsid() && nsid != u32::MAX) {
                 return done(cid, Status::INVALID_NS.dnr());
             }
             // An inactive NSID returns a zero-filled structure.
@@ -323,8 +323,8 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
             c.frmw = id::FRMW_SLOT1_READ_ONLY | (1 << id::FRMW_NUM_SLOTS_SHIFT);
             c.sqes = id::SQES_64;
             c.cqes = id::CQES_16;
-            c.nn = MAX_NSID;
-            c.mnan = MAX_NSID;
+            c.nn = sub.max_nsid();
+            c.mnan = sub.max_nsid();
             c.oncs = id::ONCS_COMPARE | id::ONCS_DSM | id::ONCS_WRITE_ZEROES;
             c.vwc = id::VWC_PRESENT | id::VWC_FLUSH_BROADCAST_SUPPORTED;
             c.awun = 0;

@@ -615,17 +615,17 @@ mod tests {
         let stats = NamespaceIoStats::default();
         let ids = crate::subsystem::NamespaceIds { nguid: [1; 16], uuid: [2; 16], eui64: [0; 8] };
         let dev: Arc<dyn BlockDevice> = Arc::new(strata_block::MemDevice::new(4096, 16));
-        let ns = Namespace { nsid: 1, ids, device: dev.clone() };
+        let ns = Namespace::new(1, ids, dev.clone());
         stats.counters_for(&ns).count_write(8192);
         stats.counters_for(&ns).count_read(4096);
         let t = stats.totals([&ns]);
         assert_eq!((t.write_commands, t.sectors_written, t.read_commands, t.sectors_read), (1, 16, 1, 8));
         // The same device under the same NSID again (removed and re-added):
         // the counts go on.
-        let again = Namespace { nsid: 1, ids, device: dev };
+        let again = Namespace::new(1, ids, dev);
         assert_eq!(stats.totals([&again]), t);
         // Another device reusing the NSID starts from zero.
-        let other = Namespace { nsid: 1, ids, device: Arc::new(strata_block::MemDevice::new(4096, 16)) };
+        let other = Namespace::new(1, ids, Arc::new(strata_block::MemDevice::new(4096, 16)));
         assert_eq!(stats.totals([&other]), IoTotals::default());
         stats.counters_for(&other).count_write(512);
         assert_eq!(stats.totals([&other]).write_commands, 1);

@@ -18,7 +18,7 @@
 //! let target = Target::new(TargetConfig::default());
 //! let sub = Subsystem::new("nqn.2026-11.io.strata:demo", "demo0001", vec![]);
 //! let ids = NamespaceIds { nguid: [1; 16], uuid: [2; 16], eui64: [0; 8] };
-//! sub.add_namespace(Namespace { nsid: 1, ids, device: Arc::new(MemDevice::new(4096, 1 << 16)) })?;
+//! sub.add_namespace(Namespace::new(1, ids, Arc::new(MemDevice::new(4096, 1 << 16))))?;
 //! target.add_subsystem(sub)?;
 //! target.listen("127.0.0.1:4420".parse()?, PortRole::Io).await?;
 //! target.listen("127.0.0.1:8009".parse()?, PortRole::Discovery).await?;

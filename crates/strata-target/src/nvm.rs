@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use strata_block::{BlockError, IoBuf, ReadData};
-use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZeroes, io};
+use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZeroes, fenced, io};
 use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
 
@@ -100,7 +100,21 @@ async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usi
     }
     let Some(entry) = sub.entry(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
     let ns = &entry.ns;
-    match sqe.opcode() {
+    // A fenced namespace (a replica on the internal fabric) runs a command
+    // only under its fence; see `strata_block::fence`.
+    let (opcode, _admitted) = match (&ns.fence, fenced::standard(sqe.opcode())) {
+        (None, None) => (sqe.opcode(), None),
+        (None, Some(_)) => return Err((Status::INVALID_OPCODE.dnr(), 0)),
+        (Some(_), None) => return Err((Status::FENCE_REQUIRED.dnr(), 0)),
+        (Some(fence), Some(op)) => match fence.admit(sqe.epoch()).await {
+            Ok(guard) => (op, Some(guard)),
+            Err(stale) => {
+                tracing::debug!(nsid, offered = stale.offered, current = stale.current, "stale epoch refused");
+                return Err((Status::STALE_EPOCH.dnr(), 0));
+            }
+        },
+    };
+    match opcode {
         io::READ => read(&entry, sqe, read_len, budget).await,
         io::WRITE => write(&entry, sqe, data).await,
         io::FLUSH => ns.device.flush().await.map(|_| None).map_err(|e| (status_of(&e, true), 0)),

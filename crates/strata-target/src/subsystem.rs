@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use strata_block::BlockDevice;
+use strata_block::{BlockDevice, EpochFence};
 
 use crate::controller::Controller;
 
@@ -38,6 +38,23 @@ pub struct Namespace {
     pub ids: NamespaceIds,
     /// The storage.
     pub device: Arc<dyn BlockDevice>,
+    /// The epoch fence of a replica on the internal fabric. A fenced
+    /// namespace takes only the fenced commands
+    /// ([`strata_nvme::command::fenced`]), each admitted by this fence; an
+    /// unfenced one refuses them.
+    pub fence: Option<Arc<EpochFence>>,
+}
+
+impl Namespace {
+    /// A namespace hosts address with the standard NVM commands.
+    pub fn new(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>) -> Namespace {
+        Namespace { nsid, ids, device, fence: None }
+    }
+
+    /// A replica on the internal fabric, guarded by `fence`.
+    pub fn fenced(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Namespace {
+        Namespace { nsid, ids, device, fence: Some(fence) }
+    }
 }
 
 impl std::fmt::Debug for Namespace {
@@ -52,8 +69,13 @@ impl std::fmt::Debug for Namespace {
 pub enum SubsystemError {
     /// NSID 0 and 0xFFFFFFFF are reserved, and NSIDs above the
     /// subsystem's maximum are refused.
-    #[error("namespace id {0} is not usable (1..={max})", max = crate::MAX_NSID)]
-    InvalidNsid(u32),
+    #[error("namespace id {nsid} is not usable (1..={max})")]
+    InvalidNsid {
+        /// The refused NSID.
+        nsid: u32,
+        /// The subsystem's highest NSID.
+        max: u32,
+    },
     /// The NSID is already in use.
     #[error("namespace id {0} is already in use in this subsystem")]
     NsidInUse(u32),
@@ -73,6 +95,7 @@ pub struct Subsystem {
     nqn: String,
     serial: String,
     model: String,
+    max_nsid: u32,
     namespaces: RwLock<BTreeMap<u32, Arc<NsEntry>>>,
     allowed_hosts: RwLock<Vec<String>>,
     controllers: Mutex<Vec<Weak<Controller>>>,
@@ -91,10 +114,24 @@ impl Subsystem {
     /// controllers' serial number (20 ASCII characters at most); an empty
     /// `allowed_hosts` lets any host connect.
     pub fn new(nqn: impl Into<String>, serial: impl Into<String>, allowed_hosts: Vec<String>) -> Arc<Subsystem> {
+        Subsystem::with_max_nsid(nqn, serial, allowed_hosts, crate::MAX_NSID)
+    }
+
+    /// As [`Subsystem::new`], with NSIDs up to `max_nsid` (at most
+    /// 0xFFFFFFFE) instead of [`MAX_NSID`](crate::MAX_NSID). The internal
+    /// fabric names a replica by its volume id, so its subsystem needs the
+    /// whole range.
+    pub fn with_max_nsid(
+        nqn: impl Into<String>,
+        serial: impl Into<String>,
+        allowed_hosts: Vec<String>,
+        max_nsid: u32,
+    ) -> Arc<Subsystem> {
         Arc::new(Subsystem {
             nqn: nqn.into(),
             serial: serial.into(),
             model: "strata".into(),
+            max_nsid: max_nsid.clamp(1, u32::MAX - 1),
             namespaces: RwLock::new(BTreeMap::new()),
             allowed_hosts: RwLock::new(allowed_hosts),
             controllers: Mutex::new(Vec::new()),
@@ -115,6 +152,11 @@ impl Subsystem {
     /// Model number reported by its controllers.
     pub fn model(&self) -> &str {
         &self.model
+    }
+
+    /// The highest NSID a namespace may have (Identify Controller NN).
+    pub fn max_nsid(&self) -> u32 {
+        self.max_nsid
     }
 
     /// True when `hostnqn` may connect.
@@ -170,8 +212,8 @@ impl Subsystem {
     /// [`SubsystemError::InvalidNsid`] or [`SubsystemError::NsidInUse`].
     pub fn add_namespace(&self, ns: Namespace) -> Result<(), SubsystemError> {
         let nsid = ns.nsid;
-        if nsid == 0 || nsid > crate::MAX_NSID {
-            return Err(SubsystemError::InvalidNsid(nsid));
+        if nsid == 0 || nsid > self.max_nsid {
+            return Err(SubsystemError::InvalidNsid { nsid, max: self.max_nsid });
         }
         {
             let mut map = self.namespaces.write().unwrap_or_else(|e| e.into_inner());

@@ -30,7 +30,7 @@ async fn smart(ctrl: &Controller, nsid: u32) -> SmartLog {
 async fn smart_log_counts_the_io_of_every_controller_per_namespace_and_in_total() {
     let fx = start(2048).await;
     let ids2 = NamespaceIds { nguid: [0x44; 16], uuid: [0x55; 16], eui64: [0; 8] };
-    fx.sub.add_namespace(Namespace { nsid: 2, ids: ids2, device: Arc::new(MemDevice::new(BS as u32, 1024)) }).unwrap();
+    fx.sub.add_namespace(Namespace::new(2, ids2, Arc::new(MemDevice::new(BS as u32, 1024)))).unwrap();
 
     // One host writes 4 MiB to namespace 1 and 1 MiB to namespace 2, reads
     // 2 MiB back from namespace 1, then goes away.

@@ -288,7 +288,7 @@ async fn namespace_changes_raise_an_async_event_and_the_changed_ns_log_names_the
     ctrl.keep_alive().await.unwrap(); // the AER is parked once this returns
     let dev2 = Arc::new(MemDevice::new(BS as u32, 512));
     let ids2 = NamespaceIds { nguid: [0x44; 16], uuid: [0x55; 16], eui64: [0; 8] };
-    fx.sub.add_namespace(Namespace { nsid: 2, ids: ids2, device: dev2 }).unwrap();
+    fx.sub.add_namespace(Namespace::new(2, ids2, dev2)).unwrap();
     let dw0 = tokio::time::timeout(Duration::from_secs(5), aer).await.expect("AER completes").unwrap();
     assert_eq!(dw0, 0x0004_0002);
     let log =

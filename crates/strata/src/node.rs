@@ -190,7 +190,7 @@ impl Node {
     fn attach(&self, rec: &VolumeRecord) -> anyhow::Result<()> {
         let vol = self.store.open_volume(rec.id, rec.size_bytes, rec.block_size)?;
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
-        let ns = Namespace { nsid: rec.nsid, ids, device: vol.clone() as Arc<dyn BlockDevice> };
+        let ns = Namespace::new(rec.nsid, ids, vol.clone() as Arc<dyn BlockDevice>);
         match self.target.subsystem(&rec.nqn) {
             Some(sub) => {
                 // Another volume's subsystem: its list only grows here.

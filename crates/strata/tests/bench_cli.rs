@@ -26,7 +26,7 @@ fn start_target() -> (tokio::runtime::Runtime, Target, SocketAddr) {
         let sub = Subsystem::new(NQN, "STRATABENCHCLI", vec![]);
         let dev = Arc::new(MemDevice::new(4096, 4096));
         let ids = NamespaceIds { nguid: [4; 16], uuid: [5; 16], eui64: [6; 8] };
-        sub.add_namespace(Namespace { nsid: 1, ids, device: dev }).expect("namespace");
+        sub.add_namespace(Namespace::new(1, ids, dev)).expect("namespace");
         target.add_subsystem(sub).expect("subsystem");
         let addr = target.listen("127.0.0.1:0".parse().expect("addr"), PortRole::Io).await.expect("listen").addr;
         (target, addr)

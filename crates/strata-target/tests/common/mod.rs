@@ -50,7 +50,7 @@ pub async fn serve(
 ) -> (Target, Arc<Subsystem>, SocketAddr, SocketAddr) {
     let target = Target::new(config);
     let sub = Subsystem::new(NQN, "STRATAITEST01", vec![]);
-    sub.add_namespace(Namespace { nsid: 1, ids: IDS, device }).expect("namespace 1");
+    sub.add_namespace(Namespace::new(1, IDS, device)).expect("namespace 1");
     target.add_subsystem(sub.clone()).expect("subsystem");
     let io = target.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.expect("io port").addr;
     let disc = target.listen("127.0.0.1:0".parse().unwrap(), PortRole::Discovery).await.expect("disc port").addr;
