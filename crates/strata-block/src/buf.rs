@@ -241,6 +241,12 @@ impl std::ops::Deref for IoBuf {
     }
 }
 
+impl AsRef<[u8]> for IoBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 impl std::ops::DerefMut for IoBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         self.as_mut_slice()

@@ -1,0 +1,507 @@
+//! The dirty-region log: which regions of a replicated volume may differ
+//! between its replicas, and which regions each stale replica missed.
+//!
+//! Like md's write-intent bitmap, but kept in the metadata store (etcd in a
+//! cluster) rather than on the members, so that whichever node takes a
+//! volume over after its owner died reads it from the same place the
+//! owner's lease lived.
+//!
+//! # Invariants
+//!
+//! - **Dirty before written.** A write does not reach any replica until
+//!   every region it touches is dirty in the persisted log. So after the
+//!   owner dies, every region where the in-sync replicas may disagree (a
+//!   write that reached some of them, or that some lost in a crash before
+//!   a flush) is dirty, and the next owner repairs exactly those.
+//! - **Clean only when flushed everywhere.** A region leaves the dirty set
+//!   only when no write to it is running and a flush of every in-sync
+//!   replica, issued after its last write ended, has completed.
+//! - **Missed before acknowledged.** When a replica leaves the in-sync set,
+//!   it inherits the dirty set as missed, and every later write to one of
+//!   its regions marks that region missed for it before the write
+//!   completes; resync copies exactly its missed regions.
+//!
+//! # Cancellation
+//!
+//! [`DirtyRegionLog::begin`] may be dropped while it persists: the marks it
+//! made stay wanted and the next persist saves them; its regions' in-flight
+//! counts are released by the guard it had already built.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::regions::{RegionSet, RegionSetError, Regions};
+
+/// A storage node's id in the cluster map.
+pub type NodeId = u32;
+
+/// The persisted part of the log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrlState {
+    /// Regions where in-sync replicas may differ.
+    pub dirty: RegionSet,
+    /// Per stale replica, the regions it must copy before it is in sync.
+    pub missed: BTreeMap<NodeId, RegionSet>,
+}
+
+/// Version byte of [`DrlState::encode`].
+pub const DRL_FORMAT: u8 = 1;
+
+impl DrlState {
+    /// Encodes the state:
+    ///
+    /// | size | field |
+    /// |------|-------|
+    /// | 1    | format, [`DRL_FORMAT`] |
+    /// | var  | dirty [`RegionSet`] |
+    /// | 4    | number of stale replicas `m` (u32 LE) |
+    /// | m x (4 + var) | node id (u32 LE), its missed [`RegionSet`] |
+    pub fn encode(&self, regions: Regions) -> Vec<u8> {
+        let mut out = vec![DRL_FORMAT];
+        out.extend(self.dirty.encode(regions));
+        out.extend((self.missed.len() as u32).to_le_bytes());
+        for (node, set) in &self.missed {
+            out.extend(node.to_le_bytes());
+            out.extend(set.encode(regions));
+        }
+        out
+    }
+
+    /// Decodes a state written by [`encode`](Self::encode) for a volume of
+    /// `regions`.
+    ///
+    /// # Errors
+    ///
+    /// [`RegionSetError`] for a wrong format byte, a set encoded for
+    /// another region count, a repeated node, trailing or missing bytes.
+    pub fn decode(bytes: &[u8], regions: Regions) -> Result<DrlState, RegionSetError> {
+        let (&format, mut rest) = bytes.split_first().ok_or(RegionSetError("empty log"))?;
+        if format != DRL_FORMAT {
+            return Err(RegionSetError("unknown log format"));
+        }
+        let set = |rest: &mut &[u8]| -> Result<RegionSet, RegionSetError> {
+            let (s, n, used) = RegionSet::decode(rest)?;
+            if n != regions.count() {
+                return Err(RegionSetError("encoded for another volume size"));
+            }
+            *rest = &rest[used..];
+            Ok(s)
+        };
+        let dirty = set(&mut rest)?;
+        let u32_at = |rest: &mut &[u8]| -> Result<u32, RegionSetError> {
+            let b: [u8; 4] = rest.get(..4).and_then(|b| b.try_into().ok()).ok_or(RegionSetError("truncated"))?;
+            *rest = &rest[4..];
+            Ok(u32::from_le_bytes(b))
+        };
+        let m = u32_at(&mut rest)?;
+        let mut missed = BTreeMap::new();
+        for _ in 0..m {
+            let node = u32_at(&mut rest)?;
+            if missed.insert(node, set(&mut rest)?).is_some() {
+                return Err(RegionSetError("a node appears twice"));
+            }
+        }
+        if !rest.is_empty() {
+            return Err(RegionSetError("trailing bytes"));
+        }
+        Ok(DrlState { dirty, missed })
+    }
+}
+
+/// A boxed future of the log's store.
+pub type SaveFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// Where the log is persisted (the metadata store, for a cluster).
+pub trait DrlStore: Send + Sync {
+    /// Replaces the persisted log with `state`, durably. Dropping the
+    /// future leaves either the old or the new state persisted.
+    fn save(&self, state: DrlState) -> SaveFuture<'_>;
+}
+
+/// The log could not be persisted: the write that needed it must fail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the dirty-region log could not be saved: {0}")]
+pub struct DrlError(pub String);
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// What must be persisted (a superset of what is).
+    wanted: DrlState,
+    /// Bumped at each change of `wanted`.
+    wanted_version: u64,
+    /// The `wanted_version` last saved.
+    saved_version: u64,
+    /// Writes running per region.
+    inflight: HashMap<u64, u32>,
+    /// Per region, the sequence number of the last write to start.
+    last_write: HashMap<u64, u64>,
+    seq: u64,
+}
+
+/// The log of one replicated volume, held by its owner.
+pub struct DirtyRegionLog {
+    regions: Regions,
+    inner: Mutex<Inner>,
+    /// One save at a time; later callers find their version saved.
+    saving: tokio::sync::Mutex<()>,
+    store: Arc<dyn DrlStore>,
+}
+
+impl std::fmt::Debug for DirtyRegionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirtyRegionLog").field("regions", &self.regions).finish_non_exhaustive()
+    }
+}
+
+/// A write in flight over some regions; dropping it ends the write.
+#[derive(Debug)]
+#[must_use]
+pub struct WriteGuard {
+    log: Arc<DirtyRegionLog>,
+    regions: std::ops::Range<u64>,
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        let mut inner = self.log.lock();
+        for r in self.regions.clone() {
+            if let Some(n) = inner.inflight.get_mut(&r) {
+                *n -= 1;
+                if *n == 0 {
+                    inner.inflight.remove(&r);
+                }
+            }
+        }
+    }
+}
+
+impl DirtyRegionLog {
+    /// The log of a volume cut into `regions`, starting from `persisted`
+    /// (what the store holds: after a takeover, what the old owner left).
+    pub fn new(regions: Regions, persisted: DrlState, store: Arc<dyn DrlStore>) -> Arc<DirtyRegionLog> {
+        Arc::new(DirtyRegionLog {
+            regions,
+            inner: Mutex::new(Inner { wanted: persisted, ..Inner::default() }),
+            saving: tokio::sync::Mutex::new(()),
+            store,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How the volume is cut.
+    pub fn regions(&self) -> Regions {
+        self.regions
+    }
+
+    /// The regions that may differ between in-sync replicas.
+    pub fn dirty(&self) -> RegionSet {
+        self.lock().wanted.dirty.clone()
+    }
+
+    /// The regions `node` missed, if it is stale.
+    pub fn missed(&self, node: NodeId) -> Option<RegionSet> {
+        self.lock().wanted.missed.get(&node).cloned()
+    }
+
+    /// The whole state as it must be persisted.
+    pub fn state(&self) -> DrlState {
+        self.lock().wanted.clone()
+    }
+
+    /// Starts a write of `regions`, which replicas in `stale` will miss:
+    /// marks them dirty (and missed for those), persists the log when that
+    /// changed it, and counts the write as running until the guard drops.
+    ///
+    /// # Errors
+    ///
+    /// [`DrlError`] when the log could not be saved; the write must not
+    /// be issued.
+    pub async fn begin(
+        self: &Arc<Self>,
+        regions: std::ops::Range<u64>,
+        stale: &[NodeId],
+    ) -> Result<WriteGuard, DrlError> {
+        let version = {
+            let mut inner = self.lock();
+            let mut changed = false;
+            for r in regions.clone() {
+                *inner.inflight.entry(r).or_insert(0) += 1;
+                inner.seq += 1;
+                let seq = inner.seq;
+                inner.last_write.insert(r, seq);
+                changed |= inner.wanted.dirty.insert(r);
+                for &n in stale {
+                    changed |= inner.wanted.missed.entry(n).or_default().insert(r);
+                }
+            }
+            if changed {
+                inner.wanted_version += 1;
+            }
+            changed.then_some(inner.wanted_version)
+        };
+        let guard = WriteGuard { log: self.clone(), regions };
+        if let Some(v) = version {
+            self.persist(v).await?;
+        }
+        Ok(guard)
+    }
+
+    /// Records that `node` left the in-sync set: it missed every dirty
+    /// region and `also` (the regions of the write it failed), and
+    /// persists that.
+    ///
+    /// # Errors
+    ///
+    /// [`DrlError`] when the log could not be saved.
+    pub async fn mark_stale(&self, node: NodeId, also: std::ops::Range<u64>) -> Result<(), DrlError> {
+        let version = {
+            let mut inner = self.lock();
+            let dirty = inner.wanted.dirty.clone();
+            let set = inner.wanted.missed.entry(node).or_default();
+            let mut changed = set.union_with(&dirty);
+            for r in also {
+                changed |= set.insert(r);
+            }
+            if changed {
+                inner.wanted_version += 1;
+            }
+            inner.wanted_version
+        };
+        self.persist(version).await
+    }
+
+    /// Forgets what `node` missed (it is in sync again, or gone).
+    pub fn forget(&self, node: NodeId) {
+        let mut inner = self.lock();
+        if inner.wanted.missed.remove(&node).is_some() {
+            inner.wanted_version += 1;
+        }
+    }
+
+    /// Clears region `r` from what `node` missed (resync copied it).
+    pub fn copied(&self, node: NodeId, r: u64) {
+        let mut inner = self.lock();
+        if inner.wanted.missed.get_mut(&node).is_some_and(|s| s.remove(r)) {
+            inner.wanted_version += 1;
+        }
+    }
+
+    /// Marks `r` dirty again (a repair that could not finish).
+    pub fn redirty(&self, r: u64) {
+        let mut inner = self.lock();
+        if inner.wanted.dirty.insert(r) {
+            inner.wanted_version += 1;
+        }
+    }
+
+    /// The write sequence now: compare with [`region_quiet_since`]
+    /// (Self::region_quiet_since) to learn whether a region was written
+    /// meanwhile.
+    pub fn sequence(&self) -> u64 {
+        self.lock().seq
+    }
+
+    /// True when no write to `r` is running and none started after `seq`.
+    pub fn region_quiet_since(&self, r: u64, seq: u64) -> bool {
+        let inner = self.lock();
+        !inner.inflight.contains_key(&r) && inner.last_write.get(&r).is_none_or(|&w| w <= seq)
+    }
+
+    /// Clears the dirty regions that stayed quiet since `seq`, which the
+    /// caller took before a flush of every in-sync replica that has since
+    /// completed, and persists the log when that changed it.
+    ///
+    /// # Errors
+    ///
+    /// [`DrlError`] when the log could not be saved (it stays dirty in the
+    /// store, which is safe).
+    pub async fn clean_flushed(&self, seq: u64) -> Result<u64, DrlError> {
+        let (cleared, version) = {
+            let mut inner = self.lock();
+            let quiet: Vec<u64> = inner
+                .wanted
+                .dirty
+                .iter()
+                .filter(|r| !inner.inflight.contains_key(r) && inner.last_write.get(r).is_none_or(|&w| w <= seq))
+                .collect();
+            for r in &quiet {
+                inner.wanted.dirty.remove(*r);
+                inner.last_write.remove(r);
+            }
+            if !quiet.is_empty() {
+                inner.wanted_version += 1;
+            }
+            (quiet.len() as u64, inner.wanted_version)
+        };
+        self.persist(version).await?;
+        Ok(cleared)
+    }
+
+    /// Saves the log unless version `v` (or a later one) is saved already.
+    ///
+    /// # Errors
+    ///
+    /// [`DrlError`] from the store.
+    pub async fn persist(&self, v: u64) -> Result<(), DrlError> {
+        loop {
+            if self.lock().saved_version >= v {
+                return Ok(());
+            }
+            let _one = self.saving.lock().await;
+            let (state, version) = {
+                let inner = self.lock();
+                if inner.saved_version >= v {
+                    return Ok(());
+                }
+                (inner.wanted.clone(), inner.wanted_version)
+            };
+            self.store.save(state).await.map_err(DrlError)?;
+            let mut inner = self.lock();
+            inner.saved_version = inner.saved_version.max(version);
+        }
+    }
+
+    /// Saves whatever changed since the last save.
+    ///
+    /// # Errors
+    ///
+    /// [`DrlError`] from the store.
+    pub async fn sync(&self) -> Result<(), DrlError> {
+        let v = self.lock().wanted_version;
+        self.persist(v).await
+    }
+}
+
+/// A [`DrlStore`] in memory, for tests: counts saves and can fail them.
+#[derive(Debug, Default)]
+pub struct MemDrlStore {
+    /// The last saved state.
+    pub saved: Mutex<Option<DrlState>>,
+    /// Saves so far.
+    pub saves: std::sync::atomic::AtomicU64,
+    /// When set, saves fail.
+    pub fail: std::sync::atomic::AtomicBool,
+}
+
+impl DrlStore for MemDrlStore {
+    fn save(&self, state: DrlState) -> SaveFuture<'_> {
+        Box::pin(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            tokio::task::yield_now().await;
+            if self.fail.load(SeqCst) {
+                return Err("injected failure".into());
+            }
+            *self.saved.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+            self.saves.fetch_add(1, SeqCst);
+            Ok(())
+        })
+    }
+}
+
+impl MemDrlStore {
+    /// The last saved state (empty if none).
+    pub fn saved(&self) -> DrlState {
+        self.saved.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering::SeqCst;
+
+    fn log() -> (Arc<DirtyRegionLog>, Arc<MemDrlStore>) {
+        let store = Arc::new(MemDrlStore::default());
+        (DirtyRegionLog::new(Regions::for_volume(64 << 20, 64 << 20), DrlState::default(), store.clone()), store)
+    }
+
+    #[tokio::test]
+    async fn a_region_is_dirty_in_the_store_before_the_write_may_start() {
+        let (log, store) = log();
+        let g = log.begin(3..5, &[]).await.unwrap();
+        assert_eq!(store.saved().dirty.iter().collect::<Vec<_>>(), vec![3, 4]);
+        // A second write to the same regions costs no save.
+        let g2 = log.begin(3..4, &[]).await.unwrap();
+        assert_eq!(store.saves.load(SeqCst), 1);
+        drop((g, g2));
+    }
+
+    #[tokio::test]
+    async fn a_failed_save_fails_the_write_and_a_later_one_saves_the_marks() {
+        let (log, store) = log();
+        store.fail.store(true, SeqCst);
+        assert!(log.begin(7..8, &[]).await.is_err());
+        store.fail.store(false, SeqCst);
+        drop(log.begin(9..10, &[]).await.unwrap());
+        assert_eq!(store.saved().dirty.iter().collect::<Vec<_>>(), vec![7, 9], "a mark is never dropped unsaved");
+    }
+
+    #[tokio::test]
+    async fn cleaning_keeps_running_and_later_writes_dirty() {
+        let (log, store) = log();
+        let running = log.begin(1..2, &[]).await.unwrap();
+        drop(log.begin(2..3, &[]).await.unwrap());
+        let seq = log.sequence();
+        drop(log.begin(3..4, &[]).await.unwrap()); // after the flush began
+        assert_eq!(log.clean_flushed(seq).await.unwrap(), 1);
+        assert_eq!(store.saved().dirty.iter().collect::<Vec<_>>(), vec![1, 3]);
+        drop(running);
+        assert_eq!(log.clean_flushed(log.sequence()).await.unwrap(), 2);
+        assert!(store.saved().dirty.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_stale_replica_misses_the_dirty_regions_and_every_later_write() {
+        let (log, store) = log();
+        let g = log.begin(4..5, &[]).await.unwrap();
+        log.mark_stale(9, 6..7).await.unwrap();
+        drop(log.begin(8..9, &[9]).await.unwrap());
+        assert_eq!(store.saved().missed[&9].iter().collect::<Vec<_>>(), vec![4, 6, 8]);
+        log.copied(9, 4);
+        log.sync().await.unwrap();
+        assert_eq!(store.saved().missed[&9].iter().collect::<Vec<_>>(), vec![6, 8]);
+        log.forget(9);
+        log.sync().await.unwrap();
+        assert!(store.saved().missed.is_empty());
+        drop(g);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_begin_releases_its_regions() {
+        let (log, _store) = log();
+        let fut = log.begin(2..3, &[]);
+        drop(fut); // never polled
+        let mut fut = Box::pin(log.begin(5..6, &[]));
+        // Polled once: marks made, save not finished (the store yields).
+        let waker = std::task::Waker::noop();
+        assert!(fut.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_pending());
+        drop(fut);
+        let seq = log.sequence();
+        assert!(log.region_quiet_since(5, seq), "no write counted as running after the drop");
+        assert_eq!(log.dirty().iter().collect::<Vec<_>>(), vec![5], "the mark stays wanted");
+    }
+
+    #[test]
+    fn the_state_encoding_round_trips_and_refuses_damage() {
+        let regions = Regions::for_volume(20 << 20, 64 << 20);
+        let mut s = DrlState::default();
+        s.dirty.insert(3);
+        s.missed.insert(7, [1, 19].into_iter().collect());
+        s.missed.insert(2, RegionSet::new());
+        let bytes = s.encode(regions);
+        assert_eq!(DrlState::decode(&bytes, regions).unwrap(), s);
+        assert!(DrlState::decode(&bytes, Regions::for_volume(30 << 20, 64 << 20)).is_err(), "another size");
+        assert!(DrlState::decode(&bytes[..bytes.len() - 1], regions).is_err());
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert!(DrlState::decode(&extra, regions).is_err());
+        let mut fmt = bytes;
+        fmt[0] = 2;
+        assert!(DrlState::decode(&fmt, regions).is_err());
+    }
+}

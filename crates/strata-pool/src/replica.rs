@@ -1,0 +1,147 @@
+//! One node's copy of one volume, as the volume's owner sees it.
+//!
+//! A [`Replica`] is reached locally ([`LocalReplica`]: the node's own store
+//! behind the same [`EpochFence`] the fabric uses) or over the internal
+//! fabric ([`crate::fabric::FabricReplica`]). Every operation carries the
+//! owner's epoch, and a replica refuses an epoch older than the newest it
+//! has seen ([`ReplicaError::Stale`]).
+//!
+//! # Cancellation
+//!
+//! Dropping a replica future is allowed, with the [`BlockDevice`]
+//! contract's consequences: a dropped write may still land. The
+//! replicated volume never drops them (it runs each write to the end on a
+//! task of its own), so replicas never diverge behind its back.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use strata_block::{BlockDevice, BlockError, EpochFence, IoBuf};
+
+use crate::drl::NodeId;
+
+/// Why a replica did not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    /// The replica has seen a newer epoch: the sender no longer owns the
+    /// volume and must stop serving it.
+    #[error("fenced: the replica has seen a newer epoch than {0}")]
+    Stale(u64),
+    /// The replica's thin pool is full; nothing was written there.
+    #[error("no space on the replica")]
+    NoSpace,
+    /// The request does not fit the replica (a size disagreement): a bug
+    /// or a resize in progress, not a failed replica.
+    #[error("request outside the replica: {0}")]
+    Invalid(String),
+    /// The replica failed or cannot be reached: it must leave the in-sync
+    /// set.
+    #[error("replica unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl ReplicaError {
+    /// True when the replica itself failed (it leaves the in-sync set),
+    /// rather than refusing the request.
+    pub fn is_replica_fault(&self) -> bool {
+        matches!(self, ReplicaError::Unavailable(_))
+    }
+}
+
+/// A boxed replica future.
+pub type ReplicaFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ReplicaError>> + Send + 'a>>;
+
+/// One copy of a volume.
+pub trait Replica: Send + Sync + Debug {
+    /// The node that holds it.
+    fn node(&self) -> NodeId;
+
+    /// Writes `data` (whole blocks) at `lba`; `fua` makes it durable first.
+    fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()>;
+
+    /// Reads `buf.len()` bytes of blocks at `lba` into `buf`.
+    fn read(&self, epoch: u64, lba: u64, buf: IoBuf) -> ReplicaFuture<'_, IoBuf>;
+
+    /// Makes `blocks` blocks at `lba` read as zeros, releasing their space
+    /// when `deallocate`.
+    fn write_zeroes(&self, epoch: u64, lba: u64, blocks: u64, deallocate: bool) -> ReplicaFuture<'_, ()>;
+
+    /// Makes every completed write durable. A flush with a newer epoch is
+    /// admitted only after every command of older epochs has finished: the
+    /// fence a new owner sends first.
+    fn flush(&self, epoch: u64) -> ReplicaFuture<'_, ()>;
+}
+
+/// The replica in this node's own store, behind its fence.
+pub struct LocalReplica {
+    node: NodeId,
+    device: Arc<dyn BlockDevice>,
+    fence: Arc<EpochFence>,
+}
+
+impl std::fmt::Debug for LocalReplica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalReplica").field("node", &self.node).field("epoch", &self.fence.epoch()).finish()
+    }
+}
+
+impl LocalReplica {
+    /// The copy on `device`, guarded by `fence` (the one the node's fabric
+    /// namespace for this volume uses too).
+    pub fn new(node: NodeId, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> LocalReplica {
+        LocalReplica { node, device, fence }
+    }
+
+    /// The fence.
+    pub fn fence(&self) -> &Arc<EpochFence> {
+        &self.fence
+    }
+}
+
+/// Maps a store error to the replica's terms.
+pub fn from_block(e: BlockError) -> ReplicaError {
+    match e {
+        BlockError::NoSpace => ReplicaError::NoSpace,
+        e @ (BlockError::OutOfRange { .. } | BlockError::BadBuffer { .. }) => ReplicaError::Invalid(e.to_string()),
+        e => ReplicaError::Unavailable(e.to_string()),
+    }
+}
+
+impl Replica for LocalReplica {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+
+    fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _admitted = self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))?;
+            let (_, r) = self.device.write(lba, IoBuf::from_slice(&data), fua).await;
+            r.map_err(from_block)
+        })
+    }
+
+    fn read(&self, epoch: u64, lba: u64, buf: IoBuf) -> ReplicaFuture<'_, IoBuf> {
+        Box::pin(async move {
+            let _admitted = self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))?;
+            let (buf, r) = self.device.read(lba, buf).await;
+            r.map(|()| buf).map_err(from_block)
+        })
+    }
+
+    fn write_zeroes(&self, epoch: u64, lba: u64, blocks: u64, deallocate: bool) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _admitted = self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))?;
+            self.device.write_zeroes(lba, blocks, deallocate).await.map_err(from_block)
+        })
+    }
+
+    fn flush(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _admitted = self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))?;
+            self.device.flush().await.map_err(from_block)
+        })
+    }
+}

@@ -1,0 +1,775 @@
+//! A replicated volume, as its owner serves it: a [`BlockDevice`] whose
+//! blocks live on the replicas that placement chose for each chunk.
+//!
+//! # What the owner guarantees
+//!
+//! - A write completes when every in-sync replica of its chunks has it. A
+//!   replica that fails it leaves the in-sync set, recorded in the
+//!   metadata store with an epoch bump ([`Control::leave`]), and the
+//!   regions it missed are recorded in the dirty-region log, all *before*
+//!   the write completes. A write that no in-sync replica of some chunk
+//!   took fails.
+//! - Flush (and FUA) make data durable on every in-sync replica.
+//! - Reads go to one in-sync replica per chunk, the local one when it is
+//!   in sync, else the first in placement order: while the owner lives the
+//!   same replica answers, so a block never flips between two values.
+//! - An owner whose epoch a replica refuses (a newer owner fenced it) or
+//!   whose metadata update is refused stops: every later I/O fails with
+//!   [`BlockError::Gone`] (Namespace Not Ready), and the host's multipath
+//!   moves to the new owner.
+//!
+//! # Cancellation
+//!
+//! A host may vanish at any await. Writes, write-zeroes and deallocates
+//! run to the end on a task of their own whether or not the caller still
+//! waits, so replicas never diverge because a future was dropped; the
+//! caller's future only waits for that task. Reads and flushes change
+//! nothing and may be dropped anywhere.
+//!
+//! # Lock order
+//!
+//! `gate` (async RwLock: I/O shared, membership additions exclusive) →
+//! `change` (async mutex: one metadata update at a time) → the sync
+//! mutexes (`membership`, `catching_up`), never held across an await.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, check_range};
+
+use crate::drl::{DirtyRegionLog, NodeId};
+use crate::replica::{Replica, ReplicaError};
+
+/// Where a volume's chunks live: the placement, seen from one volume.
+pub trait Layout: Send + Sync + Debug {
+    /// Bytes per chunk, a power of two and a multiple of the block size.
+    fn chunk_bytes(&self) -> u64;
+    /// The nodes that hold chunk `chunk`, in placement order.
+    fn replicas(&self, chunk: u64) -> Vec<NodeId>;
+}
+
+/// The in-sync set of a volume at an epoch, as the metadata store holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// Bumped at every change of owner or in-sync set.
+    pub epoch: u64,
+    /// Replicas that hold every acknowledged write.
+    pub in_sync: BTreeSet<NodeId>,
+}
+
+/// Why the metadata store refused or failed a membership change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// The volume moved on (another owner, a newer epoch): this owner is
+    /// fenced and must stop.
+    #[error("the volume is no longer ours: {0}")]
+    NotOwner(String),
+    /// The store could not be reached or failed.
+    #[error("metadata store: {0}")]
+    Unavailable(String),
+}
+
+/// A boxed control-plane future.
+pub type ControlFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ControlError>> + Send + 'a>>;
+
+/// The owner's link to the metadata store for one volume.
+pub trait Control: Send + Sync {
+    /// Takes `nodes` out of the in-sync set, if the stored membership is
+    /// still `from`, and returns the new membership (epoch bumped).
+    fn leave(&self, from: &Membership, nodes: &[NodeId]) -> ControlFuture<'_, Membership>;
+    /// Puts `node` back in the in-sync set, if the stored membership is
+    /// still `from`, and returns the new membership (epoch bumped).
+    fn rejoin(&self, from: &Membership, node: NodeId) -> ControlFuture<'_, Membership>;
+}
+
+/// Counters of one replicated volume.
+#[derive(Debug, Default)]
+pub struct VolumeStats {
+    /// Replicas that left the in-sync set.
+    pub replicas_dropped: std::sync::atomic::AtomicU64,
+    /// Regions copied by resync or repair.
+    pub regions_copied: std::sync::atomic::AtomicU64,
+}
+
+struct Inner {
+    geometry: Geometry,
+    local: NodeId,
+    layout: Arc<dyn Layout>,
+    replicas: std::collections::HashMap<NodeId, Arc<dyn Replica>>,
+    membership: Mutex<Membership>,
+    /// Stale replicas being resynced: they get every new write too.
+    catching_up: Mutex<BTreeSet<NodeId>>,
+    drl: Arc<DirtyRegionLog>,
+    control: Arc<dyn Control>,
+    gate: tokio::sync::RwLock<()>,
+    change: tokio::sync::Mutex<()>,
+    fenced: AtomicBool,
+    /// Writes running on their own tasks.
+    running: std::sync::atomic::AtomicUsize,
+    stats: VolumeStats,
+}
+
+/// A replicated volume served by its owner.
+#[derive(Clone)]
+pub struct ReplicatedVolume {
+    inner: Arc<Inner>,
+}
+
+impl Debug for ReplicatedVolume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicatedVolume")
+            .field("geometry", &self.inner.geometry)
+            .field("membership", &*self.inner.membership())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a volume needs to open.
+pub struct VolumeParts {
+    /// Block size and count.
+    pub geometry: Geometry,
+    /// This node.
+    pub local: NodeId,
+    /// Placement of the chunks.
+    pub layout: Arc<dyn Layout>,
+    /// Every node that holds a chunk, reachable or not.
+    pub replicas: Vec<Arc<dyn Replica>>,
+    /// The membership this owner took the volume over at.
+    pub membership: Membership,
+    /// The dirty-region log, as persisted.
+    pub drl: Arc<DirtyRegionLog>,
+    /// The metadata store.
+    pub control: Arc<dyn Control>,
+}
+
+/// Why a volume could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Some chunk has no reachable in-sync replica: its data is
+    /// unavailable until one comes back.
+    #[error("chunk {chunk} has no reachable in-sync replica (replicas {replicas:?})")]
+    Unavailable {
+        /// The chunk.
+        chunk: u64,
+        /// Its replicas.
+        replicas: Vec<NodeId>,
+    },
+    /// I/O failed while opening.
+    #[error(transparent)]
+    Io(#[from] BlockError),
+}
+
+/// An operation fanned out to replicas.
+#[derive(Clone)]
+enum Op {
+    Write { data: Bytes, fua: bool },
+    Zeroes { deallocate: bool },
+}
+
+/// The part of an I/O inside one chunk.
+struct Segment {
+    lba: u64,
+    blocks: u64,
+    chunk: u64,
+}
+
+fn io_error(msg: impl Into<String>) -> BlockError {
+    BlockError::Io(std::io::Error::other(msg.into()))
+}
+
+impl Inner {
+    fn membership(&self) -> MutexGuard<'_, Membership> {
+        self.membership.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn catching_up(&self) -> MutexGuard<'_, BTreeSet<NodeId>> {
+        self.catching_up.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bs(&self) -> u64 {
+        u64::from(self.geometry.block_size)
+    }
+
+    fn segments(&self, lba: u64, blocks: u64) -> Vec<Segment> {
+        let per_chunk = self.layout.chunk_bytes() / self.bs();
+        let mut out = Vec::with_capacity(1);
+        let (mut lba, end) = (lba, lba + blocks);
+        while lba < end {
+            let chunk = lba / per_chunk;
+            let stop = ((chunk + 1) * per_chunk).min(end);
+            out.push(Segment { lba, blocks: stop - lba, chunk });
+            lba = stop;
+        }
+        out
+    }
+
+    fn regions(&self, lba: u64, blocks: u64) -> std::ops::Range<u64> {
+        self.drl.regions().touched(lba * self.bs(), blocks * self.bs())
+    }
+
+    fn check_serving(&self) -> Result<(), BlockError> {
+        if self.fenced.load(Ordering::Acquire) { Err(BlockError::Gone) } else { Ok(()) }
+    }
+
+    /// This owner lost the volume: stop serving it.
+    fn lose(&self, why: &dyn std::fmt::Display) -> BlockError {
+        if !self.fenced.swap(true, Ordering::AcqRel) {
+            tracing::warn!(%why, "volume fenced: this node no longer owns it; refusing I/O");
+        }
+        BlockError::Gone
+    }
+
+    /// The replica objects for `nodes`.
+    fn replica(&self, node: NodeId) -> Option<&Arc<dyn Replica>> {
+        self.replicas.get(&node)
+    }
+
+    /// Takes failed `nodes` out of the in-sync set and records what they
+    /// missed (every dirty region, and `regions`).
+    async fn leave(&self, nodes: &[NodeId], regions: std::ops::Range<u64>) -> Result<(), BlockError> {
+        let _one = self.change.lock().await;
+        let current = self.membership().clone();
+        let leaving: Vec<NodeId> = nodes.iter().copied().filter(|n| current.in_sync.contains(n)).collect();
+        if !leaving.is_empty() {
+            match self.control.leave(&current, &leaving).await {
+                Ok(m) => {
+                    tracing::warn!(nodes = ?leaving, epoch = m.epoch, "replicas left the in-sync set");
+                    self.stats.replicas_dropped.fetch_add(leaving.len() as u64, Ordering::Relaxed);
+                    *self.membership() = m;
+                }
+                Err(ControlError::NotOwner(why)) => return Err(self.lose(&why)),
+                Err(e) => return Err(io_error(e.to_string())),
+            }
+        }
+        for &n in nodes {
+            self.catching_up().remove(&n);
+            self.drl.mark_stale(n, regions.clone()).await.map_err(|e| io_error(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Runs `op` on every replica that must take it and settles the
+    /// outcome. Runs to the end (see the module docs).
+    async fn fan_out(self: Arc<Self>, lba: u64, blocks: u64, op: Op) -> Result<(), BlockError> {
+        self.check_serving()?;
+        let _io = self.gate.read().await;
+        let m = self.membership().clone();
+        let catching = self.catching_up().clone();
+        let segments = self.segments(lba, blocks);
+        let mut stale = BTreeSet::new();
+        let mut sends = Vec::new();
+        for (i, s) in segments.iter().enumerate() {
+            let nodes = self.layout.replicas(s.chunk);
+            if !nodes.iter().any(|n| m.in_sync.contains(n)) {
+                return Err(io_error(format!("chunk {} has no in-sync replica (replicas {nodes:?})", s.chunk)));
+            }
+            for n in nodes {
+                if m.in_sync.contains(&n) || catching.contains(&n) {
+                    sends.push((i, n));
+                } else {
+                    stale.insert(n);
+                }
+            }
+        }
+        let regions = self.regions(lba, blocks);
+        let stale: Vec<NodeId> = stale.into_iter().collect();
+        let _running = self.drl.begin(regions.clone(), &stale).await.map_err(|e| io_error(e.to_string()))?;
+
+        let bs = self.bs();
+        let results = join_all(sends.iter().map(|&(i, n)| {
+            let s = &segments[i];
+            let op = op.clone();
+            let this = &self;
+            async move {
+                let Some(r) = this.replica(n) else {
+                    return Err(ReplicaError::Unavailable(format!("node {n} is not a replica of this volume")));
+                };
+                match op {
+                    Op::Write { data, fua } => {
+                        let from = ((s.lba - lba) * bs) as usize;
+                        let piece = data.slice(from..from + (s.blocks * bs) as usize);
+                        r.write(m.epoch, s.lba, piece, fua).await
+                    }
+                    Op::Zeroes { deallocate } => r.write_zeroes(m.epoch, s.lba, s.blocks, deallocate).await,
+                }
+            }
+        }))
+        .await;
+        self.settle(&segments, &sends, results, &m, regions).await
+    }
+
+    /// Decides what a fanned-out operation did: drops failed replicas,
+    /// and fails the operation when some chunk lost every in-sync copy.
+    async fn settle(
+        &self,
+        segments: &[Segment],
+        sends: &[(usize, NodeId)],
+        results: Vec<Result<(), ReplicaError>>,
+        m: &Membership,
+        regions: std::ops::Range<u64>,
+    ) -> Result<(), BlockError> {
+        let mut ok = vec![false; segments.len()];
+        let mut failed = BTreeSet::new();
+        let mut outcome = Ok(());
+        for (&(i, n), r) in sends.iter().zip(results) {
+            match r {
+                Ok(()) => ok[i] |= m.in_sync.contains(&n),
+                Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
+                Err(e) if e.is_replica_fault() => {
+                    tracing::warn!(node = n, error = %e, "replica failed an I/O");
+                    failed.insert(n);
+                }
+                Err(ReplicaError::NoSpace) => outcome = Err(BlockError::NoSpace),
+                Err(e) => outcome = Err(io_error(e.to_string())),
+            }
+        }
+        if !failed.is_empty() {
+            let failed: Vec<NodeId> = failed.into_iter().collect();
+            self.leave(&failed, regions).await?;
+        }
+        if let Some(i) = ok.iter().position(|&done| !done) {
+            outcome?;
+            return Err(io_error(format!("every in-sync replica of chunk {} failed the write", segments[i].chunk)));
+        }
+        outcome
+    }
+
+    /// The in-sync replicas of `chunk` in the order reads try them: the
+    /// local one first, then placement order.
+    fn read_order(&self, chunk: u64) -> Vec<NodeId> {
+        let m = self.membership();
+        let mut nodes: Vec<NodeId> =
+            self.layout.replicas(chunk).into_iter().filter(|n| m.in_sync.contains(n)).collect();
+        if let Some(p) = nodes.iter().position(|&n| n == self.local) {
+            nodes[..=p].rotate_right(1);
+        }
+        nodes
+    }
+
+    /// Reads `buf.len()` bytes at `lba` within one chunk from an in-sync
+    /// replica, dropping replicas that fail and trying the next.
+    async fn read_segment(&self, chunk: u64, lba: u64, mut buf: IoBuf) -> Result<IoBuf, BlockError> {
+        loop {
+            self.check_serving()?;
+            let epoch = self.membership().epoch;
+            let Some(&node) = self.read_order(chunk).first() else {
+                return Err(io_error(format!("chunk {chunk} has no in-sync replica")));
+            };
+            let Some(r) = self.replica(node) else { return Err(io_error(format!("node {node} unknown"))) };
+            let len = buf.len();
+            match r.read(epoch, lba, buf).await {
+                Ok(b) => return Ok(b),
+                Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
+                Err(e) if e.is_replica_fault() => {
+                    tracing::warn!(node, error = %e, "replica failed a read; trying another");
+                    let blocks = len as u64 / self.bs();
+                    self.leave(&[node], self.regions(lba, blocks)).await?;
+                    buf = IoBuf::recycled(len);
+                }
+                Err(e) => return Err(io_error(e.to_string())),
+            }
+        }
+    }
+
+    async fn read(&self, lba: u64, mut buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
+        let bs = self.bs();
+        let blocks = buf.len() as u64 / bs;
+        if let Err(e) = check_range(self.geometry, lba, blocks) {
+            return (buf, Err(e));
+        }
+        let segments = self.segments(lba, blocks);
+        if let [one] = segments.as_slice() {
+            let len = buf.len();
+            return match self.read_segment(one.chunk, lba, buf).await {
+                Ok(b) => (b, Ok(())),
+                Err(e) => (IoBuf::zeroed(len), Err(e)),
+            };
+        }
+        for s in &segments {
+            let piece = IoBuf::recycled((s.blocks * bs) as usize);
+            match self.read_segment(s.chunk, s.lba, piece).await {
+                Ok(p) => {
+                    let at = ((s.lba - lba) * bs) as usize;
+                    buf.as_mut_slice()[at..at + p.len()].copy_from_slice(&p);
+                }
+                Err(e) => return (buf, Err(e)),
+            }
+        }
+        (buf, Ok(()))
+    }
+
+    /// Flushes every in-sync (and catching-up) replica; failed ones leave.
+    async fn flush(&self) -> Result<(), BlockError> {
+        self.check_serving()?;
+        let m = self.membership().clone();
+        let mut nodes: BTreeSet<NodeId> = m.in_sync.clone();
+        nodes.extend(self.catching_up().iter().copied());
+        let nodes: Vec<NodeId> = nodes.into_iter().collect();
+        let results = join_all(nodes.iter().map(|&n| async move {
+            match self.replica(n) {
+                Some(r) => r.flush(m.epoch).await,
+                None => Err(ReplicaError::Unavailable(format!("node {n} unknown"))),
+            }
+        }))
+        .await;
+        let mut failed = Vec::new();
+        for (&n, r) in nodes.iter().zip(results) {
+            match r {
+                Ok(()) => {}
+                Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
+                Err(e) => {
+                    tracing::warn!(node = n, error = %e, "replica failed a flush");
+                    failed.push(n);
+                }
+            }
+        }
+        if !failed.is_empty() {
+            // What they missed is the dirty set, which `leave` records.
+            self.leave(&failed, 0..0).await?;
+            if self.membership().in_sync.is_empty() {
+                return Err(io_error("every in-sync replica failed the flush"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies region `r` from an in-sync replica to `targets`, retrying
+    /// until no write raced the copy. Returns the targets that failed.
+    async fn copy_region(&self, r: u64, targets: &[NodeId]) -> Result<Vec<NodeId>, BlockError> {
+        let bs = self.bs();
+        let size = self.geometry.size_bytes();
+        let bytes = self.drl.regions().bytes_of(r, size);
+        let (first, end) = (bytes.start / bs, bytes.end / bs);
+        let chunk = first * bs / self.layout.chunk_bytes();
+        const PIECE: u64 = 1 << 20;
+        'again: loop {
+            self.check_serving()?;
+            let seq = self.drl.sequence();
+            if !self.drl.region_quiet_since(r, seq) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                continue;
+            }
+            let epoch = self.membership().epoch;
+            let mut failed = Vec::new();
+            let mut lba = first;
+            while lba < end {
+                let n = (PIECE / bs).min(end - lba);
+                let data = self.read_segment(chunk, lba, IoBuf::recycled((n * bs) as usize)).await?;
+                let data = Bytes::from_owner(data);
+                for &t in targets {
+                    if failed.contains(&t) {
+                        continue;
+                    }
+                    let Some(rep) = self.replica(t) else { continue };
+                    match rep.write(epoch, lba, data.clone(), false).await {
+                        Ok(()) => {}
+                        Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
+                        Err(e) => {
+                            tracing::warn!(node = t, error = %e, region = r, "copy to a replica failed");
+                            failed.push(t);
+                        }
+                    }
+                }
+                lba += n;
+            }
+            if !self.drl.region_quiet_since(r, seq) {
+                continue 'again;
+            }
+            self.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
+            return Ok(failed);
+        }
+    }
+}
+
+impl ReplicatedVolume {
+    /// Opens a volume this node has just taken over at `parts.membership`
+    /// (whose epoch the metadata store already holds): fences every
+    /// in-sync replica with a flush at that epoch (the old owner's writes
+    /// are over once it completes), drops those that cannot be reached,
+    /// and repairs every dirty region so that the in-sync replicas agree
+    /// byte for byte before the first read.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::Unavailable`] when a chunk has no reachable in-sync
+    /// replica; [`OpenError::Io`] when the metadata store fails or the
+    /// volume was taken over again meanwhile.
+    pub async fn open(parts: VolumeParts) -> Result<ReplicatedVolume, OpenError> {
+        let VolumeParts { geometry, local, layout, replicas, membership, drl, control } = parts;
+        let inner = Arc::new(Inner {
+            geometry,
+            local,
+            layout,
+            replicas: replicas.into_iter().map(|r| (r.node(), r)).collect(),
+            membership: Mutex::new(membership),
+            catching_up: Mutex::new(BTreeSet::new()),
+            drl,
+            control,
+            gate: tokio::sync::RwLock::new(()),
+            change: tokio::sync::Mutex::new(()),
+            fenced: AtomicBool::new(false),
+            running: std::sync::atomic::AtomicUsize::new(0),
+            stats: VolumeStats::default(),
+        });
+        let vol = ReplicatedVolume { inner };
+        vol.inner.flush().await?;
+        vol.check_available()?;
+        vol.repair().await?;
+        Ok(vol)
+    }
+
+    fn check_available(&self) -> Result<(), OpenError> {
+        let i = &self.inner;
+        let chunks = i.geometry.size_bytes().div_ceil(i.layout.chunk_bytes());
+        let m = i.membership().clone();
+        for chunk in 0..chunks {
+            let replicas = i.layout.replicas(chunk);
+            if !replicas.iter().any(|n| m.in_sync.contains(n)) {
+                return Err(OpenError::Unavailable { chunk, replicas });
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the in-sync replicas agree on every dirty region: copies it
+    /// from the first in-sync replica of its chunk (placement order) to
+    /// the others, flushes, and cleans the log.
+    async fn repair(&self) -> Result<(), BlockError> {
+        let i = &self.inner;
+        let dirty = i.drl.dirty();
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(regions = dirty.len(), "repairing regions the last owner may have left unequal");
+        let seq = i.drl.sequence();
+        let bs = i.bs();
+        for r in dirty.iter() {
+            let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
+            let chunk = first_lba * bs / i.layout.chunk_bytes();
+            let order = {
+                let m = i.membership();
+                i.layout.replicas(chunk).into_iter().filter(|n| m.in_sync.contains(n)).collect::<Vec<_>>()
+            };
+            // Reads take the local replica first; repair must copy from
+            // the one reads use, so that what a host may have read stays.
+            let source = i.read_order(chunk).first().copied();
+            let targets: Vec<NodeId> = order.into_iter().filter(|&n| Some(n) != source).collect();
+            if targets.is_empty() {
+                continue;
+            }
+            let failed = i.copy_region(r, &targets).await?;
+            if !failed.is_empty() {
+                i.leave(&failed, r..r + 1).await?;
+            }
+        }
+        i.flush().await?;
+        i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The current membership.
+    pub fn membership(&self) -> Membership {
+        self.inner.membership().clone()
+    }
+
+    /// The volume's counters.
+    pub fn stats(&self) -> &VolumeStats {
+        &self.inner.stats
+    }
+
+    /// The dirty-region log.
+    pub fn drl(&self) -> &Arc<DirtyRegionLog> {
+        &self.inner.drl
+    }
+
+    /// Writes, write-zeroes and deallocates still running, including those
+    /// whose callers left.
+    pub fn writes_running(&self) -> usize {
+        self.inner.running.load(Ordering::Acquire)
+    }
+
+    /// True once this owner has been fenced.
+    pub fn is_fenced(&self) -> bool {
+        self.inner.fenced.load(Ordering::Acquire)
+    }
+
+    /// Flushes every in-sync replica and clears the dirty regions that
+    /// stayed quiet meanwhile. The owner runs this every few seconds.
+    ///
+    /// # Errors
+    ///
+    /// As a flush, or the log could not be saved.
+    pub async fn clean(&self) -> Result<u64, BlockError> {
+        let seq = self.inner.drl.sequence();
+        self.inner.flush().await?;
+        self.inner.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))
+    }
+
+    /// Brings the stale replica on `node` back: every new write goes to it
+    /// as well, each region it missed is copied from an in-sync replica,
+    /// and once none is left it rejoins the in-sync set (epoch bump). It is
+    /// never read from before that.
+    ///
+    /// # Errors
+    ///
+    /// When `node` fails during the resync (it stays stale, its missed
+    /// regions recorded), the metadata store fails, or this owner is
+    /// fenced.
+    pub async fn resync(&self, node: NodeId) -> Result<(), BlockError> {
+        let i = &self.inner;
+        if i.membership().in_sync.contains(&node) {
+            return Ok(());
+        }
+        if i.replica(node).is_none() {
+            return Err(io_error(format!("node {node} holds no chunk of this volume")));
+        }
+        {
+            // Writes that began before see the node as stale and mark
+            // what they write missed; those after send it the data.
+            let _all = i.gate.write().await;
+            i.catching_up().insert(node);
+        }
+        let result = self.copy_missed(node).await;
+        if result.is_err() {
+            i.catching_up().remove(&node);
+        }
+        result
+    }
+
+    async fn copy_missed(&self, node: NodeId) -> Result<(), BlockError> {
+        let i = &self.inner;
+        let bs = i.bs();
+        loop {
+            let missed = i.drl.missed(node).unwrap_or_default();
+            for r in missed.iter() {
+                let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
+                let chunk = first_lba * bs / i.layout.chunk_bytes();
+                if i.layout.replicas(chunk).contains(&node) {
+                    let failed = i.copy_region(r, &[node]).await?;
+                    if !failed.is_empty() {
+                        return Err(io_error(format!("node {node} failed during resync")));
+                    }
+                    if !i.catching_up().contains(&node) {
+                        return Err(io_error(format!("node {node} failed a write during resync")));
+                    }
+                }
+                i.drl.copied(node, r);
+            }
+            let rep = i.replica(node).ok_or_else(|| io_error("replica vanished"))?;
+            let epoch = i.membership().epoch;
+            rep.flush(epoch).await.map_err(|e| io_error(format!("node {node} failed the resync flush: {e}")))?;
+            i.drl.sync().await.map_err(|e| io_error(e.to_string()))?;
+
+            let _all = i.gate.write().await;
+            if i.drl.missed(node).is_some_and(|s| !s.is_empty()) {
+                continue; // a write failed on it meanwhile, or raced
+            }
+            if !i.catching_up().contains(&node) {
+                return Err(io_error(format!("node {node} failed a write during resync")));
+            }
+            let _one = i.change.lock().await;
+            let current = i.membership().clone();
+            match i.control.rejoin(&current, node).await {
+                Ok(m) => {
+                    tracing::info!(node, epoch = m.epoch, "replica resynced and back in sync");
+                    *i.membership() = m;
+                }
+                Err(ControlError::NotOwner(why)) => return Err(i.lose(&why)),
+                Err(e) => return Err(io_error(e.to_string())),
+            }
+            i.catching_up().remove(&node);
+            i.drl.forget(node);
+            i.drl.sync().await.map_err(|e| io_error(e.to_string()))?;
+            return Ok(());
+        }
+    }
+}
+
+impl BlockDevice for ReplicatedVolume {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry
+    }
+
+    fn usage(&self) -> DeviceUsage {
+        DeviceUsage { provisioned_bytes: self.inner.geometry.size_bytes(), allocated_bytes: 0 }
+    }
+
+    fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        Box::pin(self.inner.read(lba, buf))
+    }
+
+    fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let bs = inner.bs();
+            if !(buf.len() as u64).is_multiple_of(bs) {
+                let len = buf.len();
+                return (buf, Err(BlockError::BadBuffer { len, expected: len as u64 / bs * bs }));
+            }
+            let blocks = buf.len() as u64 / bs;
+            if let Err(e) = check_range(inner.geometry, lba, blocks) {
+                return (buf, Err(e));
+            }
+            let data = Bytes::from_owner(buf);
+            let work = inner.clone().fan_out(lba, blocks, Op::Write { data, fua });
+            (IoBuf::zeroed(0), run_to_end(&inner, work).await)
+        })
+    }
+
+    fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            check_range(inner.geometry, lba, blocks)?;
+            run_to_end(&inner, inner.clone().fan_out(lba, blocks, Op::Zeroes { deallocate })).await
+        })
+    }
+
+    fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            for &(lba, blocks) in &ranges {
+                check_range(inner.geometry, lba, blocks)?;
+            }
+            let this = inner.clone();
+            let work = async move {
+                for (lba, blocks) in ranges {
+                    this.clone().fan_out(lba, blocks, Op::Zeroes { deallocate: true }).await?;
+                }
+                Ok(())
+            };
+            run_to_end(&inner, work).await
+        })
+    }
+
+    fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(self.inner.flush())
+    }
+}
+
+/// Runs a change on a task of its own, counted in `running` until it ends,
+/// and waits for it; the caller may leave, the change goes on.
+async fn run_to_end(
+    inner: &Arc<Inner>,
+    work: impl Future<Output = Result<(), BlockError>> + Send + 'static,
+) -> Result<(), BlockError> {
+    struct Running(Arc<Inner>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.running.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    inner.running.fetch_add(1, Ordering::AcqRel);
+    let running = Running(inner.clone());
+    let task = tokio::spawn(async move {
+        let _running = running;
+        work.await
+    });
+    task.await.unwrap_or_else(|e| Err(io_error(format!("replicated write task failed: {e}"))))
+}

@@ -1,0 +1,315 @@
+//! The replicated volume against replicas that fail, owners that are
+//! fenced, writes whose callers vanish, and a new owner repairing what a
+//! dead one left. Replicas are RAM devices behind real epoch fences; the
+//! metadata store is in memory with etcd's compare-and-set semantics.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+use std::task::{Context, Waker};
+
+use strata_block::{BlockDevice, BlockError, EpochFence, IoBuf, MemDevice};
+use strata_pool::drl::{DirtyRegionLog, DrlState, MemDrlStore};
+use strata_pool::testing::{Faulty, MemControl, TableLayout};
+use strata_pool::{LocalReplica, Membership, NodeId, Regions, Replica, ReplicatedVolume, VolumeParts};
+
+const BS: u32 = 4096;
+const BLOCKS: u64 = 4096; // 16 MiB
+const CHUNK: u64 = 4 << 20; // four chunks
+const NODES: [NodeId; 3] = [1, 2, 3];
+
+/// Three nodes' devices and fences: the cluster's state, shared by every
+/// owner that opens the volume.
+struct Cluster {
+    devices: Vec<Arc<MemDevice>>,
+    fences: Vec<Arc<EpochFence>>,
+    control: Arc<MemControl>,
+    drl_store: Arc<MemDrlStore>,
+}
+
+/// One owner's view: the volume and its replica handles.
+struct Owner {
+    vol: ReplicatedVolume,
+    faulty: Vec<Arc<Faulty>>,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        Cluster {
+            devices: NODES.iter().map(|_| Arc::new(MemDevice::new(BS, BLOCKS))).collect(),
+            fences: NODES.iter().map(|_| EpochFence::new(0)).collect(),
+            control: MemControl::new(0, NODES),
+            drl_store: Arc::new(MemDrlStore::default()),
+        }
+    }
+
+    fn regions(&self) -> Regions {
+        Regions::for_volume(BLOCKS * u64::from(BS), CHUNK)
+    }
+
+    /// Takes the volume over on `local` (epoch bump) and opens it.
+    async fn open(&self, local: NodeId) -> Result<Owner, strata_pool::volume::OpenError> {
+        let membership = self.control.take_over();
+        self.open_at(local, membership).await
+    }
+
+    async fn open_at(&self, local: NodeId, membership: Membership) -> Result<Owner, strata_pool::volume::OpenError> {
+        let faulty: Vec<Arc<Faulty>> = NODES
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let dev = self.devices[i].clone() as Arc<dyn BlockDevice>;
+                Faulty::new(Arc::new(LocalReplica::new(n, dev, self.fences[i].clone())))
+            })
+            .collect();
+        let persisted = self.drl_store.saved();
+        let drl = DirtyRegionLog::new(self.regions(), persisted, self.drl_store.clone());
+        let layout =
+            Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![vec![1, 2, 3], vec![2, 3, 1], vec![3, 1, 2]] });
+        let vol = ReplicatedVolume::open(VolumeParts {
+            geometry: strata_block::Geometry { block_size: BS, num_blocks: BLOCKS },
+            local,
+            layout,
+            replicas: faulty.iter().map(|f| f.clone() as Arc<dyn Replica>).collect(),
+            membership,
+            drl,
+            control: self.control.clone(),
+        })
+        .await?;
+        Ok(Owner { vol, faulty })
+    }
+
+    async fn block(&self, node: usize, lba: u64) -> Vec<u8> {
+        let (b, r) = self.devices[node].read(lba, IoBuf::zeroed(BS as usize)).await;
+        r.unwrap();
+        b.to_vec()
+    }
+
+    /// True when all three devices hold the same bytes everywhere.
+    async fn replicas_agree(&self) -> bool {
+        for lba in (0..BLOCKS).step_by(64) {
+            let (a, b, c) = (self.block(0, lba).await, self.block(1, lba).await, self.block(2, lba).await);
+            if a != b || b != c {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+fn pattern(seed: u64, blocks: usize) -> IoBuf {
+    let mut b = IoBuf::zeroed(blocks * BS as usize);
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for chunk in b.as_mut_slice().chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    b
+}
+
+async fn write(vol: &ReplicatedVolume, lba: u64, seed: u64, blocks: usize) -> Result<(), BlockError> {
+    vol.write(lba, pattern(seed, blocks), false).await.1
+}
+
+async fn read(vol: &ReplicatedVolume, lba: u64, blocks: usize) -> Vec<u8> {
+    let (b, r) = vol.read(lba, IoBuf::zeroed(blocks * BS as usize)).await;
+    r.expect("read");
+    b.to_vec()
+}
+
+#[tokio::test]
+async fn writes_reach_every_replica_and_reads_stay_local() {
+    let c = Cluster::new();
+    let o = c.open(2).await.unwrap();
+    // A write across a chunk boundary: two placements, three replicas each.
+    let lba = CHUNK / u64::from(BS) - 2;
+    write(&o.vol, lba, 1, 4).await.unwrap();
+    o.vol.flush().await.unwrap();
+    for node in 0..3 {
+        assert!(c.block(node, lba).await == pattern(1, 4)[..BS as usize].to_vec(), "node {node}");
+    }
+    let reads_before: Vec<u64> = o.faulty.iter().map(|f| f.reads.load(SeqCst)).collect();
+    assert!(read(&o.vol, lba, 4).await == pattern(1, 4).to_vec());
+    let reads: Vec<u64> = o.faulty.iter().zip(&reads_before).map(|(f, b)| f.reads.load(SeqCst) - b).collect();
+    assert_eq!(reads, vec![0, 2, 0], "both chunks read from the local replica on node 2");
+}
+
+#[tokio::test]
+async fn a_replica_that_fails_a_write_leaves_the_in_sync_set_before_the_write_completes() {
+    let c = Cluster::new();
+    let o = c.open(1).await.unwrap();
+    let epoch = c.control.get().epoch;
+    o.faulty[2].down.store(true, SeqCst);
+    write(&o.vol, 10, 7, 1).await.expect("two replicas are enough");
+    // By the time the write completed, the store says node 3 is out and
+    // the log says what it missed.
+    let m = c.control.get();
+    assert_eq!(m.in_sync, BTreeSet::from([1, 2]));
+    assert_eq!(m.epoch, epoch + 1);
+    let missed = c.drl_store.saved().missed.get(&3).cloned().expect("missed regions recorded");
+    assert!(missed.contains(0), "the region of the failed write");
+    // Reads never touch the stale replica, even when it is the first.
+    o.faulty[2].down.store(false, SeqCst);
+    let before = o.faulty[2].reads.load(SeqCst);
+    let lba_on_3_first = 2 * CHUNK / u64::from(BS);
+    read(&o.vol, lba_on_3_first, 1).await;
+    assert_eq!(o.faulty[2].reads.load(SeqCst), before);
+    assert_eq!(o.vol.stats().replicas_dropped.load(SeqCst), 1);
+}
+
+#[tokio::test]
+async fn when_the_metadata_store_is_unreachable_a_write_that_lost_a_replica_fails() {
+    let c = Cluster::new();
+    let o = c.open(1).await.unwrap();
+    o.faulty[1].down.store(true, SeqCst);
+    c.control.unavailable.store(true, SeqCst);
+    assert!(write(&o.vol, 0, 1, 1).await.is_err(), "acknowledging would hide a divergent replica");
+    assert_eq!(c.control.get().in_sync.len(), 3);
+}
+
+#[tokio::test]
+async fn a_write_whose_caller_vanishes_still_lands_on_every_replica() {
+    let c = Cluster::new();
+    let o = c.open(1).await.unwrap();
+    for polls in 1..6 {
+        let lba = 100 + polls;
+        let mut fut = o.vol.write(lba, pattern(polls, 1), false);
+        for _ in 0..polls {
+            if fut.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready() {
+                break;
+            }
+        }
+        drop(fut);
+    }
+    // The writes run on tasks of their own; wait for them.
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while o.vol.writes_running() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert!(c.replicas_agree().await, "a dropped write left replicas different");
+    for polls in 1..6 {
+        assert!(c.block(0, 100 + polls).await == pattern(polls, 1).to_vec(), "a dropped write was lost");
+    }
+}
+
+#[tokio::test]
+async fn a_new_owner_fences_the_old_one() {
+    let c = Cluster::new();
+    let old = c.open(1).await.unwrap();
+    write(&old.vol, 5, 1, 1).await.unwrap();
+    let new = c.open(2).await.unwrap();
+    // The old owner wakes up: its writes and reads are refused, and it
+    // stops serving for good.
+    assert!(matches!(write(&old.vol, 5, 2, 1).await, Err(BlockError::Gone)));
+    assert!(old.vol.is_fenced());
+    assert!(matches!(old.vol.read(5, IoBuf::zeroed(BS as usize)).await.1, Err(BlockError::Gone)));
+    for node in 0..3 {
+        assert!(c.block(node, 5).await == pattern(1, 1).to_vec(), "the fenced write changed node {node}");
+    }
+    write(&new.vol, 5, 3, 1).await.unwrap();
+    assert!(read(&new.vol, 5, 1).await == pattern(3, 1).to_vec());
+}
+
+#[tokio::test]
+async fn a_new_owner_makes_the_replicas_agree_on_regions_the_dead_owner_was_writing() {
+    let c = Cluster::new();
+    let o = c.open(1).await.unwrap();
+    write(&o.vol, 0, 1, 8).await.unwrap();
+    write(&o.vol, 600, 2, 8).await.unwrap();
+    o.vol.clean().await.unwrap();
+    assert!(c.drl_store.saved().dirty.is_empty());
+    // The owner dies in the middle of a write: its region is dirty in the
+    // log, and the write reached node 3 only.
+    let region = c.regions().touched(600 * u64::from(BS), 4096).start;
+    let mut crashed = DrlState::default();
+    crashed.dirty.insert(region);
+    use strata_pool::DrlStore;
+    c.drl_store.save(crashed).await.unwrap();
+    c.devices[2].write(600, pattern(9, 1), false).await.1.unwrap();
+    // And an unrelated difference outside any dirty region, which the log
+    // says cannot exist: repair must not touch it (it copies only what is
+    // dirty).
+    drop(o);
+    let new = c.open(2).await.unwrap();
+    for node in 0..3 {
+        assert!(c.block(node, 600).await == c.block(1, 600).await, "replicas differ where the old owner was writing");
+    }
+    assert!(read(&new.vol, 600, 1).await == c.block(1, 600).await, "reads agree with the repaired copy");
+    assert_eq!(new.vol.stats().regions_copied.load(SeqCst), 1);
+    assert!(c.drl_store.saved().dirty.is_empty(), "clean after the repair");
+    assert!(read(&new.vol, 0, 8).await == pattern(1, 8).to_vec());
+}
+
+#[tokio::test]
+async fn a_replica_that_comes_back_copies_only_what_it_missed_and_rejoins() {
+    let c = Cluster::new();
+    let o = c.open(1).await.unwrap();
+    write(&o.vol, 0, 1, 16).await.unwrap();
+    o.vol.clean().await.unwrap(); // else region 0 is dirty and missed too
+    o.faulty[2].down.store(true, SeqCst);
+    write(&o.vol, 320, 2, 4).await.unwrap(); // node 3 leaves here
+    write(&o.vol, 2048, 3, 4).await.unwrap();
+    o.vol.clean().await.unwrap();
+    let missed = c.drl_store.saved().missed[&3].clone();
+    assert_eq!(missed.len(), 2, "two regions written while it was away");
+    assert!(!c.replicas_agree().await);
+
+    o.faulty[2].down.store(false, SeqCst);
+    o.vol.resync(3).await.unwrap();
+    assert_eq!(c.control.get().in_sync, BTreeSet::from(NODES));
+    assert!(c.replicas_agree().await);
+    assert_eq!(o.vol.stats().regions_copied.load(SeqCst), 2, "only the missed regions were copied");
+    assert!(c.drl_store.saved().missed.is_empty());
+    // Back in sync: it takes writes again.
+    let before = o.faulty[2].writes.load(SeqCst);
+    write(&o.vol, 2 * CHUNK / u64::from(BS), 4, 1).await.unwrap();
+    assert_eq!(o.faulty[2].writes.load(SeqCst), before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_during_a_resync_end_on_every_replica() {
+    let c = Cluster::new();
+    let o = c.open(1).await.unwrap();
+    o.faulty[1].down.store(true, SeqCst);
+    for i in 0..64 {
+        write(&o.vol, i * 61 % BLOCKS, i, 1).await.unwrap();
+    }
+    o.faulty[1].down.store(false, SeqCst);
+    let vol = o.vol.clone();
+    let writer = tokio::spawn(async move {
+        for i in 0..400u64 {
+            write(&vol, i * 37 % BLOCKS, 1000 + i, 2.min((BLOCKS - i * 37 % BLOCKS) as usize)).await.unwrap();
+        }
+    });
+    o.vol.resync(2).await.unwrap();
+    writer.await.unwrap();
+    o.vol.flush().await.unwrap();
+    assert_eq!(c.control.get().in_sync, BTreeSet::from(NODES));
+    assert!(c.replicas_agree().await, "a write raced the copy and a replica kept old bytes");
+}
+
+#[tokio::test]
+async fn a_full_replica_fails_the_write_with_no_space_and_stays_in_sync() {
+    let c = Cluster::new();
+    let o = c.open(1).await.unwrap();
+    o.faulty[1].full.store(true, SeqCst);
+    assert!(matches!(write(&o.vol, 0, 1, 1).await, Err(BlockError::NoSpace)));
+    assert_eq!(c.control.get().in_sync.len(), 3, "a full pool is not a failed replica");
+}
+
+#[tokio::test]
+async fn a_volume_whose_chunk_lost_every_replica_does_not_open() {
+    let c = Cluster::new();
+    c.control.stored.lock().unwrap().in_sync = BTreeSet::from([1]);
+    let m = c.control.take_over();
+    // Node 1 is in every chunk's list: opens.
+    assert!(c.open_at(1, m).await.is_ok());
+    c.control.stored.lock().unwrap().in_sync = BTreeSet::new();
+    let m = c.control.take_over();
+    assert!(matches!(c.open_at(1, m).await, Err(strata_pool::volume::OpenError::Unavailable { chunk: 0, .. })));
+}
