@@ -5,11 +5,14 @@
 //!   replica copy exactly what it missed;
 //! - [`replica`]: one node's copy of a volume, local or over the fabric,
 //!   behind an epoch fence;
-//! - [`volume`]: the replicated volume its owner serves to hosts.
+//! - [`volume`]: the replicated volume its owner serves to hosts;
+//! - [`fabric`]: replicas on other nodes, over NVMe/TCP with fenced
+//!   commands.
 //!
 //! The design, with the crash cases, is in `docs/pool.md`.
 
 pub mod drl;
+pub mod fabric;
 pub mod regions;
 pub mod replica;
 pub mod testing;

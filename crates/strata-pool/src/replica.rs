@@ -59,6 +59,11 @@ pub trait Replica: Send + Sync + Debug {
     /// The node that holds it.
     fn node(&self) -> NodeId;
 
+    /// Trusts the replica's current connection again: called when a resync
+    /// starts, after a reconnection made it fail (see
+    /// [`crate::fabric::FabricReplica`]). Local replicas need nothing.
+    fn rearm(&self) {}
+
     /// Writes `data` (whole blocks) at `lba`; `fua` makes it durable first.
     fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()>;
 

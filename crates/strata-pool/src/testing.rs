@@ -132,6 +132,10 @@ impl Replica for Faulty {
         self.inner.node()
     }
 
+    fn rearm(&self) {
+        self.inner.rearm()
+    }
+
     fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
             tokio::task::yield_now().await;

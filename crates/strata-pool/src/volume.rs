@@ -627,9 +627,10 @@ impl ReplicatedVolume {
         if i.membership().in_sync.contains(&node) {
             return Ok(());
         }
-        if i.replica(node).is_none() {
+        let Some(rep) = i.replica(node) else {
             return Err(io_error(format!("node {node} holds no chunk of this volume")));
-        }
+        };
+        rep.rearm();
         {
             // Writes that began before see the node as stale and mark
             // what they write missed; those after send it the data.

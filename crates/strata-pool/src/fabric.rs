@@ -1,0 +1,238 @@
+//! Replicas on other nodes, reached over the internal fabric: NVMe/TCP
+//! with strata's host library, fenced commands, one connection (with its
+//! queue set) per peer node shared by every volume.
+//!
+//! A [`FabricLink`] is the connection to one peer. It connects on first
+//! use and again after a transport failure. Each (re)connection gets a new
+//! *generation*: a [`FabricReplica`] that sees the generation change fails
+//! its next operation, because the peer may have restarted and lost
+//! writes it had not flushed. The volume then takes the replica out of the
+//! in-sync set and resyncs it, which re-arms it ([`Replica::rearm`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use strata_block::IoBuf;
+use strata_host::{Controller, HostConfig, HostError};
+use strata_nvme::status::Status;
+
+use crate::drl::NodeId;
+use crate::replica::{Replica, ReplicaError, ReplicaFuture};
+
+/// The subsystem NQN of `node`'s fabric listener.
+pub fn fabric_nqn(node_name: &str) -> String {
+    format!("nqn.2026-11.io.strata:fabric:{node_name}")
+}
+
+/// Largest transfer of one fabric command; larger I/O is split.
+pub const MAX_FABRIC_TRANSFER: usize = 1 << 20;
+
+/// The connection to one peer node.
+pub struct FabricLink {
+    node: NodeId,
+    addr: SocketAddr,
+    nqn: String,
+    cfg: HostConfig,
+    current: std::sync::Mutex<Option<(Arc<Controller>, u64)>>,
+    connecting: tokio::sync::Mutex<()>,
+    generation: AtomicU64,
+}
+
+impl std::fmt::Debug for FabricLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FabricLink").field("node", &self.node).field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl FabricLink {
+    /// A link to `node` at `addr` serving `nqn`; connects on first use.
+    pub fn new(node: NodeId, addr: SocketAddr, nqn: String, cfg: HostConfig) -> Arc<FabricLink> {
+        Arc::new(FabricLink {
+            node,
+            addr,
+            nqn,
+            cfg,
+            current: std::sync::Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// The peer.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The connection, connecting if there is none, with its generation.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplicaError::Unavailable`] when the peer cannot be reached.
+    pub async fn get(&self) -> Result<(Arc<Controller>, u64), ReplicaError> {
+        if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(c);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(c);
+        }
+        let ctrl = Controller::connect(self.addr, &self.nqn, &self.cfg)
+            .await
+            .map_err(|e| ReplicaError::Unavailable(format!("node {} at {}: {e}", self.node, self.addr)))?;
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let c = (Arc::new(ctrl), generation);
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        tracing::info!(node = self.node, addr = %self.addr, generation, "fabric link connected");
+        Ok(c)
+    }
+
+    /// Forgets connection `generation` after a transport failure; the next
+    /// [`get`](Self::get) reconnects.
+    pub fn broken(&self, generation: u64) {
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if cur.as_ref().is_some_and(|(_, g)| *g == generation) {
+            tracing::warn!(node = self.node, generation, "fabric link failed; will reconnect");
+            *cur = None;
+        }
+    }
+}
+
+/// One volume's replica on a peer, reached through the peer's link. The
+/// namespace ID on the peer's fabric subsystem is the volume id.
+#[derive(Debug)]
+pub struct FabricReplica {
+    link: Arc<FabricLink>,
+    nsid: u32,
+    block_size: usize,
+    /// The link generation this replica trusts; 0 until first use.
+    armed: AtomicU64,
+}
+
+impl FabricReplica {
+    /// Volume `nsid`'s replica behind `link`, with blocks of `block_size`
+    /// bytes.
+    pub fn new(link: Arc<FabricLink>, nsid: u32, block_size: u32) -> FabricReplica {
+        FabricReplica { link, nsid, block_size: block_size.max(512) as usize, armed: AtomicU64::new(0) }
+    }
+
+    /// The connection to use, failing when it is not the one this
+    /// replica was armed on (the peer may have lost unflushed writes).
+    async fn conn(&self) -> Result<(Arc<Controller>, u64), ReplicaError> {
+        let (ctrl, generation) = self.link.get().await?;
+        match self.armed.compare_exchange(0, generation, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Ok((ctrl, generation)),
+            Err(armed) if armed == generation => Ok((ctrl, generation)),
+            Err(armed) => Err(ReplicaError::Unavailable(format!(
+                "node {}: fabric link reconnected (generation {armed} -> {generation}); the peer may have lost unflushed writes",
+                self.link.node
+            ))),
+        }
+    }
+
+    fn error(&self, generation: u64, e: HostError) -> ReplicaError {
+        match &e {
+            HostError::Status { status, .. } => {
+                let code = status.code();
+                if code == Status::STALE_EPOCH.code() {
+                    ReplicaError::Stale(0)
+                } else if code == Status::CAPACITY_EXCEEDED.code() {
+                    ReplicaError::NoSpace
+                } else if [Status::LBA_OUT_OF_RANGE.code(), Status::SGL_INVALID_DATA.code()].contains(&code) {
+                    ReplicaError::Invalid(e.to_string())
+                } else {
+                    ReplicaError::Unavailable(format!("node {}: {e}", self.link.node))
+                }
+            }
+            HostError::InvalidArgument(_) | HostError::TransferTooLarge { .. } => ReplicaError::Invalid(e.to_string()),
+            _ => {
+                self.link.broken(generation);
+                ReplicaError::Unavailable(format!("node {}: {e}", self.link.node))
+            }
+        }
+    }
+}
+
+impl Replica for FabricReplica {
+    fn node(&self) -> NodeId {
+        self.link.node
+    }
+
+    fn rearm(&self) {
+        self.armed.store(0, Ordering::Release);
+    }
+
+    fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            let step = self.step(&ctrl);
+            let mut at = 0usize;
+            while at < data.len() {
+                let n = step.min(data.len() - at);
+                let slba = lba + (at / self.block_size) as u64;
+                q.fenced_write(self.nsid, epoch, slba, data.slice(at..at + n), fua)
+                    .await
+                    .map_err(|e| self.error(g, e))?;
+                at += n;
+            }
+            Ok(())
+        })
+    }
+
+    fn read(&self, epoch: u64, lba: u64, mut buf: IoBuf) -> ReplicaFuture<'_, IoBuf> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            let step = self.step(&ctrl);
+            let mut at = 0usize;
+            while at < buf.len() {
+                let n = step.min(buf.len() - at);
+                let slba = lba + (at / self.block_size) as u64;
+                let data = q
+                    .fenced_read(self.nsid, epoch, slba, (n / self.block_size) as u32)
+                    .await
+                    .map_err(|e| self.error(g, e))?;
+                if data.len() != n {
+                    return Err(ReplicaError::Unavailable(format!("node {}: short read", self.link.node)));
+                }
+                buf.as_mut_slice()[at..at + n].copy_from_slice(&data);
+                at += n;
+            }
+            Ok(buf)
+        })
+    }
+
+    fn write_zeroes(&self, epoch: u64, lba: u64, blocks: u64, deallocate: bool) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            let mut done = 0u64;
+            while done < blocks {
+                let n = (blocks - done).min(65536);
+                q.fenced_write_zeroes(self.nsid, epoch, lba + done, n as u32, deallocate)
+                    .await
+                    .map_err(|e| self.error(g, e))?;
+                done += n;
+            }
+            Ok(())
+        })
+    }
+
+    fn flush(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            q.fenced_flush(self.nsid, epoch).await.map_err(|e| self.error(g, e))
+        })
+    }
+}
+
+impl FabricReplica {
+    /// Bytes per fabric command: whole blocks, within the peer's MDTS.
+    fn step(&self, ctrl: &Controller) -> usize {
+        let max = MAX_FABRIC_TRANSFER.min(ctrl.max_transfer_bytes()).max(self.block_size);
+        max / self.block_size * self.block_size
+    }
+}
