@@ -34,10 +34,10 @@ struct Node {
 impl Node {
     async fn start(id: NodeId, dev: Arc<MemDevice>, fence: Arc<EpochFence>, port: u16) -> Node {
         let target = Target::new(TargetConfig::default());
-        let sub = Subsystem::with_max_nsid(fabric_nqn(&format!("n{id}")), "STRATAFABRIC", vec![], u32::MAX - 1);
+        let sub = Subsystem::internal(fabric_nqn(&format!("n{id}")), "STRATAFABRIC", vec![]);
         sub.add_namespace(Namespace::fenced(VOLUME, IDS, dev.clone() as Arc<dyn BlockDevice>, fence.clone())).unwrap();
         target.add_subsystem(sub).unwrap();
-        let addr = target.listen(SocketAddr::from(([127, 0, 0, 1], port)), PortRole::Io).await.unwrap().addr;
+        let addr = target.listen(SocketAddr::from(([127, 0, 0, 1], port)), PortRole::Fabric).await.unwrap().addr;
         Node { id, dev, fence, target: Some(target), addr }
     }
 

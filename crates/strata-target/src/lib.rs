@@ -54,7 +54,7 @@ pub mod transport;
 pub use admission::TargetStats;
 pub use controller::Controller;
 pub use subsystem::{Namespace, NamespaceIds, Subsystem, SubsystemError};
-pub use target::{Port, PortRole, Target, TargetError};
+pub use target::{Port, PortRole, RemoteSubsystem, Target, TargetError};
 
 /// Largest namespace ID a subsystem hands out (Identify Controller NN).
 pub const MAX_NSID: u32 = 1024;

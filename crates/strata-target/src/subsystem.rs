@@ -96,6 +96,7 @@ pub struct Subsystem {
     serial: String,
     model: String,
     max_nsid: u32,
+    internal: bool,
     namespaces: RwLock<BTreeMap<u32, Arc<NsEntry>>>,
     allowed_hosts: RwLock<Vec<String>>,
     controllers: Mutex<Vec<Weak<Controller>>>,
@@ -127,16 +128,34 @@ impl Subsystem {
         allowed_hosts: Vec<String>,
         max_nsid: u32,
     ) -> Arc<Subsystem> {
+        Subsystem::build(nqn.into(), serial.into(), allowed_hosts, max_nsid, false)
+    }
+
+    fn build(nqn: String, serial: String, allowed_hosts: Vec<String>, max_nsid: u32, internal: bool) -> Arc<Subsystem> {
         Arc::new(Subsystem {
-            nqn: nqn.into(),
-            serial: serial.into(),
+            nqn,
+            serial,
             model: "strata".into(),
             max_nsid: max_nsid.clamp(1, u32::MAX - 1),
+            internal,
             namespaces: RwLock::new(BTreeMap::new()),
             allowed_hosts: RwLock::new(allowed_hosts),
             controllers: Mutex::new(Vec::new()),
             io_stats: Default::default(),
         })
+    }
+
+    /// An internal subsystem, for the fabric between storage nodes: served
+    /// only on [`PortRole::Fabric`](crate::PortRole::Fabric) listeners,
+    /// never listed in discovery, with NSIDs up to 0xFFFFFFFE (a replica's
+    /// NSID is its volume id).
+    pub fn internal(nqn: impl Into<String>, serial: impl Into<String>, allowed_hosts: Vec<String>) -> Arc<Subsystem> {
+        Subsystem::build(nqn.into(), serial.into(), allowed_hosts, u32::MAX - 1, true)
+    }
+
+    /// True for an internal (fabric) subsystem.
+    pub fn is_internal(&self) -> bool {
+        self.internal
     }
 
     /// The subsystem NQN.

@@ -39,6 +39,22 @@ pub enum PortRole {
     Discovery,
     /// NVM subsystems, and discovery (default port 4420).
     Io,
+    /// Only internal subsystems: the fabric between storage nodes. Hosts'
+    /// subsystems and discovery are refused here, and internal subsystems
+    /// are refused on the other roles and never listed in discovery.
+    Fabric,
+}
+
+/// A subsystem served by another node of the cluster, listed in this
+/// node's discovery log so that a host finds every volume at its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteSubsystem {
+    /// Its NQN.
+    pub nqn: String,
+    /// Where its owner serves it.
+    pub addr: SocketAddr,
+    /// Hosts allowed to connect (empty: any host).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// A listening port.
@@ -75,6 +91,7 @@ pub enum TargetError {
 pub(crate) struct TargetInner {
     pub(crate) config: TargetConfig,
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
+    remote: RwLock<Vec<RemoteSubsystem>>,
     ports: RwLock<Vec<Port>>,
     genctr: AtomicU64,
     controllers: Mutex<HashMap<u16, Weak<Controller>>>,
@@ -117,6 +134,7 @@ impl Target {
             inner: Arc::new(TargetInner {
                 config,
                 subsystems: RwLock::new(BTreeMap::new()),
+                remote: RwLock::new(Vec::new()),
                 ports: RwLock::new(Vec::new()),
                 genctr: AtomicU64::new(1),
                 controllers: Mutex::new(HashMap::new()),
@@ -158,6 +176,17 @@ impl Target {
             c.kill();
         }
         Some(sub)
+    }
+
+    /// Replaces the subsystems other nodes serve, which the discovery log
+    /// lists after this node's own (a local subsystem of the same NQN
+    /// wins).
+    pub fn set_remote_subsystems(&self, remote: Vec<RemoteSubsystem>) {
+        let mut cur = self.inner.remote.write().unwrap_or_else(|e| e.into_inner());
+        if *cur != remote {
+            *cur = remote;
+            self.inner.genctr.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The subsystem named `nqn`.
@@ -373,6 +402,10 @@ impl TargetInner {
         }
         let sq_flow_disabled = c.cattr & (1 << 2) != 0;
         let kind = if d.subnqn == DISCOVERY_NQN {
+            if role == PortRole::Fabric {
+                let cqe = invalid_param(cid, true, CONNECT_SUBNQN_OFFSET);
+                return Err(refuse(cqe, &"discovery asked for on a fabric port"));
+            }
             if c.qid != 0 {
                 let reason = format_args!("I/O queue {} for the discovery subsystem", c.qid);
                 return Err(refuse(invalid_param(cid, false, CONNECT_QID_OFFSET), &reason));
@@ -380,12 +413,18 @@ impl TargetInner {
             ControllerKind::Discovery
         } else {
             let sub = match (role, self.subsystem(&d.subnqn)) {
-                (PortRole::Io, Some(sub)) => sub,
+                (PortRole::Io, Some(sub)) if !sub.is_internal() => sub,
+                (PortRole::Fabric, Some(sub)) if sub.is_internal() => sub,
                 (PortRole::Discovery, Some(_)) => {
                     let cqe = invalid_param(cid, true, CONNECT_SUBNQN_OFFSET);
                     return Err(refuse(cqe, &"NVM subsystem asked for on a discovery port"));
                 }
-                (_, None) => return Err(refuse(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET), &"no such subsystem")),
+                (PortRole::Fabric, Some(_)) => {
+                    let cqe = invalid_param(cid, true, CONNECT_SUBNQN_OFFSET);
+                    return Err(refuse(cqe, &"a host subsystem asked for on a fabric port"));
+                }
+                // An internal subsystem does not exist for hosts.
+                (_, _) => return Err(refuse(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET), &"no such subsystem")),
             };
             if !sub.host_allowed(&d.hostnqn) {
                 let mut cqe = Cqe::new(cid, Status::CONNECT_INVALID_HOST.dnr());
@@ -477,9 +516,26 @@ impl TargetInner {
         };
         let mut entries = Vec::new();
         for port in ports.iter().filter(|p| p.role == PortRole::Io) {
-            for sub in subs.iter().filter(|s| s.host_allowed(hostnqn)) {
+            for sub in subs.iter().filter(|s| !s.is_internal() && s.host_allowed(hostnqn)) {
                 entries.push(entry(port, lp::SUBTYPE_NVME, sub.nqn()));
             }
+        }
+        let remote = self.remote.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for r in remote.iter().filter(|r| r.allowed_hosts.is_empty() || r.allowed_hosts.iter().any(|h| h == hostnqn)) {
+            if subs.iter().any(|s| s.nqn() == r.nqn) {
+                continue;
+            }
+            let adrfam = if r.addr.is_ipv4() { lp::ADRFAM_IPV4 } else { lp::ADRFAM_IPV6 };
+            let mut e = DiscoveryEntry::tcp(
+                adrfam,
+                lp::SUBTYPE_NVME,
+                0,
+                &r.addr.ip().to_string(),
+                &r.addr.port().to_string(),
+                &r.nqn,
+            );
+            e.treq = lp::TREQ_SECURE_CHANNEL_NOT_REQUIRED;
+            entries.push(e);
         }
         for port in ports.iter().filter(|p| p.role == PortRole::Discovery) {
             entries.push(entry(port, lp::SUBTYPE_CURRENT_DISCOVERY, DISCOVERY_NQN));

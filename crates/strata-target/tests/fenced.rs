@@ -18,7 +18,7 @@ const FABRIC_NQN: &str = "nqn.2026-11.io.strata:fabric:test";
 const VOLUME: u32 = 70_000;
 
 struct Fabric {
-    _target: Target,
+    target: Target,
     ctrl: Controller,
     fence: Arc<EpochFence>,
     dev: Arc<MemDevice>,
@@ -26,16 +26,16 @@ struct Fabric {
 
 async fn fabric(epoch: u64) -> Fabric {
     let target = Target::new(TargetConfig::default());
-    let sub = Subsystem::with_max_nsid(FABRIC_NQN, "STRATAFABRIC", vec![], u32::MAX - 1);
+    let sub = Subsystem::internal(FABRIC_NQN, "STRATAFABRIC", vec![]);
     let dev = Arc::new(MemDevice::new(BS as u32, 256));
     let fence = EpochFence::new(epoch);
     sub.add_namespace(Namespace::fenced(VOLUME, IDS, dev.clone() as Arc<dyn BlockDevice>, fence.clone())).unwrap();
     // An ordinary namespace beside it.
     sub.add_namespace(Namespace::new(1, IDS, Arc::new(MemDevice::new(BS as u32, 16)))).unwrap();
     target.add_subsystem(sub).unwrap();
-    let addr = target.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.unwrap().addr;
+    let addr = target.listen("127.0.0.1:0".parse().unwrap(), PortRole::Fabric).await.unwrap().addr;
     let ctrl = Controller::connect(addr, FABRIC_NQN, &HostConfig::default()).await.unwrap();
-    Fabric { _target: target, ctrl, fence, dev }
+    Fabric { target, ctrl, fence, dev }
 }
 
 /// The status code (type and code, without DNR) of a failed command.
@@ -106,4 +106,44 @@ async fn a_new_epoch_is_admitted_only_after_the_old_owners_write_lands() {
     );
     drop(old);
     tokio::time::timeout(Duration::from_secs(5), flush).await.expect("admitted once the old command ended").unwrap();
+}
+
+#[tokio::test]
+async fn internal_subsystems_stay_off_host_ports_and_out_of_discovery() {
+    let f = fabric(1).await;
+    let host_sub = Subsystem::new("nqn.2026-11.io.strata:vol", "STRATAHOST", vec![]);
+    host_sub.add_namespace(Namespace::new(1, IDS, Arc::new(MemDevice::new(BS as u32, 16)))).unwrap();
+    f.target.add_subsystem(host_sub).unwrap();
+    let io = f.target.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.unwrap().addr;
+    let fabric_port = f.target.ports().into_iter().find(|p| p.role == PortRole::Fabric).unwrap().addr;
+
+    // A host cannot reach a replica through a host port...
+    let e = Controller::connect(io, FABRIC_NQN, &HostConfig::default()).await.unwrap_err();
+    assert!(matches!(e, HostError::ConnectRejected { .. }), "{e}");
+    // ...nor a host subsystem or discovery through the fabric port.
+    let e = Controller::connect(fabric_port, "nqn.2026-11.io.strata:vol", &HostConfig::default()).await.unwrap_err();
+    assert!(matches!(e, HostError::ConnectRejected { .. }), "{e}");
+    assert!(strata_host::discover(fabric_port, &HostConfig::default()).await.is_err());
+
+    // Discovery lists the host subsystem and the remote ones the host may
+    // reach, never the internal one.
+    f.target.set_remote_subsystems(vec![
+        strata_target::RemoteSubsystem {
+            nqn: "nqn.2026-11.io.strata:elsewhere".into(),
+            addr: "10.0.0.7:4420".parse().unwrap(),
+            allowed_hosts: vec![],
+        },
+        strata_target::RemoteSubsystem {
+            nqn: "nqn.2026-11.io.strata:private".into(),
+            addr: "10.0.0.8:4420".parse().unwrap(),
+            allowed_hosts: vec!["nqn.2014-08.org.nvmexpress:uuid:someone-else".into()],
+        },
+    ]);
+    let entries = strata_host::discover(io, &HostConfig::default()).await.unwrap();
+    let nqns: Vec<&str> = entries.iter().map(|e| e.subnqn.as_str()).collect();
+    assert!(nqns.contains(&"nqn.2026-11.io.strata:vol"), "{nqns:?}");
+    assert!(!nqns.contains(&FABRIC_NQN), "{nqns:?}");
+    assert!(!nqns.contains(&"nqn.2026-11.io.strata:private"), "{nqns:?}");
+    let remote = entries.iter().find(|e| e.subnqn == "nqn.2026-11.io.strata:elsewhere").expect("remote entry");
+    assert_eq!((remote.traddr.as_str(), remote.trsvcid.as_str()), ("10.0.0.7", "4420"));
 }
