@@ -1,0 +1,445 @@
+//! The balancer: a small table of remaps that evens out the group copies
+//! each node holds, moving as little data as it can.
+//!
+//! Hashing alone gives each node a number of group copies that varies
+//! like a binomial draw: with ~160 copies per node the spread is ±8%, so
+//! the fullest node of 2,500 would be ~25% above the mean and the cluster
+//! would be "full" at ~80% of raw. More groups shrink the spread only as
+//! one over the square root. Instead, like Ceph's upmap balancer, this
+//! module computes a few exceptions ([`Remap`]) that move single copies
+//! from overfull to underfull nodes; they are stored in the map, so
+//! placement stays a pure function of the map.
+//!
+//! # Targets and bands
+//!
+//! A node's target is its weight's share of all copies, over up nodes.
+//! A node is overfull above `target * (1 + tolerance)` (and at least one
+//! copy above target), underfull below the mirror image. Phase one drains
+//! every overfull node, most overfull first, into nodes below target (or
+//! into nodes that held the copy before); phase two fills every underfull
+//! node, most underfull first, from the most overfull node that has a copy
+//! it can take (or from a node that took one of its copies). A move is
+//! made only if it lowers `sum(load^2 / target)`, so the balancer always
+//! terminates, and it never pushes a node out of its band.
+//!
+//! # Moving little
+//!
+//! Given the previous epoch's table, each candidate move has a cost: +1 if
+//! it takes a copy off a node that held it in the previous epoch (data
+//! that would otherwise have stayed put must move), 0 if the copy was
+//! arriving anyway, and -1 if it sends a copy back to a node that held it
+//! before (data that need not move at all). Candidates are ranked by cost,
+//! then by how far below target the receiver is. After a failure the
+//! overfull nodes are mostly those that just received a failed node's
+//! copies, and they pass those on at no cost; after an addition, overfull
+//! newcomers hand copies back to the nodes they took them from.
+//!
+//! Every move is verified by placing the group again with the new remap
+//! (through the same code every gateway runs); a move that would change
+//! anything else is not made, and its group is left alone.
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+
+use super::map::{PlacementMap, Remap};
+use super::placer::{NONE, Placer, Scratch, Slots};
+use super::table::PlacementTable;
+
+/// Balancer settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct BalanceOptions {
+    /// Allowed relative deviation of a node's copies from its target.
+    /// Default: 0.01 (1%).
+    pub tolerance: f64,
+    /// Stop after this many moves. Default: unlimited.
+    pub max_moves: usize,
+}
+
+impl Default for BalanceOptions {
+    fn default() -> BalanceOptions {
+        BalanceOptions { tolerance: 0.01, max_moves: usize::MAX }
+    }
+}
+
+/// What [`balance`] produced.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Balanced {
+    /// The new exception table, sorted; store it with
+    /// [`PlacementMap::set_remaps`] in the next epoch.
+    pub remaps: Vec<Remap>,
+    /// Copies moved by the balancer (both phases).
+    pub moves: usize,
+    /// Remaps of the input map dropped because they no longer applied.
+    pub dropped: usize,
+    /// Highest `copies / target` over up nodes afterwards.
+    pub max_over_target: f64,
+    /// Lowest `copies / target` over up nodes afterwards.
+    pub min_over_target: f64,
+}
+
+/// A relative deviation, totally ordered for the sorted node set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Dev(f64);
+
+impl Eq for Dev {}
+
+impl PartialOrd for Dev {
+    fn partial_cmp(&self, other: &Dev) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Dev {
+    fn cmp(&self, other: &Dev) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// A proposed move of one copy.
+#[derive(Debug, Clone, Copy)]
+struct Move {
+    pg: u32,
+    slot: usize,
+    to: u32,
+    /// Data-movement cost: -1, 0 or +1 (see the module doc).
+    cost: i32,
+    /// Receiver's deviation (drain) or giver's negated deviation (fill):
+    /// lower is better.
+    rank: f64,
+}
+
+impl Move {
+    fn better_than(&self, other: &Option<Move>) -> bool {
+        match other {
+            None => true,
+            Some(o) => (self.cost, Dev(self.rank)) < (o.cost, Dev(o.rank)),
+        }
+    }
+}
+
+/// The balancer's working state over one map.
+struct State<'a> {
+    placer: Placer,
+    previous: Option<&'a PlacementTable>,
+    width: usize,
+    tolerance: f64,
+    /// Per group: its remaps (being edited).
+    remaps: Vec<Vec<Remap>>,
+    /// Per group: `width` slots of node indices ([`NONE`] = empty).
+    rows: Vec<u32>,
+    /// Per group: the hashed set, `width` slots.
+    bases: Vec<u32>,
+    /// Groups whose re-placement surprised the balancer: left alone.
+    frozen: Vec<bool>,
+    load: Vec<u64>,
+    target: Vec<f64>,
+    /// Per node: the groups it holds now.
+    holds: Vec<Vec<u32>>,
+    /// Per node: the groups it held in the previous table.
+    held: Vec<Vec<u32>>,
+    /// Up nodes by deviation.
+    order: BTreeSet<(Dev, u32)>,
+    scratch: Scratch,
+    slots: Slots,
+    moves: usize,
+}
+
+/// Computes the remaps that balance `map`, starting from its own remaps.
+/// `previous` is the table of the epoch before (if any): the balancer then
+/// prefers moves that keep data where it was.
+///
+/// Deterministic: the same inputs give the same remaps. Cost: one
+/// placement of every group, plus one per move.
+pub fn balance(map: &PlacementMap, previous: Option<&PlacementTable>, opts: &BalanceOptions) -> Balanced {
+    let mut st = State::new(map, previous, opts.tolerance);
+    let dropped = st.load_map(map);
+    st.set_targets();
+    st.drain(opts.max_moves);
+    st.fill(opts.max_moves);
+    let (min_over_target, max_over_target) = st.spread();
+    let mut remaps: Vec<Remap> = st.remaps.into_iter().flatten().collect();
+    remaps.sort_unstable();
+    Balanced { remaps, moves: st.moves, dropped, max_over_target, min_over_target }
+}
+
+impl<'a> State<'a> {
+    fn new(map: &PlacementMap, previous: Option<&'a PlacementTable>, tolerance: f64) -> State<'a> {
+        let placer = Placer::new(map);
+        let groups = map.pg_count() as usize;
+        let width = placer.width();
+        let nodes = placer.node_count();
+        State {
+            placer,
+            previous,
+            width,
+            tolerance: tolerance.max(0.0),
+            remaps: vec![Vec::new(); groups],
+            rows: vec![NONE; groups * width],
+            bases: vec![NONE; groups * width],
+            frozen: vec![false; groups],
+            load: vec![0; nodes],
+            target: vec![0.0; nodes],
+            holds: vec![Vec::new(); nodes],
+            held: vec![Vec::new(); nodes],
+            order: BTreeSet::new(),
+            scratch: Scratch::default(),
+            slots: Slots::default(),
+            moves: 0,
+        }
+    }
+
+    /// Places every group with the map's remaps, keeping those that apply.
+    /// Returns how many were dropped.
+    fn load_map(&mut self, map: &PlacementMap) -> usize {
+        let mut dropped = 0;
+        for pg in 0..map.pg_count() {
+            let given = map.remaps_of(pg);
+            self.placer.place_slots(pg, given, &mut self.scratch, &mut self.slots);
+            let kept: Vec<Remap> =
+                given.iter().zip(&self.slots.applied).filter(|(_, a)| **a).map(|(r, _)| *r).collect();
+            dropped += given.len() - kept.len();
+            self.remaps[pg as usize] = kept;
+            let at = pg as usize * self.width;
+            for k in 0..self.width {
+                self.bases[at + k] = self.slots.base.get(k).copied().unwrap_or(NONE);
+                let n = self.slots.nodes.get(k).copied().unwrap_or(NONE);
+                self.rows[at + k] = n;
+                if n != NONE {
+                    self.load[n as usize] += 1;
+                    self.holds[n as usize].push(pg);
+                }
+            }
+            if let Some(prev) = self.previous {
+                for id in prev.nodes(pg) {
+                    if let Some(i) = self.placer.index(*id) {
+                        self.held[i as usize].push(pg);
+                    }
+                }
+            }
+        }
+        dropped
+    }
+
+    fn set_targets(&mut self) {
+        let up: Vec<u32> = (0..self.placer.node_count() as u32).filter(|&i| self.placer.is_up(i)).collect();
+        let total: u64 = self.load.iter().sum();
+        let weight: f64 = up.iter().map(|&i| self.placer.weight(i) as f64).sum();
+        if total == 0 || weight <= 0.0 {
+            return; // nothing to balance
+        }
+        for &i in &up {
+            self.target[i as usize] = total as f64 * self.placer.weight(i) as f64 / weight;
+            self.order.insert((self.dev(i), i));
+        }
+    }
+
+    fn dev(&self, i: u32) -> Dev {
+        Dev(self.load[i as usize] as f64 / self.target[i as usize] - 1.0)
+    }
+
+    /// The allowed distance from target, in copies: at least one.
+    fn slack(&self, i: u32) -> f64 {
+        (self.target[i as usize] * self.tolerance).max(1.0)
+    }
+
+    fn overfull(&self, i: u32) -> bool {
+        self.load[i as usize] as f64 > self.target[i as usize] + self.slack(i)
+    }
+
+    fn underfull(&self, i: u32) -> bool {
+        (self.load[i as usize] as f64) < self.target[i as usize] - self.slack(i)
+    }
+
+    /// True if moving one copy from `a` to `b` lowers `sum(load^2/target)`.
+    fn improves(&self, a: u32, b: u32) -> bool {
+        let (la, ta) = (self.load[a as usize] as f64, self.target[a as usize]);
+        let (lb, tb) = (self.load[b as usize] as f64, self.target[b as usize]);
+        2.0 * (la / ta - lb / tb) > 1.0 / ta + 1.0 / tb
+    }
+
+    fn row(&self, pg: u32) -> &[u32] {
+        let at = pg as usize * self.width;
+        &self.rows[at..at + self.width]
+    }
+
+    /// -1, 0 or +1: see the module doc.
+    fn cost(&self, pg: u32, from: u32, to: u32) -> i32 {
+        let Some(prev) = self.previous else {
+            return 0;
+        };
+        let had = |i: u32| prev.holds(pg, self.placer.id(i));
+        i32::from(!had(to)) - i32::from(!had(from))
+    }
+
+    /// Whether `to` can take `slot` of group `pg` from its holder.
+    fn can_take(&self, pg: u32, slot: usize, to: u32) -> bool {
+        let base = self.bases[pg as usize * self.width + slot];
+        !self.frozen[pg as usize]
+            && self.placer.is_up(to)
+            && base != NONE
+            && self.placer.may_take(self.row(pg), slot, base, to)
+    }
+
+    /// Phase one: drain overfull nodes.
+    fn drain(&mut self, max_moves: usize) {
+        let mut stuck = vec![false; self.load.len()];
+        while self.moves < max_moves {
+            let source = self
+                .order
+                .iter()
+                .rev()
+                .take_while(|(d, _)| d.0 > 0.0)
+                .find(|&&(_, i)| !stuck[i as usize] && self.overfull(i))
+                .map(|&(_, i)| i);
+            let Some(a) = source else { break };
+            match self.best_move_from(a) {
+                Some(m) if self.commit(m) => {}
+                _ => stuck[a as usize] = true,
+            }
+        }
+    }
+
+    /// The best move of one of `a`'s copies to a node below target.
+    fn best_move_from(&self, a: u32) -> Option<Move> {
+        let mut best: Option<Move> = None;
+        for &pg in &self.holds[a as usize] {
+            let Some(slot) = self.row(pg).iter().position(|&n| n == a) else { continue };
+            let mut consider = |to: u32| {
+                if to == a || self.load[to as usize] as f64 >= self.target[to as usize] + self.slack(to) - 1.0 {
+                    return; // `to` would leave its band
+                }
+                if !self.improves(a, to) || !self.can_take(pg, slot, to) {
+                    return;
+                }
+                let m = Move { pg, slot, to, cost: self.cost(pg, a, to), rank: self.dev(to).0 };
+                if m.better_than(&best) {
+                    best = Some(m);
+                }
+            };
+            // Nodes that held the group before: sending it back is cheap.
+            if let Some(prev) = self.previous {
+                for id in prev.nodes(pg) {
+                    if let Some(i) = self.placer.index(*id) {
+                        consider(i);
+                    }
+                }
+            }
+            // The most underfull node that can take it.
+            let below = self.order.iter().take_while(|(d, _)| d.0 < 0.0);
+            if let Some(&(_, to)) = below.filter(|&&(_, i)| i != a).find(|&&(_, i)| self.can_take(pg, slot, i)) {
+                consider(to);
+            }
+            if best.is_some_and(|b| b.cost < 0) {
+                break; // nothing beats sending a copy home
+            }
+        }
+        best
+    }
+
+    /// Phase two: fill underfull nodes.
+    fn fill(&mut self, max_moves: usize) {
+        let mut stuck = vec![false; self.load.len()];
+        while self.moves < max_moves {
+            let target = self
+                .order
+                .iter()
+                .take_while(|(d, _)| d.0 < 0.0)
+                .find(|&&(_, i)| !stuck[i as usize] && self.underfull(i))
+                .map(|&(_, i)| i);
+            let Some(b) = target else { break };
+            match self.best_move_to(b) {
+                Some(m) if self.commit(m) => {}
+                _ => stuck[b as usize] = true,
+            }
+        }
+    }
+
+    /// The best move of a copy onto `b` from a node above target.
+    fn best_move_to(&self, b: u32) -> Option<Move> {
+        let mut best: Option<Move> = None;
+        let consider = |pg: u32, a: u32, best: &mut Option<Move>| {
+            if a == NONE || a == b || (self.load[a as usize] as f64) <= self.target[a as usize] - self.slack(a) + 1.0 {
+                return; // `a` would leave its band
+            }
+            let Some(slot) = self.row(pg).iter().position(|&n| n == a) else { return };
+            if !self.improves(a, b) || !self.can_take(pg, slot, b) {
+                return;
+            }
+            let m = Move { pg, slot, to: b, cost: self.cost(pg, a, b), rank: -self.dev(a).0 };
+            if m.better_than(best) {
+                *best = Some(m);
+            }
+        };
+        // Groups `b` held before: taking one back is cheap.
+        for &pg in &self.held[b as usize] {
+            if !self.row(pg).contains(&b) {
+                for &a in self.row(pg) {
+                    consider(pg, a, &mut best);
+                }
+            }
+        }
+        if best.is_some_and(|m| m.cost < 0) {
+            return best;
+        }
+        // Otherwise the most overfull node that has a group `b` can take.
+        let above: Vec<u32> = self.order.iter().rev().take_while(|(d, _)| d.0 > 0.0).map(|&(_, i)| i).collect();
+        for a in above {
+            for &pg in &self.holds[a as usize] {
+                consider(pg, a, &mut best);
+                if best.is_some_and(|m| m.cost < 0) {
+                    return best;
+                }
+            }
+            if best.is_some() {
+                return best;
+            }
+        }
+        best
+    }
+
+    /// Makes a move if re-placing the group confirms it; true if made.
+    fn commit(&mut self, m: Move) -> bool {
+        let at = m.pg as usize * self.width;
+        let from = self.rows[at + m.slot];
+        let base = self.bases[at + m.slot];
+        let mut remaps: Vec<Remap> =
+            self.remaps[m.pg as usize].iter().filter(|r| self.placer.index(r.from) != Some(base)).copied().collect();
+        if m.to != base {
+            remaps.push(Remap { pg: m.pg, from: self.placer.id(base), to: self.placer.id(m.to) });
+            remaps.sort_unstable();
+        }
+        self.placer.place_slots(m.pg, &remaps, &mut self.scratch, &mut self.slots);
+        let mut expected = self.row(m.pg).to_vec();
+        expected[m.slot] = m.to;
+        let got = &self.slots.nodes;
+        let same = got.len() <= self.width
+            && (0..self.width).all(|k| got.get(k).copied().unwrap_or(NONE) == expected[k])
+            && self.slots.applied.iter().all(|&a| a);
+        if !same {
+            self.frozen[m.pg as usize] = true;
+            return false;
+        }
+        self.remaps[m.pg as usize] = remaps;
+        self.rows[at + m.slot] = m.to;
+        for (node, delta) in [(from, -1i64), (m.to, 1)] {
+            self.order.remove(&(self.dev(node), node));
+            self.load[node as usize] = self.load[node as usize].saturating_add_signed(delta);
+            self.order.insert((self.dev(node), node));
+        }
+        let holds = &mut self.holds[from as usize];
+        if let Some(k) = holds.iter().position(|&g| g == m.pg) {
+            holds.swap_remove(k);
+        }
+        self.holds[m.to as usize].push(m.pg);
+        self.moves += 1;
+        true
+    }
+
+    /// Lowest and highest `load / target` over up nodes.
+    fn spread(&self) -> (f64, f64) {
+        let ratios = self.order.iter().map(|&(_, i)| self.load[i as usize] as f64 / self.target[i as usize]);
+        ratios.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| (lo.min(r), hi.max(r)))
+    }
+}
