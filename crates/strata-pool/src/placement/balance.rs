@@ -54,11 +54,14 @@ pub struct BalanceOptions {
     pub tolerance: f64,
     /// Stop after this many moves. Default: unlimited.
     pub max_moves: usize,
+    /// Threads for placing every group (the result does not depend on
+    /// it). Default: 1.
+    pub threads: usize,
 }
 
 impl Default for BalanceOptions {
     fn default() -> BalanceOptions {
-        BalanceOptions { tolerance: 0.01, max_moves: usize::MAX }
+        BalanceOptions { tolerance: 0.01, max_moves: usize::MAX, threads: 1 }
     }
 }
 
@@ -77,6 +80,9 @@ pub struct Balanced {
     pub max_over_target: f64,
     /// Lowest `copies / target` over up nodes afterwards.
     pub min_over_target: f64,
+    /// The placement of every group under the map with `remaps`: what
+    /// [`Placer::table`] returns for it, without placing everything again.
+    pub table: PlacementTable,
 }
 
 /// A relative deviation, totally ordered for the sorted node set.
@@ -141,6 +147,9 @@ struct State<'a> {
     held: Vec<Vec<u32>>,
     /// Up nodes by deviation.
     order: BTreeSet<(Dev, u32)>,
+    /// (group, node) copies on a node that did not hold them in the
+    /// previous table: moving them on costs nothing.
+    arrivals: BTreeSet<(u32, u32)>,
     scratch: Scratch,
     slots: Slots,
     moves: usize,
@@ -154,14 +163,15 @@ struct State<'a> {
 /// placement of every group, plus one per move.
 pub fn balance(map: &PlacementMap, previous: Option<&PlacementTable>, opts: &BalanceOptions) -> Balanced {
     let mut st = State::new(map, previous, opts.tolerance);
-    let dropped = st.load_map(map);
+    let dropped = st.load_map(map, opts.threads);
     st.set_targets();
     st.drain(opts.max_moves);
     st.fill(opts.max_moves);
     let (min_over_target, max_over_target) = st.spread();
+    let table = st.table(map.pg_count());
     let mut remaps: Vec<Remap> = st.remaps.into_iter().flatten().collect();
     remaps.sort_unstable();
-    Balanced { remaps, moves: st.moves, dropped, max_over_target, min_over_target }
+    Balanced { remaps, moves: st.moves, dropped, max_over_target, min_over_target, table }
 }
 
 impl<'a> State<'a> {
@@ -184,6 +194,7 @@ impl<'a> State<'a> {
             holds: vec![Vec::new(); nodes],
             held: vec![Vec::new(); nodes],
             order: BTreeSet::new(),
+            arrivals: BTreeSet::new(),
             scratch: Scratch::default(),
             slots: Slots::default(),
             moves: 0,
@@ -192,20 +203,21 @@ impl<'a> State<'a> {
 
     /// Places every group with the map's remaps, keeping those that apply.
     /// Returns how many were dropped.
-    fn load_map(&mut self, map: &PlacementMap) -> usize {
+    fn load_map(&mut self, map: &PlacementMap, threads: usize) -> usize {
+        let rows = self.placer.rows(threads);
         let mut dropped = 0;
+        for (r, applied) in map.remaps().iter().zip(&rows.applied) {
+            if *applied {
+                self.remaps[r.pg as usize].push(*r);
+            } else {
+                dropped += 1;
+            }
+        }
+        self.bases = rows.base;
+        self.rows = rows.nodes;
         for pg in 0..map.pg_count() {
-            let given = map.remaps_of(pg);
-            self.placer.place_slots(pg, given, &mut self.scratch, &mut self.slots);
-            let kept: Vec<Remap> =
-                given.iter().zip(&self.slots.applied).filter(|(_, a)| **a).map(|(r, _)| *r).collect();
-            dropped += given.len() - kept.len();
-            self.remaps[pg as usize] = kept;
             let at = pg as usize * self.width;
-            for k in 0..self.width {
-                self.bases[at + k] = self.slots.base.get(k).copied().unwrap_or(NONE);
-                let n = self.slots.nodes.get(k).copied().unwrap_or(NONE);
-                self.rows[at + k] = n;
+            for &n in &self.rows[at..at + self.width] {
                 if n != NONE {
                     self.load[n as usize] += 1;
                     self.holds[n as usize].push(pg);
@@ -215,6 +227,11 @@ impl<'a> State<'a> {
                 for id in prev.nodes(pg) {
                     if let Some(i) = self.placer.index(*id) {
                         self.held[i as usize].push(pg);
+                    }
+                }
+                for &n in &self.rows[at..at + self.width] {
+                    if n != NONE && !prev.holds(pg, self.placer.id(n)) {
+                        self.arrivals.insert((pg, n));
                     }
                 }
             }
@@ -242,6 +259,26 @@ impl<'a> State<'a> {
     /// The allowed distance from target, in copies: at least one.
     fn slack(&self, i: u32) -> f64 {
         (self.target[i as usize] * self.tolerance).max(1.0)
+    }
+
+    /// The distance from target a drained or filled node is brought to:
+    /// half the band, at least half a copy. Nodes end well inside their
+    /// band, so the next small change of targets moves nothing.
+    fn aim(&self, i: u32) -> f64 {
+        (self.target[i as usize] * self.tolerance / 2.0).max(0.5)
+    }
+
+    fn above_aim(&self, i: u32) -> bool {
+        self.load[i as usize] as f64 > self.target[i as usize] + self.aim(i)
+    }
+
+    fn below_aim(&self, i: u32) -> bool {
+        (self.load[i as usize] as f64) < self.target[i as usize] - self.aim(i)
+    }
+
+    /// Up nodes take part; others hold nothing and have no target.
+    fn is_balanced(&self, i: u32) -> bool {
+        self.target[i as usize] > 0.0
     }
 
     fn overfull(&self, i: u32) -> bool {
@@ -282,33 +319,30 @@ impl<'a> State<'a> {
             && self.placer.may_take(self.row(pg), slot, base, to)
     }
 
-    /// Phase one: drain overfull nodes.
+    /// Phase one: drain every overfull node down to its aim, the most
+    /// overfull first.
     fn drain(&mut self, max_moves: usize) {
-        let mut stuck = vec![false; self.load.len()];
+        let mut active: Vec<bool> =
+            (0..self.load.len() as u32).map(|i| self.is_balanced(i) && self.overfull(i)).collect();
         while self.moves < max_moves {
-            let source = self
-                .order
-                .iter()
-                .rev()
-                .take_while(|(d, _)| d.0 > 0.0)
-                .find(|&&(_, i)| !stuck[i as usize] && self.overfull(i))
-                .map(|&(_, i)| i);
+            let source = self.order.iter().rev().find(|&&(_, i)| active[i as usize]).map(|&(_, i)| i);
             let Some(a) = source else { break };
-            match self.best_move_from(a) {
-                Some(m) if self.commit(m) => {}
-                _ => stuck[a as usize] = true,
+            let made = self.above_aim(a) && self.best_move_from(a).is_some_and(|m| self.commit(m));
+            if !made {
+                active[a as usize] = false;
             }
         }
     }
 
-    /// The best move of one of `a`'s copies to a node below target.
+    /// The best move of one of `a`'s copies to a node that stays within
+    /// its aim: home first, then to the most underfull node.
     fn best_move_from(&self, a: u32) -> Option<Move> {
         let mut best: Option<Move> = None;
         for &pg in &self.holds[a as usize] {
             let Some(slot) = self.row(pg).iter().position(|&n| n == a) else { continue };
             let mut consider = |to: u32| {
-                if to == a || self.load[to as usize] as f64 >= self.target[to as usize] + self.slack(to) - 1.0 {
-                    return; // `to` would leave its band
+                if to == a || self.load[to as usize] as f64 + 1.0 > self.target[to as usize] + self.aim(to) {
+                    return; // `to` would pass its aim
                 }
                 if !self.improves(a, to) || !self.can_take(pg, slot, to) {
                     return;
@@ -338,30 +372,29 @@ impl<'a> State<'a> {
         best
     }
 
-    /// Phase two: fill underfull nodes.
+    /// Phase two: fill every underfull node up to its aim, the most
+    /// underfull first.
     fn fill(&mut self, max_moves: usize) {
-        let mut stuck = vec![false; self.load.len()];
+        let mut active: Vec<bool> =
+            (0..self.load.len() as u32).map(|i| self.is_balanced(i) && self.underfull(i)).collect();
         while self.moves < max_moves {
-            let target = self
-                .order
-                .iter()
-                .take_while(|(d, _)| d.0 < 0.0)
-                .find(|&&(_, i)| !stuck[i as usize] && self.underfull(i))
-                .map(|&(_, i)| i);
+            let target = self.order.iter().find(|&&(_, i)| active[i as usize]).map(|&(_, i)| i);
             let Some(b) = target else { break };
-            match self.best_move_to(b) {
-                Some(m) if self.commit(m) => {}
-                _ => stuck[b as usize] = true,
+            let made = self.below_aim(b) && self.best_move_to(b).is_some_and(|m| self.commit(m));
+            if !made {
+                active[b as usize] = false;
             }
         }
     }
 
-    /// The best move of a copy onto `b` from a node above target.
+    /// The best move of a copy onto `b` from a node that stays within its
+    /// aim: a copy `b` held before, then a copy that is moving anyway, then
+    /// any copy of the most overfull node that has one `b` can take.
     fn best_move_to(&self, b: u32) -> Option<Move> {
         let mut best: Option<Move> = None;
         let consider = |pg: u32, a: u32, best: &mut Option<Move>| {
-            if a == NONE || a == b || (self.load[a as usize] as f64) <= self.target[a as usize] - self.slack(a) + 1.0 {
-                return; // `a` would leave its band
+            if a == NONE || a == b || (self.load[a as usize] as f64) - 1.0 < self.target[a as usize] - self.aim(a) {
+                return; // `a` would pass its aim
             }
             let Some(slot) = self.row(pg).iter().position(|&n| n == a) else { return };
             if !self.improves(a, b) || !self.can_take(pg, slot, b) {
@@ -372,7 +405,6 @@ impl<'a> State<'a> {
                 *best = Some(m);
             }
         };
-        // Groups `b` held before: taking one back is cheap.
         for &pg in &self.held[b as usize] {
             if !self.row(pg).contains(&b) {
                 for &a in self.row(pg) {
@@ -383,14 +415,16 @@ impl<'a> State<'a> {
         if best.is_some_and(|m| m.cost < 0) {
             return best;
         }
-        // Otherwise the most overfull node that has a group `b` can take.
-        let above: Vec<u32> = self.order.iter().rev().take_while(|(d, _)| d.0 > 0.0).map(|&(_, i)| i).collect();
+        for &(pg, a) in &self.arrivals {
+            consider(pg, a, &mut best);
+        }
+        if best.is_some_and(|m| m.cost <= 0) && self.previous.is_some() {
+            return best;
+        }
+        let above = self.order.iter().rev().take_while(|(d, _)| d.0 > 0.0).map(|&(_, i)| i);
         for a in above {
             for &pg in &self.holds[a as usize] {
                 consider(pg, a, &mut best);
-                if best.is_some_and(|m| m.cost < 0) {
-                    return best;
-                }
             }
             if best.is_some() {
                 return best;
@@ -433,13 +467,179 @@ impl<'a> State<'a> {
             holds.swap_remove(k);
         }
         self.holds[m.to as usize].push(m.pg);
+        if let Some(prev) = self.previous {
+            self.arrivals.remove(&(m.pg, from));
+            if !prev.holds(m.pg, self.placer.id(m.to)) {
+                self.arrivals.insert((m.pg, m.to));
+            }
+        }
         self.moves += 1;
         true
+    }
+
+    fn table(&self, pg_count: u32) -> PlacementTable {
+        let mut t = PlacementTable::empty(pg_count, self.width);
+        for pg in 0..pg_count {
+            t.set(pg, self.row(pg).iter().filter(|&&n| n != NONE).map(|&n| self.placer.id(n)));
+        }
+        t
     }
 
     /// Lowest and highest `load / target` over up nodes.
     fn spread(&self) -> (f64, f64) {
         let ratios = self.order.iter().map(|&(_, i)| self.load[i as usize] as f64 / self.target[i as usize]);
         ratios.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| (lo.min(r), hi.max(r)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::placement::map::{NodeId, NodeState};
+    use crate::placement::test_utils::{cluster, node};
+
+    const TIB: u64 = 1 << 40;
+
+    /// 100 nodes in racks of 10, rep:3, 4096 groups (~123 copies a node).
+    fn fresh() -> PlacementMap {
+        cluster(100, 10, 3, 4096, |_| TIB)
+    }
+
+    fn balanced(map: &PlacementMap, prev: Option<&PlacementTable>) -> (PlacementMap, Balanced) {
+        let b = balance(map, prev, &BalanceOptions::default());
+        let mut next = map.clone();
+        next.set_remaps(b.remaps.clone()).expect("balancer remaps are valid");
+        (next, b)
+    }
+
+    /// The band for a target of `t` copies: 1% or one copy.
+    fn band(t: f64) -> f64 {
+        (0.01f64).max(1.0 / t) + 1e-9
+    }
+
+    /// Copies per node over their weight's share, lowest and highest.
+    fn spread(map: &PlacementMap, table: &PlacementTable) -> (f64, f64) {
+        let per = table.copies_per_node();
+        let total: u64 = per.values().sum();
+        let up: Vec<_> = map.nodes().iter().filter(|n| n.state.holds_data()).collect();
+        let weight: u64 = up.iter().map(|n| n.weight).sum();
+        let r = up
+            .iter()
+            .map(|n| per.get(&n.id).copied().unwrap_or(0) as f64 / (total as f64 * n.weight as f64 / weight as f64));
+        r.fold((f64::INFINITY, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
+    }
+
+    #[test]
+    fn a_fresh_cluster_ends_within_the_band_and_its_table_is_the_maps() {
+        let map = fresh();
+        let (raw_lo, raw_hi) = spread(&map, &Placer::new(&map).table());
+        assert!(raw_hi > 1.1 && raw_lo < 0.9, "hashing alone should be uneven: {raw_lo}..{raw_hi}");
+        let (next, b) = balanced(&map, None);
+        assert!(b.moves > 0 && b.remaps.len() == b.moves, "{} moves, {} remaps", b.moves, b.remaps.len());
+        // The returned table is exactly what every gateway computes.
+        assert_eq!(b.table, Placer::new(&next).table());
+        let (lo, hi) = spread(&next, &b.table);
+        // Band: 1% or one copy (of ~123) either side.
+        assert!(hi <= 1.0 + band(122.88) && lo >= 1.0 - band(122.88), "{lo}..{hi}");
+        assert_eq!((b.min_over_target, b.max_over_target), (lo, hi));
+        for pg in 0..next.pg_count() {
+            let racks: BTreeSet<&str> =
+                b.table.nodes(pg).iter().map(|id| next.domain_of(next.node(*id).expect("node"))).collect();
+            assert_eq!(racks.len(), 3, "pg {pg}: remaps broke the rack rule");
+        }
+    }
+
+    #[test]
+    fn balancing_is_deterministic_and_a_balanced_map_stays_put() {
+        let (next, b) = balanced(&fresh(), None);
+        assert_eq!(b, balance(&fresh(), None, &BalanceOptions::default()));
+        let again = balance(&next, Some(&b.table), &BalanceOptions::default());
+        assert_eq!((again.moves, again.dropped), (0, 0));
+        assert_eq!(again.remaps, b.remaps);
+    }
+
+    #[test]
+    fn threads_do_not_change_the_result() {
+        let one = balance(&fresh(), None, &BalanceOptions::default());
+        let two = balance(&fresh(), None, &BalanceOptions { threads: 3, ..BalanceOptions::default() });
+        assert_eq!(one, two);
+    }
+
+    #[test]
+    fn a_failure_moves_little_more_than_the_failed_nodes_copies() {
+        let (map, b) = balanced(&fresh(), None);
+        for victim in [0u32, 37, 99] {
+            let mut failed = map.clone();
+            failed.set_state(NodeId(victim), NodeState::Down).expect("known node");
+            let (after, b2) = balanced(&failed, Some(&b.table));
+            let held = b.table.copies_per_node()[&NodeId(victim)];
+            let moved = b.table.moved(&b2.table, |_| 1);
+            assert!(moved >= held, "node {victim}: its {held} copies must move, {moved} did");
+            assert!(moved as f64 <= held as f64 * 1.1, "node {victim}: {moved} moved for {held} held");
+            let (lo, hi) = spread(&after, &b2.table);
+            assert!(hi <= 1.0 + band(124.1) && lo >= 1.0 - band(124.1), "node {victim}: {lo}..{hi}");
+        }
+    }
+
+    #[test]
+    fn adding_nodes_moves_little_more_than_their_share() {
+        let (map, b) = balanced(&fresh(), None);
+        // Two into existing racks, three into a new one.
+        let mut grown = map.clone();
+        grown
+            .add_nodes([node(100, 10, TIB).with_label("rack", "r2"), node(101, 10, TIB).with_label("rack", "r7")])
+            .expect("new");
+        grown.add_nodes((102..105).map(|i| node(i, 1, TIB).with_label("rack", "r10"))).expect("new");
+        let (after, b2) = balanced(&grown, Some(&b.table));
+        let fair = (3 * 4096) as f64 * 5.0 / 105.0;
+        let moved = b.table.moved(&b2.table, |_| 1) as f64;
+        assert!(moved <= fair * 1.1 && moved >= fair * 0.9, "{moved} moved, fair share {fair}");
+        let (lo, hi) = spread(&after, &b2.table);
+        assert!(hi <= 1.0 + band(117.0) && lo >= 1.0 - band(117.0), "{lo}..{hi}");
+    }
+
+    #[test]
+    fn copies_follow_weight_after_balancing() {
+        let map = cluster(60, 6, 3, 4096, |i| TIB * u64::from(1 + i % 3));
+        let (next, b) = balanced(&map, None);
+        let (lo, hi) = spread(&next, &b.table);
+        // Targets from ~102 to ~307 copies: 1% or one copy.
+        assert!(hi <= 1.0 + band(102.0) && lo >= 1.0 - band(102.0), "{lo}..{hi}");
+    }
+
+    #[test]
+    fn stale_remaps_are_dropped() {
+        let map = fresh();
+        let table = Placer::new(&map).table();
+        // A remap from a node the hash did not choose for group 0.
+        let outsider = (0..100).map(NodeId).find(|n| !table.holds(0, *n)).expect("some node");
+        let other = (0..100).map(NodeId).find(|n| *n != outsider && !table.holds(0, *n)).expect("another");
+        let mut stale = map.clone();
+        stale.set_remaps(vec![Remap { pg: 0, from: outsider, to: other }]).expect("valid");
+        let b = balance(&stale, None, &BalanceOptions::default());
+        assert_eq!(b.dropped, 1);
+        assert!(!b.remaps.iter().any(|r| r.pg == 0 && r.from == outsider));
+    }
+
+    #[test]
+    fn degenerate_clusters_do_not_trouble_the_balancer() {
+        let mut all_down = cluster(6, 2, 3, 64, |_| TIB);
+        for i in 0..6 {
+            all_down.set_state(NodeId(i), NodeState::Down).expect("known");
+        }
+        let b = balance(&all_down, None, &BalanceOptions::default());
+        assert_eq!((b.moves, b.remaps.len()), (0, 0));
+        // Three racks, rep:3, unequal racks: every group needs every rack,
+        // so targets by weight cannot be met; the balancer stops.
+        let lopsided = cluster(7, 5, 3, 256, |_| TIB).clone();
+        let b = balance(&lopsided, None, &BalanceOptions::default());
+        assert_eq!(b.table, {
+            let mut m = lopsided.clone();
+            m.set_remaps(b.remaps.clone()).expect("valid");
+            Placer::new(&m).table()
+        });
+        assert_eq!(balance(&lopsided, None, &BalanceOptions { max_moves: 0, ..BalanceOptions::default() }).moves, 0);
     }
 }

@@ -93,3 +93,48 @@ impl PlacementMap {
         check_protection(self, self.protection())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::map::{NodeId, NodeState};
+    use crate::placement::test_utils::cluster;
+
+    const TIB: u64 = 1 << 40;
+
+    #[test]
+    fn enough_racks_with_up_nodes_is_fine() {
+        let map = cluster(6, 2, 3, 64, |_| TIB);
+        assert_eq!(map.honours(), Ok(()));
+        assert_eq!(
+            check_protection(&map, Protection::replicated(4).expect("valid")).map_err(|e| e.to_string()),
+            Err("rep:4 needs 4 racks with up nodes; the cluster has 3 (r0, r1, r2)".into())
+        );
+    }
+
+    #[test]
+    fn down_nodes_do_not_count() {
+        let mut map = cluster(6, 2, 3, 64, |_| TIB);
+        map.set_state(NodeId(4), NodeState::Down).expect("known");
+        map.set_state(NodeId(5), NodeState::Out).expect("known");
+        let e = map.honours().expect_err("rack r2 has no up node");
+        assert_eq!(e.to_string(), "rep:3 needs 3 racks with up nodes; the cluster has 2 (r0, r1)");
+        for i in 1..4 {
+            map.set_state(NodeId(i), NodeState::Down).expect("known");
+        }
+        assert_eq!(
+            map.honours().map_err(|e| e.to_string()),
+            Err("rep:3 needs 3 up nodes; the cluster has 1 (n0)".into())
+        );
+    }
+
+    #[test]
+    fn too_few_nodes_are_listed_and_long_lists_cut() {
+        let seven = cluster(7, 1, 8, 64, |_| TIB);
+        let msg = seven.honours().expect_err("7 nodes").to_string();
+        assert_eq!(msg, "rep:8 needs 8 up nodes; the cluster has 7 (n0, n1, n2, n3, n4, n5, n6)");
+        let names: Vec<String> = (0..13).map(|i| format!("x{i}")).collect();
+        assert_eq!(listed(&names), " (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9 and 3 more)");
+        assert_eq!(listed(&[]), "");
+    }
+}

@@ -509,3 +509,110 @@ impl PlacementMap {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::test_utils::{cluster, node};
+
+    const TIB: u64 = 1 << 40;
+
+    fn nodes(n: u32) -> Vec<Node> {
+        (0..n).map(|i| node(i, 2, TIB)).collect()
+    }
+
+    fn map_with(list: Vec<Node>) -> Result<PlacementMap, MapError> {
+        PlacementMap::new(Protection::default(), FailureDomain::default(), 64, list)
+    }
+
+    #[test]
+    fn json_round_trips_with_the_algorithm_version() {
+        let mut map = cluster(6, 2, 3, 64, |i| TIB * u64::from(i + 1));
+        map.set_state(NodeId(4), NodeState::Out).expect("known");
+        map.set_remaps(vec![Remap { pg: 3, from: NodeId(1), to: NodeId(2) }]).expect("valid");
+        map.set_epoch(42);
+        let json = serde_json::to_string(&map).expect("serialise");
+        assert!(
+            json.contains("\"algorithm\":1")
+                && json.contains("\"state\":\"out\"")
+                && json.contains("\"protection\":\"rep:3\"")
+        );
+        let back: PlacementMap = serde_json::from_str(&json).expect("parse");
+        assert_eq!(back, map);
+        assert_eq!(back.epoch(), 42);
+    }
+
+    #[test]
+    fn serialised_maps_are_validated() {
+        let good = serde_json::to_value(cluster(4, 2, 3, 64, |_| TIB)).expect("serialise");
+        let with = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = good.clone();
+            edit(&mut v);
+            serde_json::from_value::<PlacementMap>(v).expect_err("must be refused").to_string()
+        };
+        assert!(with(&|v| v["algorithm"] = 2.into()).contains("algorithm 2"));
+        assert!(with(&|v| v["pg_count"] = 100.into()).contains("power of two"));
+        assert!(with(&|v| v["nodes"][1]["id"] = 0.into()).contains("appears twice"));
+        assert!(with(&|v| v["nodes"][0]["weight"] = 0.into()).contains("weight 0"));
+        assert!(with(&|v| v["surprise"] = 1.into()).contains("unknown field"));
+        assert!(with(&|v| v["remaps"] = serde_json::json!([{"pg": 64, "from": 0, "to": 1}])).contains("64 groups"));
+        assert!(with(&|v| v["protection"] = "rep:0".into()).contains("copies"));
+    }
+
+    #[test]
+    fn every_broken_invariant_has_its_error() {
+        let mut reserved = nodes(2);
+        reserved[1].id = NodeId(NodeId::MAX);
+        assert_eq!(map_with(reserved), Err(MapError::ReservedNodeId(NodeId(NodeId::MAX))));
+        let mut dup = nodes(2);
+        dup[1].id = NodeId(0);
+        assert_eq!(map_with(dup), Err(MapError::DuplicateNodeId(NodeId(0))));
+        let mut unnamed = nodes(2);
+        unnamed[0].name.clear();
+        assert_eq!(map_with(unnamed), Err(MapError::EmptyName(NodeId(0))));
+        let mut same_name = nodes(2);
+        same_name[1].name = "n0".into();
+        assert_eq!(map_with(same_name), Err(MapError::DuplicateName("n0".into())));
+        let mut weightless = nodes(2);
+        weightless[1].weight = 0;
+        assert_eq!(map_with(weightless), Err(MapError::ZeroWeight("n1".into())));
+        let unlabelled = vec![Node::new(0, "a", TIB)];
+        assert_eq!(map_with(unlabelled.clone()), Err(MapError::MissingLabel { node: "a".into(), key: "rack".into() }));
+        assert!(
+            PlacementMap::new(Protection::default(), FailureDomain::Node, 64, unlabelled).is_ok(),
+            "no label needed"
+        );
+        for bad in [0, 3, 100, MAX_PG_COUNT * 2] {
+            assert_eq!(
+                PlacementMap::new(Protection::default(), FailureDomain::default(), bad, nodes(3)),
+                Err(MapError::PgCount(bad))
+            );
+        }
+        assert_eq!(FailureDomain::parse(" "), Err(MapError::EmptyFailureDomain));
+        assert_eq!(FailureDomain::parse("node"), Ok(FailureDomain::Node));
+        assert_eq!(FailureDomain::parse("pod"), Ok(FailureDomain::Label("pod".into())));
+    }
+
+    #[test]
+    fn bad_remaps_and_unknown_nodes_are_refused_and_leave_the_map_alone() {
+        let mut map = cluster(4, 2, 3, 64, |_| TIB);
+        let r = |pg, from, to| Remap { pg, from: NodeId(from), to: NodeId(to) };
+        assert_eq!(map.set_remaps(vec![r(64, 0, 1)]), Err(MapError::RemapPgOutOfRange { pg: 64, pg_count: 64 }));
+        assert_eq!(map.set_remaps(vec![r(1, 0, 9)]), Err(MapError::RemapUnknownNode { pg: 1, node: NodeId(9) }));
+        assert_eq!(map.set_remaps(vec![r(1, 2, 2)]), Err(MapError::RemapToItself { pg: 1, node: NodeId(2) }));
+        assert_eq!(
+            map.set_remaps(vec![r(1, 2, 3), r(1, 2, 0)]),
+            Err(MapError::DuplicateRemap { pg: 1, from: NodeId(2) })
+        );
+        assert!(map.remaps().is_empty());
+        map.set_remaps(vec![r(5, 3, 0), r(1, 2, 0), r(5, 1, 2)]).expect("valid");
+        assert_eq!(map.remaps_of(5), &[r(5, 1, 2), r(5, 3, 0)]);
+        assert_eq!(map.remaps_of(4), &[]);
+        assert_eq!(map.set_state(NodeId(9), NodeState::Down), Err(MapError::UnknownNode(NodeId(9))));
+        let before = map.clone();
+        assert_eq!(map.add_nodes([node(1, 2, TIB)]), Err(MapError::DuplicateNodeId(NodeId(1))));
+        assert_eq!(map, before);
+        map.add_nodes([node(7, 2, TIB)]).expect("new id");
+        assert_eq!(map.nodes().iter().map(|n| n.id.0).collect::<Vec<_>>(), vec![0, 1, 2, 3, 7]);
+    }
+}

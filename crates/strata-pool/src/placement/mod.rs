@@ -24,7 +24,7 @@ mod placer;
 mod protection;
 mod table;
 #[cfg(test)]
-mod test_utils;
+pub(crate) mod test_utils;
 
 pub use balance::{BalanceOptions, Balanced, balance};
 pub use chunk::{CHUNK_SIZE, ChunkId, PG_COPIES_PER_NODE, pg_count_for};
@@ -35,3 +35,6 @@ pub use map::{
 pub use placer::Placer;
 pub use protection::{MAX_COPIES, MAX_WIDTH, Protection, ProtectionError};
 pub use table::PlacementTable;
+
+/// The 64-bit mixer placement hashes with, for the simulator's generator.
+pub(crate) use hash::mix64;

@@ -18,7 +18,8 @@
 //! 2. **Remaps.** Each [`Remap`] of the group whose `from` is in the hashed
 //!    set moves that slot's copy to `to`, if `to` is not already in the set
 //!    and the move does not put more copies in `to`'s domain than were in
-//!    `from`'s. Stale remaps are ignored.
+//!    `from`'s. Remaps are tried in passes until none applies any more, so
+//!    their order does not matter. Stale remaps are ignored.
 //! 3. **Substitutes.** A slot whose node is down or out is given, in slot
 //!    order, to the best-scoring up node outside the set among the domains
 //!    that hold the fewest live copies (zero whenever possible). A slot
@@ -56,27 +57,39 @@
 //!   otherwise, which step 2 forbids), no two copies share a domain;
 //! - the result is a pure function of the map and the group.
 
-use super::hash::{draw, log2_unit, log2_unit_bound, node_key, pg_key};
+use super::hash::{draw, log2_unit, node_key, pg_key};
 use super::map::{NodeId, PlacementMap, Remap};
 use super::table::PlacementTable;
 
 /// Marks an empty slot in the index-based internals.
 pub(crate) const NONE: u32 = u32::MAX;
 
-/// A map compiled for placement: nodes grouped by domain in flat arrays.
+/// Consecutive nodes of one domain with the same weight and state: among
+/// them the highest draw wins without a logarithm (`hash.rs`).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    start: u32,
+    end: u32,
+    inv_weight: f64,
+    up: bool,
+}
+
+/// A map compiled for placement: nodes grouped by domain, then by weight
+/// and state, in flat arrays.
 #[derive(Debug, Clone)]
 pub struct Placer {
     width: usize,
     pg_count: u32,
-    /// Node index (ordered by domain, then id) to its id.
+    /// Node index (ordered by domain, weight, state, id) to its id.
     ids: Vec<NodeId>,
     keys: Vec<u64>,
-    inv_weight: Vec<f64>,
     weight: Vec<u64>,
+    inv_weight: Vec<f64>,
     up: Vec<bool>,
     domain: Vec<u32>,
-    /// Domain index to its node-index range.
-    ranges: Vec<(u32, u32)>,
+    runs: Vec<Run>,
+    /// Domain index to its range of runs.
+    domains: Vec<(u32, u32)>,
     /// Ids sorted, with their node index, for lookups.
     by_id: Vec<(NodeId, u32)>,
     /// The map's remaps, sorted by (pg, from).
@@ -90,6 +103,15 @@ pub(crate) struct Scratch {
     best: Vec<(f64, u32)>,
     /// Per domain: best (score, node index) over up nodes.
     best_up: Vec<(f64, u32)>,
+}
+
+/// Every group's slots, `width` per group, in node indices ([`NONE`] =
+/// empty), and whether each of the map's remaps applied (in map order).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Rows {
+    pub(crate) base: Vec<u32>,
+    pub(crate) nodes: Vec<u32>,
+    pub(crate) applied: Vec<bool>,
 }
 
 /// One group's placement by slot, in node indices ([`NONE`] = empty).
@@ -106,44 +128,55 @@ pub(crate) struct Slots {
 impl Placer {
     /// Compiles a map. Cost O(nodes log nodes).
     pub fn new(map: &PlacementMap) -> Placer {
-        let mut order: Vec<(&str, usize)> =
-            map.nodes().iter().enumerate().map(|(i, n)| (map.domain_of(n), i)).collect();
-        // Domain name, then id (the map's order): stable and independent
-        // of the order nodes were added in.
-        order.sort();
+        // Domain, weight, state, id: stable and independent of the order
+        // nodes were added in.
+        let mut order: Vec<(&str, u64, bool, NodeId, usize)> = map
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (map.domain_of(n), n.weight, !n.state.holds_data(), n.id, i))
+            .collect();
+        order.sort_unstable();
         let n = order.len();
         let mut p = Placer {
             width: map.protection().width(),
             pg_count: map.pg_count(),
             ids: Vec::with_capacity(n),
             keys: Vec::with_capacity(n),
-            inv_weight: Vec::with_capacity(n),
             weight: Vec::with_capacity(n),
+            inv_weight: Vec::with_capacity(n),
             up: Vec::with_capacity(n),
             domain: Vec::with_capacity(n),
-            ranges: Vec::new(),
+            runs: Vec::new(),
+            domains: Vec::new(),
             by_id: Vec::with_capacity(n),
             remaps: map.remaps().to_vec(),
         };
-        let mut prev_domain: Option<&str> = None;
-        for (idx, &(dom, i)) in order.iter().enumerate() {
-            let node = &map.nodes()[i];
+        for (idx, &(dom, weight, down, id, _)) in order.iter().enumerate() {
             let idx = idx as u32; // n <= MAX_NODES
-            if prev_domain != Some(dom) {
-                p.ranges.push((idx, idx));
-                prev_domain = Some(dom);
+            let new_domain = idx == 0 || order[idx as usize - 1].0 != dom;
+            if new_domain {
+                p.domains.push((p.runs.len() as u32, p.runs.len() as u32));
             }
-            if let Some(last) = p.ranges.last_mut() {
-                last.1 = idx + 1;
+            let prev = p.runs.last().copied();
+            if new_domain || prev.is_some_and(|r| r.up == down || p.weight[r.start as usize] != weight) {
+                // Weights are > 0 (map invariant), so this is finite.
+                p.runs.push(Run { start: idx, end: idx, inv_weight: 1.0 / weight as f64, up: !down });
+                debug_assert!(p.runs.len() < u32::MAX as usize);
             }
-            p.ids.push(node.id);
-            p.keys.push(node_key(node.id.0));
-            // Weights are > 0 (map invariant), so this is finite.
-            p.inv_weight.push(1.0 / node.weight as f64);
-            p.weight.push(node.weight);
-            p.up.push(node.state.holds_data());
-            p.domain.push(p.ranges.len() as u32 - 1);
-            p.by_id.push((node.id, idx));
+            if let Some(r) = p.runs.last_mut() {
+                r.end = idx + 1;
+            }
+            if let Some(d) = p.domains.last_mut() {
+                d.1 = p.runs.len() as u32;
+            }
+            p.ids.push(id);
+            p.keys.push(node_key(id.0));
+            p.weight.push(weight);
+            p.inv_weight.push(1.0 / weight as f64);
+            p.up.push(!down);
+            p.domain.push(p.domains.len() as u32 - 1);
+            p.by_id.push((id, idx));
         }
         p.by_id.sort_unstable();
         p
@@ -172,14 +205,55 @@ impl Placer {
 
     /// Every group's placement. Cost: `pg_count` times [`place`](Self::place).
     pub fn table(&self) -> PlacementTable {
-        let mut scratch = Scratch::default();
-        let mut slots = Slots::default();
+        self.table_with_threads(1)
+    }
+
+    /// [`table`](Self::table) computed on up to `threads` threads (groups
+    /// are independent); the result does not depend on `threads`.
+    pub fn table_with_threads(&self, threads: usize) -> PlacementTable {
+        let rows = self.rows(threads);
         let mut table = PlacementTable::empty(self.pg_count, self.width);
         for pg in 0..self.pg_count {
-            self.place_slots(pg, self.remaps_of(pg), &mut scratch, &mut slots);
-            table.set(pg, slots.nodes.iter().filter(|&&i| i != NONE).map(|&i| self.ids[i as usize]));
+            let row = &rows.nodes[pg as usize * self.width..(pg as usize + 1) * self.width];
+            table.set(pg, row.iter().filter(|&&i| i != NONE).map(|&i| self.ids[i as usize]));
         }
         table
+    }
+
+    /// Every group's slots with the map's remaps, on up to `threads`
+    /// threads, in group order.
+    pub(crate) fn rows(&self, threads: usize) -> Rows {
+        let groups = self.pg_count as usize;
+        let threads = threads.clamp(1, groups.max(1));
+        let per = groups.div_ceil(threads) as u32;
+        let part = |first: u32| {
+            let mut rows = Rows::default();
+            let (mut scratch, mut slots) = (Scratch::default(), Slots::default());
+            for pg in first..first.saturating_add(per).min(self.pg_count) {
+                self.place_slots(pg, self.remaps_of(pg), &mut scratch, &mut slots);
+                for k in 0..self.width {
+                    rows.base.push(slots.base.get(k).copied().unwrap_or(NONE));
+                    rows.nodes.push(slots.nodes.get(k).copied().unwrap_or(NONE));
+                }
+                rows.applied.extend_from_slice(&slots.applied);
+            }
+            rows
+        };
+        if threads == 1 {
+            return part(0);
+        }
+        let parts: Vec<Rows> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads as u32).map(|t| scope.spawn(move || part(t * per))).collect();
+            // A panic in a worker is a bug in this module; re-raise it.
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        });
+        let mut rows = Rows::default();
+        for p in parts {
+            rows.base.extend(p.base);
+            rows.nodes.extend(p.nodes);
+            rows.applied.extend(p.applied);
+        }
+        rows
     }
 
     /// The map's remaps of one group.
@@ -219,10 +293,20 @@ impl Placer {
         self.hashed_set(pkey, s, &mut out.base);
         out.nodes.clear();
         out.nodes.extend_from_slice(&out.base);
+        // Passes until none applies any more, so the result does not depend
+        // on the order remaps are listed in: one may free the domain
+        // another needs.
         out.applied.clear();
-        for r in remaps {
-            let applied = self.apply_remap(r, out);
-            out.applied.push(applied);
+        out.applied.resize(remaps.len(), false);
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for (r, applied) in remaps.iter().zip(out.applied.iter_mut()) {
+                if !*applied && self.apply_remap(r, &out.base, &mut out.nodes) {
+                    *applied = true;
+                    progress = true;
+                }
+            }
         }
         for slot in 0..out.nodes.len() {
             if !self.up[out.nodes[slot] as usize] {
@@ -235,25 +319,17 @@ impl Placer {
     fn scan(&self, pkey: u64, s: &mut Scratch) {
         s.best.clear();
         s.best_up.clear();
-        for &(start, end) in &self.ranges {
+        for &(first, last) in &self.domains {
             let mut best = (f64::NEG_INFINITY, NONE);
             let mut best_up = (f64::NEG_INFINITY, NONE);
-            for i in start as usize..end as usize {
-                let h = draw(pkey, self.keys[i]);
-                let inv = self.inv_weight[i];
-                let up = self.up[i];
-                // best_up <= best, so an up node must beat best_up only.
-                let floor = if up { best_up.0 } else { best.0 };
-                // Multiplying by inv > 0 preserves order, rounding included.
-                if log2_unit_bound(h) * inv <= floor {
-                    continue;
-                }
-                let score = log2_unit(h) * inv;
+            for run in &self.runs[first as usize..last as usize] {
+                let (h, node) = self.run_winner(pkey, run);
+                let score = log2_unit(h) * run.inv_weight;
                 if score > best.0 {
-                    best = (score, i as u32);
+                    best = (score, node);
                 }
-                if up && score > best_up.0 {
-                    best_up = (score, i as u32);
+                if run.up && score > best_up.0 {
+                    best_up = (score, node);
                 }
             }
             s.best.push(best);
@@ -261,11 +337,27 @@ impl Placer {
         }
     }
 
+    /// The highest draw of a run (ties to the lower index) and its node.
+    /// The hot loop: one hash and one comparison per node.
+    #[inline]
+    fn run_winner(&self, pkey: u64, run: &Run) -> (u64, u32) {
+        let keys = &self.keys[run.start as usize..run.end as usize];
+        // Runs are never empty (`new` opens one only for a node).
+        let mut best = (keys.first().map_or(0, |&k| draw(pkey, k)), 0usize);
+        for (k, &key) in keys.iter().enumerate().skip(1) {
+            let h = draw(pkey, key);
+            if h > best.0 {
+                best = (h, k);
+            }
+        }
+        (best.0, run.start + best.1 as u32)
+    }
+
     /// Step 1 into `base`.
     fn hashed_set(&self, pkey: u64, s: &Scratch, base: &mut Vec<u32>) {
         base.clear();
         let width = self.width.min(self.ids.len());
-        if self.ranges.len() >= width {
+        if self.domains.len() >= width {
             // Top `width` domains by their best node; insertion into a
             // short sorted list (width <= MAX_WIDTH).
             let mut top: Vec<(f64, u32)> = Vec::with_capacity(width + 1);
@@ -282,7 +374,7 @@ impl Placer {
         }
         // Fewer domains than copies: round-robin over domains in score
         // order, each domain's nodes in score order.
-        let mut domains: Vec<usize> = (0..self.ranges.len()).collect();
+        let mut domains: Vec<usize> = (0..self.domains.len()).collect();
         domains.sort_by(|&a, &b| s.best[b].0.total_cmp(&s.best[a].0).then(a.cmp(&b)));
         let ranked: Vec<Vec<u32>> = domains.iter().map(|&d| self.ranked(pkey, d, |_| true)).collect();
         let mut round = 0;
@@ -298,29 +390,54 @@ impl Placer {
         }
     }
 
-    /// The nodes of domain `d` that pass `keep`, best score first.
+    /// The nodes of domain `d` that pass `keep`, in the order the scan
+    /// would pick them if each winner were removed in turn: within a run by
+    /// draw, across runs by the score of each run's next node. Only for
+    /// the rare cases that need more than a domain's winner.
     fn ranked(&self, pkey: u64, d: usize, keep: impl Fn(u32) -> bool) -> Vec<u32> {
-        let (start, end) = self.ranges[d];
-        let mut v: Vec<(f64, u32)> = (start..end)
-            .filter(|&i| keep(i))
-            .map(|i| (log2_unit(draw(pkey, self.keys[i as usize])) * self.inv_weight[i as usize], i))
+        let (first, last) = self.domains[d];
+        // Per run: its kept nodes by draw, highest first, as a stack.
+        let mut stacks: Vec<(f64, Vec<(u64, u32)>)> = self.runs[first as usize..last as usize]
+            .iter()
+            .map(|run| {
+                let mut v: Vec<(u64, u32)> =
+                    (run.start..run.end).filter(|&i| keep(i)).map(|i| (draw(pkey, self.keys[i as usize]), i)).collect();
+                // Ascending by draw, ties: higher index first, so popping
+                // yields the highest draw and, among equal draws, the lower index.
+                v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+                (run.inv_weight, v)
+            })
             .collect();
-        v.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        v.into_iter().map(|(_, i)| i).collect()
+        let mut out = Vec::new();
+        loop {
+            let mut pick: Option<(f64, usize)> = None;
+            for (k, (inv, stack)) in stacks.iter().enumerate() {
+                if let Some(&(h, _)) = stack.last() {
+                    let score = log2_unit(h) * inv;
+                    if pick.is_none_or(|(best, _)| score > best) {
+                        pick = Some((score, k));
+                    }
+                }
+            }
+            let Some((_, k)) = pick else { return out };
+            if let Some((_, node)) = stacks[k].1.pop() {
+                out.push(node);
+            }
+        }
     }
 
     /// Step 2 for one remap; true if it applied.
-    fn apply_remap(&self, r: &Remap, out: &mut Slots) -> bool {
+    fn apply_remap(&self, r: &Remap, base: &[u32], nodes: &mut [u32]) -> bool {
         let (Some(from), Some(to)) = (self.index(r.from), self.index(r.to)) else {
             return false; // the map's invariants make this unreachable
         };
-        let Some(slot) = out.base.iter().position(|&b| b == from) else {
+        let Some(slot) = base.iter().position(|&b| b == from) else {
             return false; // stale: the hash no longer picks `from`
         };
-        if !self.may_take(&out.nodes, slot, from, to) {
+        if nodes[slot] != from || !self.may_take(nodes, slot, from, to) {
             return false;
         }
-        out.nodes[slot] = to;
+        nodes[slot] = to;
         true
     }
 
@@ -351,7 +468,7 @@ impl Placer {
             None => true,
             Some((pc, ps, _)) => c < *pc || (c == *pc && score > *ps),
         };
-        for d in 0..self.ranges.len() {
+        for d in 0..self.domains.len() {
             let (score, node) = s.best_up[d];
             if node == NONE {
                 continue; // no up node in this domain
@@ -370,6 +487,7 @@ impl Placer {
             }
             let next = self.ranked(pkey, d, |i| self.up[i as usize] && !nodes.contains(&i)).first().copied();
             if let Some(n) = next {
+                // The same product the scan computes for this node's run.
                 let score = log2_unit(draw(pkey, self.keys[n as usize])) * self.inv_weight[n as usize];
                 if better(&pick, c, score) {
                     pick = Some((c, score, n));
