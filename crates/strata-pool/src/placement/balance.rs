@@ -83,6 +83,9 @@ pub struct Balanced {
     /// The placement of every group under the map with `remaps`: what
     /// [`Placer::table`] returns for it, without placing everything again.
     pub table: PlacementTable,
+    /// The placement under the input map with its still-applying remaps:
+    /// `before.moved(&table, ..)` is what the balancer's own moves cost.
+    pub before: PlacementTable,
 }
 
 /// A relative deviation, totally ordered for the sorted node set.
@@ -165,13 +168,14 @@ pub fn balance(map: &PlacementMap, previous: Option<&PlacementTable>, opts: &Bal
     let mut st = State::new(map, previous, opts.tolerance);
     let dropped = st.load_map(map, opts.threads);
     st.set_targets();
+    let before = st.table(map.pg_count());
     st.drain(opts.max_moves);
     st.fill(opts.max_moves);
     let (min_over_target, max_over_target) = st.spread();
     let table = st.table(map.pg_count());
     let mut remaps: Vec<Remap> = st.remaps.into_iter().flatten().collect();
     remaps.sort_unstable();
-    Balanced { remaps, moves: st.moves, dropped, max_over_target, min_over_target, table }
+    Balanced { remaps, moves: st.moves, dropped, max_over_target, min_over_target, table, before }
 }
 
 impl<'a> State<'a> {
@@ -538,6 +542,8 @@ mod tests {
         assert!(raw_hi > 1.1 && raw_lo < 0.9, "hashing alone should be uneven: {raw_lo}..{raw_hi}");
         let (next, b) = balanced(&map, None);
         assert!(b.moves > 0 && b.remaps.len() == b.moves, "{} moves, {} remaps", b.moves, b.remaps.len());
+        assert_eq!(b.before, Placer::new(&map).table());
+        assert_eq!(b.before.moved(&b.table, |_| 1), b.moves as u64);
         // The returned table is exactly what every gateway computes.
         assert_eq!(b.table, Placer::new(&next).table());
         let (lo, hi) = spread(&next, &b.table);

@@ -485,7 +485,7 @@ impl PlacementMap {
         }
         let mut names = BTreeSet::new();
         for (i, n) in self.nodes.iter().enumerate() {
-            if n.id.0 >= NodeId::MAX {
+            if n.id.0 == NodeId::MAX {
                 return Err(MapError::ReservedNodeId(n.id));
             }
             if i > 0 && self.nodes[i - 1].id == n.id {

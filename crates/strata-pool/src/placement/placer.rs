@@ -746,6 +746,24 @@ mod tests {
         }
 
         #[test]
+        fn adding_a_node_moves_copies_only_onto_it_prop(
+            map in arb_map(), rack in 0u32..9, weight in 1u64..=8, pg in 0u32..64,
+        ) {
+            // All up: with down nodes a newcomer may also shift a substitute.
+            let mut up = map.clone();
+            for n in map.nodes() {
+                up.set_state(n.id, NodeState::Up).expect("known node");
+            }
+            let before = Placer::new(&up).place(pg);
+            let mut grown = up.clone();
+            let newcomer = Node::new(1000, "new", weight * TIB).with_label("rack", format!("r{rack}"));
+            grown.add_nodes([newcomer]).expect("fresh id and name");
+            let after = Placer::new(&grown).place(pg);
+            let arrivals: Vec<NodeId> = after.iter().copied().filter(|n| !before.contains(n)).collect();
+            prop_assert!(arrivals.is_empty() || arrivals == vec![NodeId(1000)], "{:?} -> {:?}", before, after);
+        }
+
+        #[test]
         fn failing_a_node_moves_only_its_copies(map in arb_map(), victim in 0usize..40) {
             let Some(v) = map.nodes().get(victim % map.nodes().len().max(1)).map(|n| n.id) else { return Ok(()) };
             let before = Placer::new(&map).table();

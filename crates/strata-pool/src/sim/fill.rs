@@ -8,13 +8,24 @@
 //!
 //! Chunks of a volume are striped over the groups (`ChunkId::pg`), so a
 //! volume of `c` chunks adds `c / groups` chunks to every group and one
-//! more to a run of `c mod groups` consecutive groups. The fill applies a
-//! volume that way, in time proportional to the groups it touches rather
-//! than to its chunks, and replays only the last volume chunk by chunk.
+//! more to a run of `c mod groups` consecutive groups: the state after any
+//! number of whole volumes is a difference array and a prefix sum away,
+//! in time proportional to groups plus volumes. Nodes only ever gain
+//! extents, so "some drive is full after k volumes" is monotone in k; a
+//! binary search finds the volume that fills the first drive, and only
+//! that volume is replayed chunk by chunk.
 
+use super::workload::Volume;
 use crate::placement::{CHUNK_SIZE, ChunkId, PlacementTable};
 
+/// A bound on the volumes taken.
+const MAX_VOLUMES: usize = 1 << 20;
+
+/// Marks an empty slot in the flattened rows.
+const EMPTY: u32 = u32::MAX;
+
 /// The cluster as the fill sees it; nodes are indexed by id.
+#[derive(Clone, Copy)]
 pub(crate) struct Cluster<'a> {
     /// Where every group's copies live.
     pub(crate) table: &'a PlacementTable,
@@ -37,101 +48,144 @@ pub(crate) struct Filled {
     pub(crate) logical_bytes: u64,
 }
 
-/// Accumulated extents: every group holds `base` plus its `extra`.
-struct Counts<'a> {
-    cluster: &'a Cluster<'a>,
-    groups: u64,
-    base: u64,
-    extra: Vec<u64>,
-    /// Per node: the sum of `extra` over its groups.
-    node_extra: Vec<u64>,
-    /// Per node: groups it holds.
-    node_groups: Vec<u64>,
+/// A volume as the fill applies it.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    start: u64,
+    chunks: u64,
+    /// Extents of the last, partial chunk (0 if none).
+    tail: u64,
+    tail_bytes: u64,
+    bytes: u64,
 }
 
-impl Counts<'_> {
-    fn node_extents(&self, n: usize) -> u64 {
-        self.base * self.node_groups[n] + self.node_extra[n]
+/// The cluster's rows, flattened for the hot loops.
+struct Rows {
+    groups: u64,
+    width: usize,
+    nodes: Vec<u32>,
+    chunk_extents: u64,
+}
+
+impl Rows {
+    fn of(&self, pg: u64) -> impl Iterator<Item = usize> + '_ {
+        let at = pg as usize * self.width;
+        self.nodes[at..at + self.width].iter().take_while(|&&n| n != EMPTY).map(|&n| n as usize)
     }
 
-    fn full(&self, n: usize) -> bool {
-        self.node_extents(n) >= self.cluster.first_full[n]
-    }
-
-    /// Adds (or with `undo`, removes) `extents` to one group.
-    fn add(&mut self, pg: u64, extents: u64, undo: bool) {
-        let step = |x: &mut u64| *x = if undo { *x - extents } else { *x + extents };
-        step(&mut self.extra[pg as usize]);
-        for n in self.cluster.table.nodes(pg as u32) {
-            step(&mut self.node_extra[n.0 as usize]);
+    /// Extents per group and per node after the whole of `plan`.
+    fn state(&self, plan: &[Planned], nodes: usize) -> (Vec<u64>, Vec<u64>) {
+        let groups = self.groups as usize;
+        let mut runs = vec![0i64; groups + 1];
+        let mut pg_extents = vec![0u64; groups];
+        let mut base = 0u64;
+        for v in plan {
+            base += v.chunks / self.groups * self.chunk_extents;
+            let (start, end) = (v.start as usize, (v.start + v.chunks % self.groups) as usize);
+            runs[start] += 1;
+            if end <= groups {
+                runs[end] -= 1;
+            } else {
+                runs[groups] -= 1;
+                runs[0] += 1;
+                runs[end - groups] -= 1;
+            }
+            if v.tail > 0 {
+                pg_extents[((v.start + v.chunks) % self.groups) as usize] += v.tail;
+            }
         }
-    }
-
-    /// Adds a whole volume of `chunks` full chunks and a `tail` of extents
-    /// (may be 0) starting at group `start`.
-    fn add_volume(&mut self, start: u64, chunks: u64, tail: u64, chunk_extents: u64, undo: bool) {
-        let per_group = chunks / self.groups * chunk_extents;
-        self.base = if undo { self.base - per_group } else { self.base + per_group };
-        for k in 0..chunks % self.groups {
-            self.add((start + k) % self.groups, chunk_extents, undo);
+        let mut covered = 0i64;
+        for (pg, e) in pg_extents.iter_mut().enumerate() {
+            covered += runs[pg];
+            // `covered` counts volumes whose run covers pg: never negative.
+            *e += base + covered.unsigned_abs() * self.chunk_extents;
         }
-        if tail > 0 {
-            self.add((start + chunks) % self.groups, tail, undo);
+        let mut node_extents = vec![0u64; nodes];
+        for (pg, &e) in pg_extents.iter().enumerate() {
+            for n in self.of(pg as u64) {
+                node_extents[n] += e;
+            }
         }
+        (pg_extents, node_extents)
     }
 }
 
 /// Writes `volumes` into `cluster` until the first drive is full.
-pub(crate) fn fill(cluster: &Cluster<'_>, volumes: impl Iterator<Item = super::workload::Volume>) -> Filled {
-    let groups = u64::from(cluster.table.pg_count().max(1));
-    let nodes = cluster.first_full.len();
-    let mut node_groups = vec![0u64; nodes];
+pub(crate) fn fill(cluster: &Cluster<'_>, volumes: impl Iterator<Item = Volume>) -> Filled {
+    let table = cluster.table;
+    let groups = u64::from(table.pg_count().max(1));
+    let width = table.width();
+    let mut rows = Rows { groups, width, nodes: vec![EMPTY; groups as usize * width], chunk_extents: 0 };
     for pg in 0..groups {
-        for n in cluster.table.nodes(pg as u32) {
-            node_groups[n.0 as usize] += 1;
+        for (k, n) in table.nodes(pg as u32).iter().enumerate() {
+            rows.nodes[pg as usize * width + k] = n.0;
         }
     }
-    let mut c =
-        Counts { cluster, groups, base: 0, extra: vec![0; groups as usize], node_extra: vec![0; nodes], node_groups };
-    let chunk_extents = CHUNK_SIZE.div_ceil(cluster.extent_bytes);
-    let (mut written, mut logical) = (0u64, 0u64);
-    for vol in volumes {
-        let (chunks, tail_bytes) = (vol.bytes / CHUNK_SIZE, vol.bytes % CHUNK_SIZE);
+    rows.chunk_extents = CHUNK_SIZE.div_ceil(cluster.extent_bytes);
+    let min_copies = (0..groups).map(|pg| rows.of(pg).count() as u64).min().unwrap_or(0);
+    let capacity: u64 = cluster.first_full.iter().sum();
+    let nodes = cluster.first_full.len();
+    if min_copies == 0 {
+        // A group without nodes: no node is up, nothing can be written.
+        return Filled {
+            pg_extents: vec![0; groups as usize],
+            node_extents: vec![0; nodes],
+            volumes: 0,
+            logical_bytes: 0,
+        };
+    }
+    let full = |node_extents: &[u64]| node_extents.iter().zip(cluster.first_full).any(|(e, f)| e >= f);
+
+    // Enough volumes to surely fill a drive: more extents than all first
+    // drives together can take.
+    let mut plan = Vec::new();
+    let mut extents = 0u64;
+    for v in volumes {
+        let (chunks, tail_bytes) = (v.bytes / CHUNK_SIZE, v.bytes % CHUNK_SIZE);
         let tail = tail_bytes.div_ceil(cluster.extent_bytes);
-        let start = u64::from(ChunkId { volume: vol.id, index: 0 }.pg(groups as u32));
-        c.add_volume(start, chunks, tail, chunk_extents, false);
-        written += 1;
-        if !(0..nodes).any(|n| c.full(n)) {
-            logical += vol.bytes;
-            continue;
+        let start = u64::from(ChunkId { volume: v.id, index: 0 }.pg(groups as u32));
+        plan.push(Planned { start, chunks, tail, tail_bytes, bytes: v.bytes });
+        extents += chunks * rows.chunk_extents + tail;
+        if extents * min_copies > capacity || plan.len() >= MAX_VOLUMES {
+            break;
         }
-        // This volume fills a drive: take it back and replay it chunk by
-        // chunk up to the chunk that does.
-        c.add_volume(start, chunks, tail, chunk_extents, true);
-        for index in 0..chunks + u64::from(tail > 0) {
-            let (extents, bytes) = if index < chunks { (chunk_extents, CHUNK_SIZE) } else { (tail, tail_bytes) };
-            let pg = (start + index) % groups;
-            c.add(pg, extents, false);
-            logical += bytes;
-            if cluster.table.nodes(pg as u32).iter().any(|n| c.full(n.0 as usize)) {
-                break;
-            }
+    }
+    let (pg_all, node_all) = rows.state(&plan, nodes);
+    if !full(&node_all) {
+        let logical_bytes = plan.iter().map(|v| v.bytes).sum();
+        return Filled { pg_extents: pg_all, node_extents: node_all, volumes: plan.len() as u64, logical_bytes };
+    }
+    // The fewest whole volumes that fill a drive: full after `hi`, not after `lo`.
+    let (mut lo, mut hi) = (0usize, plan.len());
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if full(&rows.state(&plan[..mid], nodes).1) { hi = mid } else { lo = mid }
+    }
+    // Volume `lo` fills it: replay it chunk by chunk.
+    let (mut pg_extents, mut node_extents) = rows.state(&plan[..lo], nodes);
+    let mut logical_bytes: u64 = plan[..lo].iter().map(|v| v.bytes).sum();
+    let v = plan[lo];
+    for index in 0..v.chunks + u64::from(v.tail > 0) {
+        let (e, bytes) = if index < v.chunks { (rows.chunk_extents, CHUNK_SIZE) } else { (v.tail, v.tail_bytes) };
+        let pg = (v.start + index) % groups;
+        pg_extents[pg as usize] += e;
+        logical_bytes += bytes;
+        let mut filled = false;
+        for n in rows.of(pg) {
+            node_extents[n] += e;
+            filled |= node_extents[n] >= cluster.first_full[n];
         }
-        break;
+        if filled {
+            break;
+        }
     }
-    Filled {
-        pg_extents: c.extra.iter().map(|e| c.base + e).collect(),
-        node_extents: (0..nodes).map(|n| c.node_extents(n)).collect(),
-        volumes: written,
-        logical_bytes: logical,
-    }
+    Filled { pg_extents, node_extents, volumes: lo as u64 + 1, logical_bytes }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::placement::Placer;
-    use crate::sim::workload::Volume;
 
     const MIB: u64 = 1 << 20;
 

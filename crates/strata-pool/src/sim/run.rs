@@ -39,16 +39,13 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, SimError> {
     map.honours()?;
     let bopts = BalanceOptions { tolerance: opts.tolerance, threads: opts.threads, ..BalanceOptions::default() };
 
-    // The cluster as it would start: balanced from scratch.
+    // The cluster as it would start: balanced from scratch. `before` is
+    // hashing alone, for comparison.
     let balanced = balance(&map, None, &bopts);
     map.set_remaps(balanced.remaps)?;
     map.set_epoch(2);
-    let table = balanced.table;
-    let timer = Instant::now();
-    if Placer::new(&map).table_with_threads(opts.threads) != table {
-        return Err(SimError::TableMismatch);
-    }
-    let place_micros_per_pg = timer.elapsed().as_secs_f64() * 1e6 / f64::from(pgs);
+    let (table, hashed) = (balanced.table, balanced.before);
+    let place_micros_per_pg = spot_check(&map, &table)?;
 
     // Fill it.
     let drive_extents = opts.drive_bytes / opts.extent_bytes;
@@ -57,11 +54,13 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, SimError> {
     let first_full = vec![first_full_at(&drives); opts.nodes as usize];
     let cluster = Cluster { table: &table, first_full: &first_full, extent_bytes: opts.extent_bytes };
     let workload = Workload::new(Rng::new(rng.next_u64()), opts.volume_min_bytes, opts.volume_max_bytes);
-    let filled = fill(&cluster, workload);
+    let filled = fill(&cluster, workload.clone());
+    let filled_hashed = fill(&Cluster { table: &hashed, ..cluster }, workload);
     let pg_bytes = |pg: u32| filled.pg_extents[pg as usize] * opts.extent_bytes;
 
     let raw_bytes = opts.drive_bytes * u64::from(opts.drives_per_node) * u64::from(opts.nodes);
-    let allocated: u64 = filled.node_extents.iter().map(|&e| e.min(node_extents)).sum();
+    let allocated_of = |f: &super::fill::Filled| f.node_extents.iter().map(|&e| e.min(node_extents)).sum::<u64>();
+    let allocated = allocated_of(&filled);
     let (min_fill, max_fill) = drive_fill_spread(&filled.node_extents, &drives);
     let mean_fill = allocated as f64 / (node_extents * u64::from(opts.nodes)) as f64;
 
@@ -86,6 +85,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, SimError> {
         logical_bytes: filled.logical_bytes,
         allocated_bytes: allocated * opts.extent_bytes,
         utilization_at_first_full: (allocated * opts.extent_bytes) as f64 / raw_bytes as f64,
+        utilization_without_balancer: (allocated_of(&filled_hashed) * opts.extent_bytes) as f64 / raw_bytes as f64,
         max_fill_over_mean: max_fill / mean_fill,
         min_fill_over_mean: min_fill / mean_fill,
         remaps: map.remaps().len() as u64,
@@ -104,6 +104,25 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, SimError> {
         rebuild_sources_mean: sources_mean,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Groups placed one by one to time placement and check the balancer.
+const SPOT_CHECKS: u32 = 4096;
+
+/// Places a spread of groups one by one, as a gateway would, and checks
+/// them against the balancer's table. Returns microseconds per group.
+fn spot_check(map: &PlacementMap, table: &PlacementTable) -> Result<f64, SimError> {
+    let placer = Placer::new(map);
+    let n = SPOT_CHECKS.min(map.pg_count());
+    let step = map.pg_count() / n;
+    let timer = Instant::now();
+    for k in 0..n {
+        let pg = k * step;
+        if placer.place(pg) != table.nodes(pg) {
+            return Err(SimError::TableMismatch);
+        }
+    }
+    Ok(timer.elapsed().as_secs_f64() * 1e6 / f64::from(n))
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -260,6 +279,12 @@ mod tests {
         // ~102 copies a node, 2 partners each, 59 other nodes.
         assert!(r.rebuild_sources_min > 40 && f64::from(r.rebuild_sources_min) <= r.rebuild_sources_mean);
         assert!(r.remaps > 0 && r.map_json_bytes > 1000);
+        // Hashing alone fills the fullest node early.
+        assert!(
+            r.utilization_without_balancer < r.utilization_at_first_full - 0.05,
+            "{}",
+            r.utilization_without_balancer
+        );
     }
 
     #[test]
