@@ -106,6 +106,15 @@ impl Ord for Dev {
     }
 }
 
+/// The balancer's two phases.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Move copies off overfull nodes.
+    Drain,
+    /// Move copies onto underfull nodes.
+    Fill,
+}
+
 /// A proposed move of one copy.
 #[derive(Debug, Clone, Copy)]
 struct Move {
@@ -169,8 +178,8 @@ pub fn balance(map: &PlacementMap, previous: Option<&PlacementTable>, opts: &Bal
     let dropped = st.load_map(map, opts.threads);
     st.set_targets();
     let before = st.table(map.pg_count());
-    st.drain(opts.max_moves);
-    st.fill(opts.max_moves);
+    st.run_phase(Phase::Drain, opts.max_moves);
+    st.run_phase(Phase::Fill, opts.max_moves);
     let (min_over_target, max_over_target) = st.spread();
     let table = st.table(map.pg_count());
     let mut remaps: Vec<Remap> = st.remaps.into_iter().flatten().collect();
@@ -323,17 +332,29 @@ impl<'a> State<'a> {
             && self.placer.may_take(self.row(pg), slot, base, to)
     }
 
-    /// Phase one: drain every overfull node down to its aim, the most
-    /// overfull first.
-    fn drain(&mut self, max_moves: usize) {
+    /// One phase: drain every overfull node down to its aim (most overfull
+    /// first), or fill every underfull node up to its aim (most underfull
+    /// first). A node leaves the phase at its aim or when no move helps.
+    fn run_phase(&mut self, phase: Phase, max_moves: usize) {
+        let out_of_band = |st: &State<'_>, i: u32| match phase {
+            Phase::Drain => st.overfull(i),
+            Phase::Fill => st.underfull(i),
+        };
         let mut active: Vec<bool> =
-            (0..self.load.len() as u32).map(|i| self.is_balanced(i) && self.overfull(i)).collect();
+            (0..self.load.len() as u32).map(|i| self.is_balanced(i) && out_of_band(self, i)).collect();
         while self.moves < max_moves {
-            let source = self.order.iter().rev().find(|&&(_, i)| active[i as usize]).map(|&(_, i)| i);
-            let Some(a) = source else { break };
-            let made = self.above_aim(a) && self.best_move_from(a).is_some_and(|m| self.commit(m));
+            let is_active = |&&(_, i): &&(Dev, u32)| active[i as usize];
+            let next = match phase {
+                Phase::Drain => self.order.iter().rev().find(is_active),
+                Phase::Fill => self.order.iter().find(is_active),
+            };
+            let Some(&(_, i)) = next else { break };
+            let made = match phase {
+                Phase::Drain => self.above_aim(i) && self.best_move_from(i).is_some_and(|m| self.commit(m)),
+                Phase::Fill => self.below_aim(i) && self.best_move_to(i).is_some_and(|m| self.commit(m)),
+            };
             if !made {
-                active[a as usize] = false;
+                active[i as usize] = false;
             }
         }
     }
@@ -374,21 +395,6 @@ impl<'a> State<'a> {
             }
         }
         best
-    }
-
-    /// Phase two: fill every underfull node up to its aim, the most
-    /// underfull first.
-    fn fill(&mut self, max_moves: usize) {
-        let mut active: Vec<bool> =
-            (0..self.load.len() as u32).map(|i| self.is_balanced(i) && self.underfull(i)).collect();
-        while self.moves < max_moves {
-            let target = self.order.iter().find(|&&(_, i)| active[i as usize]).map(|&(_, i)| i);
-            let Some(b) = target else { break };
-            let made = self.below_aim(b) && self.best_move_to(b).is_some_and(|m| self.commit(m));
-            if !made {
-                active[b as usize] = false;
-            }
-        }
     }
 
     /// The best move of a copy onto `b` from a node that stays within its
