@@ -40,8 +40,9 @@ pub struct SimArgs {
     /// Seed of the volume sizes and failed nodes. Default: 1.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
-    /// Placement groups, a power of two. Default: the smallest giving 100
-    /// group copies per node.
+    /// Placement groups, a power of two. Default: the smallest giving
+    /// every node 100 group copies and 200 partners (other copies of its
+    /// groups).
     #[arg(long, value_name = "N")]
     pgs: Option<u32>,
 }

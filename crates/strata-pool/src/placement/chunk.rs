@@ -39,10 +39,15 @@ use super::map::MAX_PG_COUNT;
 /// Bytes in a chunk: 64 MiB (see the module doc).
 pub const CHUNK_SIZE: u64 = 64 << 20;
 
-/// Placement-group copies per node that [`pg_count_for`] aims at: enough
-/// for a balancer to even nodes out to about 1% and for a failed node's
-/// data to be spread over well over a hundred peers (`docs/pool.md`).
+/// Placement-group copies per node that [`pg_count_for`] gives at least:
+/// enough for the balancer to even nodes out to about 1% (one copy).
 pub const PG_COPIES_PER_NODE: u64 = 100;
+
+/// Partner slots per node (group copies times the other copies of each
+/// group) that [`pg_count_for`] gives at least: a failed node's groups then
+/// have their other copies on well over a hundred distinct nodes, the
+/// sources of its rebuild. Binding only for `rep:2`.
+pub const PG_PARTNERS_PER_NODE: u64 = 200;
 
 /// One chunk of one volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,9 +76,13 @@ impl ChunkId {
 
 /// The placement-group count for a cluster of `nodes` with groups `width`
 /// wide: the smallest power of two that gives each node at least
-/// [`PG_COPIES_PER_NODE`] group copies, capped at [`MAX_PG_COUNT`].
+/// [`PG_COPIES_PER_NODE`] group copies and, when groups have partners, at
+/// least [`PG_PARTNERS_PER_NODE`] partner slots; capped at [`MAX_PG_COUNT`].
 pub fn pg_count_for(nodes: usize, width: usize) -> u32 {
-    let want = (nodes as u64 * PG_COPIES_PER_NODE).div_ceil(width.max(1) as u64).max(1);
+    let (nodes, width) = (nodes as u64, width.max(1) as u64);
+    let for_copies = (nodes * PG_COPIES_PER_NODE).div_ceil(width);
+    let for_partners = if width > 1 { (nodes * PG_PARTNERS_PER_NODE).div_ceil(width * (width - 1)) } else { 0 };
+    let want = for_copies.max(for_partners).max(1);
     let pow = want.checked_next_power_of_two().unwrap_or(u64::MAX);
     u32::try_from(pow.min(u64::from(MAX_PG_COUNT))).unwrap_or(MAX_PG_COUNT)
 }
@@ -127,12 +136,20 @@ mod tests {
     fn default_group_count_gives_at_least_the_target_copies_per_node() {
         assert_eq!(pg_count_for(2500, 3), 131_072);
         assert_eq!(pg_count_for(200, 3), 8192);
+        assert_eq!(pg_count_for(2500, 2), 262_144, "rep:2: 200 partners, so 200 copies");
+        assert_eq!(pg_count_for(10, 1), 1024);
         assert_eq!(pg_count_for(0, 3), 1);
         assert_eq!(pg_count_for(usize::MAX / 1000, 3), MAX_PG_COUNT);
         for nodes in [1usize, 3, 10, 99, 1000, 4096] {
-            let c = u64::from(pg_count_for(nodes, 3));
-            assert!(c.is_power_of_two());
-            assert!(c * 3 >= nodes as u64 * PG_COPIES_PER_NODE, "{nodes}");
+            for width in 1..=8u64 {
+                let c = u64::from(pg_count_for(nodes, width as usize));
+                assert!(c.is_power_of_two());
+                assert!(c * width >= nodes as u64 * PG_COPIES_PER_NODE, "{nodes} x {width}");
+                assert!(
+                    c * width * (width - 1) >= nodes as u64 * PG_PARTNERS_PER_NODE || width == 1,
+                    "{nodes} x {width}"
+                );
+            }
         }
     }
 }

@@ -26,8 +26,8 @@ pub struct SimOptions {
     pub protection: Protection,
     /// Seed of every random choice. Default: 1.
     pub seed: u64,
-    /// Placement groups (a power of two). Default: the smallest giving
-    /// 100 group copies per node (`pg_count_for`).
+    /// Placement groups (a power of two). Default: `pg_count_for` (at
+    /// least 100 group copies and 200 partner slots per node).
     pub pg_count: Option<u32>,
     /// Bytes per extent in the node store. Default: 1 MiB, the store's.
     pub extent_bytes: u64,
