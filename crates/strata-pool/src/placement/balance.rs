@@ -2,26 +2,28 @@
 //! each node holds, moving as little data as it can.
 //!
 //! Hashing alone gives each node a number of group copies that varies
-//! like a binomial draw: with ~160 copies per node the spread is ±8%, so
-//! the fullest node of 2,500 would be ~25% above the mean and the cluster
-//! would be "full" at ~80% of raw. More groups shrink the spread only as
-//! one over the square root. Instead, like Ceph's upmap balancer, this
-//! module computes a few exceptions ([`Remap`]) that move single copies
-//! from overfull to underfull nodes; they are stored in the map, so
+//! like a binomial draw: with ~157 copies per node the spread is ±8%, so
+//! the fullest node of 2,500 holds ~28% more than the mean and the cluster
+//! is "full" at ~78% of raw (`strata sim`). More groups shrink the spread
+//! only as one over the square root. Instead, like Ceph's upmap balancer,
+//! this module computes a few exceptions ([`Remap`]) that move single
+//! copies from overfull to underfull nodes; they are stored in the map, so
 //! placement stays a pure function of the map.
 //!
-//! # Targets and bands
+//! # Targets, bands and aims
 //!
 //! A node's target is its weight's share of all copies, over up nodes.
 //! A node is overfull above `target * (1 + tolerance)` (and at least one
 //! copy above target), underfull below the mirror image. Phase one drains
-//! every overfull node, most overfull first, into nodes below target (or
-//! into nodes that held the copy before); phase two fills every underfull
-//! node, most underfull first, from the most overfull node that has a copy
-//! it can take (or from a node that took one of its copies). A move is
-//! made only if it lowers `sum(load^2 / target)`, so the balancer always
-//! terminates, and it never pushes a node out of its band.
-//!
+//! every overfull node, most overfull first, down to its aim (half the
+//! band, at least half a copy) into nodes that stay within their aim;
+//! phase two fills every underfull node, most underfull first, up to its
+//! aim from nodes that stay within theirs. Nodes the balancer touches thus
+//! end well inside the band, so the next small change of targets (a
+//! failure raises every target by a fraction of a copy) moves nothing. A
+//! move is made only if it lowers `sum(load^2 / target)`, so the balancer
+//! always terminates.
+
 //! # Moving little
 //!
 //! Given the previous epoch's table, each candidate move has a cost: +1 if
