@@ -1,5 +1,8 @@
 //! Volumes over the cluster.
 //!
+//! - [`placement`]: which nodes keep the copies of every chunk of every
+//!   volume, and [`sim`], the scale simulator that runs it on a modelled
+//!   cluster (`strata sim`);
 //! - [`regions`] and [`drl`]: the dirty-region log that lets a new owner
 //!   repair exactly the regions where replicas may differ, and a stale
 //!   replica copy exactly what it missed;
@@ -10,11 +13,30 @@
 //!   commands.
 //!
 //! The design, with the crash cases, is in `docs/pool.md`.
+//!
+//! ```
+//! use strata_pool::placement::{ChunkId, FailureDomain, Node, PlacementMap, Placer, Protection};
+//!
+//! // Six nodes of 1 TiB in three racks, rep:3.
+//! let nodes = (0..6).map(|i| Node::new(i, format!("n{i}"), 1 << 40).with_label("rack", format!("r{}", i / 2)));
+//! let map = PlacementMap::new(Protection::default(), FailureDomain::default(), 256, nodes.collect())?;
+//! let placer = Placer::new(&map);
+//!
+//! let pg = ChunkId::at(7, 5 << 30).pg(map.pg_count()); // byte 5 GiB of volume 7
+//! let copies = placer.place(pg);
+//! assert_eq!(copies.len(), 3);
+//! // One copy per rack.
+//! let racks: std::collections::BTreeSet<_> = copies.iter().map(|id| map.domain_of(map.node(*id).unwrap())).collect();
+//! assert_eq!(racks.len(), 3);
+//! # Ok::<(), strata_pool::placement::MapError>(())
+//! ```
 
 pub mod drl;
 pub mod fabric;
+pub mod placement;
 pub mod regions;
 pub mod replica;
+pub mod sim;
 pub mod testing;
 pub mod volume;
 

@@ -1,13 +1,15 @@
 //! The `strata` command: `strata serve` runs a node (embedded,
 //! single-machine by default); `strata volume ...` manages volumes through
 //! the node's HTTP API; `strata bench ...` measures an NVMe/TCP target
-//! (see `bench_cmd`).
+//! (see `bench_cmd`); `strata sim` runs the pool's scale simulator (see
+//! `sim_cmd`).
 
 mod api;
 mod bench_cmd;
 mod client;
 mod config;
 mod node;
+mod sim_cmd;
 
 use std::time::Duration;
 
@@ -42,6 +44,9 @@ enum Command {
     /// Measure an NVMe/TCP target: single runs, suites with gates, signed
     /// reports (exit 0 pass, 1 gate failed or run aborted, 2 usage error).
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Simulate placement on a modelled cluster: balance, fill until the
+    /// first drive is full, data moved when nodes join or fail.
+    Sim(sim_cmd::SimArgs),
 }
 
 #[derive(Subcommand)]
@@ -102,6 +107,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve(args),
         Command::Volume { api, command } => volume(&api, command),
         Command::Bench(args) => return bench_cmd::main(*args),
+        Command::Sim(args) => return sim_cmd::main(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,140 @@
+//! Whether a map can honour a protection with strict failure domains.
+//!
+//! Placement never refuses: with fewer failure domains than copies it
+//! spreads copies as evenly as the domains allow, and with fewer up nodes
+//! it places fewer copies. Whoever must not accept that (a volume created
+//! with `rep:3` and strict domains) asks [`check_protection`] first and
+//! shows the operator its message.
+
+use std::collections::BTreeSet;
+
+use super::map::{FailureDomain, PlacementMap};
+use super::protection::Protection;
+
+/// Names listed in a message before the rest are counted.
+const MAX_LISTED: usize = 10;
+
+/// Why a protection cannot be honoured with one copy per failure domain.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CannotHonour {
+    /// Fewer up nodes than the protection's width.
+    #[error("{protection} needs {need} up nodes; the cluster has {have}{list}", need = protection.width(), have = up.len(), list = listed(up))]
+    TooFewNodes {
+        /// The protection asked for.
+        protection: Protection,
+        /// Names of the up nodes.
+        up: Vec<String>,
+    },
+    /// Fewer failure domains with up nodes than the protection's width.
+    #[error(
+        "{protection} needs {need} {plural} with up nodes; the cluster has {have}{list}",
+        need = protection.width(), plural = domain.plural(), have = domains.len(), list = listed(domains)
+    )]
+    TooFewDomains {
+        /// The protection asked for.
+        protection: Protection,
+        /// The failure-domain key.
+        domain: FailureDomain,
+        /// The domains that have up nodes.
+        domains: Vec<String>,
+    },
+}
+
+/// ` (a, b, c)`, ` (a, ..., j and 5 more)`, or nothing for an empty list.
+fn listed(names: &[String]) -> String {
+    if names.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<&str> = names.iter().take(MAX_LISTED).map(String::as_str).collect();
+    let more = names.len().saturating_sub(MAX_LISTED);
+    if more == 0 { format!(" ({})", shown.join(", ")) } else { format!(" ({} and {more} more)", shown.join(", ")) }
+}
+
+/// Checks that `map` has at least `protection.width()` up nodes in as
+/// many distinct failure domains, so every group gets one copy per domain.
+///
+/// ```
+/// use strata_pool::placement::{check_protection, FailureDomain, Node, PlacementMap, Protection};
+///
+/// let nodes = (0..4).map(|i| Node::new(i, format!("n{i}"), 1 << 40).with_label("rack", format!("r{}", i % 2 + 1)));
+/// let map = PlacementMap::new(Protection::default(), FailureDomain::default(), 64, nodes.collect()).unwrap();
+/// let err = check_protection(&map, Protection::default()).unwrap_err();
+/// assert_eq!(err.to_string(), "rep:3 needs 3 racks with up nodes; the cluster has 2 (r1, r2)");
+/// ```
+///
+/// # Errors
+///
+/// [`CannotHonour`] says what is missing and lists what there is.
+pub fn check_protection(map: &PlacementMap, protection: Protection) -> Result<(), CannotHonour> {
+    let up: Vec<_> = map.nodes().iter().filter(|n| n.state.holds_data()).collect();
+    let need = protection.width();
+    if up.len() < need {
+        return Err(CannotHonour::TooFewNodes { protection, up: up.iter().map(|n| n.name.clone()).collect() });
+    }
+    let domains: BTreeSet<&str> = up.iter().map(|n| map.domain_of(n)).collect();
+    if domains.len() < need {
+        return Err(CannotHonour::TooFewDomains {
+            protection,
+            domain: map.failure_domain().clone(),
+            domains: domains.into_iter().map(str::to_owned).collect(),
+        });
+    }
+    Ok(())
+}
+
+impl PlacementMap {
+    /// [`check_protection`] with the map's own protection.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_protection`].
+    pub fn honours(&self) -> Result<(), CannotHonour> {
+        check_protection(self, self.protection())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::map::{NodeId, NodeState};
+    use crate::placement::test_utils::cluster;
+
+    const TIB: u64 = 1 << 40;
+
+    #[test]
+    fn enough_racks_with_up_nodes_is_fine() {
+        let map = cluster(6, 2, 3, 64, |_| TIB);
+        assert_eq!(map.honours(), Ok(()));
+        assert_eq!(
+            check_protection(&map, Protection::replicated(4).expect("valid")).map_err(|e| e.to_string()),
+            Err("rep:4 needs 4 racks with up nodes; the cluster has 3 (r0, r1, r2)".into())
+        );
+    }
+
+    #[test]
+    fn down_nodes_do_not_count() {
+        let mut map = cluster(6, 2, 3, 64, |_| TIB);
+        map.set_state(NodeId(4), NodeState::Down).expect("known");
+        map.set_state(NodeId(5), NodeState::Out).expect("known");
+        let e = map.honours().expect_err("rack r2 has no up node");
+        assert_eq!(e.to_string(), "rep:3 needs 3 racks with up nodes; the cluster has 2 (r0, r1)");
+        for i in 1..4 {
+            map.set_state(NodeId(i), NodeState::Down).expect("known");
+        }
+        assert_eq!(
+            map.honours().map_err(|e| e.to_string()),
+            Err("rep:3 needs 3 up nodes; the cluster has 1 (n0)".into())
+        );
+    }
+
+    #[test]
+    fn too_few_nodes_are_listed_and_long_lists_cut() {
+        let seven = cluster(7, 1, 8, 64, |_| TIB);
+        let msg = seven.honours().expect_err("7 nodes").to_string();
+        assert_eq!(msg, "rep:8 needs 8 up nodes; the cluster has 7 (n0, n1, n2, n3, n4, n5, n6)");
+        let names: Vec<String> = (0..13).map(|i| format!("x{i}")).collect();
+        assert_eq!(listed(&names), " (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9 and 3 more)");
+        assert_eq!(listed(&[]), "");
+    }
+}

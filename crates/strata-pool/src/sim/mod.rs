@@ -1,0 +1,31 @@
+//! The scale simulator behind `strata sim`: the real placement code on a
+//! modelled cluster.
+//!
+//! The model: nodes of equal drives in racks (the failure domain); a map
+//! balanced by the real balancer; volumes of log-uniform sizes, thin and
+//! written in full, chunk by chunk, each chunk's copies on its group's
+//! nodes and, inside a node, on the drive with the most free extents (the
+//! node store's rule); filled until the first drive is full. Then 1% more
+//! nodes are added, and single nodes are failed, and the data each change
+//! moves is compared with the minimum that must move. `docs/scale.md`
+//! describes the model and its figures.
+//!
+//! - `options`: what is modelled, with defaults and checks;
+//! - `run`: the scenarios;
+//! - `fill`: writing volumes until the first drive is full;
+//! - `drives`: a node's drives, most free first;
+//! - `workload`: the volumes;
+//! - `rng`: the seeded generator;
+//! - `report`: the figures.
+
+mod drives;
+mod fill;
+mod options;
+mod report;
+mod rng;
+mod run;
+mod workload;
+
+pub use options::{SimError, SimOptions};
+pub use report::SimReport;
+pub use run::run;
