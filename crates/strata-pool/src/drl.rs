@@ -34,8 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::regions::{RegionSet, RegionSetError, Regions};
 
-/// A storage node's id in the cluster map.
-pub type NodeId = u32;
+pub use crate::placement::NodeId;
 
 /// The persisted part of the log.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -63,7 +62,7 @@ impl DrlState {
         out.extend(self.dirty.encode(regions));
         out.extend((self.missed.len() as u32).to_le_bytes());
         for (node, set) in &self.missed {
-            out.extend(node.to_le_bytes());
+            out.extend(node.0.to_le_bytes());
             out.extend(set.encode(regions));
         }
         out
@@ -98,7 +97,7 @@ impl DrlState {
         let m = u32_at(&mut rest)?;
         let mut missed = BTreeMap::new();
         for _ in 0..m {
-            let node = u32_at(&mut rest)?;
+            let node = NodeId(u32_at(&mut rest)?);
             if missed.insert(node, set(&mut rest)?).is_some() {
                 return Err(RegionSetError("a node appears twice"));
             }
@@ -459,13 +458,13 @@ mod tests {
     async fn a_stale_replica_misses_the_dirty_regions_and_every_later_write() {
         let (log, store) = log();
         let g = log.begin(4..5, &[]).await.unwrap();
-        log.mark_stale(9, 6..7).await.unwrap();
-        drop(log.begin(8..9, &[9]).await.unwrap());
-        assert_eq!(store.saved().missed[&9].iter().collect::<Vec<_>>(), vec![4, 6, 8]);
-        log.copied(9, 4);
+        log.mark_stale(NodeId(9), 6..7).await.unwrap();
+        drop(log.begin(8..9, &[NodeId(9)]).await.unwrap());
+        assert_eq!(store.saved().missed[&NodeId(9)].iter().collect::<Vec<_>>(), vec![4, 6, 8]);
+        log.copied(NodeId(9), 4);
         log.sync().await.unwrap();
-        assert_eq!(store.saved().missed[&9].iter().collect::<Vec<_>>(), vec![6, 8]);
-        log.forget(9);
+        assert_eq!(store.saved().missed[&NodeId(9)].iter().collect::<Vec<_>>(), vec![6, 8]);
+        log.forget(NodeId(9));
         log.sync().await.unwrap();
         assert!(store.saved().missed.is_empty());
         drop(g);
@@ -491,8 +490,8 @@ mod tests {
         let regions = Regions::for_volume(20 << 20, 64 << 20);
         let mut s = DrlState::default();
         s.dirty.insert(3);
-        s.missed.insert(7, [1, 19].into_iter().collect());
-        s.missed.insert(2, RegionSet::new());
+        s.missed.insert(NodeId(7), [1, 19].into_iter().collect());
+        s.missed.insert(NodeId(2), RegionSet::new());
         let bytes = s.encode(regions);
         assert_eq!(DrlState::decode(&bytes, regions).unwrap(), s);
         assert!(DrlState::decode(&bytes, Regions::for_volume(30 << 20, 64 << 20)).is_err(), "another size");

@@ -84,7 +84,7 @@ impl FabricLink {
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         let c = (Arc::new(ctrl), generation);
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
-        tracing::info!(node = self.node, addr = %self.addr, generation, "fabric link connected");
+        tracing::info!(node = %self.node, addr = %self.addr, generation, "fabric link connected");
         Ok(c)
     }
 
@@ -93,7 +93,7 @@ impl FabricLink {
     pub fn broken(&self, generation: u64) {
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if cur.as_ref().is_some_and(|(_, g)| *g == generation) {
-            tracing::warn!(node = self.node, generation, "fabric link failed; will reconnect");
+            tracing::warn!(node = %self.node, generation, "fabric link failed; will reconnect");
             *cur = None;
         }
     }

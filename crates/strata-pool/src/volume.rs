@@ -323,7 +323,7 @@ impl Inner {
                 Ok(()) => ok[i] |= m.in_sync.contains(&n),
                 Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
                 Err(e) if e.is_replica_fault() => {
-                    tracing::warn!(node = n, error = %e, "replica failed an I/O");
+                    tracing::warn!(node = %n, error = %e, "replica failed an I/O");
                     failed.insert(n);
                 }
                 Err(ReplicaError::NoSpace) => outcome = Err(BlockError::NoSpace),
@@ -368,7 +368,7 @@ impl Inner {
                 Ok(b) => return Ok(b),
                 Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
                 Err(e) if e.is_replica_fault() => {
-                    tracing::warn!(node, error = %e, "replica failed a read; trying another");
+                    tracing::warn!(node = %node, error = %e, "replica failed a read; trying another");
                     let blocks = len as u64 / self.bs();
                     self.leave(&[node], self.regions(lba, blocks)).await?;
                     buf = IoBuf::recycled(len);
@@ -425,7 +425,7 @@ impl Inner {
                 Ok(()) => {}
                 Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
                 Err(e) => {
-                    tracing::warn!(node = n, error = %e, "replica failed a flush");
+                    tracing::warn!(node = %n, error = %e, "replica failed a flush");
                     failed.push(n);
                 }
             }
@@ -472,7 +472,7 @@ impl Inner {
                         Ok(()) => {}
                         Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
                         Err(e) => {
-                            tracing::warn!(node = t, error = %e, region = r, "copy to a replica failed");
+                            tracing::warn!(node = %t, error = %e, region = r, "copy to a replica failed");
                             failed.push(t);
                         }
                     }
@@ -679,7 +679,7 @@ impl ReplicatedVolume {
             let current = i.membership().clone();
             match i.control.rejoin(&current, node).await {
                 Ok(m) => {
-                    tracing::info!(node, epoch = m.epoch, "replica resynced and back in sync");
+                    tracing::info!(node = %node, epoch = m.epoch, "replica resynced and back in sync");
                     *i.membership() = m;
                 }
                 Err(ControlError::NotOwner(why)) => return Err(i.lose(&why)),

@@ -15,6 +15,14 @@ use strata_pool::testing::{MemControl, TableLayout};
 use strata_pool::{LocalReplica, NodeId, Regions, Replica, ReplicatedVolume, VolumeParts};
 use strata_target::{Namespace, NamespaceIds, PortRole, Subsystem, Target, TargetConfig};
 
+fn node_ids(ids: &[u32]) -> Vec<NodeId> {
+    ids.iter().map(|&i| NodeId(i)).collect()
+}
+
+fn ids(list: &[u32]) -> BTreeSet<NodeId> {
+    node_ids(list).into_iter().collect()
+}
+
 const BS: u32 = 4096;
 const BLOCKS: u64 = 2048; // 8 MiB
 const CHUNK: u64 = 4 << 20;
@@ -61,7 +69,7 @@ fn host_cfg() -> HostConfig {
 async fn cluster() -> Vec<Node> {
     let mut nodes = Vec::new();
     for id in 1..=3 {
-        nodes.push(Node::start(id, Arc::new(MemDevice::new(BS, BLOCKS)), EpochFence::new(0), 0).await);
+        nodes.push(Node::start(NodeId(id), Arc::new(MemDevice::new(BS, BLOCKS)), EpochFence::new(0), 0).await);
     }
     nodes
 }
@@ -90,7 +98,7 @@ async fn open(
     let vol = ReplicatedVolume::open(VolumeParts {
         geometry: Geometry { block_size: BS, num_blocks: BLOCKS },
         local: owner,
-        layout: Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![vec![1, 2, 3], vec![3, 2, 1]] }),
+        layout: Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![node_ids(&[1, 2, 3]), node_ids(&[3, 2, 1])] }),
         replicas,
         membership: control.take_over(),
         drl: DirtyRegionLog::new(regions, store.saved(), store.clone()),
@@ -112,9 +120,9 @@ fn data(seed: u8, blocks: usize) -> IoBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicated_io_over_the_fabric_lands_on_every_node() {
     let nodes = cluster().await;
-    let control = MemControl::new(0, [1, 2, 3]);
+    let control = MemControl::new(0, node_ids(&[1, 2, 3]));
     let store = Arc::new(MemDrlStore::default());
-    let (vol, _links) = open(&nodes, 1, &control, &store).await;
+    let (vol, _links) = open(&nodes, NodeId(1), &control, &store).await;
     // 2 MiB across the chunk boundary: split into fabric commands.
     let lba = CHUNK / u64::from(BS) - 256;
     vol.write(lba, data(7, 512), true).await.1.unwrap();
@@ -133,23 +141,23 @@ async fn replicated_io_over_the_fabric_lands_on_every_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_peer_leaves_the_in_sync_set_and_a_restarted_one_resyncs() {
     let mut nodes = cluster().await;
-    let control = MemControl::new(0, [1, 2, 3]);
+    let control = MemControl::new(0, node_ids(&[1, 2, 3]));
     let store = Arc::new(MemDrlStore::default());
-    let (vol, _links) = open(&nodes, 1, &control, &store).await;
+    let (vol, _links) = open(&nodes, NodeId(1), &control, &store).await;
     vol.write(0, data(1, 8), false).await.1.unwrap();
     vol.clean().await.unwrap();
 
     // Node 3 dies: the next write completes on 1 and 2 and drops it.
     nodes[2].stop().await;
     vol.write(600, data(2, 8), false).await.1.expect("two replicas remain");
-    assert_eq!(control.get().in_sync, BTreeSet::from([1, 2]));
+    assert_eq!(control.get().in_sync, ids(&[1, 2]));
 
     // It restarts on the same address with its old (stale) bytes.
     let port = nodes[2].addr.port();
     let (dev, fence) = (nodes[2].dev.clone(), nodes[2].fence.clone());
-    nodes[2] = Node::start(3, dev, fence, port).await;
-    vol.resync(3).await.expect("resync over a new connection");
-    assert_eq!(control.get().in_sync, BTreeSet::from([1, 2, 3]));
+    nodes[2] = Node::start(NodeId(3), dev, fence, port).await;
+    vol.resync(NodeId(3)).await.expect("resync over a new connection");
+    assert_eq!(control.get().in_sync, ids(&[1, 2, 3]));
     for probe in [0, 600, 607] {
         assert!(nodes[2].block(probe).await == nodes[0].block(probe).await, "block {probe} differs on node 3");
     }
@@ -158,30 +166,30 @@ async fn a_dead_peer_leaves_the_in_sync_set_and_a_restarted_one_resyncs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_restarts_between_writes_is_not_trusted_with_what_it_may_have_lost() {
     let mut nodes = cluster().await;
-    let control = MemControl::new(0, [1, 2, 3]);
+    let control = MemControl::new(0, node_ids(&[1, 2, 3]));
     let store = Arc::new(MemDrlStore::default());
-    let (vol, _links) = open(&nodes, 1, &control, &store).await;
+    let (vol, _links) = open(&nodes, NodeId(1), &control, &store).await;
     vol.write(0, data(1, 8), false).await.1.unwrap();
     // Node 2 restarts while nothing is in flight (it could have lost the
     // unflushed write above).
     nodes[1].stop().await;
     let port = nodes[1].addr.port();
     let (dev, fence) = (nodes[1].dev.clone(), nodes[1].fence.clone());
-    nodes[1] = Node::start(2, dev, fence, port).await;
+    nodes[1] = Node::start(NodeId(2), dev, fence, port).await;
     // The next write finds the link's generation changed: node 2 leaves.
     vol.write(64, data(3, 1), false).await.1.unwrap();
-    assert_eq!(control.get().in_sync, BTreeSet::from([1, 3]));
-    assert!(store.saved().missed[&2].contains(0), "the unflushed region is missed");
+    assert_eq!(control.get().in_sync, ids(&[1, 3]));
+    assert!(store.saved().missed[&NodeId(2)].contains(0), "the unflushed region is missed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_that_lost_the_volume_cannot_write_over_the_fabric() {
     let nodes = cluster().await;
-    let control = MemControl::new(0, [1, 2, 3]);
+    let control = MemControl::new(0, node_ids(&[1, 2, 3]));
     let store = Arc::new(MemDrlStore::default());
-    let (old, _l1) = open(&nodes, 1, &control, &store).await;
+    let (old, _l1) = open(&nodes, NodeId(1), &control, &store).await;
     old.write(5, data(1, 1), false).await.1.unwrap();
-    let (new, _l2) = open(&nodes, 2, &control, &store).await;
+    let (new, _l2) = open(&nodes, NodeId(2), &control, &store).await;
     assert!(matches!(old.write(5, data(9, 1), false).await.1, Err(BlockError::Gone)));
     for n in &nodes {
         assert!(n.block(5).await == data(1, 1).to_vec(), "node {} took a fenced write", n.id);

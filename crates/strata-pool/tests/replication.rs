@@ -13,10 +13,18 @@ use strata_pool::drl::{DirtyRegionLog, DrlState, MemDrlStore};
 use strata_pool::testing::{Faulty, MemControl, TableLayout};
 use strata_pool::{LocalReplica, Membership, NodeId, Regions, Replica, ReplicatedVolume, VolumeParts};
 
+fn nodes(ids: &[u32]) -> Vec<NodeId> {
+    ids.iter().map(|&i| NodeId(i)).collect()
+}
+
+fn ids(list: &[u32]) -> BTreeSet<NodeId> {
+    nodes(list).into_iter().collect()
+}
+
 const BS: u32 = 4096;
 const BLOCKS: u64 = 4096; // 16 MiB
 const CHUNK: u64 = 4 << 20; // four chunks
-const NODES: [NodeId; 3] = [1, 2, 3];
+const NODES: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(3)];
 
 /// Three nodes' devices and fences: the cluster's state, shared by every
 /// owner that opens the volume.
@@ -64,8 +72,10 @@ impl Cluster {
             .collect();
         let persisted = self.drl_store.saved();
         let drl = DirtyRegionLog::new(self.regions(), persisted, self.drl_store.clone());
-        let layout =
-            Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![vec![1, 2, 3], vec![2, 3, 1], vec![3, 1, 2]] });
+        let layout = Arc::new(TableLayout {
+            chunk_bytes: CHUNK,
+            table: vec![nodes(&[1, 2, 3]), nodes(&[2, 3, 1]), nodes(&[3, 1, 2])],
+        });
         let vol = ReplicatedVolume::open(VolumeParts {
             geometry: strata_block::Geometry { block_size: BS, num_blocks: BLOCKS },
             local,
@@ -122,7 +132,7 @@ async fn read(vol: &ReplicatedVolume, lba: u64, blocks: usize) -> Vec<u8> {
 #[tokio::test]
 async fn writes_reach_every_replica_and_reads_stay_local() {
     let c = Cluster::new();
-    let o = c.open(2).await.unwrap();
+    let o = c.open(NodeId(2)).await.unwrap();
     // A write across a chunk boundary: two placements, three replicas each.
     let lba = CHUNK / u64::from(BS) - 2;
     write(&o.vol, lba, 1, 4).await.unwrap();
@@ -139,16 +149,16 @@ async fn writes_reach_every_replica_and_reads_stay_local() {
 #[tokio::test]
 async fn a_replica_that_fails_a_write_leaves_the_in_sync_set_before_the_write_completes() {
     let c = Cluster::new();
-    let o = c.open(1).await.unwrap();
+    let o = c.open(NodeId(1)).await.unwrap();
     let epoch = c.control.get().epoch;
     o.faulty[2].down.store(true, SeqCst);
     write(&o.vol, 10, 7, 1).await.expect("two replicas are enough");
     // By the time the write completed, the store says node 3 is out and
     // the log says what it missed.
     let m = c.control.get();
-    assert_eq!(m.in_sync, BTreeSet::from([1, 2]));
+    assert_eq!(m.in_sync, ids(&[1, 2]));
     assert_eq!(m.epoch, epoch + 1);
-    let missed = c.drl_store.saved().missed.get(&3).cloned().expect("missed regions recorded");
+    let missed = c.drl_store.saved().missed.get(&NodeId(3)).cloned().expect("missed regions recorded");
     assert!(missed.contains(0), "the region of the failed write");
     // Reads never touch the stale replica, even when it is the first.
     o.faulty[2].down.store(false, SeqCst);
@@ -162,7 +172,7 @@ async fn a_replica_that_fails_a_write_leaves_the_in_sync_set_before_the_write_co
 #[tokio::test]
 async fn when_the_metadata_store_is_unreachable_a_write_that_lost_a_replica_fails() {
     let c = Cluster::new();
-    let o = c.open(1).await.unwrap();
+    let o = c.open(NodeId(1)).await.unwrap();
     o.faulty[1].down.store(true, SeqCst);
     c.control.unavailable.store(true, SeqCst);
     assert!(write(&o.vol, 0, 1, 1).await.is_err(), "acknowledging would hide a divergent replica");
@@ -172,7 +182,7 @@ async fn when_the_metadata_store_is_unreachable_a_write_that_lost_a_replica_fail
 #[tokio::test]
 async fn a_write_whose_caller_vanishes_still_lands_on_every_replica() {
     let c = Cluster::new();
-    let o = c.open(1).await.unwrap();
+    let o = c.open(NodeId(1)).await.unwrap();
     for polls in 1..6 {
         let lba = 100 + polls;
         let mut fut = o.vol.write(lba, pattern(polls, 1), false);
@@ -200,9 +210,9 @@ async fn a_write_whose_caller_vanishes_still_lands_on_every_replica() {
 #[tokio::test]
 async fn a_new_owner_fences_the_old_one() {
     let c = Cluster::new();
-    let old = c.open(1).await.unwrap();
+    let old = c.open(NodeId(1)).await.unwrap();
     write(&old.vol, 5, 1, 1).await.unwrap();
-    let new = c.open(2).await.unwrap();
+    let new = c.open(NodeId(2)).await.unwrap();
     // The old owner wakes up: its writes and reads are refused, and it
     // stops serving for good.
     assert!(matches!(write(&old.vol, 5, 2, 1).await, Err(BlockError::Gone)));
@@ -218,7 +228,7 @@ async fn a_new_owner_fences_the_old_one() {
 #[tokio::test]
 async fn a_new_owner_makes_the_replicas_agree_on_regions_the_dead_owner_was_writing() {
     let c = Cluster::new();
-    let o = c.open(1).await.unwrap();
+    let o = c.open(NodeId(1)).await.unwrap();
     write(&o.vol, 0, 1, 8).await.unwrap();
     write(&o.vol, 600, 2, 8).await.unwrap();
     o.vol.clean().await.unwrap();
@@ -235,7 +245,7 @@ async fn a_new_owner_makes_the_replicas_agree_on_regions_the_dead_owner_was_writ
     // says cannot exist: repair must not touch it (it copies only what is
     // dirty).
     drop(o);
-    let new = c.open(2).await.unwrap();
+    let new = c.open(NodeId(2)).await.unwrap();
     for node in 0..3 {
         assert!(c.block(node, 600).await == c.block(1, 600).await, "replicas differ where the old owner was writing");
     }
@@ -248,20 +258,20 @@ async fn a_new_owner_makes_the_replicas_agree_on_regions_the_dead_owner_was_writ
 #[tokio::test]
 async fn a_replica_that_comes_back_copies_only_what_it_missed_and_rejoins() {
     let c = Cluster::new();
-    let o = c.open(1).await.unwrap();
+    let o = c.open(NodeId(1)).await.unwrap();
     write(&o.vol, 0, 1, 16).await.unwrap();
     o.vol.clean().await.unwrap(); // else region 0 is dirty and missed too
     o.faulty[2].down.store(true, SeqCst);
     write(&o.vol, 320, 2, 4).await.unwrap(); // node 3 leaves here
     write(&o.vol, 2048, 3, 4).await.unwrap();
     o.vol.clean().await.unwrap();
-    let missed = c.drl_store.saved().missed[&3].clone();
+    let missed = c.drl_store.saved().missed[&NodeId(3)].clone();
     assert_eq!(missed.len(), 2, "two regions written while it was away");
     assert!(!c.replicas_agree().await);
 
     o.faulty[2].down.store(false, SeqCst);
-    o.vol.resync(3).await.unwrap();
-    assert_eq!(c.control.get().in_sync, BTreeSet::from(NODES));
+    o.vol.resync(NodeId(3)).await.unwrap();
+    assert_eq!(c.control.get().in_sync, NODES.into_iter().collect::<BTreeSet<_>>());
     assert!(c.replicas_agree().await);
     assert_eq!(o.vol.stats().regions_copied.load(SeqCst), 2, "only the missed regions were copied");
     assert!(c.drl_store.saved().missed.is_empty());
@@ -274,7 +284,7 @@ async fn a_replica_that_comes_back_copies_only_what_it_missed_and_rejoins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_resync_end_on_every_replica() {
     let c = Cluster::new();
-    let o = c.open(1).await.unwrap();
+    let o = c.open(NodeId(1)).await.unwrap();
     o.faulty[1].down.store(true, SeqCst);
     for i in 0..64 {
         write(&o.vol, i * 61 % BLOCKS, i, 1).await.unwrap();
@@ -286,17 +296,17 @@ async fn writes_during_a_resync_end_on_every_replica() {
             write(&vol, i * 37 % BLOCKS, 1000 + i, 2.min((BLOCKS - i * 37 % BLOCKS) as usize)).await.unwrap();
         }
     });
-    o.vol.resync(2).await.unwrap();
+    o.vol.resync(NodeId(2)).await.unwrap();
     writer.await.unwrap();
     o.vol.flush().await.unwrap();
-    assert_eq!(c.control.get().in_sync, BTreeSet::from(NODES));
+    assert_eq!(c.control.get().in_sync, NODES.into_iter().collect::<BTreeSet<_>>());
     assert!(c.replicas_agree().await, "a write raced the copy and a replica kept old bytes");
 }
 
 #[tokio::test]
 async fn a_full_replica_fails_the_write_with_no_space_and_stays_in_sync() {
     let c = Cluster::new();
-    let o = c.open(1).await.unwrap();
+    let o = c.open(NodeId(1)).await.unwrap();
     o.faulty[1].full.store(true, SeqCst);
     assert!(matches!(write(&o.vol, 0, 1, 1).await, Err(BlockError::NoSpace)));
     assert_eq!(c.control.get().in_sync.len(), 3, "a full pool is not a failed replica");
@@ -305,11 +315,11 @@ async fn a_full_replica_fails_the_write_with_no_space_and_stays_in_sync() {
 #[tokio::test]
 async fn a_volume_whose_chunk_lost_every_replica_does_not_open() {
     let c = Cluster::new();
-    c.control.stored.lock().unwrap().in_sync = BTreeSet::from([1]);
+    c.control.stored.lock().unwrap().in_sync = ids(&[1]);
     let m = c.control.take_over();
     // Node 1 is in every chunk's list: opens.
-    assert!(c.open_at(1, m).await.is_ok());
+    assert!(c.open_at(NodeId(1), m).await.is_ok());
     c.control.stored.lock().unwrap().in_sync = BTreeSet::new();
     let m = c.control.take_over();
-    assert!(matches!(c.open_at(1, m).await, Err(strata_pool::volume::OpenError::Unavailable { chunk: 0, .. })));
+    assert!(matches!(c.open_at(NodeId(1), m).await, Err(strata_pool::volume::OpenError::Unavailable { chunk: 0, .. })));
 }
