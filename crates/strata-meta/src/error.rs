@@ -3,8 +3,8 @@
 //! Every backend returns [`MetaError`]; the variants split into what the
 //! caller asked wrongly (invalid input, not found, already exists, conflict),
 //! what the persisted state holds wrongly ([`MetaError::Corrupt`]) and what
-//! the backend could not do (I/O, lock, redb). The binary maps the first group
-//! to 4xx answers and CLI usage errors, the rest to failures.
+//! the backend could not do (I/O, lock, redb, shutdown). The binary maps the
+//! first group to 4xx answers and CLI usage errors, the rest to failures.
 
 use std::path::PathBuf;
 
@@ -174,6 +174,12 @@ pub enum MetaError {
         /// The underlying error.
         #[source]
         source: redb::Error,
+    },
+    /// The async runtime shut down before the call ran. Nothing was changed.
+    #[error("metadata store call ({op}) abandoned: the runtime is shutting down; nothing was changed")]
+    Abandoned {
+        /// What the store was asked to do.
+        op: &'static str,
     },
 }
 
