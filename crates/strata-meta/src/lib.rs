@@ -9,6 +9,8 @@
 //! and namespace-id allocation, optimistic concurrency by generation) live
 //! once, in this crate, so all backends answer alike. Size parsing and
 //! validation helpers are shared with the binary's CLI and HTTP API.
+//! [`etcd`] is a client of etcd's v3 API (key-values, transactions, leases,
+//! watches) for the etcd backend and the pool.
 //!
 //! ```
 //! use strata_meta::{MetaError, MetaStore, NewVolume, RedbMetaStore, format_size, parse_size};
@@ -30,6 +32,7 @@
 //! ```
 
 mod error;
+pub mod etcd;
 mod format;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
