@@ -3,14 +3,15 @@
 //!
 //! [`MetaStore`] is the contract, an async trait usable as
 //! `Arc<dyn MetaStore>`. [`RedbMetaStore`] keeps it in one embedded redb
-//! file (`DATA_DIR/meta.redb`, single machine), [`MemMetaStore`] in memory
-//! (tests of other crates), and an etcd backend will keep it for a
-//! cluster. The rules every backend applies (name and NQN validation, id
-//! and namespace-id allocation, optimistic concurrency by generation) live
+//! file (`DATA_DIR/meta.redb`, single machine), [`EtcdMetaStore`] in etcd
+//! (a cluster), [`MemMetaStore`] in memory (tests of other crates). The
+//! rules every backend applies (name and NQN validation, id and
+//! namespace-id allocation, optimistic concurrency by generation) live
 //! once, in this crate, so all backends answer alike. Size parsing and
 //! validation helpers are shared with the binary's CLI and HTTP API.
-//! [`etcd`] is a client of etcd's v3 API (key-values, transactions, leases,
-//! watches) for the etcd backend and the pool.
+//! [`etcd`] is the etcd client under the etcd backend, for the pool's
+//! leases, cluster map and watches too. `docs/metadata.md` describes the
+//! backends, the etcd key layout and what is atomic.
 //!
 //! ```
 //! use strata_meta::{MetaError, MetaStore, NewVolume, RedbMetaStore, format_size, parse_size};
@@ -33,6 +34,7 @@
 
 mod error;
 pub mod etcd;
+mod etcd_store;
 mod format;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
@@ -46,6 +48,7 @@ pub mod testing;
 mod validate;
 
 pub use error::MetaError;
+pub use etcd_store::{DEFAULT_ETCD_PREFIX, ETCD_STORE_FORMAT_VERSION, EtcdMetaStore, MAX_CAS_ATTEMPTS};
 pub use format::FORMAT_VERSION;
 pub use mem::MemMetaStore;
 pub use record::{BLOCK_SIZES, NewVolume, VolumeRecord};

@@ -88,6 +88,8 @@ impl From<MetaError> for NodeError {
             | MetaError::Io { .. }
             | MetaError::Redb { .. }
             | MetaError::InUse { .. }
+            | MetaError::Etcd { .. }
+            | MetaError::Contention { .. }
             | MetaError::Abandoned { .. } => NodeError::Internal(e.into()),
             _ => NodeError::Invalid(e.to_string()),
         }

@@ -12,7 +12,8 @@
 //! - [`Watcher`]: a streaming watch that reconnects from the last revision
 //!   seen and reports compaction.
 //!
-//! The metadata store will sit on top of it.
+//! The metadata store on top is [`crate::EtcdMetaStore`]; the key layout
+//! and what is atomic are in `docs/metadata.md`.
 
 pub(crate) mod base64;
 mod client;
