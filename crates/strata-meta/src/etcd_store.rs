@@ -40,8 +40,9 @@
 //!
 //! # Time
 //!
-//! Each etcd request has the client's deadline; a call makes at most
-//! `2 * MAX_CAS_ATTEMPTS` requests (plus backoff sleeps), and usually two.
+//! Each etcd request has the client's deadline; a call makes two requests
+//! per attempt (three for an update that moves the volume), at most
+//! [`MAX_CAS_ATTEMPTS`] attempts, plus backoff sleeps; usually one attempt.
 //!
 //! # Cancel safety
 //!
