@@ -305,6 +305,7 @@ impl Transport {
                     last.1 = reason;
                 }
             }
+            // Every endpoint failed; `tried` (borrowed here) fills this in below.
             Err(EtcdError::Unreachable { tried: Vec::new() })
         };
         // Bound to a variable so that `attempts`, which borrows `tried`, is

@@ -525,6 +525,11 @@ impl JsonStream {
                         .checked_sub(1)
                         .ok_or_else(|| EtcdError::malformed(op, "unbalanced brackets in the stream"))?;
                     if self.depth == 0 {
+                        // Inner brackets are only counted (the JSON parser
+                        // checks them); the outer pair must match.
+                        if b != b'}' {
+                            return Err(EtcdError::malformed(op, "a streamed object ends with ']'"));
+                        }
                         let rest = self.buf.split_off(self.scan);
                         let message = std::mem::replace(&mut self.buf, rest);
                         self.scan = 0;
@@ -692,9 +697,11 @@ mod tests {
         assert_eq!(s.next_message("t").unwrap(), Some(b"{}".to_vec()));
         assert!(matches!(s.next_message("t"), Err(EtcdError::Malformed { .. })));
         let mut s = JsonStream::default();
-        s.push("t", b"{]]").unwrap();
-        assert_eq!(s.next_message("t").unwrap(), Some(b"{]".to_vec()), "brackets are counted, not matched");
-        assert!(s.next_message("t").is_err());
+        s.push("t", b"{[}").unwrap();
+        assert_eq!(s.next_message("t").unwrap(), None, "inner brackets are counted, not matched");
+        let mut s = JsonStream::default();
+        s.push("t", b"{]").unwrap();
+        assert!(matches!(s.next_message("t"), Err(EtcdError::Malformed { .. })), "the outer pair must match");
     }
 
     #[test]
