@@ -108,14 +108,15 @@ async fn a_leased_key_disappears_after_the_ttl_once_keepalive_stops() {
 async fn the_keeper_keeps_a_lease_alive_and_reports_its_loss() {
     let etcd = EtcdProcess::start();
     let c = etcd.client();
-    let lease = c.lease_grant(Duration::from_secs(2)).await.unwrap();
+    // 3 s: renewals every second leave a loaded test machine some slack.
+    let lease = c.lease_grant(Duration::from_secs(3)).await.unwrap();
     c.put(b"node/1", b"alive", Some(lease.id)).await.unwrap();
     let keeper = c.keep_alive(lease);
     let status = keeper.subscribe();
-    // Three TTLs later the key is still there, renewed several times.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // More than two TTLs later the key is still there, renewed several times.
+    tokio::time::sleep(Duration::from_secs(7)).await;
     assert!(c.get(b"node/1").await.unwrap().is_some(), "the keeper let the lease expire");
-    assert!(matches!(keeper.status(), LeaseStatus::Alive { ttl_secs: 2.., .. }), "{:?}", keeper.status());
+    assert!(matches!(keeper.status(), LeaseStatus::Alive { ttl_secs: 3.., .. }), "{:?}", keeper.status());
     assert!(status.has_changed().unwrap(), "no renewal was reported");
 
     // Someone revokes it: the keeper hears at its next renewal.
@@ -146,7 +147,7 @@ async fn the_keeper_reports_loss_when_etcd_is_gone_before_the_ttl_ends() {
     // Reported once the TTL has run out, not long after: the holder must
     // stop acting on the lease by the time etcd may hand it to another.
     let after = granted.elapsed();
-    assert!(after >= Duration::from_millis(1500) && after < Duration::from_millis(3500), "{after:?}");
+    assert!(after >= Duration::from_millis(1500) && after < Duration::from_secs(5), "{after:?}");
 }
 
 #[tokio::test]
@@ -286,16 +287,17 @@ async fn a_stopped_etcd_gives_a_typed_error_within_the_deadline() {
     assert!(started.elapsed() < config.request_timeout, "{:?}", started.elapsed());
 }
 
-/// Drops a transaction writing two keys at many points in flight: each
-/// time both keys change or neither does.
+/// Drops a transaction writing two keys after 1, 2, ... N polls (STYLE:
+/// "drop the future after 1, 2, ... N polls"), letting the runtime move
+/// the connection along between polls, until one run completes: each time
+/// both keys change or neither does.
 #[tokio::test]
 async fn a_dropped_txn_applies_whole_or_not_at_all() {
     let etcd = EtcdProcess::start();
     let c = etcd.client();
-    let steps = 60u64;
-    let mut applied = 0;
-    for step in 0..steps {
-        let value = format!("{step}").into_bytes();
+    let (mut kept_out, mut landed) = (0, 0);
+    for polls in 1..=5000u32 {
+        let value = format!("{polls}").into_bytes();
         let txn = Txn {
             success: vec![
                 TxnOp::Put { key: b"pair/a".to_vec(), value: value.clone(), lease: None },
@@ -303,22 +305,36 @@ async fn a_dropped_txn_applies_whole_or_not_at_all() {
             ],
             ..Txn::default()
         };
-        // From a bare first poll (0) up to 72 ms, well past what a txn takes.
-        let _ = tokio::time::timeout(Duration::from_micros(step * step * 20), c.txn(&txn)).await;
+        let mut fut = Box::pin(c.txn(&txn));
+        let mut completed = false;
+        for _ in 0..polls {
+            let poll = std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_ready()));
+            if poll.await {
+                completed = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        drop(fut);
         let r = c.range(&KeyRange::prefix("pair/")).await.unwrap();
         let values: Vec<&[u8]> = r.kvs.iter().map(|kv| kv.value.as_slice()).collect();
         match values[..] {
-            [] => {}
+            [] => kept_out += 1,
             [a, b] => {
-                assert_eq!(a, b, "half a txn is visible at step {step}");
+                assert_eq!(a, b, "half a txn is visible after {polls} polls");
                 assert_eq!(r.kvs[0].mod_revision, r.kvs[1].mod_revision);
-                applied += u64::from(a == value.as_slice());
+                if a == value.as_slice() { landed += 1 } else { kept_out += 1 }
             }
-            _ => panic!("half a txn is visible at step {step}: {values:?}"),
+            _ => panic!("half a txn is visible after {polls} polls: {values:?}"),
+        }
+        if completed {
+            break;
         }
     }
-    // Both outcomes happened, or the test did not test cancellation.
-    assert!(applied > 0 && applied < steps, "applied {applied} of {steps}");
+    // Dropped after its first poll (connection opened, request queued), a
+    // txn is not applied; polled to the end, it is. Both must have been
+    // seen, or this did not test dropping mid-flight.
+    assert!(kept_out > 0 && landed > 0, "kept out {kept_out}, landed {landed}");
 }
 
 async fn next(w: &mut Watcher) -> WatchUpdate {
