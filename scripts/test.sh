@@ -24,8 +24,9 @@ if [ "$fuzz_seconds" != 0 ] && command -v cargo-fuzz >/dev/null 2>&1; then
     # cargo-fuzz needs nightly flags; RUSTC_BOOTSTRAP lets the stable
     # toolchain accept them.
     # Network parsers first, then the store's on-disk decoders, whole-drive
-    # recovery from damaged images, and the metadata store's records.
-    for t in pdu_decode target_transport host_parsers store_format store_recovery meta_records; do
+    # recovery from damaged images, the metadata store's records, and the
+    # etcd client's response parsers.
+    for t in pdu_decode target_transport host_parsers store_format store_recovery meta_records etcd_responses; do
         (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 2>&1 |
             grep -E "^(Done|==|.*(panicked|ERROR|SUMMARY))" || true)
         # A crash leaves an artifact; fail on it.

@@ -3,11 +3,14 @@
 //! Every backend returns [`MetaError`]; the variants split into what the
 //! caller asked wrongly (invalid input, not found, already exists, conflict),
 //! what the persisted state holds wrongly ([`MetaError::Corrupt`]) and what
-//! the backend could not do (I/O, lock, redb). The binary maps the first group
-//! to 4xx answers and CLI usage errors, the rest to failures.
+//! the backend could not do (I/O, lock, redb, etcd, contention, shutdown).
+//! The binary maps the first group to 4xx answers and CLI usage errors, the
+//! rest to failures. [`MetaError::outcome_unknown`] tells the one case in
+//! which a failed call may nevertheless have been applied.
 
 use std::path::PathBuf;
 
+use crate::etcd::EtcdError;
 use crate::validate::{NameError, NqnError};
 
 /// An error from a [`MetaStore`](crate::MetaStore) operation.
@@ -175,9 +178,48 @@ pub enum MetaError {
         #[source]
         source: redb::Error,
     },
+    /// The etcd backend failed: etcd unreachable, too slow, refusing, or
+    /// answering garbage. See [`EtcdError`] for which, and
+    /// [`MetaError::outcome_unknown`] for whether the call may have been
+    /// applied anyway.
+    #[error("metadata store (etcd) failed while {op}: {source}")]
+    Etcd {
+        /// What the store was doing.
+        op: &'static str,
+        /// The underlying error.
+        #[source]
+        source: EtcdError,
+    },
+    /// A compare-and-swap lost to concurrent writers every time it was
+    /// tried. Nothing was changed.
+    #[error(
+        "metadata store (etcd): {op} lost to concurrent changes {attempts} times in a row; \
+         nothing was changed, retry later"
+    )]
+    Contention {
+        /// What the store was doing.
+        op: &'static str,
+        /// How many times it tried.
+        attempts: u32,
+    },
+    /// The async runtime shut down before the call ran. Nothing was changed.
+    #[error("metadata store call ({op}) abandoned: the runtime is shutting down; nothing was changed")]
+    Abandoned {
+        /// What the store was asked to do.
+        op: &'static str,
+    },
 }
 
 impl MetaError {
+    /// Whether the call may have been applied although it failed (an etcd
+    /// deadline passed or the connection broke after the request was
+    /// sent). Read the state again before retrying; a retry may find its
+    /// own earlier attempt (see the cancel-safety section of
+    /// [`MetaStore`](crate::MetaStore)).
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, MetaError::Etcd { source, .. } if source.outcome_unknown())
+    }
+
     /// Builds a [`MetaError::Corrupt`].
     pub(crate) fn corrupt(key: impl Into<String>, reason: impl Into<String>) -> Self {
         MetaError::Corrupt { key: key.into(), reason: reason.into() }

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::error::MetaError;
 use crate::record::{Identity, NewVolume, VolumeRecord};
-use crate::store::{MetaStore, allocate_nsid, check_config, check_new, prepare_new, prepare_update};
+use crate::store::{MetaFuture, MetaStore, allocate_nsid, check_config, check_new, prepare_new, prepare_update};
 use crate::sys::now_unix;
 use crate::validate::validate_volume_name;
 
@@ -47,17 +47,8 @@ impl MemMetaStore {
     }
 }
 
-impl MetaStore for MemMetaStore {
-    fn list_volumes(&self) -> Result<Vec<VolumeRecord>, MetaError> {
-        Ok(self.lock().volumes.values().cloned().collect())
-    }
-
-    fn get_volume(&self, name: &str) -> Result<Option<VolumeRecord>, MetaError> {
-        validate_volume_name(name)?;
-        Ok(self.lock().volumes.get(name).cloned())
-    }
-
-    fn create_volume(&self, req: NewVolume) -> Result<VolumeRecord, MetaError> {
+impl MemMetaStore {
+    fn create_now(&self, req: NewVolume) -> Result<VolumeRecord, MetaError> {
         let nqn = check_new(&req)?;
         let identity = Identity::generate()?;
         let mut st = self.lock();
@@ -75,7 +66,7 @@ impl MetaStore for MemMetaStore {
         Ok(rec)
     }
 
-    fn update_volume(&self, rec: &VolumeRecord) -> Result<VolumeRecord, MetaError> {
+    fn update_now(&self, rec: &VolumeRecord) -> Result<VolumeRecord, MetaError> {
         validate_volume_name(&rec.name)?;
         let mut st = self.lock();
         let stored = st.volumes.get(&rec.name).ok_or_else(|| MetaError::NotFound { name: rec.name.clone() })?;
@@ -84,30 +75,62 @@ impl MetaStore for MemMetaStore {
         st.volumes.insert(updated.name.clone(), updated.clone());
         Ok(updated)
     }
+}
 
-    fn delete_volume(&self, name: &str) -> Result<VolumeRecord, MetaError> {
-        validate_volume_name(name)?;
-        self.lock().volumes.remove(name).ok_or_else(|| MetaError::NotFound { name: name.to_owned() })
+// Each call runs, whole, under the lock at its future's first poll; there
+// is no await point inside, so a dropped future either never ran or ran
+// completely.
+impl MetaStore for MemMetaStore {
+    fn list_volumes(&self) -> MetaFuture<'_, Vec<VolumeRecord>> {
+        Box::pin(async move { Ok(self.lock().volumes.values().cloned().collect()) })
     }
 
-    fn get_config(&self, key: &str) -> Result<Option<Vec<u8>>, MetaError> {
-        check_config(key, None)?;
-        Ok(self.lock().config.get(key).cloned())
+    fn get_volume<'a>(&'a self, name: &'a str) -> MetaFuture<'a, Option<VolumeRecord>> {
+        Box::pin(async move {
+            validate_volume_name(name)?;
+            Ok(self.lock().volumes.get(name).cloned())
+        })
     }
 
-    fn put_config(&self, key: &str, value: &[u8]) -> Result<(), MetaError> {
-        check_config(key, Some(value))?;
-        self.lock().config.insert(key.to_owned(), value.to_vec());
-        Ok(())
+    fn create_volume(&self, req: NewVolume) -> MetaFuture<'_, VolumeRecord> {
+        Box::pin(async move { self.create_now(req) })
+    }
+
+    fn update_volume<'a>(&'a self, rec: &'a VolumeRecord) -> MetaFuture<'a, VolumeRecord> {
+        Box::pin(async move { self.update_now(rec) })
+    }
+
+    fn delete_volume<'a>(&'a self, name: &'a str) -> MetaFuture<'a, VolumeRecord> {
+        Box::pin(async move {
+            validate_volume_name(name)?;
+            self.lock().volumes.remove(name).ok_or_else(|| MetaError::NotFound { name: name.to_owned() })
+        })
+    }
+
+    fn get_config<'a>(&'a self, key: &'a str) -> MetaFuture<'a, Option<Vec<u8>>> {
+        Box::pin(async move {
+            check_config(key, None)?;
+            Ok(self.lock().config.get(key).cloned())
+        })
+    }
+
+    fn put_config<'a>(&'a self, key: &'a str, value: &'a [u8]) -> MetaFuture<'a, ()> {
+        Box::pin(async move {
+            check_config(key, Some(value))?;
+            self.lock().config.insert(key.to_owned(), value.to_vec());
+            Ok(())
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
-    #[test]
-    fn passes_the_conformance_suite() {
-        crate::testing::check_conformance(|| (Box::new(MemMetaStore::new()) as Box<dyn MetaStore>, ()));
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn passes_the_conformance_suite() {
+        crate::testing::check_conformance(|| async { (Arc::new(MemMetaStore::new()) as Arc<dyn MetaStore>, ()) }).await;
     }
 }

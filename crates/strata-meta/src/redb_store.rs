@@ -18,6 +18,17 @@
 //! inserts the record in the same transaction; the counter only grows, so
 //! ids are never reused, and a failed create does not consume one.
 //!
+//! # Async calls on a blocking store
+//!
+//! redb is synchronous and its commits fsync, which must not stall a
+//! runtime thread. Each [`MetaStore`] call therefore runs its transaction
+//! under `tokio::task::spawn_blocking`, on a thread of its own, and the
+//! future only waits for the result. Dropping that future does not stop
+//! the thread: the transaction commits or aborts as it would have, which
+//! is what the trait's cancel-safety contract asks. Opening the store
+//! ([`RedbMetaStore::open`]) is synchronous and may fsync: call it before
+//! the runtime starts or under `spawn_blocking`.
+//!
 //! # One process at a time
 //!
 //! redb's default `ExclusiveWriter` mode locks the whole file, so a second
@@ -25,13 +36,14 @@
 //! reported as [`MetaError::InUse`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition};
 
 use crate::error::MetaError;
 use crate::format::{decode_config, decode_volume, encode_config, encode_volume};
 use crate::record::{Identity, NewVolume, VolumeRecord};
-use crate::store::{MetaStore, allocate_nsid, check_config, check_new, prepare_new, prepare_update};
+use crate::store::{MetaFuture, MetaStore, allocate_nsid, check_config, check_new, prepare_new, prepare_update};
 use crate::sys::now_unix;
 use crate::validate::validate_volume_name;
 
@@ -54,8 +66,17 @@ fn redb_err<E: Into<redb::Error>>(op: &'static str) -> impl FnOnce(E) -> MetaErr
 }
 
 /// The metadata store in a redb file.
+///
+/// Cheap to share: the database lives behind an `Arc` so that each call
+/// can hand it to a blocking thread (see the module doc).
 #[derive(Debug)]
 pub struct RedbMetaStore {
+    inner: Arc<Inner>,
+}
+
+/// The open database; the synchronous implementation of every call.
+#[derive(Debug)]
+struct Inner {
     db: Database,
     path: PathBuf,
 }
@@ -101,16 +122,37 @@ impl RedbMetaStore {
             },
             other => redb_err("opening the store")(other),
         })?;
-        let store = RedbMetaStore { db, path };
-        store.init()?;
-        Ok(store)
+        let inner = Inner { db, path };
+        inner.init()?;
+        Ok(RedbMetaStore { inner: Arc::new(inner) })
     }
 
     /// The store file.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.inner.path
     }
 
+    /// Runs `call` on tokio's blocking pool and returns its result. The
+    /// call runs to completion even if the future is dropped first.
+    fn blocking<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        call: impl FnOnce(&Inner) -> Result<T, MetaError> + Send + 'static,
+    ) -> MetaFuture<'static, T> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move {
+            match tokio::task::spawn_blocking(move || call(&inner)).await {
+                Ok(result) => result,
+                // A panic in redb or in this crate is a bug: let it reach
+                // the caller as a panic, as if the call had run inline.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => Err(MetaError::Abandoned { op }),
+            }
+        })
+    }
+}
+
+impl Inner {
     /// Creates the tables and checks or writes the layout version.
     fn init(&self) -> Result<(), MetaError> {
         let txn = self.db.begin_write().map_err(redb_err("initialising"))?;
@@ -149,9 +191,7 @@ impl RedbMetaStore {
         }
         Ok(out)
     }
-}
 
-impl MetaStore for RedbMetaStore {
     fn list_volumes(&self) -> Result<Vec<VolumeRecord>, MetaError> {
         let txn = self.db.begin_read().map_err(redb_err("listing volumes"))?;
         let table = txn.open_table(VOLUMES).map_err(redb_err("listing volumes"))?;
@@ -260,6 +300,41 @@ impl MetaStore for RedbMetaStore {
     }
 }
 
+impl MetaStore for RedbMetaStore {
+    fn list_volumes(&self) -> MetaFuture<'_, Vec<VolumeRecord>> {
+        self.blocking("listing volumes", |db| db.list_volumes())
+    }
+
+    fn get_volume<'a>(&'a self, name: &'a str) -> MetaFuture<'a, Option<VolumeRecord>> {
+        let name = name.to_owned();
+        self.blocking("reading a volume", move |db| db.get_volume(&name))
+    }
+
+    fn create_volume(&self, req: NewVolume) -> MetaFuture<'_, VolumeRecord> {
+        self.blocking("creating a volume", move |db| db.create_volume(req))
+    }
+
+    fn update_volume<'a>(&'a self, rec: &'a VolumeRecord) -> MetaFuture<'a, VolumeRecord> {
+        let rec = rec.clone();
+        self.blocking("updating a volume", move |db| db.update_volume(&rec))
+    }
+
+    fn delete_volume<'a>(&'a self, name: &'a str) -> MetaFuture<'a, VolumeRecord> {
+        let name = name.to_owned();
+        self.blocking("deleting a volume", move |db| db.delete_volume(&name))
+    }
+
+    fn get_config<'a>(&'a self, key: &'a str) -> MetaFuture<'a, Option<Vec<u8>>> {
+        let key = key.to_owned();
+        self.blocking("reading config", move |db| db.get_config(&key))
+    }
+
+    fn put_config<'a>(&'a self, key: &'a str, value: &'a [u8]) -> MetaFuture<'a, ()> {
+        let (key, value) = (key.to_owned(), value.to_vec());
+        self.blocking("writing config", move |db| db.put_config(&key, &value))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,46 +345,47 @@ mod tests {
         (dir, s)
     }
 
-    #[test]
-    fn passes_the_conformance_suite() {
-        crate::testing::check_conformance(|| {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn passes_the_conformance_suite() {
+        crate::testing::check_conformance(|| async {
             let (dir, s) = store();
-            (Box::new(s) as Box<dyn MetaStore>, dir)
-        });
+            (Arc::new(s) as Arc<dyn MetaStore>, dir)
+        })
+        .await;
     }
 
-    #[test]
-    fn volumes_and_config_persist_across_reopen() {
+    #[tokio::test]
+    async fn volumes_and_config_persist_across_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = {
             let s = RedbMetaStore::open_in_dir(dir.path()).unwrap();
-            let a = s.create_volume(NewVolume::new("a", 1 << 30)).unwrap();
-            let b = s.create_volume(NewVolume::new("b", 1 << 20)).unwrap();
+            let a = s.create_volume(NewVolume::new("a", 1 << 30)).await.unwrap();
+            let b = s.create_volume(NewVolume::new("b", 1 << 20)).await.unwrap();
             let mut grown = b.clone();
             grown.size_bytes = 2 << 20;
-            let b = s.update_volume(&grown).unwrap();
-            s.put_config("node.uuid", b"\x01\x02").unwrap();
+            let b = s.update_volume(&grown).await.unwrap();
+            s.put_config("node.uuid", b"\x01\x02").await.unwrap();
             (a, b)
         };
         let s = RedbMetaStore::open_in_dir(dir.path()).unwrap();
         assert_eq!(s.path(), dir.path().join(META_FILE_NAME));
-        assert_eq!(s.list_volumes().unwrap(), vec![a, b]);
-        assert_eq!(s.get_config("node.uuid").unwrap().as_deref(), Some(&b"\x01\x02"[..]));
+        assert_eq!(s.list_volumes().await.unwrap(), vec![a, b]);
+        assert_eq!(s.get_config("node.uuid").await.unwrap().as_deref(), Some(&b"\x01\x02"[..]));
         // The id counter persisted too.
-        assert_eq!(s.create_volume(NewVolume::new("c", 4096)).unwrap().id, 3);
+        assert_eq!(s.create_volume(NewVolume::new("c", 4096)).await.unwrap().id, 3);
     }
 
-    #[test]
-    fn ids_are_not_reused_after_delete_and_reopen() {
+    #[tokio::test]
+    async fn ids_are_not_reused_after_delete_and_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
             let s = RedbMetaStore::open_in_dir(dir.path()).unwrap();
-            assert_eq!(s.create_volume(NewVolume::new("a", 4096)).unwrap().id, 1);
-            assert_eq!(s.create_volume(NewVolume::new("b", 4096)).unwrap().id, 2);
-            s.delete_volume("b").unwrap();
+            assert_eq!(s.create_volume(NewVolume::new("a", 4096)).await.unwrap().id, 1);
+            assert_eq!(s.create_volume(NewVolume::new("b", 4096)).await.unwrap().id, 2);
+            s.delete_volume("b").await.unwrap();
         }
         let s = RedbMetaStore::open_in_dir(dir.path()).unwrap();
-        assert_eq!(s.create_volume(NewVolume::new("b", 4096)).unwrap().id, 3);
+        assert_eq!(s.create_volume(NewVolume::new("b", 4096)).await.unwrap().id, 3);
     }
 
     #[test]
@@ -344,13 +420,13 @@ mod tests {
         txn.commit().unwrap();
     }
 
-    #[test]
-    fn garbage_value_bytes_are_reported_as_corrupt() {
+    #[tokio::test]
+    async fn garbage_value_bytes_are_reported_as_corrupt() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(META_FILE_NAME);
         {
             let s = RedbMetaStore::open(&path).unwrap();
-            s.create_volume(NewVolume::new("good", 4096)).unwrap();
+            s.create_volume(NewVolume::new("good", 4096)).await.unwrap();
         }
         poke(&path, VOLUMES, "bad", b"\x00\xffnot json at all");
         poke(&path, CONFIG, "k", b"{\"format\":99,\"hex\":\"\"}");
@@ -360,15 +436,15 @@ mod tests {
             Err(other) => panic!("expected Corrupt, got {other:?}"),
             Ok(_) => panic!("expected Corrupt, got Ok"),
         };
-        is_corrupt(s.get_volume("bad").map(|_| ()), "volumes/bad");
-        is_corrupt(s.list_volumes().map(|_| ()), "volumes/bad");
-        is_corrupt(s.delete_volume("bad").map(|_| ()), "volumes/bad");
-        is_corrupt(s.get_config("k").map(|_| ()), "config/k");
+        is_corrupt(s.get_volume("bad").await.map(|_| ()), "volumes/bad");
+        is_corrupt(s.list_volumes().await.map(|_| ()), "volumes/bad");
+        is_corrupt(s.delete_volume("bad").await.map(|_| ()), "volumes/bad");
+        is_corrupt(s.get_config("k").await.map(|_| ()), "config/k");
         // Creating needs every record (nsid uniqueness), so it refuses too.
-        is_corrupt(s.create_volume(NewVolume::new("new", 4096)).map(|_| ()), "volumes/bad");
+        is_corrupt(s.create_volume(NewVolume::new("new", 4096)).await.map(|_| ()), "volumes/bad");
         // The healthy record is still readable, and the failed delete removed nothing.
-        assert!(s.get_volume("good").unwrap().is_some());
-        is_corrupt(s.get_volume("bad").map(|_| ()), "volumes/bad");
+        assert!(s.get_volume("good").await.unwrap().is_some());
+        is_corrupt(s.get_volume("bad").await.map(|_| ()), "volumes/bad");
     }
 
     #[test]
@@ -398,22 +474,58 @@ mod tests {
         assert!(RedbMetaStore::open(&path).is_err());
     }
 
-    #[test]
-    fn concurrent_creates_get_distinct_ids() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_creates_get_distinct_ids() {
         let (_dir, s) = store();
-        let s = std::sync::Arc::new(s);
-        let handles: Vec<_> = (0..4)
+        let s = Arc::new(s);
+        let tasks: Vec<_> = (0..4)
             .map(|t| {
                 let s = s.clone();
-                std::thread::spawn(move || {
-                    (0..5)
-                        .map(|i| s.create_volume(NewVolume::new(format!("t{t}-{i}"), 4096)).unwrap().id)
-                        .collect::<Vec<_>>()
+                tokio::spawn(async move {
+                    let mut ids = Vec::new();
+                    for i in 0..5 {
+                        ids.push(s.create_volume(NewVolume::new(format!("t{t}-{i}"), 4096)).await.unwrap().id);
+                    }
+                    ids
                 })
             })
             .collect();
-        let mut ids: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let mut ids = Vec::new();
+        for t in tasks {
+            ids.extend(t.await.unwrap());
+        }
         ids.sort_unstable();
         assert_eq!(ids, (1..=20).collect::<Vec<_>>());
+    }
+
+    /// The blocking transaction belongs to the blocking pool, not to the
+    /// future: once the future has been polled, dropping it still lets the
+    /// create commit (the trait allows either outcome; redb's is "after").
+    #[tokio::test]
+    async fn a_dropped_create_still_commits_once_started() {
+        let (_dir, s) = store();
+        let mut fut = s.create_volume(NewVolume::new("v", 4096));
+        // One poll spawns the blocking call; it cannot finish within it.
+        let polled = futures_poll_once(&mut fut).await;
+        drop(fut);
+        if polled.is_none() {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while s.get_volume("v").await.unwrap().is_none() {
+                assert!(std::time::Instant::now() < deadline, "the dropped create never committed");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+        assert_eq!(s.get_volume("v").await.unwrap().map(|r| r.id), Some(1));
+    }
+
+    /// Polls `fut` once; `Some` if it finished.
+    async fn futures_poll_once<F: Future + Unpin>(fut: &mut F) -> Option<F::Output> {
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match std::pin::Pin::new(&mut *fut).poll(cx) {
+                std::task::Poll::Ready(v) => Some(v),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await
     }
 }

@@ -1,11 +1,13 @@
 //! The [`MetaStore`] contract, and the rules every backend shares.
 //!
-//! Backends (redb today, etcd later, memory for tests) differ only in how
+//! Backends (redb, etcd, memory for tests) differ only in how
 //! they make an operation atomic. What an operation checks and produces is
 //! decided here, once, by [`prepare_new`], [`allocate_nsid`],
 //! [`prepare_update`] and [`check_config`], so that every backend gives the
 //! same answer to the same request. `testing::check_conformance` (feature
 //! `test-utils`) holds each backend to it.
+
+use std::pin::Pin;
 
 use crate::error::MetaError;
 use crate::record::{Identity, NewVolume, VolumeRecord, check_geometry, check_hosts, check_record};
@@ -18,32 +20,58 @@ pub const MAX_CONFIG_KEY_LEN: usize = 128;
 /// settings (node UUID, serial number), not data.
 pub const MAX_CONFIG_VALUE_LEN: usize = 64 * 1024;
 
+/// The future a [`MetaStore`] call returns: boxed so that the trait stays
+/// usable as `Arc<dyn MetaStore>`, and `Send` so that callers can hold it
+/// across their own `.await`s on a multi-threaded runtime.
+pub type MetaFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, MetaError>> + Send + 'a>>;
+
 /// The metadata store: volumes and node-level settings.
 ///
 /// # Contract
 ///
 /// Every implementation MUST:
-/// - make each call atomic: a call that returns an error changed nothing,
-///   and concurrent callers never see half of an operation;
+/// - make each call atomic: a call that returns an error changed nothing
+///   (except where the error says the outcome is unknown, see below), and
+///   concurrent callers never see half of an operation;
 /// - make a successful call durable before it returns (on the backend's
 ///   terms: fsync for redb, a committed raft entry for etcd);
-/// - never hand out a volume id twice, even after the volume is deleted;
+/// - never hand out a volume id twice, even after the volume is deleted,
+///   and even when callers in several processes create volumes at once;
 /// - persist only records that pass the checks of this crate, and report
 ///   persisted bytes it cannot decode as [`MetaError::Corrupt`], never panic;
 /// - reject an update whose `generation` differs from the stored one with
-///   [`MetaError::Conflict`].
+///   [`MetaError::Conflict`];
+/// - not block the async runtime's threads: work that blocks (file I/O,
+///   fsync) runs elsewhere, e.g. under `tokio::task::spawn_blocking`;
+/// - do nothing until the returned future is first polled.
 ///
-/// Callers may share one store between threads (`Send + Sync`). A caller
-/// that updates a volume MUST pass the record as it read it, changed only in
-/// mutable fields (size, NQN, nsid, allowed hosts), with its generation
-/// untouched.
+/// Callers may share one store between tasks and threads (`Send + Sync`,
+/// usable as `Arc<dyn MetaStore>`) and MUST poll the futures inside a tokio
+/// runtime. A caller that updates a volume MUST pass the record as it read
+/// it, changed only in mutable fields (size, NQN, nsid, allowed hosts), with
+/// its generation untouched.
+///
+/// # Cancel safety
+///
+/// A call's future may be dropped at any `.await` (a deadline fired, the
+/// client went away). The operation then either happened completely or not
+/// at all, never half; the caller cannot tell which without reading again
+/// (an update's generation, or whether a created name exists, tells).
+/// Implementations MUST keep this: the redb backend runs each transaction
+/// to completion on a blocking thread whatever happens to the future; the
+/// etcd backend mutates only in one etcd transaction, which etcd applies
+/// whole or not at all. The same holds for the errors that say the outcome
+/// is unknown (an etcd timeout or a connection lost after sending). A
+/// retried create may therefore answer [`MetaError::AlreadyExists`] for the
+/// caller's own earlier attempt, and a retried update
+/// [`MetaError::Conflict`].
 pub trait MetaStore: Send + Sync {
-    /// All volumes, sorted by name.
+    /// All volumes, sorted by name (bytewise).
     ///
     /// # Errors
     ///
     /// [`MetaError::Corrupt`] if any stored record cannot be decoded; backend errors.
-    fn list_volumes(&self) -> Result<Vec<VolumeRecord>, MetaError>;
+    fn list_volumes(&self) -> MetaFuture<'_, Vec<VolumeRecord>>;
 
     /// The volume called `name`, or `None`.
     ///
@@ -51,7 +79,7 @@ pub trait MetaStore: Send + Sync {
     ///
     /// [`MetaError::InvalidName`] if `name` could never be a volume name;
     /// [`MetaError::Corrupt`]; backend errors.
-    fn get_volume(&self, name: &str) -> Result<Option<VolumeRecord>, MetaError>;
+    fn get_volume<'a>(&'a self, name: &'a str) -> MetaFuture<'a, Option<VolumeRecord>>;
 
     /// Creates a volume: allocates a fresh id, a random NGUID and UUID, the
     /// lowest namespace id free in its subsystem (1 for a volume alone in
@@ -62,7 +90,7 @@ pub trait MetaStore: Send + Sync {
     /// [`MetaError::AlreadyExists`] if the name is taken; `InvalidName`,
     /// `InvalidSize`, `InvalidBlockSize`, `InvalidNqn`, `InvalidHostNqn` or
     /// `DuplicateHost` for a bad request; `NoFreeNsid`; `Corrupt`; backend errors.
-    fn create_volume(&self, req: NewVolume) -> Result<VolumeRecord, MetaError>;
+    fn create_volume(&self, req: NewVolume) -> MetaFuture<'_, VolumeRecord>;
 
     /// Replaces a volume's mutable fields (size, NQN, nsid, allowed hosts)
     /// with those of `rec` and returns the stored record, whose generation
@@ -75,7 +103,7 @@ pub trait MetaStore: Send + Sync {
     /// it was updated since; [`MetaError::Immutable`] if `rec` changes a fixed
     /// field; [`MetaError::NsidInUse`]; the validation errors of
     /// [`create_volume`](Self::create_volume); `Corrupt`; backend errors.
-    fn update_volume(&self, rec: &VolumeRecord) -> Result<VolumeRecord, MetaError>;
+    fn update_volume<'a>(&'a self, rec: &'a VolumeRecord) -> MetaFuture<'a, VolumeRecord>;
 
     /// Deletes a volume and returns its last record. Its id is never reused.
     ///
@@ -83,14 +111,14 @@ pub trait MetaStore: Send + Sync {
     ///
     /// [`MetaError::NotFound`]; `InvalidName`; `Corrupt` if the stored record
     /// cannot be decoded (nothing is removed then); backend errors.
-    fn delete_volume(&self, name: &str) -> Result<VolumeRecord, MetaError>;
+    fn delete_volume<'a>(&'a self, name: &'a str) -> MetaFuture<'a, VolumeRecord>;
 
     /// The config value under `key`, or `None`.
     ///
     /// # Errors
     ///
     /// [`MetaError::InvalidConfigKey`]; `Corrupt`; backend errors.
-    fn get_config(&self, key: &str) -> Result<Option<Vec<u8>>, MetaError>;
+    fn get_config<'a>(&'a self, key: &'a str) -> MetaFuture<'a, Option<Vec<u8>>>;
 
     /// Sets the config value under `key`, replacing any previous one.
     ///
@@ -98,7 +126,7 @@ pub trait MetaStore: Send + Sync {
     ///
     /// [`MetaError::InvalidConfigKey`]; [`MetaError::ConfigValueTooLarge`]
     /// above [`MAX_CONFIG_VALUE_LEN`]; backend errors.
-    fn put_config(&self, key: &str, value: &[u8]) -> Result<(), MetaError>;
+    fn put_config<'a>(&'a self, key: &'a str, value: &'a [u8]) -> MetaFuture<'a, ()>;
 }
 
 /// Checks a create request on its own (before any store access) and returns

@@ -147,8 +147,8 @@ async fn handle(node: &Node, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match (&method, segments.as_slice()) {
         (&Method::GET, ["api", "v1", "status"]) => reply(StatusCode::OK, status(node)),
-        (&Method::GET, ["metrics"]) => metrics(node),
-        (&Method::GET, ["api", "v1", "volumes"]) => match node.list_volumes() {
+        (&Method::GET, ["metrics"]) => metrics(node).await,
+        (&Method::GET, ["api", "v1", "volumes"]) => match node.list_volumes().await {
             Ok(v) => reply(StatusCode::OK, json!(v)),
             Err(e) => node_error(e),
         },
@@ -172,7 +172,7 @@ async fn handle(node: &Node, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 Err(e) => node_error(e),
             }
         }
-        (&Method::GET, ["api", "v1", "volumes", name]) => match node.get_volume(name) {
+        (&Method::GET, ["api", "v1", "volumes", name]) => match node.get_volume(name).await {
             Ok(v) => reply(StatusCode::OK, json!(v)),
             Err(e) => node_error(e),
         },
@@ -258,7 +258,7 @@ fn target_stats(node: &Node) -> Vec<(&'static str, u64, bool, &'static str)> {
     ]
 }
 
-fn metrics(node: &Node) -> Response<Full<Bytes>> {
+async fn metrics(node: &Node) -> Response<Full<Bytes>> {
     use std::fmt::Write;
     let stats = node.store().stats();
     let mut out = String::new();
@@ -277,7 +277,7 @@ fn metrics(node: &Node) -> Response<Full<Bytes>> {
             d.extents_allocated * u64::from(stats.extent_size)
         );
     }
-    if let Ok(vols) = node.list_volumes() {
+    if let Ok(vols) = node.list_volumes().await {
         let _ = writeln!(out, "# HELP strata_volume_size_bytes Provisioned size of a volume.");
         let _ = writeln!(out, "# TYPE strata_volume_size_bytes gauge");
         for v in &vols {

@@ -177,7 +177,7 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         cfg.discovery.first().map(|d| d.ip().to_string()).unwrap_or(host.clone()),
         cfg.discovery.first().map(|d| d.port()).unwrap_or(a.port())
     );
-    for v in node.list_volumes().map_err(|e| anyhow::anyhow!("{e}"))? {
+    for v in node.list_volumes().await.map_err(|e| anyhow::anyhow!("{e}"))? {
         println!("  volume {} ({}): {}", v.name, v.size, v.connect);
     }
     println!("  API: http://{http}/api/v1/volumes");

@@ -84,9 +84,13 @@ impl From<MetaError> for NodeError {
             | MetaError::Conflict { .. }
             | MetaError::Replaced { .. }
             | MetaError::NsidInUse { .. } => NodeError::Conflict(e.to_string()),
-            MetaError::Corrupt { .. } | MetaError::Io { .. } | MetaError::Redb { .. } | MetaError::InUse { .. } => {
-                NodeError::Internal(e.into())
-            }
+            MetaError::Corrupt { .. }
+            | MetaError::Io { .. }
+            | MetaError::Redb { .. }
+            | MetaError::InUse { .. }
+            | MetaError::Etcd { .. }
+            | MetaError::Contention { .. }
+            | MetaError::Abandoned { .. } => NodeError::Internal(e.into()),
             _ => NodeError::Invalid(e.to_string()),
         }
     }
@@ -124,13 +128,15 @@ impl Node {
     pub async fn open(cfg: &ServeConfig, target: Target) -> anyhow::Result<Arc<Node>> {
         std::fs::create_dir_all(&cfg.data_dir)
             .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
-        let meta = strata_meta::RedbMetaStore::open_in_dir(&cfg.data_dir)?;
+        // Opening may fsync: keep it off the runtime's threads.
+        let dir = cfg.data_dir.clone();
+        let meta = tokio::task::spawn_blocking(move || strata_meta::RedbMetaStore::open_in_dir(dir)).await??;
         let drives = cfg
             .drives
             .iter()
             .map(|d| d.parse::<DriveSpec>().map_err(|e| anyhow::anyhow!("--drive {d:?}: {e}")))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        check_drive_set(&meta, &drives)?;
+        check_drive_set(&meta, &drives).await?;
         let mut store_cfg = StoreConfig::new(drives);
         store_cfg.extent_size = cfg.extent_size;
         store_cfg.allow_buffered = cfg.allow_buffered;
@@ -150,18 +156,18 @@ impl Node {
             admin: tokio::sync::Mutex::new(()),
             connect_addr,
         });
-        let records = node.meta.list_volumes()?;
+        let records = node.meta.list_volumes().await?;
         let ids: Vec<u64> = records.iter().map(|r| r.id).collect();
         let freed = node.store.retain_volumes(&ids).await?;
         if !freed.is_empty() {
             tracing::info!(?freed, "freed extents of volumes no longer in the metadata");
         }
         for rec in &records {
-            node.attach(rec).with_context(|| format!("cannot restore volume {}", rec.name))?;
+            node.attach(rec).await.with_context(|| format!("cannot restore volume {}", rec.name))?;
         }
         if records.is_empty()
             && cfg.default_volume_size > 0
-            && node.meta.get_config("default_volume_created")?.is_none()
+            && node.meta.get_config("default_volume_created").await?.is_none()
         {
             let v = node
                 .create_volume(NewVolume::new(crate::config::DEFAULT_VOLUME_NAME, cfg.default_volume_size))
@@ -169,7 +175,7 @@ impl Node {
                 .map_err(|e| anyhow::anyhow!("cannot create the default volume: {e}"))?;
             tracing::info!(name = %v.name, size = %v.size, "created the default volume");
         }
-        node.meta.put_config("default_volume_created", b"1")?;
+        node.meta.put_config("default_volume_created", b"1").await?;
         Ok(node)
     }
 
@@ -187,7 +193,7 @@ impl Node {
     /// new subsystem becomes visible to hosts only once it has its access
     /// list and its namespace: there is no moment at which any host may
     /// connect to it.
-    fn attach(&self, rec: &VolumeRecord) -> anyhow::Result<()> {
+    async fn attach(&self, rec: &VolumeRecord) -> anyhow::Result<()> {
         let vol = self.store.open_volume(rec.id, rec.size_bytes, rec.block_size)?;
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
         let ns = Namespace::new(rec.nsid, ids, vol.clone() as Arc<dyn BlockDevice>);
@@ -195,10 +201,10 @@ impl Node {
             Some(sub) => {
                 // Another volume's subsystem: its list only grows here.
                 sub.add_namespace(ns)?;
-                self.refresh_acl(&rec.nqn)?;
+                self.refresh_acl(&rec.nqn).await?;
             }
             None => {
-                let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), self.acl(&rec.nqn)?);
+                let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), self.acl(&rec.nqn).await?);
                 sub.add_namespace(ns)?;
                 self.target.add_subsystem(sub)?;
             }
@@ -208,9 +214,9 @@ impl Node {
     }
 
     /// The union of the host lists of the volumes in subsystem `nqn`.
-    fn acl(&self, nqn: &str) -> anyhow::Result<Vec<String>> {
+    async fn acl(&self, nqn: &str) -> anyhow::Result<Vec<String>> {
         let mut hosts: Vec<String> = Vec::new();
-        for r in self.meta.list_volumes()?.into_iter().filter(|r| r.nqn == nqn) {
+        for r in self.meta.list_volumes().await?.into_iter().filter(|r| r.nqn == nqn) {
             for h in r.allowed_hosts {
                 if !hosts.contains(&h) {
                     hosts.push(h);
@@ -222,9 +228,9 @@ impl Node {
 
     /// Sets a subsystem's host list to the union of its volumes' lists;
     /// hosts left out are disconnected.
-    fn refresh_acl(&self, nqn: &str) -> anyhow::Result<()> {
+    async fn refresh_acl(&self, nqn: &str) -> anyhow::Result<()> {
         let Some(sub) = self.target.subsystem(nqn) else { return Ok(()) };
-        sub.set_allowed_hosts(self.acl(nqn)?);
+        sub.set_allowed_hosts(self.acl(nqn).await?);
         Ok(())
     }
 
@@ -256,24 +262,27 @@ impl Node {
     }
 
     /// All volumes.
-    pub fn list_volumes(&self) -> Result<Vec<VolumeInfo>, NodeError> {
-        Ok(self.meta.list_volumes()?.iter().map(|r| self.info(r)).collect())
+    pub async fn list_volumes(&self) -> Result<Vec<VolumeInfo>, NodeError> {
+        Ok(self.meta.list_volumes().await?.iter().map(|r| self.info(r)).collect())
     }
 
     /// One volume.
-    pub fn get_volume(&self, name: &str) -> Result<VolumeInfo, NodeError> {
-        let rec =
-            self.meta.get_volume(name)?.ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))?;
+    pub async fn get_volume(&self, name: &str) -> Result<VolumeInfo, NodeError> {
+        let rec = self
+            .meta
+            .get_volume(name)
+            .await?
+            .ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))?;
         Ok(self.info(&rec))
     }
 
     /// Creates a volume and serves it.
     pub async fn create_volume(&self, req: NewVolume) -> Result<VolumeInfo, NodeError> {
         let _guard = self.admin.lock().await;
-        let rec = self.meta.create_volume(req)?;
-        if let Err(e) = self.attach(&rec) {
+        let rec = self.meta.create_volume(req).await?;
+        if let Err(e) = self.attach(&rec).await {
             // Roll back so that the name can be used again.
-            let _ = self.meta.delete_volume(&rec.name);
+            let _ = self.meta.delete_volume(&rec.name).await;
             return Err(NodeError::Internal(e));
         }
         tracing::info!(name = %rec.name, size = rec.size_bytes, nqn = %rec.nqn, "volume created");
@@ -289,8 +298,11 @@ impl Node {
         allow_shrink: bool,
     ) -> Result<VolumeInfo, NodeError> {
         let _guard = self.admin.lock().await;
-        let mut rec =
-            self.meta.get_volume(name)?.ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))?;
+        let mut rec = self
+            .meta
+            .get_volume(name)
+            .await?
+            .ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))?;
         if size_bytes < rec.size_bytes && !allow_shrink {
             return Err(NodeError::Invalid(format!(
                 "{} is smaller than the volume's size {}; shrinking discards data, pass allow_shrink (--shrink) to do it",
@@ -306,7 +318,7 @@ impl Node {
             self.store.commit().await.map_err(|e| NodeError::Internal(e.into()))?;
         }
         rec.size_bytes = size_bytes;
-        let rec = self.meta.update_volume(&rec)?;
+        let rec = self.meta.update_volume(&rec).await?;
         let vol = self.volumes.lock().unwrap_or_else(|e| e.into_inner()).get(name).cloned();
         if let Some(vol) = vol {
             vol.resize(size_bytes).await.map_err(|e| NodeError::Internal(e.into()))?;
@@ -322,8 +334,11 @@ impl Node {
     /// frees its space.
     pub async fn delete_volume(&self, name: &str) -> Result<VolumeInfo, NodeError> {
         let _guard = self.admin.lock().await;
-        let rec =
-            self.meta.get_volume(name)?.ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))?;
+        let rec = self
+            .meta
+            .get_volume(name)
+            .await?
+            .ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))?;
         let info = self.info(&rec);
         if let Some(sub) = self.target.subsystem(&rec.nqn) {
             let _ = sub.remove_namespace(rec.nsid);
@@ -331,10 +346,10 @@ impl Node {
                 self.target.remove_subsystem(&rec.nqn);
             }
         }
-        self.meta.delete_volume(name)?;
+        self.meta.delete_volume(name).await?;
         self.volumes.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
         self.store.delete_volume(rec.id).await.map_err(|e| NodeError::Internal(e.into()))?;
-        self.refresh_acl(&rec.nqn).map_err(NodeError::Internal)?;
+        self.refresh_acl(&rec.nqn).await.map_err(NodeError::Internal)?;
         tracing::info!(name, "volume deleted");
         Ok(info)
     }
@@ -362,13 +377,13 @@ impl Node {
 
 /// Refuses to start when a drive that held data is missing from the
 /// configuration (its volumes' extents would silently read as zeros).
-fn check_drive_set(meta: &dyn MetaStore, drives: &[DriveSpec]) -> anyhow::Result<()> {
+async fn check_drive_set(meta: &dyn MetaStore, drives: &[DriveSpec]) -> anyhow::Result<()> {
     let now: Vec<String> = drives
         .iter()
         .filter(|d| !matches!(d.kind, strata_store::DriveKind::Mem { .. }))
         .map(DriveSpec::label)
         .collect();
-    if let Some(prev) = meta.get_config("drives")? {
+    if let Some(prev) = meta.get_config("drives").await? {
         let prev: Vec<String> = serde_json::from_slice(&prev).context("metadata key 'drives' is corrupt")?;
         let missing: Vec<&String> = prev.iter().filter(|p| !now.contains(p)).collect();
         if !missing.is_empty() {
@@ -378,7 +393,7 @@ fn check_drive_set(meta: &dyn MetaStore, drives: &[DriveSpec]) -> anyhow::Result
             );
         }
     }
-    meta.put_config("drives", &serde_json::to_vec(&now)?)?;
+    meta.put_config("drives", &serde_json::to_vec(&now)?).await?;
     Ok(())
 }
 

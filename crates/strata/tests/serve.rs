@@ -28,6 +28,9 @@ struct Server {
     io: SocketAddr,
     api: String,
     args: Vec<String>,
+    /// The server's stderr, read by `drain` as it comes.
+    log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    drain: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -62,8 +65,28 @@ impl Server {
     }
 
     fn spawn(io: SocketAddr, api: String, args: Vec<String>) -> Server {
-        let child = Command::new(BIN).args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
-        let mut s = Server { child, io, api, args };
+        let mut child =
+            Command::new(BIN).args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+        // Read stderr as it comes: once a pipe nobody reads holds 64 KiB,
+        // the server blocks in its next log line (a flood of rejected
+        // connections logs that much in a second).
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let drain = child.stderr.take().map(|mut e| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = e.read(&mut buf) {
+                    let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+                    log.extend_from_slice(&buf[..n]);
+                    // Keep the tail: what explains an early exit.
+                    if log.len() > 1 << 20 {
+                        log.drain(..1 << 19);
+                    }
+                }
+            })
+        });
+        let mut s = Server { child, io, api, args, log, drain };
         s.wait_ready();
         s
     }
@@ -72,11 +95,10 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = self.child.stderr.take() {
-                    use std::io::Read;
-                    let _ = e.read_to_string(&mut err);
+                if let Some(drain) = self.drain.take() {
+                    let _ = drain.join();
                 }
+                let err = String::from_utf8_lossy(&self.log.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
                 panic!("strata serve exited early with {status}: {err}");
             }
             if std::net::TcpStream::connect(self.io).is_ok() && std::net::TcpStream::connect(&self.api).is_ok() {

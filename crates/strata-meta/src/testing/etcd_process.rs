@@ -1,0 +1,226 @@
+//! [`EtcdProcess`]: a private, single-member etcd for tests.
+//!
+//! It listens on loopback ports picked free at start, keeps its data in a
+//! temp dir (under `/dev/shm` when there is one: etcd fsyncs every commit,
+//! and tests need not pay for that on a shared disk), and is killed when
+//! the value is dropped. Tests never skip for want of etcd: without the
+//! binary they panic and say how to install it.
+//!
+//! The binary is `$STRATA_ETCD` if set, else `/usr/bin/etcd` (Debian's
+//! `etcd-server`), else `etcd` on `PATH`.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::etcd::{Endpoint, EtcdClient, EtcdConfig};
+
+/// How long etcd may take to become healthy.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running etcd, killed on drop. See the module documentation.
+#[derive(Debug)]
+pub struct EtcdProcess {
+    binary: PathBuf,
+    dir: tempfile::TempDir,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+impl EtcdProcess {
+    /// Starts etcd and waits until it reports healthy.
+    ///
+    /// # Panics
+    ///
+    /// If the etcd binary is missing ("install etcd-server"), or etcd does
+    /// not become healthy within 30 s (its log is in the message).
+    pub fn start() -> Self {
+        let binary = find_binary();
+        let mut last_log = String::new();
+        // Ports are picked by binding port 0 and letting go, so another
+        // process may grab one before etcd does: try again on new ports.
+        for _ in 0..3 {
+            let base = std::path::Path::new("/dev/shm");
+            let dir = if base.is_dir() {
+                tempfile::Builder::new().prefix("strata-etcd-").tempdir_in(base)
+            } else {
+                tempfile::Builder::new().prefix("strata-etcd-").tempdir()
+            }
+            .expect("cannot create a temp dir for etcd");
+            let (client_port, peer_port) = free_ports();
+            let mut p = EtcdProcess { binary: binary.clone(), dir, client_port, peer_port, child: None };
+            match p.spawn_and_wait() {
+                Ok(()) => return p,
+                Err(log) => last_log = log,
+            }
+        }
+        panic!("etcd ({}) did not become healthy; its log ends:\n{last_log}", binary.display());
+    }
+
+    /// The client URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The client endpoint.
+    pub fn endpoint(&self) -> Endpoint {
+        // The URL is built above from a loopback address and a port.
+        Endpoint::parse(&self.url()).expect("a loopback URL parses")
+    }
+
+    /// A client of this etcd with the default timeouts.
+    pub fn client(&self) -> EtcdClient {
+        EtcdClient::new(self.config())
+    }
+
+    /// A configuration for this etcd with the default timeouts.
+    pub fn config(&self) -> EtcdConfig {
+        EtcdConfig::new(vec![self.endpoint()]).expect("one endpoint is enough")
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills etcd (SIGKILL) and waits for it to exit. Its data stays.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts etcd again on the same data dir and ports, after [`kill`](Self::kill).
+    ///
+    /// # Panics
+    ///
+    /// If it does not become healthy.
+    pub fn restart(&mut self) {
+        self.kill();
+        if let Err(log) = self.spawn_and_wait() {
+            panic!("etcd did not come back after a restart; its log ends:\n{log}");
+        }
+    }
+
+    /// Freezes etcd (SIGSTOP): connections are accepted by the kernel but
+    /// never answered, as with a hung or partitioned member.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Undoes [`pause`](Self::pause) (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("etcd is not running");
+        let status = Command::new("kill").arg(sig).arg(pid.to_string()).status().expect("cannot run kill(1)");
+        assert!(status.success(), "kill {sig} {pid} failed");
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("etcd.log")
+    }
+
+    /// Spawns etcd and waits for `/health`; on failure returns the log tail.
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = File::options().create(true).append(true).open(self.log_path()).expect("cannot create etcd.log");
+        let child = Command::new(&self.binary)
+            .args(["--name", "strata-test", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("strata-test={peer}"), "--initial-cluster-state", "new"])
+            .args(["--logger", "zap", "--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("cannot dup the log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}; install etcd-server", self.binary.display()));
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                return Err(format!("(etcd exited with {status})\n{}", self.log_tail()));
+            }
+            if healthy(self.client_port) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+        Err(format!("(not healthy after {START_TIMEOUT:?})\n{}", self.log_tail()))
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        // SIGKILL works on a paused process too.
+        self.kill();
+    }
+}
+
+/// The etcd binary, or a panic that says how to get one.
+fn find_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("STRATA_ETCD") {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "STRATA_ETCD={} is not a file: point it at an etcd binary, or unset it and install etcd-server",
+            path.display()
+        );
+        return path;
+    }
+    let debian = Path::new("/usr/bin/etcd");
+    if debian.is_file() {
+        return debian.to_path_buf();
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("etcd")).find(|c| c.is_file()))
+        .unwrap_or_default();
+    on_path.unwrap_or_else(|| {
+        panic!(
+            "etcd is needed by this test but /usr/bin/etcd does not exist and no etcd is on PATH: \
+             install etcd-server (apt-get install etcd-server) or set STRATA_ETCD to an etcd binary"
+        )
+    })
+}
+
+/// Two loopback ports that were free a moment ago.
+fn free_ports() -> (u16, u16) {
+    let a = TcpListener::bind("127.0.0.1:0").expect("cannot bind a loopback port");
+    let b = TcpListener::bind("127.0.0.1:0").expect("cannot bind a loopback port");
+    let ports = (a.local_addr().expect("bound").port(), b.local_addr().expect("bound").port());
+    drop((a, b));
+    ports
+}
+
+/// Whether etcd on `port` answers `/health` with `"health":"true"`.
+fn healthy(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    if s.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer.contains("\"health\":\"true\"")
+}
