@@ -10,7 +10,9 @@
 //!   behind an epoch fence;
 //! - [`volume`]: the replicated volume its owner serves to hosts;
 //! - [`fabric`]: replicas on other nodes, over NVMe/TCP with fenced
-//!   commands.
+//!   commands;
+//! - [`cluster`]: a volume's membership, owner and log in etcd, changed
+//!   by compare-and-set.
 //!
 //! The design, with the crash cases, is in `docs/pool.md`.
 //!
@@ -31,6 +33,7 @@
 //! # Ok::<(), strata_pool::placement::MapError>(())
 //! ```
 
+pub mod cluster;
 pub mod drl;
 pub mod fabric;
 pub mod placement;

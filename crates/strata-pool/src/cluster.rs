@@ -1,0 +1,316 @@
+//! A replicated volume's state in etcd: its membership, its owner and its
+//! dirty-region log, changed only by compare-and-set transactions.
+//!
+//! Keys, under the cluster's prefix (default `/strata/`):
+//!
+//! | key | value | lease |
+//! |---|---|---|
+//! | `pool/volumes/<id>` | [`VolumeState`] as JSON | none |
+//! | `pool/owners/<id>` | [`OwnerToken`] as JSON | the owner node's |
+//! | `pool/drl/<id>` | [`DrlState`](crate::drl::DrlState) bytes | none |
+//!
+//! # Invariants
+//!
+//! - The epoch in `pool/volumes/<id>` only grows; every change of owner or
+//!   in-sync set bumps it, in the same transaction that checks the state
+//!   is the one the caller read.
+//! - Only the holder of `pool/owners/<id>` changes the membership or the
+//!   log: every such transaction compares the owner key's value with the
+//!   caller's token. When the owner's lease expires etcd deletes the key,
+//!   and nothing the old owner sends after that is applied.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use strata_meta::etcd::{Compare, EtcdClient, EtcdError, KeyRange, LeaseId, Txn, TxnOp};
+
+use crate::drl::{DrlState, DrlStore, NodeId, SaveFuture};
+use crate::regions::Regions;
+use crate::volume::{Control, ControlError, ControlFuture, Membership};
+
+/// How many times a transaction is retried when a concurrent change that
+/// does not concern it (a size change, say) made it fail.
+const MAX_ATTEMPTS: u32 = 8;
+
+/// A replicated volume's membership as etcd holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeState {
+    /// The protection, e.g. `rep:3`.
+    pub protection: String,
+    /// The placement map epoch the volume's chunks are placed by.
+    pub map_epoch: u64,
+    /// Bumped at each change of owner or in-sync set.
+    pub epoch: u64,
+    /// Nodes that hold every acknowledged write.
+    pub in_sync: BTreeSet<NodeId>,
+}
+
+impl VolumeState {
+    /// The membership part.
+    pub fn membership(&self) -> Membership {
+        Membership { epoch: self.epoch, in_sync: self.in_sync.clone() }
+    }
+}
+
+/// Who owns a volume, since which epoch. Its bytes are the token every
+/// owner-only transaction compares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerToken {
+    /// The owning node.
+    pub node: NodeId,
+    /// The epoch it took the volume over at.
+    pub epoch: u64,
+}
+
+/// The keys of one volume.
+#[derive(Debug, Clone)]
+pub struct VolumeKeys {
+    /// `pool/volumes/<id>`.
+    pub state: Vec<u8>,
+    /// `pool/owners/<id>`.
+    pub owner: Vec<u8>,
+    /// `pool/drl/<id>`.
+    pub drl: Vec<u8>,
+}
+
+impl VolumeKeys {
+    /// The keys of volume `id` under `prefix` (ends with `/`).
+    pub fn new(prefix: &str, id: u64) -> VolumeKeys {
+        VolumeKeys {
+            state: format!("{prefix}pool/volumes/{id}").into_bytes(),
+            owner: format!("{prefix}pool/owners/{id}").into_bytes(),
+            drl: format!("{prefix}pool/drl/{id}").into_bytes(),
+        }
+    }
+}
+
+/// Why a cluster operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// etcd failed or could not be reached.
+    #[error("etcd: {0}")]
+    Etcd(#[from] EtcdError),
+    /// A stored value does not decode.
+    #[error("{key}: {reason}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The volume has no pool state.
+    #[error("volume {0} has no pool state")]
+    NotFound(u64),
+    /// Another node owns the volume.
+    #[error("volume {volume} is owned by node {owner}")]
+    Owned {
+        /// The volume.
+        volume: u64,
+        /// Its owner.
+        owner: NodeId,
+    },
+    /// The state changed under us too many times.
+    #[error("volume {0}: too many concurrent changes")]
+    Contention(u64),
+}
+
+fn corrupt(key: &[u8], e: impl std::fmt::Display) -> ClusterError {
+    ClusterError::Corrupt { key: String::from_utf8_lossy(key).into_owned(), reason: e.to_string() }
+}
+
+/// Reads a volume's state and the revision it was read at.
+///
+/// # Errors
+///
+/// [`ClusterError::NotFound`], [`ClusterError::Corrupt`], etcd errors.
+pub async fn read_state(client: &EtcdClient, keys: &VolumeKeys, id: u64) -> Result<(VolumeState, i64), ClusterError> {
+    let kv = client.get(&keys.state).await?.ok_or(ClusterError::NotFound(id))?;
+    let state = serde_json::from_slice(&kv.value).map_err(|e| corrupt(&keys.state, e))?;
+    Ok((state, kv.mod_revision))
+}
+
+/// Writes the pool state of a new volume (no owner yet, epoch 0).
+///
+/// # Errors
+///
+/// [`ClusterError::Contention`] if the volume has a state already; etcd
+/// errors.
+pub async fn create_state(
+    client: &EtcdClient,
+    keys: &VolumeKeys,
+    id: u64,
+    state: &VolumeState,
+) -> Result<(), ClusterError> {
+    let txn = Txn {
+        compare: vec![Compare::missing(keys.state.clone())],
+        success: vec![TxnOp::Put { key: keys.state.clone(), value: to_json(state), lease: None }],
+        failure: vec![],
+    };
+    if client.txn(&txn).await?.succeeded { Ok(()) } else { Err(ClusterError::Contention(id)) }
+}
+
+fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
+    // Serialising these plain structs cannot fail.
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// Takes volume `id` over for node `me`: if nobody owns it, writes the
+/// owner key under `lease` and bumps the epoch, in one transaction.
+/// Returns the membership to open the volume at and the token.
+///
+/// # Errors
+///
+/// [`ClusterError::Owned`] when another node holds it; etcd errors.
+pub async fn acquire(
+    client: &EtcdClient,
+    keys: &VolumeKeys,
+    id: u64,
+    me: NodeId,
+    lease: LeaseId,
+) -> Result<(Membership, OwnerToken), ClusterError> {
+    for _ in 0..MAX_ATTEMPTS {
+        if let Some(kv) = client.get(&keys.owner).await? {
+            let owner: OwnerToken = serde_json::from_slice(&kv.value).map_err(|e| corrupt(&keys.owner, e))?;
+            return Err(ClusterError::Owned { volume: id, owner: owner.node });
+        }
+        let (mut state, rev) = read_state(client, keys, id).await?;
+        state.epoch += 1;
+        let token = OwnerToken { node: me, epoch: state.epoch };
+        let txn = Txn {
+            compare: vec![Compare::missing(keys.owner.clone()), Compare::mod_revision_is(keys.state.clone(), rev)],
+            success: vec![
+                TxnOp::Put { key: keys.owner.clone(), value: to_json(&token), lease: Some(lease) },
+                TxnOp::Put { key: keys.state.clone(), value: to_json(&state), lease: None },
+            ],
+            failure: vec![],
+        };
+        if client.txn(&txn).await?.succeeded {
+            return Ok((state.membership(), token));
+        }
+    }
+    Err(ClusterError::Contention(id))
+}
+
+/// The owner's [`Control`] and [`DrlStore`] for one volume, on etcd.
+#[derive(Debug, Clone)]
+pub struct EtcdVolume {
+    client: EtcdClient,
+    keys: VolumeKeys,
+    id: u64,
+    token: Vec<u8>,
+    regions: Regions,
+}
+
+impl EtcdVolume {
+    /// Volume `id`, owned with `token` (from [`acquire`]), cut into
+    /// `regions`.
+    pub fn new(client: EtcdClient, keys: VolumeKeys, id: u64, token: &OwnerToken, regions: Regions) -> EtcdVolume {
+        EtcdVolume { client, keys, id, token: to_json(token), regions }
+    }
+
+    /// The dirty-region log as persisted (empty when none was).
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Corrupt`] for bytes that do not decode; etcd errors.
+    pub async fn load_drl(&self) -> Result<DrlState, ClusterError> {
+        match self.client.get(&self.keys.drl).await? {
+            None => Ok(DrlState::default()),
+            Some(kv) => DrlState::decode(&kv.value, self.regions).map_err(|e| corrupt(&self.keys.drl, e)),
+        }
+    }
+
+    fn still_owner(&self) -> Compare {
+        Compare::value_is(self.keys.owner.clone(), self.token.clone())
+    }
+
+    /// Changes the in-sync set with `change` if the stored membership is
+    /// still `from` and we still own the volume.
+    async fn change(
+        &self,
+        from: &Membership,
+        change: impl Fn(&mut BTreeSet<NodeId>),
+    ) -> Result<Membership, ControlError> {
+        let unavailable = |e: &dyn std::fmt::Display| ControlError::Unavailable(e.to_string());
+        for _ in 0..MAX_ATTEMPTS {
+            let (mut state, rev) = read_state(&self.client, &self.keys, self.id).await.map_err(|e| unavailable(&e))?;
+            let mut expected = from.in_sync.clone();
+            change(&mut expected);
+            if state.epoch == from.epoch + 1 && state.in_sync == expected {
+                // Our earlier attempt landed though its answer was lost.
+                return Ok(state.membership());
+            }
+            if state.epoch != from.epoch {
+                return Err(ControlError::NotOwner(format!(
+                    "volume {} is at epoch {}, not {}",
+                    self.id, state.epoch, from.epoch
+                )));
+            }
+            state.in_sync = expected;
+            state.epoch += 1;
+            let txn = Txn {
+                compare: vec![self.still_owner(), Compare::mod_revision_is(self.keys.state.clone(), rev)],
+                success: vec![TxnOp::Put { key: self.keys.state.clone(), value: to_json(&state), lease: None }],
+                failure: vec![TxnOp::Range(KeyRange::key(self.keys.owner.clone()))],
+            };
+            match self.client.txn(&txn).await {
+                Ok(r) if r.succeeded => return Ok(state.membership()),
+                Ok(_) => {
+                    if self.client.get(&self.keys.owner).await.map_err(|e| unavailable(&e))?.map(|kv| kv.value)
+                        != Some(self.token.clone())
+                    {
+                        return Err(ControlError::NotOwner(format!("volume {}: our ownership ended", self.id)));
+                    }
+                }
+                Err(e) if e.outcome_unknown() => {} // read again: it may have landed
+                Err(e) => return Err(unavailable(&e)),
+            }
+        }
+        Err(ControlError::Unavailable(format!("volume {}: too many concurrent changes", self.id)))
+    }
+}
+
+impl Control for EtcdVolume {
+    fn leave(&self, from: &Membership, nodes: &[NodeId]) -> ControlFuture<'_, Membership> {
+        let (from, nodes) = (from.clone(), nodes.to_vec());
+        Box::pin(async move {
+            self.change(&from, |s| {
+                for n in &nodes {
+                    s.remove(n);
+                }
+            })
+            .await
+        })
+    }
+
+    fn rejoin(&self, from: &Membership, node: NodeId) -> ControlFuture<'_, Membership> {
+        let from = from.clone();
+        Box::pin(async move {
+            self.change(&from, |s| {
+                s.insert(node);
+            })
+            .await
+        })
+    }
+}
+
+impl DrlStore for EtcdVolume {
+    fn save(&self, state: DrlState) -> SaveFuture<'_> {
+        Box::pin(async move {
+            let txn = Txn {
+                compare: vec![self.still_owner()],
+                success: vec![TxnOp::Put {
+                    key: self.keys.drl.clone(),
+                    value: state.encode(self.regions),
+                    lease: None,
+                }],
+                failure: vec![],
+            };
+            match self.client.txn(&txn).await {
+                Ok(r) if r.succeeded => Ok(()),
+                Ok(_) => Err(format!("volume {}: not the owner any more", self.id)),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    }
+}

@@ -1,0 +1,153 @@
+//! A replicated volume's membership, ownership and dirty-region log in a
+//! real etcd (a private one on loopback), with owners that lose their
+//! lease and successors that take over.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use strata_block::{BlockDevice, BlockError, EpochFence, Geometry, IoBuf, MemDevice};
+use strata_meta::testing::EtcdProcess;
+use strata_pool::cluster::{ClusterError, EtcdVolume, VolumeKeys, VolumeState, acquire, create_state, read_state};
+use strata_pool::drl::DirtyRegionLog;
+use strata_pool::testing::{Faulty, TableLayout};
+use strata_pool::{
+    Control, ControlError, DrlStore, LocalReplica, NodeId, Regions, Replica, ReplicatedVolume, VolumeParts,
+};
+
+const BS: u32 = 4096;
+const BLOCKS: u64 = 1024;
+const CHUNK: u64 = 64 << 20;
+const VOL: u64 = 42;
+
+fn ids(list: &[u32]) -> BTreeSet<NodeId> {
+    list.iter().map(|&i| NodeId(i)).collect()
+}
+
+fn regions() -> Regions {
+    Regions::for_volume(BLOCKS * u64::from(BS), CHUNK)
+}
+
+async fn new_volume(etcd: &EtcdProcess) -> VolumeKeys {
+    let keys = VolumeKeys::new("/strata/", VOL);
+    let state = VolumeState { protection: "rep:3".into(), map_epoch: 1, epoch: 0, in_sync: ids(&[1, 2, 3]) };
+    create_state(&etcd.client(), &keys, VOL, &state).await.unwrap();
+    keys
+}
+
+#[tokio::test]
+async fn one_owner_at_a_time_and_a_lost_lease_fences_the_old_one() {
+    let etcd = EtcdProcess::start();
+    let client = etcd.client();
+    let keys = new_volume(&etcd).await;
+    let lease_a = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let (m, token_a) = acquire(&client, &keys, VOL, NodeId(1), lease_a.id).await.unwrap();
+    assert_eq!(m.epoch, 1);
+    let lease_b = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    assert!(matches!(
+        acquire(&client, &keys, VOL, NodeId(2), lease_b.id).await,
+        Err(ClusterError::Owned { owner: NodeId(1), .. })
+    ));
+
+    let a = EtcdVolume::new(client.clone(), keys.clone(), VOL, &token_a, regions());
+    let m = a.leave(&m, &[NodeId(3)]).await.unwrap();
+    assert_eq!((m.epoch, m.in_sync.clone()), (2, ids(&[1, 2])));
+    let stale_view = m.clone();
+    let m = a.rejoin(&m, NodeId(3)).await.unwrap();
+    assert_eq!((m.epoch, m.in_sync.clone()), (3, ids(&[1, 2, 3])));
+    assert!(matches!(a.leave(&stale_view, &[NodeId(2)]).await, Err(ControlError::NotOwner(_))), "a stale view");
+
+    // A's lease ends (its node died); B takes over.
+    client.lease_revoke(lease_a.id).await.unwrap();
+    let (m_b, token_b) = acquire(&client, &keys, VOL, NodeId(2), lease_b.id).await.unwrap();
+    assert_eq!(m_b.epoch, 4);
+    assert!(matches!(a.leave(&m, &[NodeId(3)]).await, Err(ControlError::NotOwner(_))));
+    assert!(a.save(Default::default()).await.is_err(), "the old owner cannot write the log");
+    let b = EtcdVolume::new(client.clone(), keys.clone(), VOL, &token_b, regions());
+    let mut drl = strata_pool::DrlState::default();
+    drl.dirty.insert(3);
+    b.save(drl.clone()).await.unwrap();
+    assert_eq!(b.load_drl().await.unwrap(), drl);
+    assert_eq!(read_state(&client, &keys, VOL).await.unwrap().0.in_sync, ids(&[1, 2, 3]));
+}
+
+/// Three RAM replicas behind fences, shared by whichever owner opens them.
+struct Replicas {
+    devices: Vec<Arc<MemDevice>>,
+    fences: Vec<Arc<EpochFence>>,
+}
+
+impl Replicas {
+    fn new() -> Replicas {
+        Replicas {
+            devices: (0..3).map(|_| Arc::new(MemDevice::new(BS, BLOCKS))).collect(),
+            fences: (0..3).map(|_| EpochFence::new(0)).collect(),
+        }
+    }
+
+    fn handles(&self) -> Vec<Arc<Faulty>> {
+        (0..3)
+            .map(|i| {
+                let dev = self.devices[i].clone() as Arc<dyn BlockDevice>;
+                Faulty::new(Arc::new(LocalReplica::new(NodeId(i as u32 + 1), dev, self.fences[i].clone())))
+            })
+            .collect()
+    }
+}
+
+async fn open_as(
+    etcd: &EtcdProcess,
+    keys: &VolumeKeys,
+    reps: &Replicas,
+    me: u32,
+) -> (ReplicatedVolume, Vec<Arc<Faulty>>, strata_meta::etcd::Lease) {
+    let client = etcd.client();
+    let lease = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let (membership, token) = acquire(&client, keys, VOL, NodeId(me), lease.id).await.unwrap();
+    let ev = Arc::new(EtcdVolume::new(client, keys.clone(), VOL, &token, regions()));
+    let drl = DirtyRegionLog::new(regions(), ev.load_drl().await.unwrap(), ev.clone());
+    let handles = reps.handles();
+    let vol = ReplicatedVolume::open(VolumeParts {
+        geometry: Geometry { block_size: BS, num_blocks: BLOCKS },
+        local: NodeId(me),
+        layout: Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![vec![NodeId(1), NodeId(2), NodeId(3)]] }),
+        replicas: handles.iter().map(|h| h.clone() as Arc<dyn Replica>).collect(),
+        membership,
+        drl,
+        control: ev,
+    })
+    .await
+    .unwrap();
+    (vol, handles, lease)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_old_owner() {
+    let etcd = EtcdProcess::start();
+    let keys = new_volume(&etcd).await;
+    let reps = Replicas::new();
+    let (a, handles, lease_a) = open_as(&etcd, &keys, &reps, 1).await;
+
+    a.write(0, IoBuf::from_slice(&[7u8; 8192]), false).await.1.unwrap();
+    handles[2].down.store(true, SeqCst);
+    a.write(100, IoBuf::from_slice(&[8u8; 4096]), false).await.1.unwrap();
+    a.flush().await.unwrap();
+    let (state, _) = read_state(&etcd.client(), &keys, VOL).await.unwrap();
+    assert_eq!(state.in_sync, ids(&[1, 2]), "etcd knows node 3 left before the write completed");
+    // The owner dies with region 0 dirty and node 3 behind.
+    etcd.client().lease_revoke(lease_a.id).await.unwrap();
+
+    let (b, _hb, _lease_b) = open_as(&etcd, &keys, &reps, 2).await;
+    let (back, r) = b.read(100, IoBuf::zeroed(4096)).await;
+    r.unwrap();
+    assert!(back.iter().all(|&x| x == 8), "an acknowledged write was lost in the failover");
+    assert!(matches!(a.write(100, IoBuf::from_slice(&[9u8; 4096]), false).await.1, Err(BlockError::Gone)));
+    let (back, _) = b.read(100, IoBuf::zeroed(4096)).await;
+    assert!(back.iter().all(|&x| x == 8), "the old owner wrote after the takeover");
+    // Node 3 comes back and is resynced by the new owner from the log.
+    b.resync(NodeId(3)).await.unwrap();
+    assert_eq!(read_state(&etcd.client(), &keys, VOL).await.unwrap().0.in_sync, ids(&[1, 2, 3]));
+    let (blk, _) = reps.devices[2].read(100, IoBuf::zeroed(4096)).await;
+    assert!(blk.iter().all(|&x| x == 8));
+}
