@@ -20,6 +20,7 @@
 //!   and nothing the old owner sends after that is applied.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use strata_meta::etcd::{Compare, EtcdClient, EtcdError, KeyRange, LeaseId, Txn, TxnOp};
@@ -312,5 +313,66 @@ impl DrlStore for EtcdVolume {
                 Err(e) => Err(e.to_string()),
             }
         })
+    }
+}
+
+/// A volume's [`Layout`](crate::volume::Layout) from a placement map: chunk
+/// `i` lives on the first `copies` nodes of its placement group.
+///
+/// A volume keeps the map it was created under (its `map_epoch`): nodes
+/// that fail stay in its layout as stale replicas until they come back or
+/// are rebuilt elsewhere, so a node's failure never moves a chunk by
+/// itself. Volumes with fewer copies than the map's width take the first
+/// ones of each group: distinct nodes in distinct failure domains, as
+/// placement guarantees for the whole group.
+#[derive(Debug)]
+pub struct PlacementLayout {
+    volume: u64,
+    copies: usize,
+    table: Arc<crate::placement::PlacementTable>,
+}
+
+impl PlacementLayout {
+    /// The layout of `volume` with `copies` copies under `table`.
+    pub fn new(volume: u64, copies: usize, table: Arc<crate::placement::PlacementTable>) -> PlacementLayout {
+        PlacementLayout { volume, copies: copies.max(1), table }
+    }
+}
+
+impl crate::volume::Layout for PlacementLayout {
+    fn chunk_bytes(&self) -> u64 {
+        crate::placement::CHUNK_SIZE
+    }
+
+    fn replicas(&self, chunk: u64) -> Vec<NodeId> {
+        let pg = crate::placement::ChunkId { volume: self.volume, index: chunk }.pg(self.table.pg_count());
+        self.table.nodes(pg).iter().copied().take(self.copies).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::{FailureDomain, Node, PlacementMap, Placer, Protection};
+    use crate::volume::Layout;
+
+    #[test]
+    fn a_layout_gives_each_chunk_distinct_nodes_in_distinct_racks() {
+        let nodes = (0..6).map(|i| Node::new(i, format!("n{i}"), 1 << 40).with_label("rack", format!("r{}", i / 2)));
+        let map = PlacementMap::new(Protection::default(), FailureDomain::default(), 64, nodes.collect()).unwrap();
+        let table = Arc::new(Placer::new(&map).table());
+        let rack = |n: NodeId| n.0 / 2;
+        let rep3 = PlacementLayout::new(7, 3, table.clone());
+        let rep2 = PlacementLayout::new(7, 2, table);
+        let mut seen = BTreeSet::new();
+        for chunk in 0..64 {
+            let nodes = rep3.replicas(chunk);
+            assert_eq!(nodes.len(), 3);
+            assert_eq!(nodes.iter().map(|&n| rack(n)).collect::<BTreeSet<_>>().len(), 3, "chunk {chunk}: {nodes:?}");
+            assert_eq!(rep2.replicas(chunk), nodes[..2].to_vec(), "rep:2 is the prefix");
+            assert_eq!(rep3.replicas(chunk), nodes, "stable");
+            seen.insert(nodes[0]);
+        }
+        assert!(seen.len() >= 4, "chunks spread their first copies: {seen:?}");
     }
 }
