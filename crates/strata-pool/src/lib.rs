@@ -12,7 +12,8 @@
 //! - [`fabric`]: replicas on other nodes, over NVMe/TCP with fenced
 //!   commands;
 //! - [`cluster`]: a volume's membership, owner and log in etcd, changed
-//!   by compare-and-set.
+//!   by compare-and-set; [`registry`]: nodes, their ids and the
+//!   versioned placement map in etcd.
 //!
 //! The design, with the crash cases, is in `docs/pool.md`.
 //!
@@ -38,6 +39,7 @@ pub mod drl;
 pub mod fabric;
 pub mod placement;
 pub mod regions;
+pub mod registry;
 pub mod replica;
 pub mod sim;
 pub mod testing;

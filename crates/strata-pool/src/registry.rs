@@ -1,0 +1,213 @@
+//! Storage nodes in etcd: stable ids, live registrations under leases, and
+//! the versioned placement map they join.
+//!
+//! Keys, under the cluster's prefix:
+//!
+//! | key | value | lease |
+//! |---|---|---|
+//! | `pool/node-names/<name>` | the node's id, decimal | none (ids are never reused) |
+//! | `pool/next-node-id` | the next id to hand out, decimal | none |
+//! | `pool/nodes/<id>` | [`NodeRecord`] as JSON | the node's: gone when it dies |
+//! | `pool/map` | the current [`PlacementMap`] as JSON | none |
+//! | `pool/maps/<epoch>` | the map as it was at that epoch | none |
+//!
+//! A volume is placed by the map of the epoch it was created at, which is
+//! why every epoch is kept: a node joining changes where new volumes go,
+//! never where existing chunks are (moving them is rebalancing).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+use strata_meta::etcd::{Compare, EtcdClient, KeyRange, LeaseId, Txn, TxnOp};
+
+use crate::cluster::ClusterError;
+use crate::drl::NodeId;
+use crate::placement::{FailureDomain, Node, PlacementMap, Protection};
+
+/// Placement groups of a new cluster's map. Fixed for the map's life (a
+/// different count would move every chunk); 4096 gives each of up to about
+/// 120 nodes at least 100 group copies at rep:3.
+pub const DEFAULT_PG_COUNT: u32 = 4096;
+
+/// How many times a compare-and-set is retried under contention.
+const MAX_ATTEMPTS: u32 = 16;
+
+/// A live node, as it registers itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Stable id.
+    pub id: NodeId,
+    /// Name, unique in the cluster.
+    pub name: String,
+    /// Where other nodes reach its fabric listener.
+    pub fabric: SocketAddr,
+    /// Where hosts reach its NVMe/TCP listener.
+    pub listen: SocketAddr,
+    /// Failure-domain labels.
+    pub labels: BTreeMap<String, String>,
+    /// Raw capacity of its drives, bytes.
+    pub capacity_bytes: u64,
+    /// Bytes allocated on its drives.
+    pub allocated_bytes: u64,
+    /// Random at each start: a new value means the process restarted.
+    pub incarnation: u64,
+}
+
+fn key(prefix: &str, rest: impl std::fmt::Display) -> Vec<u8> {
+    format!("{prefix}pool/{rest}").into_bytes()
+}
+
+fn decimal(key: &[u8], v: &[u8]) -> Result<u64, ClusterError> {
+    std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()).ok_or_else(|| ClusterError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: "not a decimal number".into(),
+    })
+}
+
+fn json<T: serde::de::DeserializeOwned>(key: &[u8], v: &[u8]) -> Result<T, ClusterError> {
+    serde_json::from_slice(v)
+        .map_err(|e| ClusterError::Corrupt { key: String::from_utf8_lossy(key).into_owned(), reason: e.to_string() })
+}
+
+/// The id of the node called `name`, handed out the first time it asks
+/// and the same ever after.
+///
+/// # Errors
+///
+/// etcd errors, corrupt values, [`ClusterError::Contention`].
+pub async fn node_id(client: &EtcdClient, prefix: &str, name: &str) -> Result<NodeId, ClusterError> {
+    let name_key = key(prefix, format_args!("node-names/{name}"));
+    let counter = key(prefix, "next-node-id");
+    for _ in 0..MAX_ATTEMPTS {
+        if let Some(kv) = client.get(&name_key).await? {
+            let id = decimal(&name_key, &kv.value)?;
+            return u32::try_from(id).map(NodeId).map_err(|_| ClusterError::Corrupt {
+                key: String::from_utf8_lossy(&name_key).into_owned(),
+                reason: "id out of range".into(),
+            });
+        }
+        let (next, rev) = match client.get(&counter).await? {
+            Some(kv) => (decimal(&counter, &kv.value)?, kv.mod_revision),
+            None => (1, 0),
+        };
+        let txn = Txn {
+            compare: vec![Compare::missing(name_key.clone()), Compare::mod_revision_is(counter.clone(), rev)],
+            success: vec![
+                TxnOp::Put { key: counter.clone(), value: (next + 1).to_string().into_bytes(), lease: None },
+                TxnOp::Put { key: name_key.clone(), value: next.to_string().into_bytes(), lease: None },
+            ],
+            failure: vec![],
+        };
+        if client.txn(&txn).await?.succeeded {
+            return u32::try_from(next).map(NodeId).map_err(|_| ClusterError::Contention(0));
+        }
+    }
+    Err(ClusterError::Contention(0))
+}
+
+/// Registers (or refreshes) `rec` under the node's `lease`.
+///
+/// # Errors
+///
+/// etcd errors.
+pub async fn register(client: &EtcdClient, prefix: &str, rec: &NodeRecord, lease: LeaseId) -> Result<(), ClusterError> {
+    let value = serde_json::to_vec(rec).unwrap_or_default();
+    client.put(&key(prefix, format_args!("nodes/{}", rec.id.0)), &value, Some(lease)).await?;
+    Ok(())
+}
+
+/// Every node registered now (alive: its lease holds).
+///
+/// # Errors
+///
+/// etcd errors, corrupt records.
+pub async fn live_nodes(client: &EtcdClient, prefix: &str) -> Result<Vec<NodeRecord>, ClusterError> {
+    let r = client.range(&KeyRange::prefix(key(prefix, "nodes/"))).await?;
+    r.kvs.iter().map(|kv| json(&kv.key, &kv.value)).collect()
+}
+
+/// The current placement map, if the cluster has one, with its revision.
+///
+/// # Errors
+///
+/// etcd errors, a map that does not decode.
+pub async fn current_map(client: &EtcdClient, prefix: &str) -> Result<Option<(PlacementMap, i64)>, ClusterError> {
+    let k = key(prefix, "map");
+    match client.get(&k).await? {
+        None => Ok(None),
+        Some(kv) => Ok(Some((json(&k, &kv.value)?, kv.mod_revision))),
+    }
+}
+
+/// The map as it was at `epoch`.
+///
+/// # Errors
+///
+/// [`ClusterError::NotFound`] (with the epoch) when no map has that epoch;
+/// etcd errors; a map that does not decode.
+pub async fn map_at(client: &EtcdClient, prefix: &str, epoch: u64) -> Result<PlacementMap, ClusterError> {
+    let k = key(prefix, format_args!("maps/{epoch}"));
+    let kv = client.get(&k).await?.ok_or(ClusterError::NotFound(epoch))?;
+    json(&k, &kv.value)
+}
+
+/// Puts `node` in the placement map (creating the map for the first node,
+/// with `failure_domain`), or updates its weight and labels, bumping the
+/// epoch; returns the map that holds it. A node already in the map as it
+/// is changes nothing.
+///
+/// # Errors
+///
+/// etcd errors, [`ClusterError::Contention`], a map the node cannot join
+/// ([`ClusterError::Corrupt`] with the reason, e.g. a name another id
+/// has).
+pub async fn join_map(
+    client: &EtcdClient,
+    prefix: &str,
+    node: Node,
+    failure_domain: FailureDomain,
+) -> Result<PlacementMap, ClusterError> {
+    let map_key = key(prefix, "map");
+    let invalid = |e: crate::placement::MapError| ClusterError::Corrupt {
+        key: String::from_utf8_lossy(&map_key).into_owned(),
+        reason: e.to_string(),
+    };
+    for _ in 0..MAX_ATTEMPTS {
+        let (map, rev) = match current_map(client, prefix).await? {
+            Some((map, rev)) => {
+                if map.node(node.id).is_some_and(|n| n.weight == node.weight && n.labels == node.labels) {
+                    return Ok(map);
+                }
+                let mut nodes: Vec<Node> = map.nodes().iter().filter(|n| n.id != node.id).cloned().collect();
+                nodes.push(node.clone());
+                let mut next = PlacementMap::new(map.protection(), map.failure_domain().clone(), map.pg_count(), nodes)
+                    .map_err(invalid)?;
+                next.set_epoch(map.epoch() + 1);
+                (next, rev)
+            }
+            None => {
+                let protection = Protection::replicated(3).map_err(|e| ClusterError::Corrupt {
+                    key: String::from_utf8_lossy(&map_key).into_owned(),
+                    reason: e.to_string(),
+                })?;
+                let map = PlacementMap::new(protection, failure_domain.clone(), DEFAULT_PG_COUNT, vec![node.clone()])
+                    .map_err(invalid)?;
+                (map, 0)
+            }
+        };
+        let value = serde_json::to_vec(&map).unwrap_or_default();
+        let txn = Txn {
+            compare: vec![Compare::mod_revision_is(map_key.clone(), rev)],
+            success: vec![
+                TxnOp::Put { key: map_key.clone(), value: value.clone(), lease: None },
+                TxnOp::Put { key: key(prefix, format_args!("maps/{}", map.epoch())), value, lease: None },
+            ],
+            failure: vec![],
+        };
+        if client.txn(&txn).await?.succeeded {
+            return Ok(map);
+        }
+    }
+    Err(ClusterError::Contention(0))
+}
