@@ -32,8 +32,9 @@ pub const MAX_FABRIC_TRANSFER: usize = 1 << 20;
 /// The connection to one peer node.
 pub struct FabricLink {
     node: NodeId,
-    addr: SocketAddr,
-    nqn: String,
+    /// Where the peer listens and its fabric NQN; a restarted peer may
+    /// come back elsewhere.
+    target: std::sync::Mutex<(SocketAddr, String)>,
     cfg: HostConfig,
     current: std::sync::Mutex<Option<(Arc<Controller>, u64)>>,
     connecting: tokio::sync::Mutex<()>,
@@ -42,7 +43,7 @@ pub struct FabricLink {
 
 impl std::fmt::Debug for FabricLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FabricLink").field("node", &self.node).field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("FabricLink").field("node", &self.node).field("target", &self.peer()).finish_non_exhaustive()
     }
 }
 
@@ -51,8 +52,7 @@ impl FabricLink {
     pub fn new(node: NodeId, addr: SocketAddr, nqn: String, cfg: HostConfig) -> Arc<FabricLink> {
         Arc::new(FabricLink {
             node,
-            addr,
-            nqn,
+            target: std::sync::Mutex::new((addr, nqn)),
             cfg,
             current: std::sync::Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
@@ -63,6 +63,21 @@ impl FabricLink {
     /// The peer.
     pub fn node(&self) -> NodeId {
         self.node
+    }
+
+    fn peer(&self) -> (SocketAddr, String) {
+        self.target.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Points the link at where the peer listens now; a change drops the
+    /// current connection (the next use connects to the new place).
+    pub fn update(&self, addr: SocketAddr, nqn: String) {
+        let mut t = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        if *t != (addr, nqn.clone()) {
+            *t = (addr, nqn);
+            drop(t);
+            *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 
     /// The connection, connecting if there is none, with its generation.
@@ -78,13 +93,14 @@ impl FabricLink {
         if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Ok(c);
         }
-        let ctrl = Controller::connect(self.addr, &self.nqn, &self.cfg)
+        let (addr, nqn) = self.peer();
+        let ctrl = Controller::connect(addr, &nqn, &self.cfg)
             .await
-            .map_err(|e| ReplicaError::Unavailable(format!("node {} at {}: {e}", self.node, self.addr)))?;
+            .map_err(|e| ReplicaError::Unavailable(format!("node {} at {addr}: {e}", self.node)))?;
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         let c = (Arc::new(ctrl), generation);
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
-        tracing::info!(node = %self.node, addr = %self.addr, generation, "fabric link connected");
+        tracing::info!(node = %self.node, %addr, generation, "fabric link connected");
         Ok(c)
     }
 

@@ -52,6 +52,9 @@ pub struct NodeRecord {
     pub allocated_bytes: u64,
     /// Random at each start: a new value means the process restarted.
     pub incarnation: u64,
+    /// Volumes whose replica it holds and serves on its fabric listener.
+    #[serde(default)]
+    pub held: Vec<u64>,
 }
 
 fn key(prefix: &str, rest: impl std::fmt::Display) -> Vec<u8> {
@@ -77,7 +80,7 @@ fn json<T: serde::de::DeserializeOwned>(key: &[u8], v: &[u8]) -> Result<T, Clust
 ///
 /// etcd errors, corrupt values, [`ClusterError::Contention`].
 pub async fn node_id(client: &EtcdClient, prefix: &str, name: &str) -> Result<NodeId, ClusterError> {
-    let name_key = key(prefix, format_args!("node-names/{name}"));
+    let name_key = key(prefix, format!("node-names/{name}"));
     let counter = key(prefix, "next-node-id");
     for _ in 0..MAX_ATTEMPTS {
         if let Some(kv) = client.get(&name_key).await? {
@@ -113,7 +116,8 @@ pub async fn node_id(client: &EtcdClient, prefix: &str, name: &str) -> Result<No
 /// etcd errors.
 pub async fn register(client: &EtcdClient, prefix: &str, rec: &NodeRecord, lease: LeaseId) -> Result<(), ClusterError> {
     let value = serde_json::to_vec(rec).unwrap_or_default();
-    client.put(&key(prefix, format_args!("nodes/{}", rec.id.0)), &value, Some(lease)).await?;
+    let k = key(prefix, format!("nodes/{}", rec.id.0));
+    client.put(&k, &value, Some(lease)).await?;
     Ok(())
 }
 
@@ -147,7 +151,7 @@ pub async fn current_map(client: &EtcdClient, prefix: &str) -> Result<Option<(Pl
 /// [`ClusterError::NotFound`] (with the epoch) when no map has that epoch;
 /// etcd errors; a map that does not decode.
 pub async fn map_at(client: &EtcdClient, prefix: &str, epoch: u64) -> Result<PlacementMap, ClusterError> {
-    let k = key(prefix, format_args!("maps/{epoch}"));
+    let k = key(prefix, format!("maps/{epoch}"));
     let kv = client.get(&k).await?.ok_or(ClusterError::NotFound(epoch))?;
     json(&k, &kv.value)
 }
@@ -201,7 +205,7 @@ pub async fn join_map(
             compare: vec![Compare::mod_revision_is(map_key.clone(), rev)],
             success: vec![
                 TxnOp::Put { key: map_key.clone(), value: value.clone(), lease: None },
-                TxnOp::Put { key: key(prefix, format_args!("maps/{}", map.epoch())), value, lease: None },
+                TxnOp::Put { key: key(prefix, format!("maps/{}", map.epoch())), value, lease: None },
             ],
             failure: vec![],
         };

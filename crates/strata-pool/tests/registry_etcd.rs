@@ -71,6 +71,7 @@ async fn a_node_whose_lease_ends_is_no_longer_live() {
         capacity_bytes: 1 << 40,
         allocated_bytes: 0,
         incarnation: 99,
+        held: vec![7],
     };
     register(&c, P, &rec, lease.id).await.unwrap();
     assert_eq!(live_nodes(&c, P).await.unwrap(), vec![rec]);

@@ -38,6 +38,25 @@ const MAX_BODY: usize = 64 * 1024;
 ///
 /// When the address cannot be bound.
 pub async fn serve(node: Arc<Node>, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    serve_http(addr, move |req| {
+        let node = node.clone();
+        async move { handle(&node, req).await }
+    })
+    .await
+}
+
+/// Binds `addr` and answers every request with `handler`, each on a task
+/// of its own: a client that hangs up does not cancel an operation half
+/// way.
+///
+/// # Errors
+///
+/// When the address cannot be bound.
+pub async fn serve_http<H, F>(addr: SocketAddr, handler: H) -> anyhow::Result<SocketAddr>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     let listener =
         TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr} for the HTTP API: {e}"))?;
     let bound = listener.local_addr()?;
@@ -51,13 +70,10 @@ pub async fn serve(node: Arc<Node>, addr: SocketAddr) -> anyhow::Result<SocketAd
                     continue;
                 }
             };
-            let node = node.clone();
+            let handler = handler.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req| {
-                    let node = node.clone();
-                    // On a task of its own: a client that hangs up does
-                    // not cancel a volume operation half way.
-                    let op = tokio::spawn(async move { handle(&node, req).await });
+                    let op = tokio::spawn(handler(req));
                     async move {
                         Ok::<_, Infallible>(op.await.unwrap_or_else(|e| {
                             error(StatusCode::INTERNAL_SERVER_ERROR, format!("the request failed: {e}"))
@@ -73,7 +89,7 @@ pub async fn serve(node: Arc<Node>, addr: SocketAddr) -> anyhow::Result<SocketAd
     Ok(bound)
 }
 
-fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+pub(crate) fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
     let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
     text.push(b'\n');
     Response::builder()
@@ -83,11 +99,11 @@ fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
-fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response<Full<Bytes>> {
+pub(crate) fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response<Full<Bytes>> {
     reply(status, json!({ "error": msg.to_string() }))
 }
 
-fn node_error(e: NodeError) -> Response<Full<Bytes>> {
+pub(crate) fn node_error(e: NodeError) -> Response<Full<Bytes>> {
     let status = match &e {
         NodeError::Invalid(_) => StatusCode::BAD_REQUEST,
         NodeError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -100,13 +116,13 @@ fn node_error(e: NodeError) -> Response<Full<Bytes>> {
 /// A size given as a number of bytes or a string such as "8G".
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum Size {
+pub(crate) enum Size {
     Bytes(u64),
     Text(String),
 }
 
 impl Size {
-    fn bytes(&self) -> Result<u64, NodeError> {
+    pub(crate) fn bytes(&self) -> Result<u64, NodeError> {
         match self {
             Size::Bytes(b) => Ok(*b),
             Size::Text(t) => strata_meta::parse_size(t).map_err(|e| NodeError::Invalid(format!("size {t:?}: {e}"))),
@@ -114,15 +130,31 @@ impl Size {
     }
 }
 
+/// The body of a volume creation, on a single node or a cluster.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CreateBody {
+pub(crate) struct CreateBody {
     name: String,
     size: Size,
     block_size: Option<u32>,
     nqn: Option<String>,
     #[serde(default)]
     allowed_hosts: Vec<String>,
+    /// `rep:N`; absent means one copy.
+    protect: Option<String>,
+}
+
+impl CreateBody {
+    /// The request and its protection.
+    pub(crate) fn into_request(self) -> Result<(NewVolume, Option<String>), NodeError> {
+        let mut nv = NewVolume::new(self.name, self.size.bytes()?);
+        if let Some(bs) = self.block_size {
+            nv.block_size = bs;
+        }
+        nv.nqn = self.nqn;
+        nv.allowed_hosts = self.allowed_hosts;
+        Ok((nv, self.protect))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,7 +165,9 @@ struct ResizeBody {
     allow_shrink: bool,
 }
 
-async fn body_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Response<Full<Bytes>>> {
+pub(crate) async fn body_json<T: serde::de::DeserializeOwned>(
+    req: Request<Incoming>,
+) -> Result<T, Response<Full<Bytes>>> {
     let bytes = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return Err(error(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))),
@@ -157,16 +191,16 @@ async fn handle(node: &Node, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 Ok(b) => b,
                 Err(r) => return r,
             };
-            let size = match body.size.bytes() {
-                Ok(s) => s,
+            let nv = match body.into_request() {
+                Ok((nv, None)) => nv,
+                Ok((nv, Some(p))) if p == "rep:1" => nv,
+                Ok((_, Some(p))) => {
+                    return node_error(NodeError::Invalid(format!(
+                        "protection {p}: strata serve keeps one copy on one machine; run a cluster (strata node) for more"
+                    )));
+                }
                 Err(e) => return node_error(e),
             };
-            let mut nv = NewVolume::new(body.name, size);
-            if let Some(bs) = body.block_size {
-                nv.block_size = bs;
-            }
-            nv.nqn = body.nqn;
-            nv.allowed_hosts = body.allowed_hosts;
             match node.create_volume(nv).await {
                 Ok(v) => reply(StatusCode::CREATED, json!(v)),
                 Err(e) => node_error(e),

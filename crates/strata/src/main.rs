@@ -7,8 +7,10 @@
 mod api;
 mod bench_cmd;
 mod client;
+mod cluster;
 mod config;
 mod node;
+mod node_cmd;
 mod sim_cmd;
 
 use std::time::Duration;
@@ -33,6 +35,16 @@ struct Cli {
 enum Command {
     /// Run a storage node: NVMe/TCP target, metadata, drives and HTTP API.
     Serve(ServeArgs),
+    /// Run one storage node of a cluster (etcd, placement, replication).
+    Node(Box<node_cmd::NodeArgs>),
+    /// The pool of a cluster: nodes, volumes, capacity.
+    Pool {
+        /// API of any node.
+        #[arg(long, env = "STRATA_API", default_value = DEFAULT_API, global = true)]
+        api: String,
+        #[command(subcommand)]
+        command: PoolCommand,
+    },
     /// Manage volumes on a running node.
     Volume {
         /// API of the node.
@@ -47,6 +59,17 @@ enum Command {
     /// Simulate placement on a modelled cluster: balance, fill until the
     /// first drive is full, data moved when nodes join or fail.
     Sim(sim_cmd::SimArgs),
+}
+
+#[derive(Subcommand)]
+enum PoolCommand {
+    /// Nodes (state, labels, capacity), volumes (protection, owner,
+    /// in-sync replicas, health) and totals.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -67,6 +90,10 @@ enum VolumeCommand {
         /// Host NQN allowed to connect; repeatable. Default: any host.
         #[arg(long = "allow-host")]
         allow_hosts: Vec<String>,
+        /// Protection on a cluster: rep:N copies on N nodes in distinct
+        /// failure domains. Default: rep:1.
+        #[arg(long)]
+        protect: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -105,6 +132,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Node(args) => node(*args),
+        Command::Pool { api, command: PoolCommand::Status { json: as_json } } => pool_status(&api, as_json),
         Command::Volume { api, command } => volume(&api, command),
         Command::Bench(args) => return bench_cmd::main(*args),
         Command::Sim(args) => return sim_cmd::main(args),
@@ -132,6 +161,69 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let rt = builder.enable_all().build().context("cannot start the runtime")?;
     rt.block_on(run(cfg))
+}
+
+fn node(args: node_cmd::NodeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    rt.block_on(node_cmd::run(args))
+}
+
+fn pool_status(api: &str, as_json: bool) -> anyhow::Result<()> {
+    let v = client::request(api, "GET", "/api/v1/pool", None)?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("{:<4} {:<16} {:<6} {:>12} {:>12}  LABELS", "ID", "NODE", "STATE", "CAPACITY", "ALLOCATED");
+    for n in v["nodes"].as_array().cloned().unwrap_or_default() {
+        let labels: Vec<String> = n["labels"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
+            .unwrap_or_default();
+        println!(
+            "{:<4} {:<16} {:<6} {:>12} {:>12}  {}",
+            field(&n, "id"),
+            field(&n, "name"),
+            field(&n, "state"),
+            strata_meta::format_size(n["capacity_bytes"].as_u64().unwrap_or(0)),
+            strata_meta::format_size(n["allocated_bytes"].as_u64().unwrap_or(0)),
+            labels.join(",")
+        );
+    }
+    println!();
+    println!(
+        "{:<20} {:>10} {:<6} {:<6} {:<12} {:<12}  STATE",
+        "VOLUME", "SIZE", "PROT", "OWNER", "REPLICAS", "IN SYNC"
+    );
+    let ids = |x: &Value| -> String {
+        x.as_array().map(|a| a.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")).unwrap_or_default()
+    };
+    for vol in v["volumes"].as_array().cloned().unwrap_or_default() {
+        println!(
+            "{:<20} {:>10} {:<6} {:<6} {:<12} {:<12}  {}",
+            field(&vol, "name"),
+            strata_meta::format_size(vol["size_bytes"].as_u64().unwrap_or(0)),
+            field(&vol, "protection"),
+            field(&vol, "owner"),
+            ids(&vol["replicas"]),
+            ids(&vol["in_sync"]),
+            field(&vol, "state")
+        );
+    }
+    let t = &v["totals"];
+    println!();
+    println!(
+        "raw {}  provisioned {}  allocated {}  free {}",
+        strata_meta::format_size(t["raw_bytes"].as_u64().unwrap_or(0)),
+        strata_meta::format_size(t["provisioned_bytes"].as_u64().unwrap_or(0)),
+        strata_meta::format_size(t["allocated_bytes"].as_u64().unwrap_or(0)),
+        strata_meta::format_size(t["free_bytes"].as_u64().unwrap_or(0))
+    );
+    Ok(())
 }
 
 /// Threads each running a single-threaded runtime until `stop` fires.
@@ -195,9 +287,12 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
 
 fn volume(api: &str, command: VolumeCommand) -> anyhow::Result<()> {
     match command {
-        VolumeCommand::Create { name, size, block_size, nqn, allow_hosts, json: as_json } => {
-            let body =
+        VolumeCommand::Create { name, size, block_size, nqn, allow_hosts, protect, json: as_json } => {
+            let mut body =
                 json!({"name": name, "size": size, "block_size": block_size, "nqn": nqn, "allowed_hosts": allow_hosts});
+            if let Some(p) = protect {
+                body["protect"] = json!(p);
+            }
             let v = client::request(api, "POST", "/api/v1/volumes", Some(&body))?;
             print_volume(&v, as_json);
         }

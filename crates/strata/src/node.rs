@@ -131,22 +131,9 @@ impl Node {
         // Opening may fsync: keep it off the runtime's threads.
         let dir = cfg.data_dir.clone();
         let meta = tokio::task::spawn_blocking(move || strata_meta::RedbMetaStore::open_in_dir(dir)).await??;
-        let drives = cfg
-            .drives
-            .iter()
-            .map(|d| d.parse::<DriveSpec>().map_err(|e| anyhow::anyhow!("--drive {d:?}: {e}")))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let drives = drive_specs(cfg)?;
         check_drive_set(&meta, &drives).await?;
-        let mut store_cfg = StoreConfig::new(drives);
-        store_cfg.extent_size = cfg.extent_size;
-        store_cfg.allow_buffered = cfg.allow_buffered;
-        let store = Store::open(store_cfg).context("cannot open the drives")?;
-        for d in store.stats().drives {
-            if d.volatile {
-                tracing::warn!(drive = %d.path, "drive is VOLATILE (RAM): its data is lost when strata exits");
-            }
-            tracing::info!(drive = %d.path, kind = d.kind, engine = d.engine, capacity = %strata_meta::format_size(d.capacity_bytes), "drive ready");
-        }
+        let store = open_store(cfg, drives)?;
         let connect_addr = cfg.listen[0];
         let node = Arc::new(Node {
             meta: Box::new(meta),
@@ -377,6 +364,34 @@ impl Node {
 
 /// Refuses to start when a drive that held data is missing from the
 /// configuration (its volumes' extents would silently read as zeros).
+/// The drives of `cfg`, parsed.
+///
+/// # Errors
+///
+/// A drive spec that does not parse.
+pub(crate) fn drive_specs(cfg: &ServeConfig) -> anyhow::Result<Vec<DriveSpec>> {
+    cfg.drives.iter().map(|d| d.parse::<DriveSpec>().map_err(|e| anyhow::anyhow!("--drive {d:?}: {e}"))).collect()
+}
+
+/// Opens (formatting when new) the node's drives.
+///
+/// # Errors
+///
+/// A drive that cannot be opened.
+pub(crate) fn open_store(cfg: &ServeConfig, drives: Vec<DriveSpec>) -> anyhow::Result<Arc<Store>> {
+    let mut store_cfg = StoreConfig::new(drives);
+    store_cfg.extent_size = cfg.extent_size;
+    store_cfg.allow_buffered = cfg.allow_buffered;
+    let store = Store::open(store_cfg).context("cannot open the drives")?;
+    for d in store.stats().drives {
+        if d.volatile {
+            tracing::warn!(drive = %d.path, "drive is VOLATILE (RAM): its data is lost when strata exits");
+        }
+        tracing::info!(drive = %d.path, kind = d.kind, engine = d.engine, capacity = %strata_meta::format_size(d.capacity_bytes), "drive ready");
+    }
+    Ok(store)
+}
+
 async fn check_drive_set(meta: &dyn MetaStore, drives: &[DriveSpec]) -> anyhow::Result<()> {
     let now: Vec<String> = drives
         .iter()

@@ -1,0 +1,510 @@
+//! `strata node`: one storage node of a cluster. It registers in etcd
+//! under a lease, joins the placement map, keeps a replica of every volume
+//! placement gives it (a thin store volume behind an epoch fence, served
+//! on the fabric listener), takes over volumes that have no owner, and
+//! serves the ones it owns to hosts. Every node's discovery lists each
+//! volume at its owner.
+//!
+//! The node reconciles with etcd every second: what it should hold and
+//! serve follows from the volumes, their pool state and the live nodes
+//! there, so a missed event costs a second, never correctness. The rules
+//! that keep data safe (fencing, the dirty-region log, compare-and-set on
+//! the membership) live in `strata-pool`; this module wires them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use strata_block::{BlockDevice, EpochFence};
+use strata_host::HostConfig;
+use strata_meta::etcd::{EtcdClient, LeaseKeeper};
+use strata_meta::{MetaStore, VolumeRecord};
+use strata_pool::cluster::{EtcdVolume, OwnerToken, PlacementLayout, VolumeKeys, VolumeState, acquire, read_state};
+use strata_pool::fabric::{FabricLink, FabricReplica, fabric_nqn};
+use strata_pool::placement::PlacementTable;
+use strata_pool::registry::{NodeRecord, live_nodes, map_at, register};
+use strata_pool::{DirtyRegionLog, Layout, LocalReplica, NodeId, Regions, Replica, ReplicatedVolume, VolumeParts};
+use strata_store::Store;
+use strata_target::{Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
+
+/// How often a node reconciles with etcd and cleans its dirty regions.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
+
+/// A replica this node keeps.
+struct Held {
+    fence: Arc<EpochFence>,
+    device: Arc<dyn BlockDevice>,
+}
+
+/// A volume this node owns and serves.
+struct Owned {
+    vol: ReplicatedVolume,
+    nqn: String,
+    resyncing: Arc<tokio::sync::Mutex<()>>,
+}
+
+#[derive(Default)]
+struct State {
+    links: HashMap<NodeId, Arc<FabricLink>>,
+    held: HashMap<u64, Held>,
+    owned: HashMap<u64, Owned>,
+    tables: HashMap<u64, Arc<PlacementTable>>,
+}
+
+/// One node of a cluster.
+pub struct ClusterNode {
+    me: NodeRecord,
+    prefix: String,
+    etcd: EtcdClient,
+    meta: Arc<dyn MetaStore>,
+    store: Arc<Store>,
+    target: Target,
+    fabric: Arc<Subsystem>,
+    lease: LeaseKeeper,
+    host_cfg: HostConfig,
+    state: tokio::sync::Mutex<State>,
+}
+
+/// The number of copies of a protection such as `rep:3`.
+pub fn copies_of(protection: &str) -> anyhow::Result<usize> {
+    let n = protection
+        .strip_prefix("rep:")
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| (1..=8).contains(n))
+        .ok_or_else(|| anyhow::anyhow!("protection {protection:?}: expected rep:N with N from 1 to 8"))?;
+    Ok(n)
+}
+
+/// What a node is built from (see `node_cmd`).
+pub struct ClusterParts {
+    /// This node's registration.
+    pub me: NodeRecord,
+    /// The cluster's key prefix in etcd.
+    pub prefix: String,
+    /// The etcd client.
+    pub etcd: EtcdClient,
+    /// Volume records (in etcd).
+    pub meta: Arc<dyn MetaStore>,
+    /// The node's drives.
+    pub store: Arc<Store>,
+    /// The NVMe/TCP target (host, discovery and fabric listeners).
+    pub target: Target,
+    /// The fabric subsystem, whose namespaces are the replicas held here.
+    pub fabric: Arc<Subsystem>,
+    /// The node's lease.
+    pub lease: LeaseKeeper,
+}
+
+impl ClusterNode {
+    /// A node, registered and in the map.
+    pub fn new(parts: ClusterParts) -> Arc<ClusterNode> {
+        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, lease } = parts;
+        let host_cfg = HostConfig {
+            hostnqn: format!("nqn.2026-11.io.strata:node:{}", me.name),
+            io_queues: 2,
+            io_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(3),
+            ..HostConfig::default()
+        };
+        Arc::new(ClusterNode {
+            me,
+            prefix,
+            etcd,
+            meta,
+            store,
+            target,
+            fabric,
+            lease,
+            host_cfg,
+            state: tokio::sync::Mutex::new(State::default()),
+        })
+    }
+
+    /// Runs the reconcile loop until the node's lease is lost; then stops
+    /// serving every volume it owned.
+    pub async fn run(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(RECONCILE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                loss = self.lease.lost() => {
+                    tracing::error!(?loss, "the node's lease is lost: no longer serving any volume");
+                    self.drop_all_owned().await;
+                    return;
+                }
+                _ = tick.tick() => {
+                    if let Err(e) = self.reconcile().await {
+                        tracing::warn!("reconcile: {e:#}");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn drop_all_owned(&self) {
+        let mut st = self.state.lock().await;
+        for (_, o) in st.owned.drain() {
+            self.target.remove_subsystem(&o.nqn);
+        }
+    }
+
+    async fn table(&self, st: &mut State, epoch: u64) -> anyhow::Result<Arc<PlacementTable>> {
+        if let Some(t) = st.tables.get(&epoch) {
+            return Ok(t.clone());
+        }
+        let map = map_at(&self.etcd, &self.prefix, epoch).await?;
+        let table = tokio::task::spawn_blocking(move || Arc::new(strata_pool::placement::Placer::new(&map).table()))
+            .await
+            .context("placement")?;
+        st.tables.insert(epoch, table.clone());
+        Ok(table)
+    }
+
+    /// One pass: registration, replicas, ownership, discovery.
+    async fn reconcile(self: &Arc<Self>) -> anyhow::Result<()> {
+        let mut me = self.me.clone();
+        let stats = self.store.stats();
+        me.allocated_bytes = stats.extents_allocated * u64::from(stats.extent_size);
+        me.held = self.state.lock().await.held.keys().copied().collect();
+        register(&self.etcd, &self.prefix, &me, self.lease.id()).await?;
+        let nodes: BTreeMap<NodeId, NodeRecord> =
+            live_nodes(&self.etcd, &self.prefix).await?.into_iter().map(|n| (n.id, n)).collect();
+        let volumes = self.meta.list_volumes().await?;
+        let mut remote = Vec::new();
+        let mut st = self.state.lock().await;
+        for (id, link) in &st.links {
+            if let Some(n) = nodes.get(id) {
+                link.update(n.fabric, fabric_nqn(&n.name));
+            }
+        }
+        let mut present = BTreeSet::new();
+        for rec in volumes {
+            present.insert(rec.id);
+            let keys = VolumeKeys::new(&self.prefix, rec.id);
+            let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
+            let table = self.table(&mut st, state.map_epoch).await?;
+            let layout = Arc::new(PlacementLayout::new(rec.id, copies_of(&state.protection)?, table));
+            let holders = holders(&*layout, &rec);
+            if holders.contains(&self.me.id) {
+                self.hold(&mut st, &rec, &state)?;
+            }
+            let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
+                Some(kv) => serde_json::from_slice(&kv.value).ok(),
+                None => None,
+            };
+            match owner {
+                Some(t) if t.node == self.me.id => {
+                    if let Some(o) = st.owned.get(&rec.id) {
+                        self.tend(rec.id, o, &state, &nodes);
+                    }
+                }
+                Some(t) => {
+                    if let Some(o) = st.owned.remove(&rec.id) {
+                        tracing::warn!(volume = %rec.name, owner = %t.node, "another node owns the volume now");
+                        self.target.remove_subsystem(&o.nqn);
+                    }
+                    if let Some(n) = nodes.get(&t.node) {
+                        remote.push(RemoteSubsystem {
+                            nqn: rec.nqn.clone(),
+                            addr: n.listen,
+                            allowed_hosts: rec.allowed_hosts.clone(),
+                        });
+                    }
+                }
+                // A new volume waits until every live holder serves its
+                // replica, so that it does not start degraded.
+                None if state.epoch == 0
+                    && holders.iter().any(|h| nodes.get(h).is_some_and(|n| !n.held.contains(&rec.id))) => {}
+                None if holders.contains(&self.me.id) && state.in_sync.contains(&self.me.id) => {
+                    if let Some(o) = st.owned.remove(&rec.id) {
+                        self.target.remove_subsystem(&o.nqn);
+                    }
+                    match self.take_over(&mut st, &rec, &keys, layout, &holders, &nodes).await {
+                        Ok(o) => {
+                            st.owned.insert(rec.id, o);
+                        }
+                        Err(e) => tracing::info!(volume = %rec.name, "not taking the volume over: {e:#}"),
+                    }
+                }
+                None => {}
+            }
+        }
+        st.owned.retain(|id, o| {
+            let keep = present.contains(id);
+            if !keep {
+                self.target.remove_subsystem(&o.nqn);
+            }
+            keep
+        });
+        for id in st.held.keys().copied().filter(|id| !present.contains(id)).collect::<Vec<_>>() {
+            st.held.remove(&id);
+            let _ = self.fabric.remove_namespace(id as u32);
+        }
+        drop(st);
+        self.target.set_remote_subsystems(remote);
+        Ok(())
+    }
+
+    /// Keeps a replica of `rec` in the store and on the fabric, its fence
+    /// at least at the stored epoch.
+    fn hold(&self, st: &mut State, rec: &VolumeRecord, state: &VolumeState) -> anyhow::Result<()> {
+        if let Some(h) = st.held.get(&rec.id) {
+            h.fence.raise(state.epoch);
+            return Ok(());
+        }
+        let nsid = u32::try_from(rec.id).context("volume id beyond the fabric's NSIDs")?;
+        let vol = self.store.open_volume(rec.id, rec.size_bytes, rec.block_size)?;
+        let fence = EpochFence::new(state.epoch);
+        let device = vol as Arc<dyn BlockDevice>;
+        let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
+        self.fabric.add_namespace(Namespace::fenced(nsid, ids, device.clone(), fence.clone()))?;
+        tracing::info!(volume = %rec.name, epoch = state.epoch, "holding a replica");
+        st.held.insert(rec.id, Held { fence, device });
+        Ok(())
+    }
+
+    /// The link to node `id`, pointed at where it listens when it is
+    /// alive. A dead node's link refuses until the node is back (the
+    /// reconcile loop updates every link from the live records).
+    fn link(&self, st: &mut State, id: NodeId, node: Option<&NodeRecord>) -> Arc<FabricLink> {
+        let nowhere: SocketAddr = ([127, 0, 0, 1], 9).into();
+        let link = st
+            .links
+            .entry(id)
+            .or_insert_with(|| FabricLink::new(id, nowhere, fabric_nqn("unknown"), self.host_cfg.clone()))
+            .clone();
+        if let Some(n) = node {
+            link.update(n.fabric, fabric_nqn(&n.name));
+        }
+        link
+    }
+
+    async fn take_over(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        keys: &VolumeKeys,
+        layout: Arc<PlacementLayout>,
+        holders: &BTreeSet<NodeId>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+    ) -> anyhow::Result<Owned> {
+        let (membership, token) = acquire(&self.etcd, keys, rec.id, self.me.id, self.lease.id()).await?;
+        tracing::info!(volume = %rec.name, epoch = membership.epoch, "took the volume over");
+        let regions = Regions::for_volume(rec.size_bytes, layout.chunk_bytes());
+        let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, &token, regions));
+        let drl = DirtyRegionLog::new(regions, ev.load_drl().await?, ev.clone());
+        let mut replicas: Vec<Arc<dyn Replica>> = Vec::new();
+        for &n in holders {
+            if n == self.me.id {
+                let h = st.held.get(&rec.id).context("no local replica")?;
+                replicas.push(Arc::new(LocalReplica::new(n, h.device.clone(), h.fence.clone())));
+            } else {
+                // A dead node's replica fails at once, so the volume drops
+                // it when it fences; its link finds the node when it is back.
+                let link = self.link(st, n, nodes.get(&n));
+                replicas.push(Arc::new(FabricReplica::new(link, rec.id as u32, rec.block_size)));
+            }
+        }
+        let geometry = strata_block::Geometry {
+            block_size: rec.block_size,
+            num_blocks: rec.size_bytes / u64::from(rec.block_size),
+        };
+        let vol = ReplicatedVolume::open(VolumeParts {
+            geometry,
+            local: self.me.id,
+            layout,
+            replicas,
+            membership,
+            drl,
+            control: ev,
+        })
+        .await?;
+        let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
+        let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
+        sub.add_namespace(Namespace::new(rec.nsid, ids, Arc::new(vol.clone())))?;
+        self.target.add_subsystem(sub)?;
+        tracing::info!(volume = %rec.name, "serving the volume");
+        Ok(Owned { vol, nqn: rec.nqn.clone(), resyncing: Arc::new(tokio::sync::Mutex::new(())) })
+    }
+
+    /// An owner's chores: clean the log, bring back stale replicas whose
+    /// node is alive.
+    fn tend(&self, id: u64, o: &Owned, state: &VolumeState, nodes: &BTreeMap<NodeId, NodeRecord>) {
+        let vol = o.vol.clone();
+        let lock = o.resyncing.clone();
+        let stale: Vec<NodeId> = o
+            .vol
+            .drl()
+            .state()
+            .missed
+            .keys()
+            .copied()
+            .filter(|n| nodes.contains_key(n) && !state.in_sync.contains(n))
+            .collect();
+        tokio::spawn(async move {
+            let Ok(_one) = lock.try_lock() else { return };
+            if let Err(e) = vol.clean().await {
+                tracing::warn!(volume = id, "cleaning the dirty-region log: {e}");
+            }
+            for n in stale {
+                match vol.resync(n).await {
+                    Ok(()) => tracing::info!(volume = id, node = %n, "replica resynced"),
+                    Err(e) => tracing::info!(volume = id, node = %n, "resync not finished: {e}"),
+                }
+            }
+        });
+    }
+}
+
+/// Every node that holds some chunk of `rec`.
+fn holders(layout: &dyn Layout, rec: &VolumeRecord) -> BTreeSet<NodeId> {
+    let chunks = rec.size_bytes.div_ceil(layout.chunk_bytes());
+    let mut set = BTreeSet::new();
+    // A volume's groups repeat after pg_count chunks; 4096 covers them.
+    for c in 0..chunks.min(4096) {
+        set.extend(layout.replicas(c));
+    }
+    set
+}
+
+fn serial_for(nqn: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in nqn.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("STR{h:016X}")
+}
+
+impl ClusterNode {
+    /// Creates a volume of the pool: its record, then its pool state under
+    /// the current map with every replica in sync (a new volume holds
+    /// nothing). A protection the map's failure domains cannot honour is
+    /// refused with the reason.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::node::NodeError`] kinds, as the single-node API uses them.
+    pub async fn create_volume(
+        &self,
+        req: strata_meta::NewVolume,
+        protection: &str,
+    ) -> Result<serde_json::Value, crate::node::NodeError> {
+        use crate::node::NodeError;
+        let copies = copies_of(protection).map_err(|e| NodeError::Invalid(e.to_string()))?;
+        let Some((map, _)) = strata_pool::registry::current_map(&self.etcd, &self.prefix)
+            .await
+            .map_err(|e| NodeError::Internal(e.into()))?
+        else {
+            return Err(NodeError::Internal(anyhow::anyhow!("the cluster has no placement map yet")));
+        };
+        let wanted = strata_pool::placement::Protection::replicated(copies as u8)
+            .map_err(|e| NodeError::Invalid(e.to_string()))?;
+        if copies > map.protection().width() {
+            return Err(NodeError::Invalid(format!(
+                "{protection}: the cluster's placement map holds at most {} copies",
+                map.protection().width()
+            )));
+        }
+        strata_pool::placement::check_protection(&map, wanted).map_err(|e| NodeError::Invalid(e.to_string()))?;
+        let rec = self.meta.create_volume(req).await?;
+        let table = {
+            let mut st = self.state.lock().await;
+            self.table(&mut st, map.epoch()).await.map_err(NodeError::Internal)?
+        };
+        let layout = PlacementLayout::new(rec.id, copies, table);
+        let state = VolumeState {
+            protection: protection.to_string(),
+            map_epoch: map.epoch(),
+            epoch: 0,
+            in_sync: holders(&layout, &rec),
+        };
+        let keys = VolumeKeys::new(&self.prefix, rec.id);
+        if let Err(e) = strata_pool::cluster::create_state(&self.etcd, &keys, rec.id, &state).await {
+            let _ = self.meta.delete_volume(&rec.name).await;
+            return Err(NodeError::Internal(e.into()));
+        }
+        Ok(serde_json::json!({
+            "name": rec.name,
+            "id": rec.id,
+            "size": strata_meta::format_size(rec.size_bytes),
+            "size_bytes": rec.size_bytes,
+            "nqn": rec.nqn,
+            "protection": state.protection,
+            "replicas": state.in_sync.iter().map(|n| n.0).collect::<Vec<_>>(),
+        }))
+    }
+
+    /// The pool: nodes, volumes and totals.
+    ///
+    /// # Errors
+    ///
+    /// etcd or metadata errors.
+    pub async fn status(&self) -> anyhow::Result<serde_json::Value> {
+        use serde_json::json;
+        let live: BTreeMap<NodeId, NodeRecord> =
+            live_nodes(&self.etcd, &self.prefix).await?.into_iter().map(|n| (n.id, n)).collect();
+        let map = strata_pool::registry::current_map(&self.etcd, &self.prefix).await?.map(|(m, _)| m);
+        let mut nodes = Vec::new();
+        let (mut raw, mut allocated) = (0u64, 0u64);
+        for n in map.as_ref().map(|m| m.nodes().to_vec()).unwrap_or_default() {
+            let rec = live.get(&n.id);
+            raw += n.weight;
+            allocated += rec.map_or(0, |r| r.allocated_bytes);
+            nodes.push(json!({
+                "id": n.id.0,
+                "name": n.name,
+                "state": if rec.is_some() { "up" } else { "down" },
+                "labels": n.labels,
+                "capacity_bytes": n.weight,
+                "allocated_bytes": rec.map(|r| r.allocated_bytes),
+                "fabric": rec.map(|r| r.fabric.to_string()),
+                "listen": rec.map(|r| r.listen.to_string()),
+            }));
+        }
+        let mut volumes = Vec::new();
+        let mut provisioned = 0u64;
+        for rec in self.meta.list_volumes().await? {
+            let keys = VolumeKeys::new(&self.prefix, rec.id);
+            let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
+            provisioned += rec.size_bytes;
+            let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
+                Some(kv) => serde_json::from_slice(&kv.value).ok(),
+                None => None,
+            };
+            let copies = copies_of(&state.protection).unwrap_or(1);
+            let table = {
+                let mut st = self.state.lock().await;
+                self.table(&mut st, state.map_epoch).await?
+            };
+            let all = holders(&PlacementLayout::new(rec.id, copies, table), &rec);
+            let resyncing = self.state.lock().await.owned.get(&rec.id).is_some_and(|o| o.resyncing.try_lock().is_err());
+            let health = if state.in_sync == all {
+                "healthy"
+            } else if resyncing {
+                "resyncing"
+            } else {
+                "degraded"
+            };
+            volumes.push(json!({
+                "name": rec.name,
+                "id": rec.id,
+                "size_bytes": rec.size_bytes,
+                "protection": state.protection,
+                "owner": owner.map(|o| o.node.0),
+                "epoch": state.epoch,
+                "replicas": all.iter().map(|n| n.0).collect::<Vec<_>>(),
+                "in_sync": state.in_sync.iter().map(|n| n.0).collect::<Vec<_>>(),
+                "state": health,
+            }));
+        }
+        Ok(json!({
+            "node": self.me.name,
+            "nodes": nodes,
+            "volumes": volumes,
+            "totals": {"raw_bytes": raw, "provisioned_bytes": provisioned, "allocated_bytes": allocated,
+                       "free_bytes": raw.saturating_sub(allocated)},
+        }))
+    }
+}

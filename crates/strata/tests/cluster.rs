@@ -1,0 +1,225 @@
+//! Three `strata node` processes and a private etcd on loopback: a rep:3
+//! volume keeps every flushed write through a kill -9 of its owner, another
+//! node takes it over, and the killed node comes back and is resynced.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use strata_host::{Controller, HostConfig};
+use strata_meta::testing::EtcdProcess;
+
+const BIN: &str = env!("CARGO_BIN_EXE_strata");
+const BS: usize = 4096;
+
+/// Distinct free ports: all listeners are held until every port is
+/// chosen, so one test never gets the same port twice.
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind(("127.0.0.1", 0)).expect("free port")).collect();
+    held.iter().map(|l| l.local_addr().expect("port").port()).collect()
+}
+
+struct NodeProc {
+    name: String,
+    child: Child,
+    args: Vec<String>,
+    api: String,
+    log: std::path::PathBuf,
+}
+
+impl NodeProc {
+    fn start(dir: &Path, name: &str, rack: &str, etcd: &str, ports: &[u16]) -> NodeProc {
+        std::fs::create_dir_all(dir).unwrap();
+        let api = format!("127.0.0.1:{}", ports[0]);
+        let args: Vec<String> = [
+            "node",
+            "--name",
+            name,
+            "--etcd",
+            etcd,
+            "--label",
+            &format!("rack={rack}"),
+            "--lease-ttl",
+            "3",
+            "--fabric",
+            &format!("127.0.0.1:{}", ports[1]),
+            "--listen",
+            &format!("127.0.0.1:{}", ports[2]),
+            "--discovery",
+            &format!("127.0.0.1:{}", ports[3]),
+            "--http",
+            &api,
+            "--data-dir",
+            &dir.display().to_string(),
+            "--drive",
+            &format!("{}:512M", dir.join("drive0.img").display()),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let log = dir.join(format!("{name}.log"));
+        Self::spawn(name.to_string(), args, api, log)
+    }
+
+    fn spawn(name: String, args: Vec<String>, api: String, log: std::path::PathBuf) -> NodeProc {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(BIN).args(&args).stdout(Stdio::null()).stderr(out).spawn().expect("spawn");
+        NodeProc { name, child, args, api, log }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn restart(&mut self) {
+        self.kill9();
+        *self = NodeProc::spawn(self.name.clone(), self.args.clone(), self.api.clone(), self.log.clone());
+    }
+
+    fn log_tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        s.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A blocking HTTP call to a node's API (the CLI's own client).
+fn api(node: &NodeProc, method: &str, path: &str, body: Option<Value>) -> Option<Value> {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "5", "-X", method, &format!("http://{}{path}", node.api)])
+        .args(
+            body.map(|b| vec!["-H".to_string(), "content-type: application/json".into(), "-d".into(), b.to_string()])
+                .unwrap_or_default(),
+        )
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+fn wait_for<T>(what: &str, limit: Duration, nodes: &[&NodeProc], mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(v) = f() {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let logs: Vec<String> = nodes.iter().map(|n| n.log_tail()).collect();
+    panic!("timed out waiting for {what}; node logs:\n{}", logs.join("\n-----\n"));
+}
+
+fn pattern(seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..BS / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect()
+}
+
+fn host() -> HostConfig {
+    HostConfig { io_timeout: Duration::from_secs(10), connect_timeout: Duration::from_secs(3), ..HostConfig::default() }
+}
+
+/// Connects to an owner, retrying while it is not serving yet: an owner
+/// serves once it has fenced the replicas and repaired the dirty regions,
+/// and hosts retry until then.
+async fn connect_when_served(addr: SocketAddr, nqn: &str) -> Controller {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Controller::connect(addr, nqn, &host()).await {
+            Ok(c) => return c,
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => panic!("{addr} never served {nqn}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node_resyncs() {
+    let etcd = EtcdProcess::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = free_ports(12);
+    let mut nodes: Vec<NodeProc> = (1..=3)
+        .map(|i| {
+            let dir = tmp.path().join(format!("n{i}"));
+            NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), &etcd.url(), &ports[(i - 1) * 4..i * 4])
+        })
+        .collect();
+    let refs: Vec<&NodeProc> = nodes.iter().collect();
+    wait_for("three nodes up", Duration::from_secs(30), &refs, || {
+        let s = api(&nodes[0], "GET", "/api/v1/pool", None)?;
+        (s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count() == 3).then_some(())
+    });
+    let created =
+        api(&nodes[0], "POST", "/api/v1/volumes", Some(json!({"name": "v1", "size": "256M", "protect": "rep:3"})))
+            .expect("create answered");
+    assert_eq!(created["protection"], "rep:3", "{created}");
+    let nqn = created["nqn"].as_str().unwrap().to_string();
+
+    // Who owns it, and where hosts reach it.
+    let owner_of = |via: &NodeProc| -> Option<(u64, SocketAddr, Value)> {
+        let s = api(via, "GET", "/api/v1/pool", None)?;
+        let v = s["volumes"].as_array()?.iter().find(|v| v["name"] == "v1")?.clone();
+        let owner = v["owner"].as_u64()?;
+        let n = s["nodes"].as_array()?.iter().find(|n| n["id"] == owner && n["state"] == "up")?;
+        Some((owner, n["listen"].as_str()?.parse().ok()?, v))
+    };
+    let (owner, addr, _) =
+        wait_for("an owner, with all three replicas in sync", Duration::from_secs(30), &refs, || {
+            owner_of(&nodes[1])
+                .filter(|(_, _, v)| v["state"] == "healthy" && v["in_sync"].as_array().map(Vec::len) == Some(3))
+        });
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let blocks: Vec<u64> = (0..64).map(|i| i * 977 % 65536).collect();
+    rt.block_on(async {
+        let c = connect_when_served(addr, &nqn).await;
+        for &b in &blocks {
+            c.write(1, b, pattern(b), false).await.expect("write");
+        }
+        c.flush(1).await.expect("flush");
+    });
+
+    // kill -9 the owner; another node takes over after its lease.
+    let s = api(&nodes[0], "GET", "/api/v1/pool", None).expect("status");
+    let owner_name = s["nodes"].as_array().unwrap().iter().find(|n| n["id"] == owner).unwrap()["name"].clone();
+    let k = nodes.iter().position(|n| n.name == owner_name.as_str().unwrap()).unwrap();
+    nodes[k].kill9();
+    let survivor = (k + 1) % 3;
+    let refs: Vec<&NodeProc> = nodes.iter().collect();
+    // It serves degraded: the dead node is out of the in-sync set.
+    let (new_owner, new_addr, v) = wait_for("a new owner, degraded", Duration::from_secs(40), &refs, || {
+        owner_of(&nodes[survivor]).filter(|(o, _, v)| *o != owner && v["state"] == "degraded")
+    });
+    assert_ne!(new_owner, owner);
+    assert!(!v["in_sync"].as_array().unwrap().contains(&json!(owner)), "{v}");
+    rt.block_on(async {
+        let c = connect_when_served(new_addr, &nqn).await;
+        for &b in &blocks {
+            let got = c.read(1, b, 1).await.expect("read");
+            assert!(got[..] == pattern(b)[..], "block {b} lost in the failover");
+        }
+        c.write(1, 5000, pattern(5000), true).await.expect("write after failover");
+    });
+
+    // The killed node returns with its old data and is resynced.
+    nodes[k].restart();
+    let refs: Vec<&NodeProc> = nodes.iter().collect();
+    wait_for("the volume healthy again", Duration::from_secs(60), &refs, || {
+        let (_, _, v) = owner_of(&nodes[survivor])?;
+        (v["state"] == "healthy").then_some(())
+    });
+}
