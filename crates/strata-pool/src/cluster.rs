@@ -192,6 +192,22 @@ pub async fn acquire(
     Err(ClusterError::Contention(id))
 }
 
+/// Gives volume `id` up: deletes its owner key if it still holds
+/// `token`, so that another node can take it over at once instead of after
+/// this node's lease (a takeover that failed half way).
+///
+/// # Errors
+///
+/// etcd errors.
+pub async fn release(client: &EtcdClient, keys: &VolumeKeys, token: &OwnerToken) -> Result<bool, ClusterError> {
+    let txn = Txn {
+        compare: vec![Compare::value_is(keys.owner.clone(), to_json(token))],
+        success: vec![TxnOp::Delete(KeyRange::key(keys.owner.clone()))],
+        failure: vec![],
+    };
+    Ok(client.txn(&txn).await?.succeeded)
+}
+
 /// The owner's [`Control`] and [`DrlStore`] for one volume, on etcd.
 #[derive(Debug, Clone)]
 pub struct EtcdVolume {

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use strata_block::{BlockDevice, BlockError, EpochFence, Geometry, IoBuf, MemDevice};
 use strata_meta::testing::EtcdProcess;
-use strata_pool::cluster::{ClusterError, EtcdVolume, VolumeKeys, VolumeState, acquire, create_state, read_state};
+use strata_pool::cluster::{
+    ClusterError, EtcdVolume, OwnerToken, VolumeKeys, VolumeState, acquire, create_state, read_state, release,
+};
 use strata_pool::drl::DirtyRegionLog;
 use strata_pool::testing::{Faulty, TableLayout};
 use strata_pool::{
@@ -150,4 +152,19 @@ async fn a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_o
     assert_eq!(read_state(&etcd.client(), &keys, VOL).await.unwrap().0.in_sync, ids(&[1, 2, 3]));
     let (blk, _) = reps.devices[2].read(100, IoBuf::zeroed(4096)).await;
     assert!(blk.iter().all(|&x| x == 8));
+}
+
+#[tokio::test]
+async fn an_owner_that_cannot_serve_gives_the_volume_up_at_once() {
+    let etcd = EtcdProcess::start();
+    let client = etcd.client();
+    let keys = new_volume(&etcd).await;
+    let lease = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let (_, token) = acquire(&client, &keys, VOL, NodeId(1), lease.id).await.unwrap();
+    let forged = OwnerToken { node: NodeId(1), epoch: token.epoch + 7 };
+    assert!(!release(&client, &keys, &forged).await.unwrap(), "only the holder's token releases");
+    assert!(release(&client, &keys, &token).await.unwrap());
+    // Another node takes it over without waiting for node 1's lease.
+    let (m, _) = acquire(&client, &keys, VOL, NodeId(2), lease.id).await.unwrap();
+    assert_eq!(m.epoch, token.epoch + 1);
 }

@@ -184,6 +184,11 @@ impl Subsystem {
         hosts.is_empty() || hosts.iter().any(|h| h == hostnqn)
     }
 
+    /// The host access list (empty = any host).
+    pub fn allowed_hosts(&self) -> Vec<String> {
+        self.allowed_hosts.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Replaces the host access list (empty = any host). Controllers of
     /// hosts the new list leaves out are torn down: access control holds
     /// for connected hosts too.

@@ -102,7 +102,7 @@ impl ClusterNode {
     pub fn new(parts: ClusterParts) -> Arc<ClusterNode> {
         let ClusterParts { me, prefix, etcd, meta, store, target, fabric, lease } = parts;
         let host_cfg = HostConfig {
-            hostnqn: format!("nqn.2026-11.io.strata:node:{}", me.name),
+            hostnqn: node_nqn(&me.name),
             io_queues: 2,
             io_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(3),
@@ -143,6 +143,10 @@ impl ClusterNode {
         }
     }
 
+    fn fabric_hosts(&self) -> Vec<String> {
+        self.fabric.allowed_hosts()
+    }
+
     async fn drop_all_owned(&self) {
         let mut st = self.state.lock().await;
         for (_, o) in st.owned.drain() {
@@ -171,6 +175,14 @@ impl ClusterNode {
         register(&self.etcd, &self.prefix, &me, self.lease.id()).await?;
         let nodes: BTreeMap<NodeId, NodeRecord> =
             live_nodes(&self.etcd, &self.prefix).await?.into_iter().map(|n| (n.id, n)).collect();
+        // Only the cluster's nodes may reach the replicas.
+        if let Some((map, _)) = strata_pool::registry::current_map(&self.etcd, &self.prefix).await? {
+            let mut allowed: Vec<String> = map.nodes().iter().map(|n| node_nqn(&n.name)).collect();
+            allowed.sort();
+            if self.fabric_hosts() != allowed {
+                self.fabric.set_allowed_hosts(allowed);
+            }
+        }
         let volumes = self.meta.list_volumes().await?;
         let mut remote = Vec::new();
         let mut st = self.state.lock().await;
@@ -292,8 +304,30 @@ impl ClusterNode {
     ) -> anyhow::Result<Owned> {
         let (membership, token) = acquire(&self.etcd, keys, rec.id, self.me.id, self.lease.id()).await?;
         tracing::info!(volume = %rec.name, epoch = membership.epoch, "took the volume over");
+        let opened = self.open_owned(st, rec, keys, layout, holders, nodes, membership, &token).await;
+        if opened.is_err() {
+            // Do not sit on a volume we cannot serve until our lease ends.
+            if let Err(e) = strata_pool::cluster::release(&self.etcd, keys, &token).await {
+                tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
+            }
+        }
+        opened
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn open_owned(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        keys: &VolumeKeys,
+        layout: Arc<PlacementLayout>,
+        holders: &BTreeSet<NodeId>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+        membership: strata_pool::Membership,
+        token: &OwnerToken,
+    ) -> anyhow::Result<Owned> {
         let regions = Regions::for_volume(rec.size_bytes, layout.chunk_bytes());
-        let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, &token, regions));
+        let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, token, regions));
         let drl = DirtyRegionLog::new(regions, ev.load_drl().await?, ev.clone());
         let mut replicas: Vec<Arc<dyn Replica>> = Vec::new();
         for &n in holders {
@@ -356,6 +390,11 @@ impl ClusterNode {
             }
         });
     }
+}
+
+/// The host NQN a node connects to its peers' fabric with.
+pub fn node_nqn(name: &str) -> String {
+    format!("nqn.2026-11.io.strata:node:{name}")
 }
 
 /// Every node that holds some chunk of `rec`.

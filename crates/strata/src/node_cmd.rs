@@ -102,7 +102,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let capacity = store.stats().capacity_bytes;
 
     let target = Target::new(cfg.target.clone());
-    let fabric = Subsystem::internal(fabric_nqn(&name), format!("STRATAFAB{:011}", id.0), vec![]);
+    // Only the cluster's nodes may reach the replicas: this one until the
+    // first reconcile lists them all (never any host).
+    let fabric =
+        Subsystem::internal(fabric_nqn(&name), format!("STRATAFAB{:011}", id.0), vec![crate::cluster::node_nqn(&name)]);
     target.add_subsystem(fabric.clone())?;
     let fabric_port = target.listen(fabric_addr, PortRole::Fabric).await?;
     for &a in &cfg.listen {

@@ -163,6 +163,14 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
         let s = api(&nodes[0], "GET", "/api/v1/pool", None)?;
         (s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count() == 3).then_some(())
     });
+    // A host cannot reach the replicas: the fabric admits only the nodes.
+    let fabric: SocketAddr = format!("127.0.0.1:{}", ports[1]).parse().unwrap();
+    let rt0 = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let e = rt0
+        .block_on(Controller::connect(fabric, "nqn.2026-11.io.strata:fabric:n1", &host()))
+        .expect_err("a host connected to a node's fabric");
+    assert!(matches!(e, strata_host::HostError::ConnectRejected { .. }), "{e}");
+    drop(rt0);
     let created =
         api(&nodes[0], "POST", "/api/v1/volumes", Some(json!({"name": "v1", "size": "256M", "protect": "rep:3"})))
             .expect("create answered");
