@@ -38,6 +38,15 @@ struct Held {
     device: Arc<dyn BlockDevice>,
 }
 
+/// A volume to take over, with what the reconcile pass knows of it.
+struct Claim<'a> {
+    rec: &'a VolumeRecord,
+    keys: &'a VolumeKeys,
+    layout: Arc<PlacementLayout>,
+    holders: &'a BTreeSet<NodeId>,
+    nodes: &'a BTreeMap<NodeId, NodeRecord>,
+}
+
 /// A volume this node owns and serves.
 struct Owned {
     vol: ReplicatedVolume,
@@ -233,7 +242,8 @@ impl ClusterNode {
                     if let Some(o) = st.owned.remove(&rec.id) {
                         self.target.remove_subsystem(&o.nqn);
                     }
-                    match self.take_over(&mut st, &rec, &keys, layout, &holders, &nodes).await {
+                    let claim = Claim { rec: &rec, keys: &keys, layout, holders: &holders, nodes: &nodes };
+                    match self.take_over(&mut st, claim).await {
                         Ok(o) => {
                             st.owned.insert(rec.id, o);
                         }
@@ -293,18 +303,11 @@ impl ClusterNode {
         link
     }
 
-    async fn take_over(
-        &self,
-        st: &mut State,
-        rec: &VolumeRecord,
-        keys: &VolumeKeys,
-        layout: Arc<PlacementLayout>,
-        holders: &BTreeSet<NodeId>,
-        nodes: &BTreeMap<NodeId, NodeRecord>,
-    ) -> anyhow::Result<Owned> {
+    async fn take_over(&self, st: &mut State, claim: Claim<'_>) -> anyhow::Result<Owned> {
+        let (rec, keys) = (claim.rec, claim.keys);
         let (membership, token) = acquire(&self.etcd, keys, rec.id, self.me.id, self.lease.id()).await?;
         tracing::info!(volume = %rec.name, epoch = membership.epoch, "took the volume over");
-        let opened = self.open_owned(st, rec, keys, layout, holders, nodes, membership, &token).await;
+        let opened = self.open_owned(st, claim, membership, &token).await;
         if opened.is_err() {
             // Do not sit on a volume we cannot serve until our lease ends.
             if let Err(e) = strata_pool::cluster::release(&self.etcd, keys, &token).await {
@@ -314,18 +317,14 @@ impl ClusterNode {
         opened
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn open_owned(
         &self,
         st: &mut State,
-        rec: &VolumeRecord,
-        keys: &VolumeKeys,
-        layout: Arc<PlacementLayout>,
-        holders: &BTreeSet<NodeId>,
-        nodes: &BTreeMap<NodeId, NodeRecord>,
+        claim: Claim<'_>,
         membership: strata_pool::Membership,
         token: &OwnerToken,
     ) -> anyhow::Result<Owned> {
+        let Claim { rec, keys, layout, holders, nodes } = claim;
         let regions = Regions::for_volume(rec.size_bytes, layout.chunk_bytes());
         let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, token, regions));
         let drl = DirtyRegionLog::new(regions, ev.load_drl().await?, ev.clone());
