@@ -59,16 +59,22 @@ impl MemControl {
 
 impl Control for MemControl {
     fn leave(&self, from: &Membership, nodes: &[NodeId]) -> ControlFuture<'_, Membership> {
-        let r = self.change(from, |s| nodes.iter().for_each(|n| _ = s.remove(n)));
+        let (from, nodes) = (from.clone(), nodes.to_vec());
         Box::pin(async move {
+            // As with etcd: the request travels, the store commits, and
+            // the answer travels back; a caller may vanish at either wait.
+            tokio::task::yield_now().await;
+            let r = self.change(&from, |s| nodes.iter().for_each(|n| _ = s.remove(n)));
             tokio::task::yield_now().await;
             r
         })
     }
 
     fn rejoin(&self, from: &Membership, node: NodeId) -> ControlFuture<'_, Membership> {
-        let r = self.change(from, |s| _ = s.insert(node));
+        let from = from.clone();
         Box::pin(async move {
+            tokio::task::yield_now().await;
+            let r = self.change(&from, |s| _ = s.insert(node));
             tokio::task::yield_now().await;
             r
         })

@@ -233,7 +233,16 @@ impl Inner {
 
     /// Takes failed `nodes` out of the in-sync set and records what they
     /// missed (every dirty region, and `regions`).
-    async fn leave(&self, nodes: &[NodeId], regions: std::ops::Range<u64>) -> Result<(), BlockError> {
+    ///
+    /// Runs to the end on a task of its own: once the store may have
+    /// committed the change, this owner must learn its outcome, or its
+    /// next change would carry a stale epoch and fence a healthy owner.
+    async fn leave(self: &Arc<Self>, nodes: &[NodeId], regions: std::ops::Range<u64>) -> Result<(), BlockError> {
+        let (this, nodes) = (self.clone(), nodes.to_vec());
+        run_to_end(self, async move { this.leave_now(&nodes, regions).await }).await
+    }
+
+    async fn leave_now(&self, nodes: &[NodeId], regions: std::ops::Range<u64>) -> Result<(), BlockError> {
         let _one = self.change.lock().await;
         let current = self.membership().clone();
         let leaving: Vec<NodeId> = nodes.iter().copied().filter(|n| current.in_sync.contains(n)).collect();
@@ -308,7 +317,7 @@ impl Inner {
     /// Decides what a fanned-out operation did: drops failed replicas,
     /// and fails the operation when some chunk lost every in-sync copy.
     async fn settle(
-        &self,
+        self: &Arc<Self>,
         segments: &[Segment],
         sends: &[(usize, NodeId)],
         results: Vec<Result<(), ReplicaError>>,
@@ -355,7 +364,7 @@ impl Inner {
 
     /// Reads `buf.len()` bytes at `lba` within one chunk from an in-sync
     /// replica, dropping replicas that fail and trying the next.
-    async fn read_segment(&self, chunk: u64, lba: u64, mut buf: IoBuf) -> Result<IoBuf, BlockError> {
+    async fn read_segment(self: &Arc<Self>, chunk: u64, lba: u64, mut buf: IoBuf) -> Result<IoBuf, BlockError> {
         loop {
             self.check_serving()?;
             let epoch = self.membership().epoch;
@@ -378,7 +387,7 @@ impl Inner {
         }
     }
 
-    async fn read(&self, lba: u64, mut buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
+    async fn read(self: &Arc<Self>, lba: u64, mut buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
         let bs = self.bs();
         let blocks = buf.len() as u64 / bs;
         if let Err(e) = check_range(self.geometry, lba, blocks) {
@@ -406,7 +415,7 @@ impl Inner {
     }
 
     /// Flushes every in-sync (and catching-up) replica; failed ones leave.
-    async fn flush(&self) -> Result<(), BlockError> {
+    async fn flush(self: &Arc<Self>) -> Result<(), BlockError> {
         self.check_serving()?;
         let m = self.membership().clone();
         let mut nodes: BTreeSet<NodeId> = m.in_sync.clone();
@@ -442,7 +451,7 @@ impl Inner {
 
     /// Copies region `r` from an in-sync replica to `targets`, retrying
     /// until no write raced the copy. Returns the targets that failed.
-    async fn copy_region(&self, r: u64, targets: &[NodeId]) -> Result<Vec<NodeId>, BlockError> {
+    async fn copy_region(self: &Arc<Self>, r: u64, targets: &[NodeId]) -> Result<Vec<NodeId>, BlockError> {
         let bs = self.bs();
         let size = self.geometry.size_bytes();
         let bytes = self.drl.regions().bytes_of(r, size);

@@ -207,6 +207,64 @@ async fn a_write_whose_caller_vanishes_still_lands_on_every_replica() {
     }
 }
 
+/// Polls `fut` at most `polls` times, then drops it: a caller that
+/// vanished at an arbitrary `.await`.
+fn poll_then_drop<F: std::future::Future>(fut: F, polls: u64) {
+    let mut fut = std::pin::pin!(fut);
+    for _ in 0..polls {
+        if fut.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready() {
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_read_dropped_while_its_replica_leaves_keeps_the_owner_and_the_store_in_step() {
+    for polls in 1..12 {
+        let c = Cluster::new();
+        let o = c.open(NodeId(1)).await.unwrap();
+        // Reads go to the local replica first; it fails, so the read
+        // takes it out of the in-sync set (an etcd change) and the caller
+        // vanishes somewhere in the middle.
+        o.faulty[0].down.store(true, SeqCst);
+        poll_then_drop(o.vol.read(3, IoBuf::zeroed(BS as usize)), polls);
+        tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while o.vol.writes_running() > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .unwrap();
+        // Whatever the store recorded, the owner knows it: it keeps
+        // serving instead of fencing itself on its own stale epoch.
+        assert_eq!(o.vol.membership(), c.control.get(), "after {polls} polls");
+        write(&o.vol, 7, polls, 1).await.unwrap_or_else(|e| panic!("after {polls} polls: {e}"));
+        assert!(read(&o.vol, 7, 1).await == pattern(polls, 1).to_vec());
+        assert!(!o.vol.is_fenced(), "after {polls} polls");
+    }
+}
+
+#[tokio::test]
+async fn a_flush_dropped_while_its_replica_leaves_keeps_the_owner_and_the_store_in_step() {
+    for polls in 1..12 {
+        let c = Cluster::new();
+        let o = c.open(NodeId(1)).await.unwrap();
+        o.faulty[2].down.store(true, SeqCst);
+        poll_then_drop(o.vol.flush(), polls);
+        tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while o.vol.writes_running() > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(o.vol.membership(), c.control.get(), "after {polls} polls");
+        write(&o.vol, 7, polls, 1).await.unwrap_or_else(|e| panic!("after {polls} polls: {e}"));
+        o.vol.flush().await.unwrap();
+        assert!(!o.vol.is_fenced(), "after {polls} polls");
+    }
+}
+
 #[tokio::test]
 async fn a_new_owner_fences_the_old_one() {
     let c = Cluster::new();
