@@ -55,6 +55,20 @@ pub struct NodeRecord {
     /// Volumes whose replica it holds and serves on its fabric listener.
     #[serde(default)]
     pub held: Vec<u64>,
+    /// Replicas it is resyncing, as the owner of their volumes.
+    #[serde(default)]
+    pub resyncing: Vec<ResyncProgress>,
+}
+
+/// A stale replica an owner is copying back, as its node record shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResyncProgress {
+    /// The volume.
+    pub volume: u64,
+    /// The node being resynced.
+    pub node: NodeId,
+    /// Regions it still misses.
+    pub regions_left: u64,
 }
 
 fn key(prefix: &str, rest: impl std::fmt::Display) -> Vec<u8> {

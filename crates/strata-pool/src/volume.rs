@@ -604,6 +604,14 @@ impl ReplicatedVolume {
         self.inner.running.load(Ordering::Acquire)
     }
 
+    /// The stale replicas being copied back, each with the regions it
+    /// still misses.
+    pub fn resyncing(&self) -> Vec<(NodeId, u64)> {
+        let i = &self.inner;
+        let nodes: Vec<NodeId> = i.catching_up().iter().copied().collect();
+        nodes.into_iter().map(|n| (n, i.drl.missed(n).map_or(0, |s| s.len()))).collect()
+    }
+
     /// True once this owner has been fenced.
     pub fn is_fenced(&self) -> bool {
         self.inner.fenced.load(Ordering::Acquire)

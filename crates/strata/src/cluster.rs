@@ -24,7 +24,7 @@ use strata_meta::{MetaStore, VolumeRecord};
 use strata_pool::cluster::{EtcdVolume, OwnerToken, PlacementLayout, VolumeKeys, VolumeState, acquire, read_state};
 use strata_pool::fabric::{FabricLink, FabricReplica, fabric_nqn};
 use strata_pool::placement::PlacementTable;
-use strata_pool::registry::{NodeRecord, live_nodes, map_at, register};
+use strata_pool::registry::{NodeRecord, ResyncProgress, live_nodes, map_at, register};
 use strata_pool::{DirtyRegionLog, Layout, LocalReplica, NodeId, Regions, Replica, ReplicatedVolume, VolumeParts};
 use strata_store::Store;
 use strata_target::{Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
@@ -71,7 +71,8 @@ pub struct ClusterNode {
     store: Arc<Store>,
     target: Target,
     fabric: Arc<Subsystem>,
-    lease: LeaseKeeper,
+    /// The current lease; replaced by a new one after a loss.
+    lease: std::sync::Mutex<Arc<LeaseKeeper>>,
     host_cfg: HostConfig,
     state: tokio::sync::Mutex<State>,
 }
@@ -125,28 +126,55 @@ impl ClusterNode {
             store,
             target,
             fabric,
-            lease,
+            lease: std::sync::Mutex::new(Arc::new(lease)),
             host_cfg,
             state: tokio::sync::Mutex::new(State::default()),
         })
     }
 
-    /// Runs the reconcile loop until the node's lease is lost; then stops
-    /// serving every volume it owned.
+    /// Runs the reconcile loop. When the node's lease is lost (etcd
+    /// unreachable for longer than its TTL, as in a network partition) it
+    /// stops serving every volume it owned at once, since another node
+    /// may take them over, then gets a new lease as soon as etcd answers
+    /// and joins again; its replicas are resynced by their owners.
     pub async fn run(self: Arc<Self>) {
         let mut tick = tokio::time::interval(RECONCILE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let lease = self.lease();
             tokio::select! {
-                loss = self.lease.lost() => {
+                loss = lease.lost() => {
                     tracing::error!(?loss, "the node's lease is lost: no longer serving any volume");
                     self.drop_all_owned().await;
-                    return;
+                    self.renew_lease(&lease).await;
                 }
                 _ = tick.tick() => {
                     if let Err(e) = self.reconcile().await {
                         tracing::warn!("reconcile: {e:#}");
                     }
+                }
+            }
+        }
+    }
+
+    fn lease(&self) -> Arc<LeaseKeeper> {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Gets a new lease with the TTL of `lost`, retrying until etcd grants
+    /// one.
+    async fn renew_lease(&self, lost: &LeaseKeeper) {
+        let ttl = Duration::from_secs(u64::try_from(lost.lease().ttl_secs).unwrap_or(1).max(1));
+        loop {
+            match self.etcd.lease_grant(ttl).await {
+                Ok(lease) => {
+                    tracing::info!(lease = ?lease.id, "a new lease: joining the cluster again");
+                    *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(self.etcd.keep_alive(lease));
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!("cannot get a new lease yet: {e}");
+                    tokio::time::sleep(RECONCILE_EVERY / 2).await;
                 }
             }
         }
@@ -180,8 +208,22 @@ impl ClusterNode {
         let mut me = self.me.clone();
         let stats = self.store.stats();
         me.allocated_bytes = stats.extents_allocated * u64::from(stats.extent_size);
-        me.held = self.state.lock().await.held.keys().copied().collect();
-        register(&self.etcd, &self.prefix, &me, self.lease.id()).await?;
+        {
+            let st = self.state.lock().await;
+            me.held = st.held.keys().copied().collect();
+            me.resyncing = st
+                .owned
+                .iter()
+                .flat_map(|(&volume, o)| {
+                    o.vol.resyncing().into_iter().map(move |(node, regions_left)| ResyncProgress {
+                        volume,
+                        node,
+                        regions_left,
+                    })
+                })
+                .collect();
+        }
+        register(&self.etcd, &self.prefix, &me, self.lease().id()).await?;
         let nodes: BTreeMap<NodeId, NodeRecord> =
             live_nodes(&self.etcd, &self.prefix).await?.into_iter().map(|n| (n.id, n)).collect();
         // Only the cluster's nodes may reach the replicas.
@@ -305,7 +347,7 @@ impl ClusterNode {
 
     async fn take_over(&self, st: &mut State, claim: Claim<'_>) -> anyhow::Result<Owned> {
         let (rec, keys) = (claim.rec, claim.keys);
-        let (membership, token) = acquire(&self.etcd, keys, rec.id, self.me.id, self.lease.id()).await?;
+        let (membership, token) = acquire(&self.etcd, keys, rec.id, self.me.id, self.lease().id()).await?;
         tracing::info!(volume = %rec.name, epoch = membership.epoch, "took the volume over");
         let opened = self.open_owned(st, claim, membership, &token).await;
         if opened.is_err() {
@@ -517,10 +559,15 @@ impl ClusterNode {
                 self.table(&mut st, state.map_epoch).await?
             };
             let all = holders(&PlacementLayout::new(rec.id, copies, table), &rec);
-            let resyncing = self.state.lock().await.owned.get(&rec.id).is_some_and(|o| o.resyncing.try_lock().is_err());
+            // The owner's record says which replicas it is copying back.
+            let resync: Vec<&ResyncProgress> = owner
+                .as_ref()
+                .and_then(|o| live.get(&o.node))
+                .map(|n| n.resyncing.iter().filter(|r| r.volume == rec.id).collect())
+                .unwrap_or_default();
             let health = if state.in_sync == all {
                 "healthy"
-            } else if resyncing {
+            } else if !resync.is_empty() {
                 "resyncing"
             } else {
                 "degraded"
@@ -530,11 +577,15 @@ impl ClusterNode {
                 "id": rec.id,
                 "size_bytes": rec.size_bytes,
                 "protection": state.protection,
-                "owner": owner.map(|o| o.node.0),
+                "owner": owner.as_ref().map(|o| o.node.0),
                 "epoch": state.epoch,
                 "replicas": all.iter().map(|n| n.0).collect::<Vec<_>>(),
                 "in_sync": state.in_sync.iter().map(|n| n.0).collect::<Vec<_>>(),
                 "state": health,
+                "resync": resync
+                    .iter()
+                    .map(|r| json!({"node": r.node.0, "regions_left": r.regions_left}))
+                    .collect::<Vec<_>>(),
             }));
         }
         Ok(json!({

@@ -203,15 +203,20 @@ fn pool_status(api: &str, as_json: bool) -> anyhow::Result<()> {
         x.as_array().map(|a| a.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")).unwrap_or_default()
     };
     for vol in v["volumes"].as_array().cloned().unwrap_or_default() {
+        let resync: Vec<String> = vol["resync"]
+            .as_array()
+            .map(|a| a.iter().map(|r| format!(" (node {}: {} regions left)", r["node"], r["regions_left"])).collect())
+            .unwrap_or_default();
         println!(
-            "{:<20} {:>10} {:<6} {:<6} {:<12} {:<12}  {}",
+            "{:<20} {:>10} {:<6} {:<6} {:<12} {:<12}  {}{}",
             field(&vol, "name"),
             strata_meta::format_size(vol["size_bytes"].as_u64().unwrap_or(0)),
             field(&vol, "protection"),
             field(&vol, "owner"),
             ids(&vol["replicas"]),
             ids(&vol["in_sync"]),
-            field(&vol, "state")
+            field(&vol, "state"),
+            resync.concat()
         );
     }
     let t = &v["totals"];

@@ -131,6 +131,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         allocated_bytes: 0,
         incarnation: u64::from_le_bytes(incarnation),
         held: Vec::new(),
+        resyncing: Vec::new(),
     };
     register(&etcd, &prefix, &me, lease.id).await?;
     let keeper = etcd.keep_alive(lease);
