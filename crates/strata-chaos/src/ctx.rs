@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use strata_host::{HostConfig, HostError};
+
 use crate::block::{self, BLOCK_SIZE};
 use crate::oracle::{Oracle, Violation, VolumeId};
 use crate::report::Report;
@@ -38,6 +40,9 @@ impl VolumeRef {
 pub struct Ctx {
     /// strata's NVMe/TCP I/O address.
     pub io: SocketAddr,
+    /// Discovery controllers of a cluster, asked in turn where a volume is
+    /// served (its owner moves); empty for a single node at `io`.
+    discovery: Vec<SocketAddr>,
     oracle: Mutex<Oracle>,
     report: Mutex<Report>,
     /// Violations already reported, as (volume, LBA, what was read): a
@@ -66,6 +71,7 @@ impl Ctx {
     pub fn new(io: SocketAddr, watchdog: Duration, legit_deadline: Duration, report: Report) -> Ctx {
         Ctx {
             io,
+            discovery: Vec::new(),
             oracle: Mutex::new(Oracle::new()),
             report: Mutex::new(report),
             reported: Mutex::new(HashSet::new()),
@@ -75,6 +81,51 @@ impl Ctx {
             legit_deadline,
             disrupted: AtomicBool::new(false),
             flush_gate: Arc::new(tokio::sync::RwLock::new(())),
+        }
+    }
+
+    /// A context for a cluster: hosts ask these discovery controllers, in
+    /// turn, where each volume is served, at every connect.
+    pub fn with_discovery(mut self, discovery: Vec<SocketAddr>) -> Ctx {
+        self.discovery = discovery;
+        self
+    }
+
+    /// Where `nqn` is served now: `io` for a single node; for a cluster,
+    /// the address the first discovery controller that answers lists it
+    /// at.
+    ///
+    /// # Errors
+    ///
+    /// The last discovery error, or [`HostError::Io`] (not found) when no
+    /// controller lists `nqn`.
+    pub async fn target(&self, nqn: &str, cfg: &HostConfig) -> Result<SocketAddr, HostError> {
+        let mut last = None;
+        for &d in &self.discovery {
+            match tokio::time::timeout(self.watchdog, strata_host::discover(d, cfg)).await {
+                Ok(Ok(entries)) => {
+                    let found = entries
+                        .iter()
+                        .filter(|e| e.subnqn == nqn)
+                        .find_map(|e| format!("{}:{}", e.traddr, e.trsvcid).parse::<SocketAddr>().ok());
+                    if let Some(a) = found {
+                        return Ok(a);
+                    }
+                }
+                Ok(Err(e)) => last = Some(e),
+                Err(_) => last = Some(HostError::Timeout { what: "discovery", after: self.watchdog }),
+            }
+        }
+        match last {
+            _ if self.discovery.is_empty() => Ok(self.io),
+            Some(e) => Err(e),
+            None => Err(HostError::Io {
+                context: "resolving a volume through discovery",
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("no discovery controller lists {nqn}"),
+                ),
+            }),
         }
     }
 

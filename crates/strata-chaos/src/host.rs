@@ -121,7 +121,10 @@ pub async fn connect_retrying(
         if *stop.borrow() {
             return Ok(None);
         }
-        let attempt = tokio::time::timeout(ctx.watchdog, Controller::connect(ctx.io, nqn, cfg));
+        let attempt = tokio::time::timeout(ctx.watchdog, async {
+            let at = ctx.target(nqn, cfg).await?;
+            Controller::connect(at, nqn, cfg).await
+        });
         let err = tokio::select! {
             r = attempt => match r {
                 Ok(Ok(c)) => return Ok(Some(c)),

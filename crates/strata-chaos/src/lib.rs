@@ -31,9 +31,9 @@
 mod attack;
 pub mod block;
 mod config;
-mod ctx;
+pub mod ctx;
 mod error;
-mod host;
+pub mod host;
 pub mod oracle;
 pub mod process;
 pub mod raw;

@@ -2,119 +2,21 @@
 //! volume keeps every flushed write through a kill -9 of its owner, another
 //! node takes it over, and the killed node comes back and is resynced.
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use strata_host::{Controller, HostConfig};
 use strata_meta::testing::EtcdProcess;
 
-const BIN: &str = env!("CARGO_BIN_EXE_strata");
+mod common;
+use common::{NodeAddrs, NodeProc, free_ports, wait_for};
+
 const BS: usize = 4096;
 
-/// Distinct free ports: all listeners are held until every port is
-/// chosen, so one test never gets the same port twice.
-fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind(("127.0.0.1", 0)).expect("free port")).collect();
-    held.iter().map(|l| l.local_addr().expect("port").port()).collect()
-}
-
-struct NodeProc {
-    name: String,
-    child: Child,
-    args: Vec<String>,
-    api: String,
-    log: std::path::PathBuf,
-}
-
-impl NodeProc {
-    fn start(dir: &Path, name: &str, rack: &str, etcd: &str, ports: &[u16]) -> NodeProc {
-        std::fs::create_dir_all(dir).unwrap();
-        let api = format!("127.0.0.1:{}", ports[0]);
-        let args: Vec<String> = [
-            "node",
-            "--name",
-            name,
-            "--etcd",
-            etcd,
-            "--label",
-            &format!("rack={rack}"),
-            "--lease-ttl",
-            "3",
-            "--fabric",
-            &format!("127.0.0.1:{}", ports[1]),
-            "--listen",
-            &format!("127.0.0.1:{}", ports[2]),
-            "--discovery",
-            &format!("127.0.0.1:{}", ports[3]),
-            "--http",
-            &api,
-            "--data-dir",
-            &dir.display().to_string(),
-            "--drive",
-            &format!("{}:512M", dir.join("drive0.img").display()),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let log = dir.join(format!("{name}.log"));
-        Self::spawn(name.to_string(), args, api, log)
-    }
-
-    fn spawn(name: String, args: Vec<String>, api: String, log: std::path::PathBuf) -> NodeProc {
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let child = Command::new(BIN).args(&args).stdout(Stdio::null()).stderr(out).spawn().expect("spawn");
-        NodeProc { name, child, args, api, log }
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn restart(&mut self) {
-        self.kill9();
-        *self = NodeProc::spawn(self.name.clone(), self.args.clone(), self.api.clone(), self.log.clone());
-    }
-
-    fn log_tail(&self) -> String {
-        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
-        s.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
-    }
-}
-
-impl Drop for NodeProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A blocking HTTP call to a node's API (the CLI's own client).
-fn api(node: &NodeProc, method: &str, path: &str, body: Option<Value>) -> Option<Value> {
-    let out = Command::new("curl")
-        .args(["-s", "-m", "5", "-X", method, &format!("http://{}{path}", node.api)])
-        .args(
-            body.map(|b| vec!["-H".to_string(), "content-type: application/json".into(), "-d".into(), b.to_string()])
-                .unwrap_or_default(),
-        )
-        .output()
-        .ok()?;
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-fn wait_for<T>(what: &str, limit: Duration, nodes: &[&NodeProc], mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(v) = f() {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let logs: Vec<String> = nodes.iter().map(|n| n.log_tail()).collect();
-    panic!("timed out waiting for {what}; node logs:\n{}", logs.join("\n-----\n"));
+fn loopback(ports: &[u16]) -> NodeAddrs {
+    let a = |i: usize| format!("127.0.0.1:{}", ports[i]);
+    NodeAddrs { http: a(0), fabric: a(1), listen: a(2), discovery: a(3) }
 }
 
 fn pattern(seed: u64) -> Vec<u8> {
@@ -155,12 +57,19 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
     let mut nodes: Vec<NodeProc> = (1..=3)
         .map(|i| {
             let dir = tmp.path().join(format!("n{i}"));
-            NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), &etcd.url(), &ports[(i - 1) * 4..i * 4])
+            NodeProc::start(
+                &dir,
+                &format!("n{i}"),
+                &format!("r{i}"),
+                &etcd.url(),
+                "512M",
+                loopback(&ports[(i - 1) * 4..i * 4]),
+                &[],
+            )
         })
         .collect();
-    let refs: Vec<&NodeProc> = nodes.iter().collect();
-    wait_for("three nodes up", Duration::from_secs(30), &refs, || {
-        let s = api(&nodes[0], "GET", "/api/v1/pool", None)?;
+    wait_for("three nodes up", Duration::from_secs(30), &nodes, || {
+        let s = nodes[0].api("GET", "/api/v1/pool", None)?;
         (s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count() == 3).then_some(())
     });
     // A host cannot reach the replicas: the fabric admits only the nodes.
@@ -171,22 +80,22 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
         .expect_err("a host connected to a node's fabric");
     assert!(matches!(e, strata_host::HostError::ConnectRejected { .. }), "{e}");
     drop(rt0);
-    let created =
-        api(&nodes[0], "POST", "/api/v1/volumes", Some(json!({"name": "v1", "size": "256M", "protect": "rep:3"})))
-            .expect("create answered");
+    let created = nodes[0]
+        .api("POST", "/api/v1/volumes", Some(json!({"name": "v1", "size": "256M", "protect": "rep:3"})))
+        .expect("create answered");
     assert_eq!(created["protection"], "rep:3", "{created}");
     let nqn = created["nqn"].as_str().unwrap().to_string();
 
     // Who owns it, and where hosts reach it.
     let owner_of = |via: &NodeProc| -> Option<(u64, SocketAddr, Value)> {
-        let s = api(via, "GET", "/api/v1/pool", None)?;
+        let s = via.api("GET", "/api/v1/pool", None)?;
         let v = s["volumes"].as_array()?.iter().find(|v| v["name"] == "v1")?.clone();
         let owner = v["owner"].as_u64()?;
         let n = s["nodes"].as_array()?.iter().find(|n| n["id"] == owner && n["state"] == "up")?;
         Some((owner, n["listen"].as_str()?.parse().ok()?, v))
     };
     let (owner, addr, _) =
-        wait_for("an owner, with all three replicas in sync", Duration::from_secs(30), &refs, || {
+        wait_for("an owner, with all three replicas in sync", Duration::from_secs(30), &nodes, || {
             owner_of(&nodes[1])
                 .filter(|(_, _, v)| v["state"] == "healthy" && v["in_sync"].as_array().map(Vec::len) == Some(3))
         });
@@ -202,14 +111,13 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
     });
 
     // kill -9 the owner; another node takes over after its lease.
-    let s = api(&nodes[0], "GET", "/api/v1/pool", None).expect("status");
+    let s = nodes[0].api("GET", "/api/v1/pool", None).expect("status");
     let owner_name = s["nodes"].as_array().unwrap().iter().find(|n| n["id"] == owner).unwrap()["name"].clone();
     let k = nodes.iter().position(|n| n.name == owner_name.as_str().unwrap()).unwrap();
     nodes[k].kill9();
     let survivor = (k + 1) % 3;
-    let refs: Vec<&NodeProc> = nodes.iter().collect();
     // It serves degraded: the dead node is out of the in-sync set.
-    let (new_owner, new_addr, v) = wait_for("a new owner, degraded", Duration::from_secs(40), &refs, || {
+    let (new_owner, new_addr, v) = wait_for("a new owner, degraded", Duration::from_secs(40), &nodes, || {
         owner_of(&nodes[survivor]).filter(|(o, _, v)| *o != owner && v["state"] == "degraded")
     });
     assert_ne!(new_owner, owner);
@@ -225,8 +133,7 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
 
     // The killed node returns with its old data and is resynced.
     nodes[k].restart();
-    let refs: Vec<&NodeProc> = nodes.iter().collect();
-    wait_for("the volume healthy again", Duration::from_secs(60), &refs, || {
+    wait_for("the volume healthy again", Duration::from_secs(60), &nodes, || {
         let (_, _, v) = owner_of(&nodes[survivor])?;
         (v["state"] == "healthy").then_some(())
     });

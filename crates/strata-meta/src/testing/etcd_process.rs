@@ -28,6 +28,8 @@ pub struct EtcdProcess {
     dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
+    /// Another address clients may reach it on, besides loopback.
+    also_on: Option<std::net::Ipv4Addr>,
     child: Option<Child>,
 }
 
@@ -39,6 +41,20 @@ impl EtcdProcess {
     /// If the etcd binary is missing ("install etcd-server"), or etcd does
     /// not become healthy within 30 s (its log is in the message).
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts etcd listening for clients on `addr` as well as on loopback
+    /// (for nodes in other network namespaces); see [`url_on`](Self::url_on).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_also_on(addr: std::net::Ipv4Addr) -> Self {
+        Self::start_with(Some(addr))
+    }
+
+    fn start_with(also_on: Option<std::net::Ipv4Addr>) -> Self {
         let binary = find_binary();
         let mut last_log = String::new();
         // Ports are picked by binding port 0 and letting go, so another
@@ -52,7 +68,7 @@ impl EtcdProcess {
             }
             .expect("cannot create a temp dir for etcd");
             let (client_port, peer_port) = free_ports();
-            let mut p = EtcdProcess { binary: binary.clone(), dir, client_port, peer_port, child: None };
+            let mut p = EtcdProcess { binary: binary.clone(), dir, client_port, peer_port, also_on, child: None };
             match p.spawn_and_wait() {
                 Ok(()) => return p,
                 Err(log) => last_log = log,
@@ -64,6 +80,11 @@ impl EtcdProcess {
     /// The client URL, `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The client URL on `addr` given to [`start_also_on`](Self::start_also_on).
+    pub fn url_on(&self, addr: std::net::Ipv4Addr) -> String {
+        format!("http://{addr}:{}", self.client_port)
     }
 
     /// The client endpoint.
@@ -131,12 +152,16 @@ impl EtcdProcess {
     /// Spawns etcd and waits for `/health`; on failure returns the log tail.
     fn spawn_and_wait(&mut self) -> Result<(), String> {
         let client = format!("http://127.0.0.1:{}", self.client_port);
+        let listen = match self.also_on {
+            Some(a) => format!("{client},http://{a}:{}", self.client_port),
+            None => client.clone(),
+        };
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = File::options().create(true).append(true).open(self.log_path()).expect("cannot create etcd.log");
         let child = Command::new(&self.binary)
             .args(["--name", "strata-test", "--data-dir"])
             .arg(self.dir.path().join("data"))
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-client-urls", &listen, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("strata-test={peer}"), "--initial-cluster-state", "new"])
             .args(["--logger", "zap", "--log-level", "warn"])

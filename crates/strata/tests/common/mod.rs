@@ -1,0 +1,177 @@
+//! Helpers shared by the cluster tests: `strata node` processes, their
+//! HTTP API, and waiting with the nodes' logs at hand.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_strata");
+
+/// Distinct free loopback ports: all listeners are held until every port
+/// is chosen, so one test never gets the same port twice.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind(("127.0.0.1", 0)).expect("free port")).collect();
+    held.iter().map(|l| l.local_addr().expect("port").port()).collect()
+}
+
+/// Where one node listens.
+#[derive(Debug, Clone)]
+pub struct NodeAddrs {
+    /// Internal fabric.
+    pub fabric: String,
+    /// Host-facing NVMe/TCP.
+    pub listen: String,
+    /// Discovery.
+    pub discovery: String,
+    /// HTTP API.
+    pub http: String,
+}
+
+/// A `strata node` process, its log in a file (never a pipe that could
+/// fill and block it). Killed on drop.
+pub struct NodeProc {
+    pub name: String,
+    child: Child,
+    /// The command: a prefix such as `ip netns exec NS`, then strata's.
+    argv: Vec<String>,
+    pub addrs: NodeAddrs,
+    log: PathBuf,
+}
+
+impl NodeProc {
+    /// Starts node `name` in failure domain `rack`, its data under `dir`
+    /// (one drive file of `drive_size`, e.g. `512M`), run through `prefix`
+    /// (empty, or e.g. `ip netns exec NS`).
+    pub fn start(
+        dir: &Path,
+        name: &str,
+        rack: &str,
+        etcd: &str,
+        drive_size: &str,
+        addrs: NodeAddrs,
+        prefix: &[&str],
+    ) -> NodeProc {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut argv: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
+        argv.push(BIN.to_string());
+        argv.extend(
+            [
+                "node",
+                "--name",
+                name,
+                "--etcd",
+                etcd,
+                "--label",
+                &format!("rack={rack}"),
+                "--lease-ttl",
+                "3",
+                "--fabric",
+                &addrs.fabric,
+                "--listen",
+                &addrs.listen,
+                "--discovery",
+                &addrs.discovery,
+                "--http",
+                &addrs.http,
+                "--data-dir",
+                &dir.display().to_string(),
+                "--drive",
+                &format!("{}:{drive_size}", dir.join("drive0.img").display()),
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        let log = dir.join(format!("{name}.log"));
+        Self::spawn(name.to_string(), argv, addrs, log)
+    }
+
+    fn spawn(name: String, argv: Vec<String>, addrs: NodeAddrs, log: PathBuf) -> NodeProc {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("spawn strata node");
+        NodeProc { name, child, argv, addrs, log }
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the node again with the same arguments (after a kill).
+    pub fn restart(&mut self) {
+        self.kill9();
+        *self = NodeProc::spawn(self.name.clone(), self.argv.clone(), self.addrs.clone(), self.log.clone());
+    }
+
+    /// The last 30 lines of its log.
+    pub fn log_tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        format!("== {} ==\n{}", self.name, lines[lines.len().saturating_sub(30)..].join("\n"))
+    }
+
+    /// A blocking call to its HTTP API; `None` when it does not answer
+    /// with JSON.
+    pub fn api(&self, method: &str, path: &str, body: Option<Value>) -> Option<Value> {
+        let out = Command::new("curl")
+            .args(["-s", "-m", "5", "-X", method, &format!("http://{}{path}", self.addrs.http)])
+            .args(
+                body.map(|b| {
+                    vec!["-H".to_string(), "content-type: application/json".into(), "-d".into(), b.to_string()]
+                })
+                .unwrap_or_default(),
+            )
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` every 100 ms until it gives a value; panics after `limit`
+/// with the nodes' logs.
+pub fn wait_for<T>(what: &str, limit: Duration, nodes: &[NodeProc], mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(v) = f() {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let logs: Vec<String> = nodes.iter().map(NodeProc::log_tail).collect();
+    panic!("timed out after {limit:?} waiting for {what}; node logs:\n{}", logs.join("\n"));
+}
+
+/// Volume `name` as the pool status of `via` shows it.
+pub fn volume_status(via: &NodeProc, name: &str) -> Option<Value> {
+    let s = via.api("GET", "/api/v1/pool", None)?;
+    s["volumes"].as_array()?.iter().find(|v| v["name"] == name).cloned()
+}
+
+/// How many nodes the pool status of `via` shows up.
+pub fn nodes_up(via: &NodeProc) -> Option<usize> {
+    let s = via.api("GET", "/api/v1/pool", None)?;
+    Some(s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count())
+}
+
+/// The name of node `id` in the pool status of `via`.
+pub fn node_name(via: &NodeProc, id: u64) -> Option<String> {
+    let s = via.api("GET", "/api/v1/pool", None)?;
+    Some(s["nodes"].as_array()?.iter().find(|n| n["id"] == id)?["name"].as_str()?.to_string())
+}
