@@ -74,6 +74,40 @@ pub struct FileConfig {
     pub io_buffer_budget: Option<String>,
     /// How long commands of a closed connection are waited for.
     pub drain_timeout: Option<String>,
+    /// `[node]`: settings of `strata node`; `strata serve` ignores them.
+    pub node: Option<NodeFile>,
+}
+
+/// The `[node]` table: the options of `strata node`, same names.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFile {
+    /// The node's name, unique in the cluster.
+    pub name: Option<String>,
+    /// etcd endpoints.
+    pub etcd: Option<Vec<String>>,
+    /// Key prefix of the cluster in etcd.
+    pub etcd_prefix: Option<String>,
+    /// Failure-domain labels, e.g. `{ rack = "r1", pod = "p1" }`.
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+    /// The failure domain copies are spread over.
+    pub failure_domain: Option<String>,
+    /// The internal fabric listener.
+    pub fabric: Option<String>,
+    /// Seconds of the node's lease.
+    pub lease_ttl: Option<u64>,
+}
+
+/// The `[node]` table of the config file at `path` (empty when absent).
+///
+/// # Errors
+///
+/// The file cannot be read or is not valid.
+pub fn node_file(path: Option<&Path>) -> anyhow::Result<NodeFile> {
+    match path {
+        Some(p) => Ok(read_file(p)?.node.unwrap_or_default()),
+        None => Ok(NodeFile::default()),
+    }
 }
 
 /// Command-line overrides (all optional; see `strata serve --help`).

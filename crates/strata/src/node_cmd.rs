@@ -26,37 +26,96 @@ use strata_target::{PortRole, Subsystem, Target};
 
 use crate::api::{CreateBody, body_json, error, node_error, reply};
 use crate::cluster::ClusterNode;
-use crate::config::{ServeArgs, ServeConfig};
+use crate::config::{NodeFile, ServeArgs, ServeConfig};
 
-/// Options of `strata node`.
-#[derive(Debug, clap::Args)]
+/// Options of `strata node`; each may also be set in the `[node]` table
+/// of the `--config` file (the command line wins).
+#[derive(Debug, Default, clap::Args)]
 pub struct NodeArgs {
     /// The node's name, unique in the cluster. Default: the host name.
     #[arg(long)]
     pub name: Option<String>,
-    /// etcd endpoints, comma separated.
-    #[arg(long, value_name = "URL[,URL...]", default_value = "http://127.0.0.1:2379")]
-    pub etcd: String,
-    /// Key prefix of this cluster in etcd.
-    #[arg(long, default_value = "/strata/")]
-    pub etcd_prefix: String,
-    /// A failure-domain label such as rack=r1; repeatable.
+    /// etcd endpoints, comma separated. Default: http://127.0.0.1:2379.
+    #[arg(long, value_name = "URL[,URL...]")]
+    pub etcd: Option<String>,
+    /// Key prefix of this cluster in etcd. Default: /strata/.
+    #[arg(long)]
+    pub etcd_prefix: Option<String>,
+    /// A failure-domain label such as rack=r1; repeatable (added over the
+    /// file's labels).
     #[arg(long = "label", value_name = "KEY=VALUE")]
     pub labels: Vec<String>,
     /// The failure domain copies are spread over (a label key, or "node").
-    /// Used when this node creates the cluster's map.
-    #[arg(long, default_value = "rack")]
-    pub failure_domain: String,
-    /// The internal fabric listener other nodes reach.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:4520")]
-    pub fabric: String,
+    /// Used when this node creates the cluster's map. Default: rack.
+    #[arg(long)]
+    pub failure_domain: Option<String>,
+    /// The internal fabric listener other nodes reach. Default:
+    /// 127.0.0.1:4520.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub fabric: Option<String>,
     /// Seconds of the node's lease: how long after it dies its volumes
-    /// move to other nodes.
-    #[arg(long, default_value_t = 10)]
-    pub lease_ttl: u64,
+    /// move to other nodes. Default: 10.
+    #[arg(long)]
+    pub lease_ttl: Option<u64>,
     /// Host-side options, as for `strata serve`.
     #[command(flatten)]
     pub serve: ServeArgs,
+}
+
+/// `strata node`'s settings: the command line over the `[node]` table over
+/// the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSettings {
+    /// The node's name.
+    pub name: String,
+    /// etcd endpoints, comma separated.
+    pub etcd: String,
+    /// Key prefix in etcd.
+    pub etcd_prefix: String,
+    /// Failure-domain labels.
+    pub labels: BTreeMap<String, String>,
+    /// The failure domain of copies.
+    pub failure_domain: String,
+    /// The fabric listener.
+    pub fabric: SocketAddr,
+    /// Lease TTL, seconds (at least 2).
+    pub lease_ttl: u64,
+}
+
+impl NodeSettings {
+    /// Merges `args` over `file` over the defaults.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the bad option or key.
+    pub fn resolve(args: &NodeArgs, file: NodeFile) -> anyhow::Result<NodeSettings> {
+        let mut labels = file.labels.unwrap_or_default();
+        labels.extend(parse_labels(&args.labels)?);
+        if let Some((k, _)) = labels.iter().find(|(k, v)| k.is_empty() || v.is_empty()) {
+            anyhow::bail!("label {k:?}: key and value must not be empty");
+        }
+        let name = args.name.clone().or(file.name).unwrap_or_else(host_name);
+        strata_meta::validate_volume_name(&name).map_err(|e| anyhow::anyhow!("--name {name:?}: {e}"))?;
+        let fabric = args.fabric.clone().or(file.fabric).unwrap_or_else(|| "127.0.0.1:4520".into());
+        let fabric = fabric.parse().with_context(|| format!("--fabric {fabric:?}: expected ADDR:PORT"))?;
+        let lease_ttl = args.lease_ttl.or(file.lease_ttl).unwrap_or(10);
+        if !(2..=3600).contains(&lease_ttl) {
+            anyhow::bail!("--lease-ttl {lease_ttl}: must be between 2 and 3600 seconds");
+        }
+        Ok(NodeSettings {
+            name,
+            etcd: args
+                .etcd
+                .clone()
+                .or(file.etcd.map(|l| l.join(",")))
+                .unwrap_or_else(|| "http://127.0.0.1:2379".into()),
+            etcd_prefix: args.etcd_prefix.clone().or(file.etcd_prefix).unwrap_or_else(|| "/strata/".into()),
+            labels,
+            failure_domain: args.failure_domain.clone().or(file.failure_domain).unwrap_or_else(|| "rack".into()),
+            fabric,
+            lease_ttl,
+        })
+    }
 }
 
 fn parse_labels(list: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
@@ -82,19 +141,18 @@ fn host_name() -> String {
 /// Bad options, unreachable etcd, drives or listeners that cannot be
 /// opened.
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
-    let labels = parse_labels(&args.labels)?;
-    let name = args.name.clone().unwrap_or_else(host_name);
-    strata_meta::validate_volume_name(&name).map_err(|e| anyhow::anyhow!("--name {name:?}: {e}"))?;
-    let domain = FailureDomain::parse(&args.failure_domain).map_err(|e| anyhow::anyhow!("--failure-domain: {e}"))?;
-    let fabric_addr: SocketAddr = args.fabric.parse().with_context(|| format!("--fabric {:?}", args.fabric))?;
+    let settings = NodeSettings::resolve(&args, crate::config::node_file(args.serve.config.as_deref())?)?;
+    let NodeSettings { name, labels, .. } = settings.clone();
+    let domain =
+        FailureDomain::parse(&settings.failure_domain).map_err(|e| anyhow::anyhow!("--failure-domain: {e}"))?;
     let mut serve = args.serve;
     serve.default_volume_size = Some("0".into());
     let cfg = ServeConfig::load(&serve)?;
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
 
-    let etcd = EtcdClient::new(EtcdConfig::from_urls(&args.etcd).map_err(|e| anyhow::anyhow!("--etcd: {e}"))?);
-    let prefix = args.etcd_prefix;
+    let etcd = EtcdClient::new(EtcdConfig::from_urls(&settings.etcd).map_err(|e| anyhow::anyhow!("--etcd: {e}"))?);
+    let prefix = settings.etcd_prefix;
     let meta =
         strata_meta::EtcdMetaStore::open(etcd.clone(), &prefix).await.context("cannot open the metadata in etcd")?;
     let id = node_id(&etcd, &prefix, &name).await.context("cannot get the node's id")?;
@@ -107,7 +165,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let fabric =
         Subsystem::internal(fabric_nqn(&name), format!("STRATAFAB{:011}", id.0), vec![crate::cluster::node_nqn(&name)]);
     target.add_subsystem(fabric.clone())?;
-    let fabric_port = target.listen(fabric_addr, PortRole::Fabric).await?;
+    let fabric_port = target.listen(settings.fabric, PortRole::Fabric).await?;
     for &a in &cfg.listen {
         target.listen(a, PortRole::Io).await?;
     }
@@ -118,7 +176,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let mut node = Node::new(id.0, name.clone(), capacity);
     node.labels = labels.clone();
     let map = join_map(&etcd, &prefix, node, domain).await.context("cannot join the placement map")?;
-    let lease = etcd.lease_grant(Duration::from_secs(args.lease_ttl.max(2))).await.context("cannot get a lease")?;
+    let lease = etcd.lease_grant(Duration::from_secs(settings.lease_ttl)).await.context("cannot get a lease")?;
     let mut incarnation = [0u8; 8];
     getrandom::fill(&mut incarnation).map_err(|e| anyhow::anyhow!("random: {e}"))?;
     let me = NodeRecord {
@@ -198,5 +256,63 @@ async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<
             }
         }
         _ => error(StatusCode::NOT_FOUND, json!("no such endpoint")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> NodeFile {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strata.toml");
+        std::fs::write(&path, text).unwrap();
+        crate::config::node_file(Some(&path)).unwrap()
+    }
+
+    #[test]
+    fn the_command_line_wins_over_the_node_table_which_wins_over_defaults() {
+        let f = file(
+            "data_dir = \"/srv/strata\"\n[node]\nname = \"n7\"\netcd = [\"http://10.0.0.1:2379\", \"http://10.0.0.2:2379\"]\n\
+             labels = { rack = \"r1\", pod = \"p1\" }\nfabric = \"10.0.1.7:4520\"\nlease_ttl = 5\n",
+        );
+        let from_file = NodeSettings::resolve(&NodeArgs::default(), f.clone()).unwrap();
+        assert_eq!(from_file.name, "n7");
+        assert_eq!(from_file.etcd, "http://10.0.0.1:2379,http://10.0.0.2:2379");
+        assert_eq!(from_file.labels.get("pod").map(String::as_str), Some("p1"));
+        assert_eq!(from_file.fabric, "10.0.1.7:4520".parse().unwrap());
+        assert_eq!((from_file.lease_ttl, from_file.failure_domain.as_str()), (5, "rack"));
+        assert_eq!(from_file.etcd_prefix, "/strata/");
+        let args = NodeArgs {
+            name: Some("n8".into()),
+            labels: vec!["rack=r2".into()],
+            lease_ttl: Some(3),
+            ..NodeArgs::default()
+        };
+        let both = NodeSettings::resolve(&args, f).unwrap();
+        assert_eq!((both.name.as_str(), both.lease_ttl), ("n8", 3));
+        assert_eq!(both.labels.get("rack").map(String::as_str), Some("r2"), "a label given twice: the flag wins");
+        assert_eq!(both.labels.get("pod").map(String::as_str), Some("p1"), "the file's other labels stay");
+    }
+
+    #[test]
+    fn bad_node_settings_are_named() {
+        let bad = |args: NodeArgs, f: NodeFile| format!("{:#}", NodeSettings::resolve(&args, f).unwrap_err());
+        assert!(
+            bad(NodeArgs { labels: vec!["rack".into()], ..NodeArgs::default() }, NodeFile::default())
+                .contains("--label")
+        );
+        assert!(bad(NodeArgs::default(), file("[node]\nfabric = \"nowhere\"\n")).contains("--fabric"));
+        assert!(
+            bad(NodeArgs { lease_ttl: Some(0), ..NodeArgs::default() }, NodeFile::default()).contains("--lease-ttl")
+        );
+        assert!(
+            bad(NodeArgs { name: Some("a b".into()), ..NodeArgs::default() }, NodeFile::default()).contains("--name")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strata.toml");
+        std::fs::write(&path, "[node]\nlabel = \"rack=r1\"\n").unwrap();
+        let e = format!("{:#}", crate::config::node_file(Some(&path)).unwrap_err());
+        assert!(e.contains("label"), "{e}");
     }
 }
