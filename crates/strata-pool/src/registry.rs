@@ -58,6 +58,22 @@ pub struct NodeRecord {
     /// Replicas it is resyncing, as the owner of their volumes.
     #[serde(default)]
     pub resyncing: Vec<ResyncProgress>,
+    /// Its drives.
+    #[serde(default)]
+    pub drives: Vec<DriveRecord>,
+}
+
+/// One drive of a node, as its record shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriveRecord {
+    /// Device or file path.
+    pub path: String,
+    /// Raw capacity, bytes.
+    pub capacity_bytes: u64,
+    /// Bytes allocated.
+    pub allocated_bytes: u64,
+    /// Taken out of service after an I/O error.
+    pub failed: bool,
 }
 
 /// A stale replica an owner is copying back, as its node record shows it.

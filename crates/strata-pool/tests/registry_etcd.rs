@@ -73,6 +73,12 @@ async fn a_node_whose_lease_ends_is_no_longer_live() {
         incarnation: 99,
         held: vec![7],
         resyncing: vec![strata_pool::registry::ResyncProgress { volume: 7, node: NodeId(2), regions_left: 12 }],
+        drives: vec![strata_pool::registry::DriveRecord {
+            path: "/dev/nvme1n1".into(),
+            capacity_bytes: 1 << 40,
+            allocated_bytes: 1 << 30,
+            failed: false,
+        }],
     };
     register(&c, P, &rec, lease.id).await.unwrap();
     assert_eq!(live_nodes(&c, P).await.unwrap(), vec![rec]);

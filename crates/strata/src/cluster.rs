@@ -19,15 +19,17 @@ use std::time::Duration;
 use anyhow::Context;
 use strata_block::{BlockDevice, EpochFence};
 use strata_host::HostConfig;
-use strata_meta::etcd::{EtcdClient, LeaseKeeper};
+use strata_meta::etcd::{EtcdClient, KeyRange, LeaseKeeper};
 use strata_meta::{MetaStore, VolumeRecord};
 use strata_pool::cluster::{EtcdVolume, OwnerToken, PlacementLayout, VolumeKeys, VolumeState, acquire, read_state};
 use strata_pool::fabric::{FabricLink, FabricReplica, fabric_nqn};
 use strata_pool::placement::PlacementTable;
-use strata_pool::registry::{NodeRecord, ResyncProgress, live_nodes, map_at, register};
+use strata_pool::registry::{DriveRecord, NodeRecord, ResyncProgress, live_nodes, map_at, register};
 use strata_pool::{DirtyRegionLog, Layout, LocalReplica, NodeId, Regions, Replica, ReplicatedVolume, VolumeParts};
 use strata_store::Store;
 use strata_target::{Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
+
+use crate::node::NodeError;
 
 /// How often a node reconciles with etcd and cleans its dirty regions.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
@@ -208,6 +210,16 @@ impl ClusterNode {
         let mut me = self.me.clone();
         let stats = self.store.stats();
         me.allocated_bytes = stats.extents_allocated * u64::from(stats.extent_size);
+        me.drives = stats
+            .drives
+            .iter()
+            .map(|d| DriveRecord {
+                path: d.path.clone(),
+                capacity_bytes: d.capacity_bytes,
+                allocated_bytes: d.extents_allocated * u64::from(stats.extent_size),
+                failed: d.failed,
+            })
+            .collect();
         {
             let st = self.state.lock().await;
             me.held = st.held.keys().copied().collect();
@@ -307,6 +319,14 @@ impl ClusterNode {
             let _ = self.fabric.remove_namespace(id as u32);
         }
         drop(st);
+        // Replicas of deleted volumes (also those deleted while this node
+        // was down) give their space back. Only this pass creates
+        // replicas, and only of listed volumes, so nothing new is lost.
+        if self.store.volume_ids().iter().any(|id| !present.contains(id)) {
+            let keep: Vec<u64> = present.iter().copied().collect();
+            let freed = self.store.retain_volumes(&keep).await?;
+            tracing::info!(volumes = ?freed, "freed the replicas of deleted volumes");
+        }
         self.target.set_remote_subsystems(remote);
         Ok(())
     }
@@ -470,8 +490,7 @@ impl ClusterNode {
         &self,
         req: strata_meta::NewVolume,
         protection: &str,
-    ) -> Result<serde_json::Value, crate::node::NodeError> {
-        use crate::node::NodeError;
+    ) -> Result<serde_json::Value, NodeError> {
         let copies = copies_of(protection).map_err(|e| NodeError::Invalid(e.to_string()))?;
         let Some((map, _)) = strata_pool::registry::current_map(&self.etcd, &self.prefix)
             .await
@@ -516,6 +535,37 @@ impl ClusterNode {
         }))
     }
 
+    /// Deletes volume `name` from the pool: its record goes first, so that
+    /// every node stops serving it and frees its replica at its next
+    /// reconcile pass (a node that is down frees it when it comes back:
+    /// it keeps only the replicas of listed volumes); then its pool keys.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::node::NodeError::NotFound`] for no such volume; etcd errors.
+    pub async fn delete_volume(&self, name: &str) -> Result<serde_json::Value, NodeError> {
+        let rec = self.meta.delete_volume(name).await?;
+        let keys = VolumeKeys::new(&self.prefix, rec.id);
+        for key in [&keys.owner, &keys.drl, &keys.state] {
+            self.etcd.delete(&KeyRange::key(key.clone())).await.map_err(|e| NodeError::Internal(e.into()))?;
+        }
+        tracing::info!(volume = %rec.name, id = rec.id, "volume deleted from the pool");
+        Ok(serde_json::json!({"name": rec.name, "id": rec.id, "deleted": true}))
+    }
+
+    /// Volume `name` as pool status shows it.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::node::NodeError::NotFound`] for no such volume; etcd errors.
+    pub async fn volume(&self, name: &str) -> Result<serde_json::Value, NodeError> {
+        let status = self.status().await.map_err(NodeError::Internal)?;
+        status["volumes"]
+            .as_array()
+            .and_then(|l| l.iter().find(|v| v["name"] == name).cloned())
+            .ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))
+    }
+
     /// The pool: nodes, volumes and totals.
     ///
     /// # Errors
@@ -541,6 +591,7 @@ impl ClusterNode {
                 "allocated_bytes": rec.map(|r| r.allocated_bytes),
                 "fabric": rec.map(|r| r.fabric.to_string()),
                 "listen": rec.map(|r| r.listen.to_string()),
+                "drives": rec.map(|r| r.drives.clone()).unwrap_or_default(),
             }));
         }
         let mut volumes = Vec::new();

@@ -178,17 +178,25 @@ fn pool_status(api: &str, as_json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("{:<4} {:<16} {:<6} {:>12} {:>12}  LABELS", "ID", "NODE", "STATE", "CAPACITY", "ALLOCATED");
+    println!(
+        "{:<4} {:<16} {:<6} {:>6} {:>12} {:>12}  LABELS",
+        "ID", "NODE", "STATE", "DRIVES", "CAPACITY", "ALLOCATED"
+    );
     for n in v["nodes"].as_array().cloned().unwrap_or_default() {
         let labels: Vec<String> = n["labels"]
             .as_object()
             .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
             .unwrap_or_default();
+        let drives = n["drives"].as_array().map(|d| {
+            let failed = d.iter().filter(|x| x["failed"] == true).count();
+            if failed > 0 { format!("{}({failed}!)", d.len()) } else { d.len().to_string() }
+        });
         println!(
-            "{:<4} {:<16} {:<6} {:>12} {:>12}  {}",
+            "{:<4} {:<16} {:<6} {:>6} {:>12} {:>12}  {}",
             field(&n, "id"),
             field(&n, "name"),
             field(&n, "state"),
+            drives.unwrap_or_else(|| "-".into()),
             strata_meta::format_size(n["capacity_bytes"].as_u64().unwrap_or(0)),
             strata_meta::format_size(n["allocated_bytes"].as_u64().unwrap_or(0)),
             labels.join(",")

@@ -190,6 +190,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         incarnation: u64::from_le_bytes(incarnation),
         held: Vec::new(),
         resyncing: Vec::new(),
+        drives: Vec::new(),
     };
     register(&etcd, &prefix, &me, lease.id).await?;
     let keeper = etcd.keep_alive(lease);
@@ -254,6 +255,21 @@ async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<
                 Ok(v) => reply(StatusCode::CREATED, v),
                 Err(e) => node_error(e),
             }
+        }
+        (Method::GET, ["api", "v1", "volumes", name]) => match cluster.volume(name).await {
+            Ok(v) => reply(StatusCode::OK, v),
+            Err(e) => node_error(e),
+        },
+        (Method::DELETE, ["api", "v1", "volumes", name]) => match cluster.delete_volume(name).await {
+            Ok(v) => reply(StatusCode::OK, v),
+            Err(e) => node_error(e),
+        },
+        (Method::PATCH, ["api", "v1", "volumes", _]) => error(
+            StatusCode::CONFLICT,
+            json!("resizing a pool volume is not supported yet: create a new volume and copy, or use strata serve"),
+        ),
+        (_, ["api", "v1", ..]) => {
+            error(StatusCode::METHOD_NOT_ALLOWED, json!(format!("{} is not supported on {path}", req.method())))
         }
         _ => error(StatusCode::NOT_FOUND, json!("no such endpoint")),
     }

@@ -138,3 +138,101 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
         (v["state"] == "healthy").then_some(())
     });
 }
+
+/// Bytes allocated on every node, from the pool status of `via`.
+fn allocated(via: &NodeProc) -> Option<Vec<u64>> {
+    let s = via.api("GET", "/api/v1/pool", None)?;
+    s["nodes"].as_array()?.iter().map(|n| n["allocated_bytes"].as_u64()).collect()
+}
+
+#[test]
+fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_and_delete_gives_the_space_back() {
+    let etcd = EtcdProcess::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = free_ports(12);
+    let nodes: Vec<NodeProc> = (1..=3)
+        .map(|i| {
+            let dir = tmp.path().join(format!("n{i}"));
+            let addrs = loopback(&ports[(i - 1) * 4..i * 4]);
+            NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), &etcd.url(), "64M", addrs, &[])
+        })
+        .collect();
+    wait_for("three nodes up", Duration::from_secs(30), &nodes, || (common::nodes_up(&nodes[0])? == 3).then_some(()));
+    let s = nodes[0].api("GET", "/api/v1/pool", None).unwrap();
+    for n in s["nodes"].as_array().unwrap() {
+        let drives = n["drives"].as_array().expect("drives listed");
+        assert_eq!(drives.len(), 1, "{n}");
+        assert!(drives[0]["capacity_bytes"].as_u64().unwrap() > 0, "{n}");
+    }
+    // Overcommitted: 1 GiB on three copies of 64 MiB drives.
+    let created = nodes[1]
+        .api("POST", "/api/v1/volumes", Some(json!({"name": "big", "size": "1G", "protect": "rep:3"})))
+        .expect("create answered");
+    assert_eq!(created["protection"], "rep:3", "overcommit is allowed: {created}");
+    let nqn = created["nqn"].as_str().unwrap().to_string();
+    let addr: SocketAddr = wait_for("an owner", Duration::from_secs(30), &nodes, || {
+        let v = common::volume_status(&nodes[0], "big")?;
+        let owner = v["owner"].as_u64()?;
+        let s = nodes[0].api("GET", "/api/v1/pool", None)?;
+        s["nodes"].as_array()?.iter().find(|n| n["id"] == owner)?["listen"].as_str()?.parse().ok()
+    });
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    const MIB_BLOCKS: u64 = (1 << 20) / BS as u64;
+    let mib = |m: u64| -> Vec<u8> { (0..MIB_BLOCKS).flat_map(|b| pattern(m * MIB_BLOCKS + b)).collect() };
+    let written = rt.block_on(async {
+        let c = connect_when_served(addr, &nqn).await;
+        let mut written = 0;
+        loop {
+            assert!(written < 1024, "1 GiB fitted on 64 MiB drives");
+            match c.write(1, written * MIB_BLOCKS, mib(written), false).await {
+                Ok(()) => written += 1,
+                Err(e) => {
+                    assert!(e.is_status(strata_nvme::status::Status::CAPACITY_EXCEEDED), "a full pool answered {e}");
+                    break;
+                }
+            }
+        }
+        // Still full, still the same answer; what was acknowledged is intact.
+        let e = c.write(1, written * MIB_BLOCKS, mib(written), false).await.expect_err("the pool is full");
+        assert!(e.is_status(strata_nvme::status::Status::CAPACITY_EXCEEDED), "{e}");
+        c.flush(1).await.expect("flush of a full pool");
+        for m in 0..written {
+            let got = c.read(1, m * MIB_BLOCKS, MIB_BLOCKS as u32).await.expect("read");
+            assert!(got[..] == mib(m)[..], "MiB {m} changed after the pool filled");
+        }
+        written
+    });
+    assert!(written > 32, "only {written} MiB of 64 fitted");
+    // Full is not failed: every replica stays in sync.
+    let v = common::volume_status(&nodes[2], "big").unwrap();
+    assert_eq!(v["state"], "healthy", "{v}");
+
+    // Deleting the volume gives its space back on every node.
+    let full = allocated(&nodes[0]).unwrap();
+    assert!(full.iter().all(|&a| a >= written << 20), "{full:?}");
+    let d = nodes[2].api("DELETE", "/api/v1/volumes/big", None).expect("delete answered");
+    assert_eq!(d["deleted"], true, "{d}");
+    assert!(nodes[0].api("GET", "/api/v1/volumes/big", None).unwrap()["error"].is_string());
+    wait_for("the space freed on every node", Duration::from_secs(30), &nodes, || {
+        allocated(&nodes[1]).filter(|a| a.iter().all(|&x| x < 16 << 20))
+    });
+    // And it is usable again.
+    let created = nodes[0]
+        .api("POST", "/api/v1/volumes", Some(json!({"name": "again", "size": "128M", "protect": "rep:3"})))
+        .expect("create answered");
+    let nqn = created["nqn"].as_str().expect("created").to_string();
+    let addr: SocketAddr = wait_for("an owner", Duration::from_secs(30), &nodes, || {
+        let v = common::volume_status(&nodes[0], "again")?;
+        let owner = v["owner"].as_u64()?;
+        let s = nodes[0].api("GET", "/api/v1/pool", None)?;
+        s["nodes"].as_array()?.iter().find(|n| n["id"] == owner)?["listen"].as_str()?.parse().ok()
+    });
+    rt.block_on(async {
+        let c = connect_when_served(addr, &nqn).await;
+        for m in 0..32 {
+            c.write(1, m * MIB_BLOCKS, mib(m), false).await.expect("a write into freed space");
+        }
+        c.flush(1).await.unwrap();
+    });
+}
