@@ -61,6 +61,16 @@ pub struct NodeRecord {
     /// Its drives.
     #[serde(default)]
     pub drives: Vec<DriveRecord>,
+    /// Bytes each replica it holds allocates, by volume id.
+    #[serde(default)]
+    pub held_bytes: BTreeMap<u64, u64>,
+}
+
+/// Bytes one copy of volume `id` allocates: what its holders among `nodes`
+/// allocate for it, over `copies`.
+pub fn volume_allocated<'a>(nodes: impl IntoIterator<Item = &'a NodeRecord>, id: u64, copies: usize) -> u64 {
+    let total: u64 = nodes.into_iter().filter_map(|n| n.held_bytes.get(&id)).sum();
+    total / copies.max(1) as u64
 }
 
 /// One drive of a node, as its record shows it.

@@ -96,6 +96,9 @@ pub struct VolumeStats {
     pub replicas_dropped: std::sync::atomic::AtomicU64,
     /// Regions copied by resync or repair.
     pub regions_copied: std::sync::atomic::AtomicU64,
+    /// Bytes one copy of the volume allocates, as the owner last learned
+    /// from its replicas' nodes (what [`BlockDevice::usage`] reports).
+    pub allocated_bytes: std::sync::atomic::AtomicU64,
 }
 
 struct Inner {
@@ -716,7 +719,11 @@ impl BlockDevice for ReplicatedVolume {
     }
 
     fn usage(&self) -> DeviceUsage {
-        DeviceUsage { provisioned_bytes: self.inner.geometry.size_bytes(), allocated_bytes: 0 }
+        let allocated = self.inner.stats.allocated_bytes.load(Ordering::Relaxed);
+        DeviceUsage {
+            provisioned_bytes: self.inner.geometry.size_bytes(),
+            allocated_bytes: allocated.min(self.inner.geometry.size_bytes()),
+        }
     }
 
     fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {

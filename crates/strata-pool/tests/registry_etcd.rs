@@ -79,6 +79,7 @@ async fn a_node_whose_lease_ends_is_no_longer_live() {
             allocated_bytes: 1 << 30,
             failed: false,
         }],
+        held_bytes: [(7, 1 << 30)].into(),
     };
     register(&c, P, &rec, lease.id).await.unwrap();
     assert_eq!(live_nodes(&c, P).await.unwrap(), vec![rec]);

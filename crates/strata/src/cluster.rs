@@ -24,7 +24,7 @@ use strata_meta::{MetaStore, VolumeRecord};
 use strata_pool::cluster::{EtcdVolume, OwnerToken, PlacementLayout, VolumeKeys, VolumeState, acquire, read_state};
 use strata_pool::fabric::{FabricLink, FabricReplica, fabric_nqn};
 use strata_pool::placement::PlacementTable;
-use strata_pool::registry::{DriveRecord, NodeRecord, ResyncProgress, live_nodes, map_at, register};
+use strata_pool::registry::{DriveRecord, NodeRecord, ResyncProgress, live_nodes, map_at, register, volume_allocated};
 use strata_pool::{DirtyRegionLog, Layout, LocalReplica, NodeId, Regions, Replica, ReplicatedVolume, VolumeParts};
 use strata_store::Store;
 use strata_target::{Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
@@ -223,6 +223,7 @@ impl ClusterNode {
         {
             let st = self.state.lock().await;
             me.held = st.held.keys().copied().collect();
+            me.held_bytes = st.held.iter().map(|(&id, h)| (id, h.device.usage().allocated_bytes)).collect();
             me.resyncing = st
                 .owned
                 .iter()
@@ -272,6 +273,9 @@ impl ClusterNode {
             match owner {
                 Some(t) if t.node == self.me.id => {
                     if let Some(o) = st.owned.get(&rec.id) {
+                        let copies = copies_of(&state.protection)?;
+                        let allocated = volume_allocated(nodes.values(), rec.id, copies);
+                        o.vol.stats().allocated_bytes.store(allocated, std::sync::atomic::Ordering::Relaxed);
                         self.tend(rec.id, o, &state, &nodes);
                     }
                 }
@@ -633,6 +637,7 @@ impl ClusterNode {
                 "replicas": all.iter().map(|n| n.0).collect::<Vec<_>>(),
                 "in_sync": state.in_sync.iter().map(|n| n.0).collect::<Vec<_>>(),
                 "state": health,
+                "allocated_bytes": volume_allocated(live.values(), rec.id, copies),
                 "resync": resync
                     .iter()
                     .map(|r| json!({"node": r.node.0, "regions_left": r.regions_left}))

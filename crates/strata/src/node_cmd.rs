@@ -191,6 +191,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         held: Vec::new(),
         resyncing: Vec::new(),
         drives: Vec::new(),
+        held_bytes: BTreeMap::new(),
     };
     register(&etcd, &prefix, &me, lease.id).await?;
     let keeper = etcd.keep_alive(lease);

@@ -208,6 +208,12 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
     let v = common::volume_status(&nodes[2], "big").unwrap();
     assert_eq!(v["state"], "healthy", "{v}");
 
+    // What one copy allocates is reported, from the holders' records.
+    wait_for("the volume's allocation reported", Duration::from_secs(10), &nodes, || {
+        let v = common::volume_status(&nodes[0], "big")?;
+        (v["allocated_bytes"].as_u64()? >= written << 20).then_some(())
+    });
+
     // Deleting the volume gives its space back on every node.
     let full = allocated(&nodes[0]).unwrap();
     assert!(full.iter().all(|&a| a >= written << 20), "{full:?}");
