@@ -311,6 +311,17 @@ impl DirtyRegionLog {
         !inner.inflight.contains_key(&r) && inner.last_write.get(&r).is_none_or(|&w| w <= seq)
     }
 
+    /// True when some dirty region stayed quiet since `seq` (and
+    /// [`clean_flushed`](Self::clean_flushed) would clear it).
+    pub fn has_quiet_dirty(&self, seq: u64) -> bool {
+        let inner = self.lock();
+        inner
+            .wanted
+            .dirty
+            .iter()
+            .any(|r| !inner.inflight.contains_key(&r) && inner.last_write.get(&r).is_none_or(|&w| w <= seq))
+    }
+
     /// Clears the dirty regions that stayed quiet since `seq`, which the
     /// caller took before a flush of every in-sync replica that has since
     /// completed, and persists the log when that changed it.

@@ -38,7 +38,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -54,6 +54,13 @@ pub trait Layout: Send + Sync + Debug {
     /// The nodes that hold chunk `chunk`, in placement order.
     fn replicas(&self, chunk: u64) -> Vec<NodeId>;
 }
+
+/// How long a dirty region stays dirty after its last write when the
+/// owner cleans the log. Longer means fewer metadata writes under writes
+/// scattered over the volume (a region written again within this time
+/// costs nothing); shorter means fewer regions to repair after the owner
+/// dies. md's write-intent bitmap makes the same trade with a few seconds.
+pub const CLEAN_AFTER: Duration = Duration::from_secs(5);
 
 /// The in-sync set of a volume at an epoch, as the metadata store holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +123,8 @@ struct Inner {
     fenced: AtomicBool,
     /// Writes running on their own tasks.
     running: std::sync::atomic::AtomicUsize,
+    /// Marks of the log's write sequence taken by [`ReplicatedVolume::clean`].
+    clean_marks: Mutex<std::collections::VecDeque<(Instant, u64)>>,
     stats: VolumeStats,
 }
 
@@ -528,6 +537,7 @@ impl ReplicatedVolume {
             change: tokio::sync::Mutex::new(()),
             fenced: AtomicBool::new(false),
             running: std::sync::atomic::AtomicUsize::new(0),
+            clean_marks: Mutex::new(std::collections::VecDeque::new()),
             stats: VolumeStats::default(),
         });
         let vol = ReplicatedVolume { inner };
@@ -620,16 +630,40 @@ impl ReplicatedVolume {
         self.inner.fenced.load(Ordering::Acquire)
     }
 
-    /// Flushes every in-sync replica and clears the dirty regions that
-    /// stayed quiet meanwhile. The owner runs this every few seconds.
+    /// Clears the dirty regions no write has touched for `quiet_for`,
+    /// after a flush of every in-sync replica; returns how many. The owner
+    /// runs this every second with [`CLEAN_AFTER`]; with nothing to clear
+    /// it neither flushes nor writes the log.
+    ///
+    /// Each call takes a mark of the log's write sequence; a region is
+    /// quiet for `quiet_for` when its last write came before the newest
+    /// mark that old, so the delay is counted in calls as well as time.
     ///
     /// # Errors
     ///
     /// As a flush, or the log could not be saved.
-    pub async fn clean(&self) -> Result<u64, BlockError> {
-        let seq = self.inner.drl.sequence();
-        self.inner.flush().await?;
-        self.inner.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))
+    pub async fn clean(&self, quiet_for: Duration) -> Result<u64, BlockError> {
+        let i = &self.inner;
+        let now = Instant::now();
+        let cutoff = {
+            let mut marks = i.clean_marks.lock().unwrap_or_else(|e| e.into_inner());
+            marks.push_back((now, i.drl.sequence()));
+            let mut cutoff = None;
+            while let Some(&(at, seq)) = marks.front() {
+                if now.duration_since(at) < quiet_for {
+                    break;
+                }
+                cutoff = Some(seq);
+                marks.pop_front();
+            }
+            cutoff
+        };
+        let Some(seq) = cutoff else { return Ok(0) };
+        if !i.drl.has_quiet_dirty(seq) {
+            return Ok(0);
+        }
+        i.flush().await?;
+        i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))
     }
 
     /// Brings the stale replica on `node` back: every new write goes to it

@@ -145,7 +145,7 @@ async fn a_dead_peer_leaves_the_in_sync_set_and_a_restarted_one_resyncs() {
     let store = Arc::new(MemDrlStore::default());
     let (vol, _links) = open(&nodes, NodeId(1), &control, &store).await;
     vol.write(0, data(1, 8), false).await.1.unwrap();
-    vol.clean().await.unwrap();
+    vol.clean(std::time::Duration::ZERO).await.unwrap();
 
     // Node 3 dies: the next write completes on 1 and 2 and drops it.
     nodes[2].stop().await;

@@ -289,7 +289,7 @@ async fn a_new_owner_makes_the_replicas_agree_on_regions_the_dead_owner_was_writ
     let o = c.open(NodeId(1)).await.unwrap();
     write(&o.vol, 0, 1, 8).await.unwrap();
     write(&o.vol, 600, 2, 8).await.unwrap();
-    o.vol.clean().await.unwrap();
+    o.vol.clean(std::time::Duration::ZERO).await.unwrap();
     assert!(c.drl_store.saved().dirty.is_empty());
     // The owner dies in the middle of a write: its region is dirty in the
     // log, and the write reached node 3 only.
@@ -318,11 +318,11 @@ async fn a_replica_that_comes_back_copies_only_what_it_missed_and_rejoins() {
     let c = Cluster::new();
     let o = c.open(NodeId(1)).await.unwrap();
     write(&o.vol, 0, 1, 16).await.unwrap();
-    o.vol.clean().await.unwrap(); // else region 0 is dirty and missed too
+    o.vol.clean(std::time::Duration::ZERO).await.unwrap(); // else region 0 is dirty and missed too
     o.faulty[2].down.store(true, SeqCst);
     write(&o.vol, 320, 2, 4).await.unwrap(); // node 3 leaves here
     write(&o.vol, 2048, 3, 4).await.unwrap();
-    o.vol.clean().await.unwrap();
+    o.vol.clean(std::time::Duration::ZERO).await.unwrap();
     let missed = c.drl_store.saved().missed[&NodeId(3)].clone();
     assert_eq!(missed.len(), 2, "two regions written while it was away");
     assert!(!c.replicas_agree().await);
@@ -380,4 +380,27 @@ async fn a_volume_whose_chunk_lost_every_replica_does_not_open() {
     c.control.stored.lock().unwrap().in_sync = BTreeSet::new();
     let m = c.control.take_over();
     assert!(matches!(c.open_at(NodeId(1), m).await, Err(strata_pool::volume::OpenError::Unavailable { chunk: 0, .. })));
+}
+
+#[tokio::test]
+async fn the_log_keeps_a_region_dirty_until_it_was_quiet_for_the_delay_and_only_flushes_when_it_clears_some() {
+    let c = Cluster::new();
+    let o = c.open(NodeId(1)).await.unwrap();
+    write(&o.vol, 0, 1, 1).await.unwrap();
+    let saves = c.drl_store.saves.load(SeqCst);
+    let delay = std::time::Duration::from_millis(300);
+    // Written just now: not quiet for the delay yet, so nothing is
+    // cleared, flushed or saved.
+    assert_eq!(o.vol.clean(delay).await.unwrap(), 0);
+    assert!(o.vol.drl().dirty().contains(0));
+    assert_eq!(c.drl_store.saves.load(SeqCst), saves, "a clean with nothing to clear wrote the log");
+    // A write to a dirty region costs no save either.
+    write(&o.vol, 1, 2, 1).await.unwrap();
+    assert_eq!(c.drl_store.saves.load(SeqCst), saves, "re-dirtying a dirty region wrote the log");
+    tokio::time::sleep(delay).await;
+    // Quiet since the first mark, but the second write came after it.
+    assert_eq!(o.vol.clean(delay).await.unwrap(), 0);
+    tokio::time::sleep(delay).await;
+    assert_eq!(o.vol.clean(delay).await.unwrap(), 1, "quiet for the delay: cleared");
+    assert!(c.drl_store.saved().dirty.is_empty(), "the cleared log is saved");
 }

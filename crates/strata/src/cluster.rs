@@ -444,7 +444,7 @@ impl ClusterNode {
             .collect();
         tokio::spawn(async move {
             let Ok(_one) = lock.try_lock() else { return };
-            if let Err(e) = vol.clean().await {
+            if let Err(e) = vol.clean(strata_pool::volume::CLEAN_AFTER).await {
                 tracing::warn!(volume = id, "cleaning the dirty-region log: {e}");
             }
             for n in stale {
