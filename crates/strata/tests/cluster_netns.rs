@@ -8,7 +8,10 @@
 //! 2. a replica node's link is cut (`ip link set down` in its namespace),
 //!    long enough for its lease to end, and comes back;
 //! 3. the owner is killed with kill -9, another node takes over, and the
-//!    killed node comes back.
+//!    killed node comes back;
+//! 4. the owner freezes (SIGSTOP) for longer than its lease, another node
+//!    takes over, and the old owner wakes up (SIGCONT) with writes in
+//!    flight: the fence refuses them.
 //!
 //! Every acknowledged-and-flushed write reads back, no block read ever
 //! flips between values after a failover, nothing hangs, and
@@ -299,6 +302,42 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
     });
     resyncing_seen += seen.iter().filter(|s| *s == "resyncing").count();
     load_runs(&ctx, Duration::from_secs(2), "once healthy again");
+
+    // 4. The owner freezes (SIGSTOP) for longer than its lease: another
+    // node takes over, and the old owner wakes up (SIGCONT) with writes
+    // in flight and hosts' commands in its sockets. The fence refuses
+    // them everywhere but on its own replica, which is out of the in-sync
+    // set and resynced; the hosts see no block flip.
+    let owner = owner_index(&nodes, watcher);
+    let watcher = (0..NODES).find(|&i| i != owner).unwrap();
+    let old_owner = volume_status(&nodes[watcher], VOLUME).unwrap()["owner"].clone();
+    ctx.set_disrupted(true);
+    nodes[owner].signal("-STOP");
+    ctx.oracle(|o| o.crash());
+    watch_states("a new owner while the old one is frozen", &nodes, watcher, Duration::from_secs(60), |v| {
+        v["owner"].is_u64() && v["owner"] != old_owner
+    });
+    nodes[owner].signal("-CONT");
+    wait_for("the hosts writing again", Duration::from_secs(90), &nodes, || {
+        let before = written(&ctx);
+        std::thread::sleep(Duration::from_millis(500));
+        (written(&ctx) > before).then_some(())
+    });
+    ctx.set_disrupted(false);
+    let seen = watch_states("healthy after the old owner woke", &nodes, watcher, Duration::from_secs(90), |v| {
+        v["state"] == "healthy"
+    });
+    resyncing_seen += seen.iter().filter(|s| *s == "resyncing").count();
+    load_runs(&ctx, Duration::from_secs(2), "after the frozen owner woke up");
+    let woke = nodes[owner].log_text();
+    assert!(
+        woke.contains("lease is lost"),
+        "the frozen owner never noticed it lost its lease\n{}",
+        nodes[owner].log_tail()
+    );
+    for line in woke.lines().filter(|l| l.contains("fenced") || l.contains("refused epoch")) {
+        eprintln!("old owner: {line}");
+    }
 
     // Stop the load and read every block back through the new owner.
     let _ = stop.send(true);

@@ -107,10 +107,21 @@ impl NodeProc {
         let _ = self.child.wait();
     }
 
+    /// Sends `signal` (e.g. `-STOP`, `-CONT`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(signal).arg(self.child.id().to_string()).status().expect("kill(1)");
+        assert!(status.success(), "kill {signal} {} failed", self.child.id());
+    }
+
     /// Starts the node again with the same arguments (after a kill).
     pub fn restart(&mut self) {
         self.kill9();
         *self = NodeProc::spawn(self.name.clone(), self.argv.clone(), self.addrs.clone(), self.log.clone());
+    }
+
+    /// Its whole log.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The last 30 lines of its log.
