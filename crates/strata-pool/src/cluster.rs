@@ -33,6 +33,16 @@ use crate::volume::{Control, ControlError, ControlFuture, Membership};
 /// does not concern it (a size change, say) made it fail.
 const MAX_ATTEMPTS: u32 = 8;
 
+/// How long an owner keeps retrying a membership change or a save of the
+/// dirty-region log while etcd does not answer (a leader election, a
+/// stalled member) before failing the write that needs it. Below the
+/// 30 s a Linux host waits for an I/O; an owner cut off for longer than
+/// its lease stops serving anyway.
+pub const METADATA_PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Pause between two tries of an etcd request that got no answer.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A replicated volume's membership as etcd holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeState {
@@ -241,6 +251,26 @@ impl EtcdVolume {
         Compare::value_is(self.keys.owner.clone(), self.token.clone())
     }
 
+    /// [`change`](Self::change), retried while etcd does not answer,
+    /// within [`METADATA_PATIENCE`]. A try whose answer was lost is
+    /// recognised by the next one (it finds its own result stored).
+    async fn change_patiently(
+        &self,
+        from: &Membership,
+        change: impl Fn(&mut BTreeSet<NodeId>),
+    ) -> Result<Membership, ControlError> {
+        let began = std::time::Instant::now();
+        loop {
+            match self.change(from, &change).await {
+                Err(ControlError::Unavailable(e)) if began.elapsed() < METADATA_PATIENCE => {
+                    tracing::warn!(volume = self.id, "changing the in-sync set, retrying: {e}");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// Changes the in-sync set with `change` if the stored membership is
     /// still `from` and we still own the volume.
     async fn change(
@@ -291,7 +321,7 @@ impl Control for EtcdVolume {
     fn leave(&self, from: &Membership, nodes: &[NodeId]) -> ControlFuture<'_, Membership> {
         let (from, nodes) = (from.clone(), nodes.to_vec());
         Box::pin(async move {
-            self.change(&from, |s| {
+            self.change_patiently(&from, |s| {
                 for n in &nodes {
                     s.remove(n);
                 }
@@ -303,7 +333,7 @@ impl Control for EtcdVolume {
     fn rejoin(&self, from: &Membership, node: NodeId) -> ControlFuture<'_, Membership> {
         let from = from.clone();
         Box::pin(async move {
-            self.change(&from, |s| {
+            self.change_patiently(&from, |s| {
                 s.insert(node);
             })
             .await
@@ -323,10 +353,19 @@ impl DrlStore for EtcdVolume {
                 }],
                 failure: vec![],
             };
-            match self.client.txn(&txn).await {
-                Ok(r) if r.succeeded => Ok(()),
-                Ok(_) => Err(format!("volume {}: not the owner any more", self.id)),
-                Err(e) => Err(e.to_string()),
+            // Saving the whole log again is idempotent: retry until
+            // etcd answers, within the patience.
+            let began = std::time::Instant::now();
+            loop {
+                match self.client.txn(&txn).await {
+                    Ok(r) if r.succeeded => return Ok(()),
+                    Ok(_) => return Err(format!("volume {}: not the owner any more", self.id)),
+                    Err(e) if began.elapsed() < METADATA_PATIENCE => {
+                        tracing::warn!(volume = self.id, "saving the dirty-region log, retrying: {e}");
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
             }
         })
     }

@@ -168,3 +168,30 @@ async fn an_owner_that_cannot_serve_gives_the_volume_up_at_once() {
     let (m, _) = acquire(&client, &keys, VOL, NodeId(2), lease.id).await.unwrap();
     assert_eq!(m.epoch, token.epoch + 1);
 }
+
+#[tokio::test]
+async fn an_owner_rides_out_an_etcd_stall_longer_than_one_request_timeout() {
+    let etcd = EtcdProcess::start();
+    let client = etcd.client();
+    let keys = new_volume(&etcd).await;
+    let lease = client.lease_grant(Duration::from_secs(60)).await.unwrap();
+    let (m, token) = acquire(&client, &keys, VOL, NodeId(1), lease.id).await.unwrap();
+    let a = EtcdVolume::new(client.clone(), keys.clone(), VOL, &token, regions());
+    let mut state = strata_pool::DrlState::default();
+    state.dirty.insert(0);
+    // etcd freezes for longer than one request may take (5 s): the log
+    // save and the membership change wait for it instead of failing the
+    // writes that need them.
+    etcd.pause();
+    let stalled = std::time::Instant::now();
+    let (save, leave, ()) = tokio::join!(a.save(state.clone()), a.leave(&m, &[NodeId(3)]), async {
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        etcd.resume();
+    });
+    assert!(stalled.elapsed() >= Duration::from_secs(7));
+    save.expect("the log save gave up during the stall");
+    let m = leave.expect("the change gave up during the stall");
+    assert_eq!((m.epoch, m.in_sync), (2, ids(&[1, 2])), "applied exactly once");
+    assert_eq!(a.load_drl().await.unwrap(), state);
+    assert_eq!(read_state(&client, &keys, VOL).await.unwrap().0.epoch, 2);
+}
