@@ -394,14 +394,26 @@ impl PlacementLayout {
     }
 }
 
+impl PlacementLayout {
+    /// The nodes of `chunk`, in placement order.
+    fn nodes(&self, chunk: u64) -> &[NodeId] {
+        let pg = crate::placement::ChunkId { volume: self.volume, index: chunk }.pg(self.table.pg_count());
+        let all = self.table.nodes(pg);
+        &all[..all.len().min(self.copies)]
+    }
+}
+
 impl crate::volume::Layout for PlacementLayout {
     fn chunk_bytes(&self) -> u64 {
         crate::placement::CHUNK_SIZE
     }
 
     fn replicas(&self, chunk: u64) -> Vec<NodeId> {
-        let pg = crate::placement::ChunkId { volume: self.volume, index: chunk }.pg(self.table.pg_count());
-        self.table.nodes(pg).iter().copied().take(self.copies).collect()
+        self.nodes(chunk).to_vec()
+    }
+
+    fn holds(&self, chunk: u64, node: NodeId) -> bool {
+        self.nodes(chunk).contains(&node)
     }
 }
 

@@ -53,6 +53,11 @@ pub trait Layout: Send + Sync + Debug {
     fn chunk_bytes(&self) -> u64;
     /// The nodes that hold chunk `chunk`, in placement order.
     fn replicas(&self, chunk: u64) -> Vec<NodeId>;
+    /// True if `node` holds chunk `chunk` (the read path asks this of the
+    /// local node on every read: implement it without allocating).
+    fn holds(&self, chunk: u64, node: NodeId) -> bool {
+        self.replicas(chunk).contains(&node)
+    }
 }
 
 /// How long a dirty region stays dirty after its last write when the
@@ -379,8 +384,16 @@ impl Inner {
     async fn read_segment(self: &Arc<Self>, chunk: u64, lba: u64, mut buf: IoBuf) -> Result<IoBuf, BlockError> {
         loop {
             self.check_serving()?;
-            let epoch = self.membership().epoch;
-            let Some(&node) = self.read_order(chunk).first() else {
+            let (epoch, local_in_sync) = {
+                let m = self.membership();
+                (m.epoch, m.in_sync.contains(&self.local))
+            };
+            // The common case, without building the read order.
+            let node = if local_in_sync && self.layout.holds(chunk, self.local) {
+                self.local
+            } else if let Some(&n) = self.read_order(chunk).first() {
+                n
+            } else {
                 return Err(io_error(format!("chunk {chunk} has no in-sync replica")));
             };
             let Some(r) = self.replica(node) else { return Err(io_error(format!("node {node} unknown"))) };
@@ -405,14 +418,15 @@ impl Inner {
         if let Err(e) = check_range(self.geometry, lba, blocks) {
             return (buf, Err(e));
         }
-        let segments = self.segments(lba, blocks);
-        if let [one] = segments.as_slice() {
+        let per_chunk = self.layout.chunk_bytes() / bs;
+        if blocks > 0 && lba / per_chunk == (lba + blocks - 1) / per_chunk {
             let len = buf.len();
-            return match self.read_segment(one.chunk, lba, buf).await {
+            return match self.read_segment(lba / per_chunk, lba, buf).await {
                 Ok(b) => (b, Ok(())),
                 Err(e) => (IoBuf::zeroed(len), Err(e)),
             };
         }
+        let segments = self.segments(lba, blocks);
         for s in &segments {
             let piece = IoBuf::recycled((s.blocks * bs) as usize);
             match self.read_segment(s.chunk, s.lba, piece).await {
