@@ -1,7 +1,7 @@
 #!/bin/bash
 # The test suite: what README.md calls "the test command" and what CI runs.
 #   bash scripts/test.sh            everything
-#   SKIP_VM=1 bash scripts/test.sh  without the kernel-initiator VM test
+#   SKIP_VM=1 bash scripts/test.sh  without the kernel-initiator VM tests
 #   FUZZ_SECONDS=N                  seconds per fuzz target (default 20; 0 skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +43,9 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     cargo build --release -p strata
     step "kernel initiator in a VM (Debian bookworm, Linux 6.1)"
     tests/vm/run.sh kernel-initiator.sh
+    step "kernel initiator against a three-node cluster in a VM (etcd, rep:3, kill -9, resync; bookworm)"
+    # 2-5 minutes under TCG on 2 cores, depending on the load.
+    VM_TIMEOUT=1500 tests/vm/run.sh cluster-kernel.sh
     step "kernel initiator in a VM (Debian trixie, Linux 6.12)"
     tests/vm/run.sh kernel-initiator.sh --suite trixie
 fi
