@@ -73,6 +73,8 @@ pub struct ClusterNode {
     store: Arc<Store>,
     target: Target,
     fabric: Arc<Subsystem>,
+    /// Where hosts discover volumes on this node.
+    discovery: Option<SocketAddr>,
     /// The current lease; replaced by a new one after a loss.
     lease: std::sync::Mutex<Arc<LeaseKeeper>>,
     host_cfg: HostConfig,
@@ -107,12 +109,14 @@ pub struct ClusterParts {
     pub fabric: Arc<Subsystem>,
     /// The node's lease.
     pub lease: LeaseKeeper,
+    /// Where hosts discover the pool's volumes on this node.
+    pub discovery: Option<SocketAddr>,
 }
 
 impl ClusterNode {
     /// A node, registered and in the map.
     pub fn new(parts: ClusterParts) -> Arc<ClusterNode> {
-        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, lease } = parts;
+        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, lease, discovery } = parts;
         let host_cfg = HostConfig {
             hostnqn: node_nqn(&me.name),
             io_queues: 2,
@@ -129,6 +133,7 @@ impl ClusterNode {
             target,
             fabric,
             lease: std::sync::Mutex::new(Arc::new(lease)),
+            discovery,
             host_cfg,
             state: tokio::sync::Mutex::new(State::default()),
         })
@@ -534,8 +539,16 @@ impl ClusterNode {
             "size": strata_meta::format_size(rec.size_bytes),
             "size_bytes": rec.size_bytes,
             "nqn": rec.nqn,
+            "uuid": rec.uuid_string(),
+            "block_size": rec.block_size,
+            "allocated_bytes": 0,
             "protection": state.protection,
             "replicas": state.in_sync.iter().map(|n| n.0).collect::<Vec<_>>(),
+            // Its owner serves it; every node's discovery lists it there.
+            "connect": match self.discovery {
+                Some(d) => format!("nvme discover -t tcp -a {} -s {}, then nvme connect to the address it lists", d.ip(), d.port()),
+                None => "nvme discover on any node lists it at its owner".to_string(),
+            },
         }))
     }
 
@@ -620,7 +633,10 @@ impl ClusterNode {
                 .and_then(|o| live.get(&o.node))
                 .map(|n| n.resyncing.iter().filter(|r| r.volume == rec.id).collect())
                 .unwrap_or_default();
-            let health = if state.in_sync == all {
+            let health = if owner.is_none() {
+                // Not served until a holder takes it over.
+                "offline"
+            } else if state.in_sync == all {
                 "healthy"
             } else if !resync.is_empty() {
                 "resyncing"

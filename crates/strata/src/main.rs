@@ -128,13 +128,31 @@ enum VolumeCommand {
     },
 }
 
+/// Commands that print for a pipeline end quietly when the reader goes
+/// away (`strata pool status | grep -q up`), as Unix tools do, instead of
+/// panicking in `println!`.
+fn quiet_on_broken_pipe() {
+    // SAFETY: restores the default disposition of SIGPIPE, which the Rust
+    // runtime set to ignore; this affects no memory and runs on the main
+    // thread before any other thread exists in these commands.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Node(args) => node(*args),
-        Command::Pool { api, command: PoolCommand::Status { json: as_json } } => pool_status(&api, as_json),
-        Command::Volume { api, command } => volume(&api, command),
+        Command::Pool { api, command: PoolCommand::Status { json: as_json } } => {
+            quiet_on_broken_pipe();
+            pool_status(&api, as_json)
+        }
+        Command::Volume { api, command } => {
+            quiet_on_broken_pipe();
+            volume(&api, command)
+        }
         Command::Bench(args) => return bench_cmd::main(*args),
         Command::Sim(args) => return sim_cmd::main(args),
     };

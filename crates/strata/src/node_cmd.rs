@@ -204,6 +204,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         target: target.clone(),
         fabric,
         lease: keeper,
+        discovery: cfg.discovery.first().copied(),
     });
     tokio::spawn(cluster.clone().run());
     let http = crate::api::serve_http(cfg.http, {

@@ -278,6 +278,18 @@ async fn volume_cli_manages_volumes_on_a_live_node() {
     let list = server.cli(&["list"]);
     let text = String::from_utf8_lossy(&list.stdout);
     assert!(text.contains("scratch") && text.contains("48 MiB") && text.contains("default"), "{text}");
+    // A reader that goes away (`strata volume list | head -0`) ends the
+    // command quietly, not with a panic.
+    let mut child = Command::new(BIN)
+        .args(["volume", "list", "--api", &format!("http://{}", server.api)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
 
     let out = server.cli(&["delete", "scratch"]);
     assert!(out.status.success());
