@@ -194,17 +194,23 @@ async fn a_write_whose_caller_vanishes_still_lands_on_every_replica() {
         drop(fut);
     }
     // The writes run on tasks of their own; wait for them.
-    tokio::time::timeout(std::time::Duration::from_secs(5), async {
-        while o.vol.writes_running() > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .unwrap();
+    writes_settle(&o.vol).await;
     assert!(c.replicas_agree().await, "a dropped write left replicas different");
     for polls in 1..6 {
         assert!(c.block(0, 100 + polls).await == pattern(polls, 1).to_vec(), "a dropped write was lost");
     }
+}
+
+/// Waits until the writes and in-sync changes running on tasks of their
+/// own (their callers gone) have ended.
+async fn writes_settle(vol: &ReplicatedVolume) {
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while vol.writes_running() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("background writes did not end within 5 s");
 }
 
 /// Polls `fut` at most `polls` times, then drops it: a caller that
@@ -228,13 +234,7 @@ async fn a_read_dropped_while_its_replica_leaves_keeps_the_owner_and_the_store_i
         // vanishes somewhere in the middle.
         o.faulty[0].down.store(true, SeqCst);
         poll_then_drop(o.vol.read(3, IoBuf::zeroed(BS as usize)), polls);
-        tokio::time::timeout(std::time::Duration::from_secs(5), async {
-            while o.vol.writes_running() > 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            }
-        })
-        .await
-        .unwrap();
+        writes_settle(&o.vol).await;
         // Whatever the store recorded, the owner knows it: it keeps
         // serving instead of fencing itself on its own stale epoch.
         assert_eq!(o.vol.membership(), c.control.get(), "after {polls} polls");
@@ -251,13 +251,7 @@ async fn a_flush_dropped_while_its_replica_leaves_keeps_the_owner_and_the_store_
         let o = c.open(NodeId(1)).await.unwrap();
         o.faulty[2].down.store(true, SeqCst);
         poll_then_drop(o.vol.flush(), polls);
-        tokio::time::timeout(std::time::Duration::from_secs(5), async {
-            while o.vol.writes_running() > 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            }
-        })
-        .await
-        .unwrap();
+        writes_settle(&o.vol).await;
         assert_eq!(o.vol.membership(), c.control.get(), "after {polls} polls");
         write(&o.vol, 7, polls, 1).await.unwrap_or_else(|e| panic!("after {polls} polls: {e}"));
         o.vol.flush().await.unwrap();

@@ -170,12 +170,7 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
         .expect("create answered");
     assert_eq!(created["protection"], "rep:3", "overcommit is allowed: {created}");
     let nqn = created["nqn"].as_str().unwrap().to_string();
-    let addr: SocketAddr = wait_for("an owner", Duration::from_secs(30), &nodes, || {
-        let v = common::volume_status(&nodes[0], "big")?;
-        let owner = v["owner"].as_u64()?;
-        let s = nodes[0].api("GET", "/api/v1/pool", None)?;
-        s["nodes"].as_array()?.iter().find(|n| n["id"] == owner)?["listen"].as_str()?.parse().ok()
-    });
+    let addr = wait_for("an owner", Duration::from_secs(30), &nodes, || common::owner_addr(&nodes[0], "big"));
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     const MIB_BLOCKS: u64 = (1 << 20) / BS as u64;
@@ -228,12 +223,7 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
         .api("POST", "/api/v1/volumes", Some(json!({"name": "again", "size": "128M", "protect": "rep:3"})))
         .expect("create answered");
     let nqn = created["nqn"].as_str().expect("created").to_string();
-    let addr: SocketAddr = wait_for("an owner", Duration::from_secs(30), &nodes, || {
-        let v = common::volume_status(&nodes[0], "again")?;
-        let owner = v["owner"].as_u64()?;
-        let s = nodes[0].api("GET", "/api/v1/pool", None)?;
-        s["nodes"].as_array()?.iter().find(|n| n["id"] == owner)?["listen"].as_str()?.parse().ok()
-    });
+    let addr = wait_for("an owner", Duration::from_secs(30), &nodes, || common::owner_addr(&nodes[0], "again"));
     rt.block_on(async {
         let c = connect_when_served(addr, &nqn).await;
         for m in 0..32 {

@@ -186,3 +186,11 @@ pub fn node_name(via: &NodeProc, id: u64) -> Option<String> {
     let s = via.api("GET", "/api/v1/pool", None)?;
     Some(s["nodes"].as_array()?.iter().find(|n| n["id"] == id)?["name"].as_str()?.to_string())
 }
+
+/// Where the owner of volume `name` serves it, from the pool status of
+/// `via`; `None` while it has no owner that is up.
+pub fn owner_addr(via: &NodeProc, name: &str) -> Option<std::net::SocketAddr> {
+    let owner = volume_status(via, name)?["owner"].as_u64()?;
+    let s = via.api("GET", "/api/v1/pool", None)?;
+    s["nodes"].as_array()?.iter().find(|n| n["id"] == owner)?["listen"].as_str()?.parse().ok()
+}
