@@ -37,6 +37,7 @@
 pub mod cluster;
 pub mod drl;
 pub mod fabric;
+mod owner;
 pub mod placement;
 pub mod regions;
 pub mod registry;

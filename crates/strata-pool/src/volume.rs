@@ -26,25 +26,23 @@
 //! caller's future only waits for that task. Reads and flushes change
 //! nothing and may be dropped anywhere.
 //!
-//! # Lock order
-//!
-//! `gate` (async RwLock: I/O shared, membership additions exclusive) →
-//! `change` (async mutex: one metadata update at a time) → the sync
-//! mutexes (`membership`, `catching_up`), never held across an await.
+//! The in-sync set, fencing, the dirty-region log and the lock order are
+//! the owner core's (`crate::owner`), shared with erasure-coded volumes.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, check_range};
 
 use crate::drl::{DirtyRegionLog, NodeId};
+use crate::owner::{Owner, io_error, run_to_end};
 use crate::replica::{Replica, ReplicaError};
 
 /// Where a volume's chunks live: the placement, seen from one volume.
@@ -114,23 +112,15 @@ pub struct VolumeStats {
 }
 
 struct Inner {
-    geometry: Geometry,
-    local: NodeId,
+    owner: Arc<Owner<dyn Replica>>,
     layout: Arc<dyn Layout>,
-    replicas: std::collections::HashMap<NodeId, Arc<dyn Replica>>,
-    membership: Mutex<Membership>,
-    /// Stale replicas being resynced: they get every new write too.
-    catching_up: Mutex<BTreeSet<NodeId>>,
-    drl: Arc<DirtyRegionLog>,
-    control: Arc<dyn Control>,
-    gate: tokio::sync::RwLock<()>,
-    change: tokio::sync::Mutex<()>,
-    fenced: AtomicBool,
-    /// Writes running on their own tasks.
-    running: std::sync::atomic::AtomicUsize,
-    /// Marks of the log's write sequence taken by [`ReplicatedVolume::clean`].
-    clean_marks: Mutex<std::collections::VecDeque<(Instant, u64)>>,
-    stats: VolumeStats,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = Owner<dyn Replica>;
+    fn deref(&self) -> &Owner<dyn Replica> {
+        &self.owner
+    }
 }
 
 /// A replicated volume served by its owner.
@@ -197,23 +187,7 @@ struct Segment {
     chunk: u64,
 }
 
-fn io_error(msg: impl Into<String>) -> BlockError {
-    BlockError::Io(std::io::Error::other(msg.into()))
-}
-
 impl Inner {
-    fn membership(&self) -> MutexGuard<'_, Membership> {
-        self.membership.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn catching_up(&self) -> MutexGuard<'_, BTreeSet<NodeId>> {
-        self.catching_up.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn bs(&self) -> u64 {
-        u64::from(self.geometry.block_size)
-    }
-
     fn segments(&self, lba: u64, blocks: u64) -> Vec<Segment> {
         let per_chunk = self.layout.chunk_bytes() / self.bs();
         let mut out = Vec::with_capacity(1);
@@ -229,56 +203,6 @@ impl Inner {
 
     fn regions(&self, lba: u64, blocks: u64) -> std::ops::Range<u64> {
         self.drl.regions().touched(lba * self.bs(), blocks * self.bs())
-    }
-
-    fn check_serving(&self) -> Result<(), BlockError> {
-        if self.fenced.load(Ordering::Acquire) { Err(BlockError::Gone) } else { Ok(()) }
-    }
-
-    /// This owner lost the volume: stop serving it.
-    fn lose(&self, why: &dyn std::fmt::Display) -> BlockError {
-        if !self.fenced.swap(true, Ordering::AcqRel) {
-            tracing::warn!(%why, "volume fenced: this node no longer owns it; refusing I/O");
-        }
-        BlockError::Gone
-    }
-
-    /// The replica objects for `nodes`.
-    fn replica(&self, node: NodeId) -> Option<&Arc<dyn Replica>> {
-        self.replicas.get(&node)
-    }
-
-    /// Takes failed `nodes` out of the in-sync set and records what they
-    /// missed (every dirty region, and `regions`).
-    ///
-    /// Runs to the end on a task of its own: once the store may have
-    /// committed the change, this owner must learn its outcome, or its
-    /// next change would carry a stale epoch and fence a healthy owner.
-    async fn leave(self: &Arc<Self>, nodes: &[NodeId], regions: std::ops::Range<u64>) -> Result<(), BlockError> {
-        let (this, nodes) = (self.clone(), nodes.to_vec());
-        run_to_end(self, async move { this.leave_now(&nodes, regions).await }).await
-    }
-
-    async fn leave_now(&self, nodes: &[NodeId], regions: std::ops::Range<u64>) -> Result<(), BlockError> {
-        let _one = self.change.lock().await;
-        let current = self.membership().clone();
-        let leaving: Vec<NodeId> = nodes.iter().copied().filter(|n| current.in_sync.contains(n)).collect();
-        if !leaving.is_empty() {
-            match self.control.leave(&current, &leaving).await {
-                Ok(m) => {
-                    tracing::warn!(nodes = ?leaving, epoch = m.epoch, "replicas left the in-sync set");
-                    self.stats.replicas_dropped.fetch_add(leaving.len() as u64, Ordering::Relaxed);
-                    *self.membership() = m;
-                }
-                Err(ControlError::NotOwner(why)) => return Err(self.lose(&why)),
-                Err(e) => return Err(io_error(e.to_string())),
-            }
-        }
-        for &n in nodes {
-            self.catching_up().remove(&n);
-            self.drl.mark_stale(n, regions.clone()).await.map_err(|e| io_error(e.to_string()))?;
-        }
-        Ok(())
     }
 
     /// Runs `op` on every replica that must take it and settles the
@@ -347,7 +271,7 @@ impl Inner {
         for (&(i, n), r) in sends.iter().zip(results) {
             match r {
                 Ok(()) => ok[i] |= m.in_sync.contains(&n),
-                Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
+                Err(ReplicaError::Stale(e)) => return Err(self.stale(e)),
                 Err(e) if e.is_replica_fault() => {
                     tracing::warn!(node = %n, error = %e, "replica failed an I/O");
                     failed.insert(n);
@@ -358,7 +282,7 @@ impl Inner {
         }
         if !failed.is_empty() {
             let failed: Vec<NodeId> = failed.into_iter().collect();
-            self.leave(&failed, regions).await?;
+            self.owner.leave(&failed, regions).await?;
         }
         if let Some(i) = ok.iter().position(|&done| !done) {
             outcome?;
@@ -400,11 +324,11 @@ impl Inner {
             let len = buf.len();
             match r.read(epoch, lba, buf).await {
                 Ok(b) => return Ok(b),
-                Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
+                Err(ReplicaError::Stale(e)) => return Err(self.stale(e)),
                 Err(e) if e.is_replica_fault() => {
                     tracing::warn!(node = %node, error = %e, "replica failed a read; trying another");
                     let blocks = len as u64 / self.bs();
-                    self.leave(&[node], self.regions(lba, blocks)).await?;
+                    self.owner.leave(&[node], self.regions(lba, blocks)).await?;
                     buf = IoBuf::recycled(len);
                 }
                 Err(e) => return Err(io_error(e.to_string())),
@@ -440,41 +364,6 @@ impl Inner {
         (buf, Ok(()))
     }
 
-    /// Flushes every in-sync (and catching-up) replica; failed ones leave.
-    async fn flush(self: &Arc<Self>) -> Result<(), BlockError> {
-        self.check_serving()?;
-        let m = self.membership().clone();
-        let mut nodes: BTreeSet<NodeId> = m.in_sync.clone();
-        nodes.extend(self.catching_up().iter().copied());
-        let nodes: Vec<NodeId> = nodes.into_iter().collect();
-        let results = join_all(nodes.iter().map(|&n| async move {
-            match self.replica(n) {
-                Some(r) => r.flush(m.epoch).await,
-                None => Err(ReplicaError::Unavailable(format!("node {n} unknown"))),
-            }
-        }))
-        .await;
-        let mut failed = Vec::new();
-        for (&n, r) in nodes.iter().zip(results) {
-            match r {
-                Ok(()) => {}
-                Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
-                Err(e) => {
-                    tracing::warn!(node = %n, error = %e, "replica failed a flush");
-                    failed.push(n);
-                }
-            }
-        }
-        if !failed.is_empty() {
-            // What they missed is the dirty set, which `leave` records.
-            self.leave(&failed, 0..0).await?;
-            if self.membership().in_sync.is_empty() {
-                return Err(io_error("every in-sync replica failed the flush"));
-            }
-        }
-        Ok(())
-    }
-
     /// Copies region `r` from an in-sync replica to `targets`, retrying
     /// until no write raced the copy. Returns the targets that failed.
     async fn copy_region(self: &Arc<Self>, r: u64, targets: &[NodeId]) -> Result<Vec<NodeId>, BlockError> {
@@ -505,7 +394,7 @@ impl Inner {
                     let Some(rep) = self.replica(t) else { continue };
                     match rep.write(epoch, lba, data.clone(), false).await {
                         Ok(()) => {}
-                        Err(ReplicaError::Stale(e)) => return Err(self.lose(&format!("a replica refused epoch {e}"))),
+                        Err(ReplicaError::Stale(e)) => return Err(self.stale(e)),
                         Err(e) => {
                             tracing::warn!(node = %t, error = %e, region = r, "copy to a replica failed");
                             failed.push(t);
@@ -538,24 +427,10 @@ impl ReplicatedVolume {
     /// volume was taken over again meanwhile.
     pub async fn open(parts: VolumeParts) -> Result<ReplicatedVolume, OpenError> {
         let VolumeParts { geometry, local, layout, replicas, membership, drl, control } = parts;
-        let inner = Arc::new(Inner {
-            geometry,
-            local,
-            layout,
-            replicas: replicas.into_iter().map(|r| (r.node(), r)).collect(),
-            membership: Mutex::new(membership),
-            catching_up: Mutex::new(BTreeSet::new()),
-            drl,
-            control,
-            gate: tokio::sync::RwLock::new(()),
-            change: tokio::sync::Mutex::new(()),
-            fenced: AtomicBool::new(false),
-            running: std::sync::atomic::AtomicUsize::new(0),
-            clean_marks: Mutex::new(std::collections::VecDeque::new()),
-            stats: VolumeStats::default(),
-        });
+        let owner = Arc::new(Owner::new(geometry, local, replicas, membership, drl, control));
+        let inner = Arc::new(Inner { owner, layout });
         let vol = ReplicatedVolume { inner };
-        vol.inner.flush().await?;
+        vol.inner.owner.flush().await?;
         vol.check_available()?;
         vol.repair().await?;
         Ok(vol)
@@ -602,10 +477,10 @@ impl ReplicatedVolume {
             }
             let failed = i.copy_region(r, &targets).await?;
             if !failed.is_empty() {
-                i.leave(&failed, r..r + 1).await?;
+                i.owner.leave(&failed, r..r + 1).await?;
             }
         }
-        i.flush().await?;
+        i.owner.flush().await?;
         i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))?;
         Ok(())
     }
@@ -628,7 +503,7 @@ impl ReplicatedVolume {
     /// Writes, write-zeroes and deallocates still running, including those
     /// whose callers left.
     pub fn writes_running(&self) -> usize {
-        self.inner.running.load(Ordering::Acquire)
+        self.inner.writes_running()
     }
 
     /// The stale replicas being copied back, each with the regions it
@@ -641,7 +516,7 @@ impl ReplicatedVolume {
 
     /// True once this owner has been fenced.
     pub fn is_fenced(&self) -> bool {
-        self.inner.fenced.load(Ordering::Acquire)
+        self.inner.is_fenced()
     }
 
     /// Clears the dirty regions no write has touched for `quiet_for`,
@@ -658,25 +533,8 @@ impl ReplicatedVolume {
     /// As a flush, or the log could not be saved.
     pub async fn clean(&self, quiet_for: Duration) -> Result<u64, BlockError> {
         let i = &self.inner;
-        let now = Instant::now();
-        let cutoff = {
-            let mut marks = i.clean_marks.lock().unwrap_or_else(|e| e.into_inner());
-            marks.push_back((now, i.drl.sequence()));
-            let mut cutoff = None;
-            while let Some(&(at, seq)) = marks.front() {
-                if now.duration_since(at) < quiet_for {
-                    break;
-                }
-                cutoff = Some(seq);
-                marks.pop_front();
-            }
-            cutoff
-        };
-        let Some(seq) = cutoff else { return Ok(0) };
-        if !i.drl.has_quiet_dirty(seq) {
-            return Ok(0);
-        }
-        i.flush().await?;
+        let Some(seq) = i.clean_cutoff(quiet_for) else { return Ok(0) };
+        i.owner.flush().await?;
         i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))
     }
 
@@ -743,19 +601,7 @@ impl ReplicatedVolume {
             if !i.catching_up().contains(&node) {
                 return Err(io_error(format!("node {node} failed a write during resync")));
             }
-            let _one = i.change.lock().await;
-            let current = i.membership().clone();
-            match i.control.rejoin(&current, node).await {
-                Ok(m) => {
-                    tracing::info!(node = %node, epoch = m.epoch, "replica resynced and back in sync");
-                    *i.membership() = m;
-                }
-                Err(ControlError::NotOwner(why)) => return Err(i.lose(&why)),
-                Err(e) => return Err(io_error(e.to_string())),
-            }
-            i.catching_up().remove(&node);
-            i.drl.forget(node);
-            i.drl.sync().await.map_err(|e| io_error(e.to_string()))?;
+            i.rejoin(node).await?;
             return Ok(());
         }
     }
@@ -792,7 +638,7 @@ impl BlockDevice for ReplicatedVolume {
             }
             let data = Bytes::from_owner(buf);
             let work = inner.clone().fan_out(lba, blocks, Op::Write { data, fua });
-            (IoBuf::zeroed(0), run_to_end(&inner, work).await)
+            (IoBuf::zeroed(0), run_to_end(&inner.owner, work).await)
         })
     }
 
@@ -800,7 +646,7 @@ impl BlockDevice for ReplicatedVolume {
         let inner = self.inner.clone();
         Box::pin(async move {
             check_range(inner.geometry, lba, blocks)?;
-            run_to_end(&inner, inner.clone().fan_out(lba, blocks, Op::Zeroes { deallocate })).await
+            run_to_end(&inner.owner, inner.clone().fan_out(lba, blocks, Op::Zeroes { deallocate })).await
         })
     }
 
@@ -817,32 +663,11 @@ impl BlockDevice for ReplicatedVolume {
                 }
                 Ok(())
             };
-            run_to_end(&inner, work).await
+            run_to_end(&inner.owner, work).await
         })
     }
 
     fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
-        Box::pin(self.inner.flush())
+        Box::pin(self.inner.owner.flush())
     }
-}
-
-/// Runs a change on a task of its own, counted in `running` until it ends,
-/// and waits for it; the caller may leave, the change goes on.
-async fn run_to_end(
-    inner: &Arc<Inner>,
-    work: impl Future<Output = Result<(), BlockError>> + Send + 'static,
-) -> Result<(), BlockError> {
-    struct Running(Arc<Inner>);
-    impl Drop for Running {
-        fn drop(&mut self) {
-            self.0.running.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-    inner.running.fetch_add(1, Ordering::AcqRel);
-    let running = Running(inner.clone());
-    let task = tokio::spawn(async move {
-        let _running = running;
-        work.await
-    });
-    task.await.unwrap_or_else(|e| Err(io_error(format!("replicated write task failed: {e}"))))
 }

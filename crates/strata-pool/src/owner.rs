@@ -1,0 +1,265 @@
+//! What every protected volume's owner keeps, whatever the protection:
+//! the in-sync set and its changes in the metadata store, the fence that
+//! stops a deposed owner, the dirty-region log, the nodes being caught up,
+//! and writes that run to the end after their callers left.
+//!
+//! [`crate::volume::ReplicatedVolume`] and
+//! [`crate::erasure::ErasureVolume`] are this core plus their own data
+//! path.
+//!
+//! # Lock order
+//!
+//! `gate` (async RwLock: I/O shared, membership additions exclusive) →
+//! `change` (async mutex: one metadata update at a time) → the sync
+//! mutexes (`membership`, `catching_up`, `clean_marks`), never held across
+//! an await.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use strata_block::{BlockError, Geometry};
+
+use crate::drl::{DirtyRegionLog, NodeId};
+use crate::replica::{Replica, ReplicaError};
+use crate::volume::{Control, ControlError, Membership, VolumeStats};
+
+/// An I/O error with a message.
+pub(crate) fn io_error(msg: impl Into<String>) -> BlockError {
+    BlockError::Io(std::io::Error::other(msg.into()))
+}
+
+/// The owner's state of one volume; `R` is what its nodes hold (a
+/// replica, a shard).
+pub(crate) struct Owner<R: ?Sized> {
+    pub(crate) geometry: Geometry,
+    pub(crate) local: NodeId,
+    pub(crate) replicas: HashMap<NodeId, Arc<R>>,
+    membership: Mutex<Membership>,
+    /// Stale nodes being caught up: they get every new write too.
+    catching_up: Mutex<BTreeSet<NodeId>>,
+    pub(crate) drl: Arc<DirtyRegionLog>,
+    control: Arc<dyn Control>,
+    pub(crate) gate: tokio::sync::RwLock<()>,
+    change: tokio::sync::Mutex<()>,
+    fenced: AtomicBool,
+    /// Writes running on their own tasks.
+    running: AtomicUsize,
+    /// Marks of the log's write sequence taken by [`Owner::clean_cutoff`].
+    clean_marks: Mutex<VecDeque<(Instant, u64)>>,
+    pub(crate) stats: VolumeStats,
+}
+
+impl<R: ?Sized + Replica + 'static> Owner<R> {
+    /// The core of a volume just taken over at `membership`.
+    pub(crate) fn new(
+        geometry: Geometry,
+        local: NodeId,
+        replicas: Vec<Arc<R>>,
+        membership: Membership,
+        drl: Arc<DirtyRegionLog>,
+        control: Arc<dyn Control>,
+    ) -> Owner<R> {
+        Owner {
+            geometry,
+            local,
+            replicas: replicas.into_iter().map(|r| (r.node(), r)).collect(),
+            membership: Mutex::new(membership),
+            catching_up: Mutex::new(BTreeSet::new()),
+            drl,
+            control,
+            gate: tokio::sync::RwLock::new(()),
+            change: tokio::sync::Mutex::new(()),
+            fenced: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
+            clean_marks: Mutex::new(VecDeque::new()),
+            stats: VolumeStats::default(),
+        }
+    }
+
+    pub(crate) fn membership(&self) -> MutexGuard<'_, Membership> {
+        self.membership.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn catching_up(&self) -> MutexGuard<'_, BTreeSet<NodeId>> {
+        self.catching_up.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// In-sync and catching-up nodes: those every write and flush goes to.
+    pub(crate) fn writable(&self) -> BTreeSet<NodeId> {
+        let mut nodes = self.membership().in_sync.clone();
+        nodes.extend(self.catching_up().iter().copied());
+        nodes
+    }
+
+    pub(crate) fn bs(&self) -> u64 {
+        u64::from(self.geometry.block_size)
+    }
+
+    pub(crate) fn check_serving(&self) -> Result<(), BlockError> {
+        if self.fenced.load(Ordering::Acquire) { Err(BlockError::Gone) } else { Ok(()) }
+    }
+
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn writes_running(&self) -> usize {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// This owner lost the volume: stop serving it.
+    pub(crate) fn lose(&self, why: &dyn std::fmt::Display) -> BlockError {
+        if !self.fenced.swap(true, Ordering::AcqRel) {
+            tracing::warn!(%why, "volume fenced: this node no longer owns it; refusing I/O");
+        }
+        BlockError::Gone
+    }
+
+    /// The error a node's refusal of our epoch means: we are deposed.
+    pub(crate) fn stale(&self, epoch: u64) -> BlockError {
+        self.lose(&format!("a node refused epoch {epoch}"))
+    }
+
+    /// The handle of `node`'s copy, if it holds one.
+    pub(crate) fn replica(&self, node: NodeId) -> Option<&Arc<R>> {
+        self.replicas.get(&node)
+    }
+
+    /// Takes failed `nodes` out of the in-sync set and records what they
+    /// missed (every dirty region, and `regions`).
+    ///
+    /// Runs to the end on a task of its own: once the store may have
+    /// committed the change, this owner must learn its outcome, or its
+    /// next change would carry a stale epoch and fence a healthy owner.
+    pub(crate) async fn leave(
+        self: &Arc<Self>,
+        nodes: &[NodeId],
+        regions: std::ops::Range<u64>,
+    ) -> Result<(), BlockError> {
+        let (this, nodes) = (self.clone(), nodes.to_vec());
+        run_to_end(self, async move { this.leave_now(&nodes, regions).await }).await
+    }
+
+    async fn leave_now(&self, nodes: &[NodeId], regions: std::ops::Range<u64>) -> Result<(), BlockError> {
+        let _one = self.change.lock().await;
+        let current = self.membership().clone();
+        let leaving: Vec<NodeId> = nodes.iter().copied().filter(|n| current.in_sync.contains(n)).collect();
+        if !leaving.is_empty() {
+            match self.control.leave(&current, &leaving).await {
+                Ok(m) => {
+                    tracing::warn!(nodes = ?leaving, epoch = m.epoch, "nodes left the in-sync set");
+                    self.stats.replicas_dropped.fetch_add(leaving.len() as u64, Ordering::Relaxed);
+                    *self.membership() = m;
+                }
+                Err(ControlError::NotOwner(why)) => return Err(self.lose(&why)),
+                Err(e) => return Err(io_error(e.to_string())),
+            }
+        }
+        for &n in nodes {
+            self.catching_up().remove(&n);
+            self.drl.mark_stale(n, regions.clone()).await.map_err(|e| io_error(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Puts caught-up `node` back in the in-sync set (epoch bump). The
+    /// caller holds the gate exclusively and has checked that the node
+    /// misses nothing.
+    pub(crate) async fn rejoin(&self, node: NodeId) -> Result<(), BlockError> {
+        let _one = self.change.lock().await;
+        let current = self.membership().clone();
+        match self.control.rejoin(&current, node).await {
+            Ok(m) => {
+                tracing::info!(node = %node, epoch = m.epoch, "node caught up and back in sync");
+                *self.membership() = m;
+            }
+            Err(ControlError::NotOwner(why)) => return Err(self.lose(&why)),
+            Err(e) => return Err(io_error(e.to_string())),
+        }
+        self.catching_up().remove(&node);
+        self.drl.forget(node);
+        self.drl.sync().await.map_err(|e| io_error(e.to_string()))
+    }
+
+    /// Flushes every in-sync (and catching-up) node; failed ones leave.
+    pub(crate) async fn flush(self: &Arc<Self>) -> Result<(), BlockError> {
+        self.check_serving()?;
+        let epoch = self.membership().epoch;
+        let nodes: Vec<NodeId> = self.writable().into_iter().collect();
+        let results = join_all(nodes.iter().map(|&n| async move {
+            match self.replica(n) {
+                Some(r) => r.flush(epoch).await,
+                None => Err(ReplicaError::Unavailable(format!("node {n} unknown"))),
+            }
+        }))
+        .await;
+        let mut failed = Vec::new();
+        for (&n, r) in nodes.iter().zip(results) {
+            match r {
+                Ok(()) => {}
+                Err(ReplicaError::Stale(e)) => return Err(self.stale(e)),
+                Err(e) => {
+                    tracing::warn!(node = %n, error = %e, "node failed a flush");
+                    failed.push(n);
+                }
+            }
+        }
+        if !failed.is_empty() {
+            // What they missed is the dirty set, which `leave` records.
+            self.leave(&failed, 0..0).await?;
+            if self.membership().in_sync.is_empty() {
+                return Err(io_error("every in-sync node failed the flush"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The log sequence before which a dirty region has been quiet for
+    /// `quiet_for`, if there is one to clean.
+    ///
+    /// Each call takes a mark of the log's write sequence; a region is
+    /// quiet for `quiet_for` when its last write came before the newest
+    /// mark that old, so the delay is counted in calls as well as time.
+    pub(crate) fn clean_cutoff(&self, quiet_for: Duration) -> Option<u64> {
+        let now = Instant::now();
+        let cutoff = {
+            let mut marks = self.clean_marks.lock().unwrap_or_else(|e| e.into_inner());
+            marks.push_back((now, self.drl.sequence()));
+            let mut cutoff = None;
+            while let Some(&(at, seq)) = marks.front() {
+                if now.duration_since(at) < quiet_for {
+                    break;
+                }
+                cutoff = Some(seq);
+                marks.pop_front();
+            }
+            cutoff
+        };
+        cutoff.filter(|&seq| self.drl.has_quiet_dirty(seq))
+    }
+}
+
+/// Runs a change on a task of its own, counted in `running` until it ends,
+/// and waits for it; the caller may leave, the change goes on.
+pub(crate) async fn run_to_end<R: ?Sized + Send + Sync + 'static, T: Send + 'static>(
+    owner: &Arc<Owner<R>>,
+    work: impl Future<Output = Result<T, BlockError>> + Send + 'static,
+) -> Result<T, BlockError> {
+    struct Running<R: ?Sized>(Arc<Owner<R>>);
+    impl<R: ?Sized> Drop for Running<R> {
+        fn drop(&mut self) {
+            self.0.running.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    owner.running.fetch_add(1, Ordering::AcqRel);
+    let running = Running(owner.clone());
+    let task = tokio::spawn(async move {
+        let _running = running;
+        work.await
+    });
+    task.await.unwrap_or_else(|e| Err(io_error(format!("write task failed: {e}"))))
+}
