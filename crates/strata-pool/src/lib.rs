@@ -36,6 +36,7 @@
 
 pub mod cluster;
 pub mod drl;
+pub mod erasure;
 pub mod fabric;
 mod owner;
 pub mod placement;

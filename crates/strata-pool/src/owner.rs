@@ -95,6 +95,12 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         nodes
     }
 
+    /// The nodes being caught up, each with the regions it still misses.
+    pub(crate) fn resyncing(&self) -> Vec<(NodeId, u64)> {
+        let nodes: Vec<NodeId> = self.catching_up().iter().copied().collect();
+        nodes.into_iter().map(|n| (n, self.drl.missed(n).map_or(0, |s| s.len()))).collect()
+    }
+
     pub(crate) fn bs(&self) -> u64 {
         u64::from(self.geometry.block_size)
     }

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
-use strata_block::IoBuf;
+use strata_block::{BlockDevice, EpochFence, IoBuf};
 
 use crate::drl::NodeId;
+use crate::erasure::Shard;
 use crate::replica::{Replica, ReplicaError, ReplicaFuture};
 use crate::volume::{Control, ControlError, ControlFuture, Layout, Membership};
 
@@ -99,10 +100,11 @@ impl Layout for TableLayout {
     }
 }
 
-/// A replica that fails on demand and counts what it is asked.
+/// A replica (or shard) that fails on demand, freezes after a budget of
+/// steps (an owner that died mid-operation), and counts what it is asked.
 #[derive(Debug)]
-pub struct Faulty {
-    inner: Arc<dyn Replica>,
+pub struct Faulty<R: ?Sized = dyn Replica> {
+    inner: Arc<R>,
     /// When set, every call fails with [`ReplicaError::Unavailable`].
     pub down: AtomicBool,
     /// When set, writes fail with [`ReplicaError::NoSpace`].
@@ -111,29 +113,67 @@ pub struct Faulty {
     pub reads: AtomicU64,
     /// Writes (and write-zeroes) served.
     pub writes: AtomicU64,
+    budget: OnceLock<Arc<AtomicU64>>,
 }
 
-impl Faulty {
+impl Faulty<dyn Replica> {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn Replica>) -> Arc<Faulty> {
-        Arc::new(Faulty {
+        Arc::new(Faulty::wrap(inner))
+    }
+}
+
+impl Faulty<dyn Shard> {
+    /// Wraps a shard.
+    pub fn shard(inner: Arc<dyn Shard>) -> Arc<Faulty<dyn Shard>> {
+        Arc::new(Faulty::wrap(inner))
+    }
+}
+
+impl<R: ?Sized + Replica> Faulty<R> {
+    fn wrap(inner: Arc<R>) -> Faulty<R> {
+        Faulty {
             inner,
             down: AtomicBool::new(false),
             full: AtomicBool::new(false),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
-        })
+            budget: OnceLock::new(),
+        }
     }
 
-    fn check(&self) -> Result<(), ReplicaError> {
+    /// Shares `steps` with other replicas: every call takes one step
+    /// before it reaches the replica and one after; when none are left
+    /// the call never returns (before or after its effect), as if the
+    /// owner died there.
+    pub fn freeze_after(&self, steps: Arc<AtomicU64>) {
+        _ = self.budget.set(steps);
+    }
+
+    async fn step(&self) {
+        if let Some(b) = self.budget.get()
+            && b.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_err()
+        {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    async fn enter(&self) -> Result<(), ReplicaError> {
+        tokio::task::yield_now().await;
+        self.step().await;
         if self.down.load(SeqCst) {
             return Err(ReplicaError::Unavailable(format!("node {} is down (injected)", self.inner.node())));
         }
         Ok(())
     }
+
+    async fn leave<T>(&self, r: Result<T, ReplicaError>) -> Result<T, ReplicaError> {
+        self.step().await;
+        r
+    }
 }
 
-impl Replica for Faulty {
+impl<R: ?Sized + Replica> Replica for Faulty<R> {
     fn node(&self) -> NodeId {
         self.inner.node()
     }
@@ -144,39 +184,216 @@ impl Replica for Faulty {
 
     fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.check()?;
+            self.enter().await?;
             if self.full.load(SeqCst) {
                 return Err(ReplicaError::NoSpace);
             }
             self.writes.fetch_add(1, SeqCst);
-            self.inner.write(epoch, lba, data, fua).await
+            self.leave(self.inner.write(epoch, lba, data, fua).await).await
         })
     }
 
     fn read(&self, epoch: u64, lba: u64, buf: IoBuf) -> ReplicaFuture<'_, IoBuf> {
         Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.check()?;
+            self.enter().await?;
             self.reads.fetch_add(1, SeqCst);
-            self.inner.read(epoch, lba, buf).await
+            self.leave(self.inner.read(epoch, lba, buf).await).await
         })
     }
 
     fn write_zeroes(&self, epoch: u64, lba: u64, blocks: u64, deallocate: bool) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.check()?;
+            self.enter().await?;
             self.writes.fetch_add(1, SeqCst);
-            self.inner.write_zeroes(epoch, lba, blocks, deallocate).await
+            self.leave(self.inner.write_zeroes(epoch, lba, blocks, deallocate).await).await
         })
     }
 
     fn flush(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
-            tokio::task::yield_now().await;
-            self.check()?;
-            self.inner.flush(epoch).await
+            self.enter().await?;
+            self.leave(self.inner.flush(epoch).await).await
+        })
+    }
+}
+
+impl<R: ?Sized + Shard> Shard for Faulty<R> {
+    fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            self.enter().await?;
+            if self.full.load(SeqCst) {
+                return Err(ReplicaError::NoSpace);
+            }
+            self.writes.fetch_add(1, SeqCst);
+            self.leave(self.inner.write_logged(epoch, seq, lba, data).await).await
+        })
+    }
+
+    fn committed(&self, epoch: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.leave(self.inner.committed(epoch).await).await
+        })
+    }
+
+    fn commit(&self, epoch: u64, seq: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.leave(self.inner.commit(epoch, seq).await).await
+        })
+    }
+
+    fn roll_back(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.leave(self.inner.roll_back(epoch, after).await).await
+        })
+    }
+
+    fn discard_undo(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.leave(self.inner.discard_undo(epoch).await).await
+        })
+    }
+}
+
+/// What a [`MemShard`] keeps to undo.
+#[derive(Debug, Default)]
+struct Undo {
+    /// (update, lba, the bytes it overwrote), oldest first.
+    records: Vec<(u64, u64, Bytes)>,
+    committed: u64,
+}
+
+/// A shard on a device in memory with its undo log beside it, behind an
+/// epoch fence: the node side of [`Shard`] for tests. Each operation is
+/// atomic (a RAM device does not tear).
+pub struct MemShard {
+    node: NodeId,
+    device: Arc<dyn BlockDevice>,
+    fence: Arc<EpochFence>,
+    undo: Mutex<Undo>,
+}
+
+impl std::fmt::Debug for MemShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemShard").field("node", &self.node).field("undo", &*self.undo()).finish_non_exhaustive()
+    }
+}
+
+impl MemShard {
+    /// The shard of `node` on `device`.
+    pub fn new(node: NodeId, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Arc<MemShard> {
+        Arc::new(MemShard { node, device, fence, undo: Mutex::new(Undo::default()) })
+    }
+
+    fn undo(&self) -> std::sync::MutexGuard<'_, Undo> {
+        self.undo.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Undo records kept.
+    pub fn undo_records(&self) -> usize {
+        self.undo().records.len()
+    }
+
+    async fn admit(&self, epoch: u64) -> Result<strata_block::FenceGuard, ReplicaError> {
+        self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))
+    }
+
+    async fn put(&self, lba: u64, data: &[u8]) -> Result<(), ReplicaError> {
+        let (_, r) = self.device.write(lba, IoBuf::from_slice(data), false).await;
+        r.map_err(crate::replica::from_block)
+    }
+}
+
+impl Replica for MemShard {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+
+    fn write(&self, epoch: u64, lba: u64, data: Bytes, _fua: bool) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            self.put(lba, &data).await
+        })
+    }
+
+    fn read(&self, epoch: u64, lba: u64, buf: IoBuf) -> ReplicaFuture<'_, IoBuf> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            let (buf, r) = self.device.read(lba, buf).await;
+            r.map(|()| buf).map_err(crate::replica::from_block)
+        })
+    }
+
+    fn write_zeroes(&self, epoch: u64, lba: u64, blocks: u64, deallocate: bool) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            self.device.write_zeroes(lba, blocks, deallocate).await.map_err(crate::replica::from_block)
+        })
+    }
+
+    fn flush(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            Ok(())
+        })
+    }
+}
+
+impl Shard for MemShard {
+    fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            let (old, r) = self.device.read(lba, IoBuf::zeroed(data.len())).await;
+            r.map_err(crate::replica::from_block)?;
+            self.undo().records.push((seq, lba, Bytes::copy_from_slice(&old)));
+            self.put(lba, &data).await
+        })
+    }
+
+    fn committed(&self, epoch: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            Ok(self.undo().committed)
+        })
+    }
+
+    fn commit(&self, epoch: u64, seq: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            let mut u = self.undo();
+            u.records.retain(|r| r.0 > seq);
+            u.committed = u.committed.max(seq);
+            Ok(())
+        })
+    }
+
+    fn roll_back(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            let undo: Vec<(u64, u64, Bytes)> = {
+                let mut u = self.undo();
+                u.committed = u.committed.max(after);
+                std::mem::take(&mut u.records)
+            };
+            let mut n = 0;
+            for (seq, lba, old) in undo.iter().rev() {
+                if *seq > after {
+                    self.put(*lba, old).await?;
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+
+    fn discard_undo(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            self.undo().records.clear();
+            Ok(())
         })
     }
 }

@@ -509,9 +509,7 @@ impl ReplicatedVolume {
     /// The stale replicas being copied back, each with the regions it
     /// still misses.
     pub fn resyncing(&self) -> Vec<(NodeId, u64)> {
-        let i = &self.inner;
-        let nodes: Vec<NodeId> = i.catching_up().iter().copied().collect();
-        nodes.into_iter().map(|n| (n, i.drl.missed(n).map_or(0, |s| s.len()))).collect()
+        self.inner.resyncing()
     }
 
     /// True once this owner has been fenced.

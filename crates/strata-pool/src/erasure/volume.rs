@@ -1,0 +1,945 @@
+//! An erasure-coded volume, as its owner serves it: a [`BlockDevice`]
+//! whose stripes are K data and M parity strips on K+M nodes.
+//!
+//! # What the owner guarantees
+//!
+//! - A write completes when every in-sync shard its stripes touch has it,
+//!   as an update in place with its undo kept ([`Shard::write_logged`]).
+//!   A shard that fails leaves the in-sync set before the write completes
+//!   (the owner core's `leave`, as for replicas). A stripe left with fewer
+//!   than K in-sync shards fails the write.
+//! - Flush and FUA make data durable on every in-sync shard *and commit
+//!   it*: no later takeover rolls it back.
+//! - Reads go to the data strip's shard when it is in sync, else decode
+//!   the strip from K in-sync shards of its stripe.
+//! - A new owner rolls back every update not committed anywhere, then
+//!   recomputes the parity of every dirty stripe whose data strips are all
+//!   in sync: every stripe is again one consistent version, so decoding it
+//!   from any K shards gives the same bytes (no write hole).
+//!
+//! Updates to one stripe are serialised by a stripe lock; a write of many
+//! stripes holds one stripe lock at a time, so writes never deadlock.
+//!
+//! # Cancellation
+//!
+//! As replicated volumes: writes run to the end on a task of their own;
+//! reads and flushes change nothing but the commit mark and may be
+//! dropped anywhere (a commit sent to some shards and not others is one
+//! the next owner treats as made; see `docs/pool.md`).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, check_range};
+
+use super::codec::{Codec, xor_into};
+use super::shard::Shard;
+use super::stripe::{StripePiece, Stripes};
+use crate::drl::{DirtyRegionLog, NodeId};
+use crate::owner::{Owner, io_error, run_to_end};
+use crate::replica::ReplicaError;
+use crate::volume::{Control, Layout, Membership, OpenError, VolumeStats};
+
+/// Stripe locks: a stripe's updates, repairs and degraded reads hash to
+/// one of these.
+const STRIPE_LOCKS: usize = 1024;
+
+/// What an erasure-coded volume needs to open.
+pub struct EcParts {
+    /// Block size and count of the volume.
+    pub geometry: Geometry,
+    /// This node.
+    pub local: NodeId,
+    /// K, M and the strip size (a multiple of the block size).
+    pub stripes: Stripes,
+    /// Placement in shard space: `chunk_bytes` of every shard volume per
+    /// chunk, and `replicas(chunk)[i]` holds shard `i` (data `0..K`, then
+    /// parity).
+    pub layout: Arc<dyn Layout>,
+    /// Every node that holds a shard, reachable or not.
+    pub shards: Vec<Arc<dyn Shard>>,
+    /// The membership this owner took the volume over at.
+    pub membership: Membership,
+    /// The dirty-region log, over shard space (`Regions::for_volume` of
+    /// [`Stripes::shard_bytes`] and the layout's chunk).
+    pub drl: Arc<DirtyRegionLog>,
+    /// The metadata store.
+    pub control: Arc<dyn Control>,
+}
+
+/// Update sequence numbers: handed out, running, committed.
+#[derive(Debug)]
+struct Seqs {
+    next: u64,
+    running: BTreeSet<u64>,
+    committed: u64,
+}
+
+impl Seqs {
+    /// Every update at or below this has ended.
+    fn ended_through(&self) -> u64 {
+        self.running.first().map_or(self.next - 1, |&s| s - 1)
+    }
+}
+
+struct Inner {
+    owner: Arc<Owner<dyn Shard>>,
+    layout: Arc<dyn Layout>,
+    stripes: Stripes,
+    codec: Codec,
+    locks: Vec<tokio::sync::Mutex<()>>,
+    seqs: Mutex<Seqs>,
+    ended: tokio::sync::Notify,
+    /// One commit at a time.
+    committing: tokio::sync::Mutex<()>,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = Owner<dyn Shard>;
+    fn deref(&self) -> &Owner<dyn Shard> {
+        &self.owner
+    }
+}
+
+/// Why a step on a stripe stopped.
+enum Fault {
+    /// This node failed: it leaves the in-sync set, and the step is tried
+    /// again.
+    Node(NodeId),
+    /// The volume's I/O fails.
+    Volume(BlockError),
+}
+
+/// An erasure-coded volume served by its owner.
+#[derive(Clone)]
+pub struct ErasureVolume {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ErasureVolume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ErasureVolume")
+            .field("geometry", &self.inner.geometry)
+            .field("stripes", &self.inner.stripes)
+            .field("membership", &*self.inner.membership())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Marks an update ended when dropped.
+struct Running<'a>(&'a Inner, u64);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.seqs().running.remove(&self.1);
+        self.0.ended.notify_waiters();
+    }
+}
+
+impl Inner {
+    fn seqs(&self) -> MutexGuard<'_, Seqs> {
+        self.seqs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn begin_update(&self) -> Running<'_> {
+        let mut s = self.seqs();
+        let seq = s.next;
+        s.next += 1;
+        s.running.insert(seq);
+        Running(self, seq)
+    }
+
+    fn k(&self) -> usize {
+        self.stripes.data
+    }
+
+    fn width(&self) -> usize {
+        self.stripes.data + self.stripes.parity
+    }
+
+    fn strip(&self) -> usize {
+        self.stripes.strip as usize
+    }
+
+    fn chunk_of(&self, g: u64) -> u64 {
+        self.stripes.shard_offset(g) / self.layout.chunk_bytes()
+    }
+
+    /// The nodes of stripe `g`, shard `i` at index `i`.
+    fn slots(&self, g: u64) -> Result<Vec<NodeId>, BlockError> {
+        let chunk = self.chunk_of(g);
+        let slots = self.layout.replicas(chunk);
+        if slots.len() != self.width() {
+            return Err(io_error(format!("chunk {chunk} is placed on {} nodes, not {}", slots.len(), self.width())));
+        }
+        Ok(slots)
+    }
+
+    /// The dirty-log regions of stripe `g`.
+    fn regions_of(&self, g: u64) -> std::ops::Range<u64> {
+        self.drl.regions().touched(self.stripes.shard_offset(g), self.stripes.strip)
+    }
+
+    async fn lock(&self, g: u64) -> tokio::sync::MutexGuard<'_, ()> {
+        self.locks[(g % STRIPE_LOCKS as u64) as usize].lock().await
+    }
+
+    fn judge(&self, node: NodeId, e: ReplicaError) -> Fault {
+        match e {
+            ReplicaError::Stale(epoch) => Fault::Volume(self.stale(epoch)),
+            ReplicaError::NoSpace => Fault::Volume(BlockError::NoSpace),
+            ReplicaError::Invalid(why) => Fault::Volume(io_error(why)),
+            ReplicaError::Unavailable(why) => {
+                tracing::warn!(node = %node, error = %why, "shard failed an I/O");
+                Fault::Node(node)
+            }
+        }
+    }
+
+    /// Settles a fault met on stripe `g`: a failed node leaves (what it
+    /// missed recorded), and the caller tries again.
+    async fn settle(&self, g: u64, fault: Fault) -> Result<(), BlockError> {
+        match fault {
+            Fault::Node(n) => self.owner.leave(&[n], self.regions_of(g)).await,
+            Fault::Volume(e) => Err(e),
+        }
+    }
+
+    fn shard(&self, node: NodeId) -> Result<&Arc<dyn Shard>, Fault> {
+        self.replica(node).ok_or_else(|| Fault::Volume(io_error(format!("node {node} holds no shard of this volume"))))
+    }
+
+    /// Reads shard bytes `[offset, offset+len)` from `node`.
+    async fn read_at(&self, node: NodeId, epoch: u64, offset: u64, len: usize) -> Result<IoBuf, Fault> {
+        let shard = self.shard(node)?;
+        shard.read(epoch, offset / self.bs(), IoBuf::recycled(len)).await.map_err(|e| self.judge(node, e))
+    }
+
+    /// The strips at positions `want` of stripe `g`, from in-sync shards:
+    /// read where the shard is in sync, else decoded from K in-sync
+    /// shards. The caller holds the stripe's lock.
+    async fn strips(&self, g: u64, slots: &[NodeId], m: &Membership, want: &[usize]) -> Result<Vec<Vec<u8>>, Fault> {
+        let k = self.k();
+        let at = self.stripes.shard_offset(g);
+        let strip = self.strip();
+        let read = |pos: usize| {
+            let node = slots[pos];
+            async move { self.read_at(node, m.epoch, at, strip).await.map(|b| b.to_vec()) }
+        };
+        if want.iter().all(|&p| m.in_sync.contains(&slots[p])) {
+            return join_all(want.iter().map(|&p| read(p))).await.into_iter().collect();
+        }
+        // Decode: the wanted in-sync positions first, then data, then parity.
+        let mut sources: Vec<usize> = want.iter().copied().filter(|&p| m.in_sync.contains(&slots[p])).collect();
+        sources.extend((0..self.width()).filter(|p| !want.contains(p) && m.in_sync.contains(&slots[*p])));
+        if sources.len() < k {
+            return Err(Fault::Volume(io_error(format!(
+                "stripe {g} has {} of its {} shards in sync; {k} are needed",
+                sources.len(),
+                self.width()
+            ))));
+        }
+        sources.truncate(k);
+        let got: Vec<Vec<u8>> =
+            join_all(sources.iter().map(|&p| read(p))).await.into_iter().collect::<Result<_, _>>()?;
+        let mut shards: Vec<Option<&[u8]>> = vec![None; self.width()];
+        for (&p, s) in sources.iter().zip(&got) {
+            shards[p] = Some(s);
+        }
+        let data = self.codec.decode(&shards).map_err(|e| Fault::Volume(io_error(e.to_string())))?;
+        let parity = if want.iter().any(|&p| p >= k) {
+            self.codec.encode(&data).map_err(|e| Fault::Volume(io_error(e.to_string())))?
+        } else {
+            Vec::new()
+        };
+        Ok(want.iter().map(|&p| if p < k { data[p].clone() } else { parity[p - k].clone() }).collect())
+    }
+
+    /// The new contents of stripe `g` after writing `new` at `within`:
+    /// `(position, strip)` for every strip that changes.
+    async fn plan(
+        &self,
+        g: u64,
+        within: &std::ops::Range<u64>,
+        new: &[u8],
+        slots: &[NodeId],
+        m: &Membership,
+        catching: &BTreeSet<NodeId>,
+    ) -> Result<Vec<(usize, Vec<u8>)>, Fault> {
+        let (k, strip) = (self.k(), self.strip());
+        let codec_err = |e: super::codec::CodecError| Fault::Volume(io_error(e.to_string()));
+        let touched = self.stripes.strips_of(within);
+        let put = |d: usize, old: &mut Vec<u8>| {
+            // The part of `new` that falls in data strip `d`.
+            let (lo, hi) = ((d * strip) as u64, ((d + 1) * strip) as u64);
+            let (from, to) = (within.start.max(lo), within.end.min(hi));
+            let src = (from - within.start) as usize..(to - within.start) as usize;
+            old[(from - lo) as usize..(to - lo) as usize].copy_from_slice(&new[src]);
+        };
+        if within.start == 0 && within.end == self.stripes.stripe_bytes() {
+            let data: Vec<&[u8]> = new.chunks(strip).collect();
+            let parity = self.codec.encode(&data).map_err(codec_err)?;
+            return Ok(data.into_iter().map(<[u8]>::to_vec).chain(parity).enumerate().collect());
+        }
+        let parity_pos = k..self.width();
+        let rmw = touched.clone().all(|d| m.in_sync.contains(&slots[d]))
+            && parity_pos.clone().all(|p| !catching.contains(&slots[p]));
+        if rmw {
+            // Read-modify-write: old data of the touched strips and the
+            // in-sync parity, and the parity of the change alone.
+            let live_parity: Vec<usize> = parity_pos.filter(|&p| m.in_sync.contains(&slots[p])).collect();
+            let want: Vec<usize> = touched.clone().chain(live_parity.iter().copied()).collect();
+            let mut old = self.strips(g, slots, m, &want).await?;
+            let mut out = Vec::with_capacity(want.len());
+            let mut deltas = Vec::with_capacity(touched.len());
+            for (i, d) in touched.clone().enumerate() {
+                let mut strip_now = old[i].clone();
+                put(d, &mut strip_now);
+                xor_into(&mut old[i], &strip_now); // old ^ new: the change
+                out.push((d, strip_now));
+                deltas.push(d);
+            }
+            let changes: Vec<(usize, &[u8])> = deltas.iter().zip(&old).map(|(&d, c)| (d, c.as_slice())).collect();
+            let pd = self.codec.parity_delta(&changes).map_err(codec_err)?;
+            for (i, &p) in live_parity.iter().enumerate() {
+                let mut par = old[touched.len() + i].clone();
+                xor_into(&mut par, &pd[p - k]);
+                out.push((p, par));
+            }
+            return Ok(out);
+        }
+        // Reconstruct-write: every data strip (decoded where its shard is
+        // not in sync), the new bytes merged in, parity encoded afresh.
+        let all: Vec<usize> = (0..k).collect();
+        let mut data = self.strips(g, slots, m, &all).await?;
+        for d in touched.clone() {
+            put(d, &mut data[d]);
+        }
+        let parity = self.codec.encode(&data).map_err(codec_err)?;
+        let mut out: Vec<(usize, Vec<u8>)> = touched.map(|d| (d, std::mem::take(&mut data[d]))).collect();
+        out.extend(parity.into_iter().enumerate().map(|(j, p)| (k + j, p)));
+        Ok(out)
+    }
+
+    /// Writes `new` at `within` of stripe `g` as update `seq`.
+    async fn write_stripe(&self, g: u64, within: std::ops::Range<u64>, new: &[u8], seq: u64) -> Result<(), BlockError> {
+        let _stripe = self.lock(g).await;
+        loop {
+            self.check_serving()?;
+            let m = self.membership().clone();
+            let catching = self.catching_up().clone();
+            let slots = self.slots(g)?;
+            let live = slots.iter().filter(|n| m.in_sync.contains(n)).count();
+            if live < self.k() {
+                return Err(io_error(format!("stripe {g} has {live} of {} shards in sync", self.width())));
+            }
+            let plan = match self.plan(g, &within, new, &slots, &m, &catching).await {
+                Ok(p) => p,
+                Err(f) => {
+                    self.settle(g, f).await?;
+                    continue;
+                }
+            };
+            let lba = self.stripes.shard_offset(g) / self.bs();
+            let sends: Vec<(NodeId, Bytes)> = plan
+                .into_iter()
+                .map(|(p, s)| (slots[p], Bytes::from(s)))
+                .filter(|(n, _)| m.in_sync.contains(n) || catching.contains(n))
+                .collect();
+            let results = join_all(sends.iter().map(|(n, data)| async move {
+                let shard = self.shard(*n)?;
+                shard.write_logged(m.epoch, seq, lba, data.clone()).await.map_err(|e| self.judge(*n, e))
+            }))
+            .await;
+            let mut failed = Vec::new();
+            let mut outcome = Ok(());
+            for r in results {
+                match r {
+                    Ok(()) => {}
+                    Err(Fault::Node(n)) => failed.push(n),
+                    Err(Fault::Volume(e)) => outcome = outcome.and(Err(e)),
+                }
+            }
+            if !failed.is_empty() {
+                self.owner.leave(&failed, self.regions_of(g)).await?;
+                let in_sync = self.membership().in_sync.clone();
+                let live = slots.iter().filter(|n| in_sync.contains(n)).count();
+                if live < self.k() {
+                    return Err(io_error(format!("stripe {g} has {live} of {} shards in sync", self.width())));
+                }
+            }
+            return outcome;
+        }
+    }
+
+    /// Writes `data` at `lba` (whole blocks, in range) as one update.
+    async fn write(self: Arc<Self>, lba: u64, data: Bytes, fua: bool) -> Result<(), BlockError> {
+        self.check_serving()?;
+        let seq = {
+            let _io = self.gate.read().await;
+            let bs = self.bs();
+            let pieces: Vec<StripePiece> = self.stripes.pieces(lba * bs, data.len() as u64).collect();
+            let (Some(first), Some(last)) = (pieces.first(), pieces.last()) else { return Ok(()) };
+            let (first, last) = (first.stripe, last.stripe);
+            let m = self.membership().clone();
+            let catching = self.catching_up().clone();
+            let mut stale = BTreeSet::new();
+            let chunk_stripes = self.layout.chunk_bytes() / self.stripes.strip;
+            let mut g = first;
+            while g <= last {
+                for n in self.slots(g)? {
+                    if !m.in_sync.contains(&n) && !catching.contains(&n) {
+                        stale.insert(n);
+                    }
+                }
+                g = (g / chunk_stripes + 1) * chunk_stripes;
+            }
+            let stale: Vec<NodeId> = stale.into_iter().collect();
+            let strip = self.stripes.strip;
+            let regions = self.drl.regions().touched(self.stripes.shard_offset(first), (last - first + 1) * strip);
+            let running = self.begin_update();
+            let _dirty = self.drl.begin(regions, &stale).await.map_err(|e| io_error(e.to_string()))?;
+            let seq = running.1;
+            let results = join_all(pieces.into_iter().map(|p| {
+                let at = p.at as usize;
+                let len = (p.within.end - p.within.start) as usize;
+                let piece = &data[at..at + len];
+                self.write_stripe(p.stripe, p.within, piece, seq)
+            }))
+            .await;
+            results.into_iter().collect::<Result<Vec<()>, _>>()?;
+            seq
+        };
+        if fua { self.commit_through(seq).await } else { Ok(()) }
+    }
+
+    /// Reads volume bytes into `buf` (whole blocks, in range).
+    async fn read(self: &Arc<Self>, lba: u64, mut buf: IoBuf) -> Result<IoBuf, BlockError> {
+        let bs = self.bs();
+        let offset = lba * bs;
+        let pieces: Vec<StripePiece> = self.stripes.pieces(offset, buf.len() as u64).collect();
+        let chunk_stripes = self.layout.chunk_bytes() / self.stripes.strip;
+        // One chunk at a time: its shards are fixed.
+        for group in pieces.chunk_by(|a, b| a.stripe / chunk_stripes == b.stripe / chunk_stripes) {
+            self.read_group(group, buf.as_mut_slice()).await?;
+        }
+        Ok(buf)
+    }
+
+    /// Reads the pieces of one chunk: each data position's part is one
+    /// contiguous range of its shard, read at once when the shard is in
+    /// sync, else decoded stripe by stripe.
+    async fn read_group(self: &Arc<Self>, group: &[StripePiece], out: &mut [u8]) -> Result<(), BlockError> {
+        let strip = self.stripes.strip;
+        for d in 0..self.k() {
+            let (lo, hi) = (d as u64 * strip, (d as u64 + 1) * strip);
+            // (stripe, bytes of the strip, where in `out`)
+            let parts: Vec<(u64, std::ops::Range<u64>, usize)> = group
+                .iter()
+                .filter_map(|p| {
+                    let (from, to) = (p.within.start.max(lo), p.within.end.min(hi));
+                    (from < to).then(|| (p.stripe, from - lo..to - lo, (p.at + from - p.within.start) as usize))
+                })
+                .collect();
+            let (Some(first), Some(last)) = (parts.first(), parts.last()) else { continue };
+            let start = self.stripes.shard_offset(first.0) + first.1.start;
+            let end = self.stripes.shard_offset(last.0) + last.1.end;
+            let (node, epoch, in_sync) = {
+                let m = self.membership();
+                let node = self.slots(first.0)?[d];
+                (node, m.epoch, m.in_sync.contains(&node))
+            };
+            if in_sync {
+                self.check_serving()?;
+                match self.read_at(node, epoch, start, (end - start) as usize).await {
+                    Ok(b) => {
+                        for (g, r, at) in &parts {
+                            let from = (self.stripes.shard_offset(*g) + r.start - start) as usize;
+                            out[*at..*at + (r.end - r.start) as usize]
+                                .copy_from_slice(&b[from..from + (r.end - r.start) as usize]);
+                        }
+                        continue;
+                    }
+                    Err(f) => self.settle(first.0, f).await?,
+                }
+            }
+            for (g, r, at) in &parts {
+                let strip_now = self.degraded_strip(*g, d).await?;
+                out[*at..*at + (r.end - r.start) as usize]
+                    .copy_from_slice(&strip_now[r.start as usize..r.end as usize]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Strip `pos` of stripe `g`, from in-sync shards, under the stripe's
+    /// lock.
+    async fn degraded_strip(&self, g: u64, pos: usize) -> Result<Vec<u8>, BlockError> {
+        let _stripe = self.lock(g).await;
+        loop {
+            self.check_serving()?;
+            let m = self.membership().clone();
+            let slots = self.slots(g)?;
+            match self.strips(g, &slots, &m, &[pos]).await {
+                Ok(mut s) => return Ok(s.swap_remove(0)),
+                Err(f) => self.settle(g, f).await?,
+            }
+        }
+    }
+
+    /// Makes every update up to `seq` durable on every in-sync shard and
+    /// commits it: waits for the updates at or below it to end, flushes,
+    /// and commits the newest sequence below which all have ended.
+    async fn commit_through(self: &Arc<Self>, seq: u64) -> Result<(), BlockError> {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.seqs().ended_through() >= seq {
+                break;
+            }
+            ended.await;
+        }
+        let _one = self.committing.lock().await;
+        let (through, committed) = {
+            let s = self.seqs();
+            (s.ended_through(), s.committed)
+        };
+        if through <= committed {
+            return Ok(());
+        }
+        self.owner.flush().await?;
+        let epoch = self.membership().epoch;
+        let nodes: Vec<NodeId> = self.writable().into_iter().collect();
+        let results = join_all(nodes.iter().map(|&n| async move {
+            let shard = self.shard(n)?;
+            shard.commit(epoch, through).await.map_err(|e| self.judge(n, e))
+        }))
+        .await;
+        let mut failed = Vec::new();
+        for r in results {
+            match r {
+                Ok(()) => {}
+                Err(Fault::Node(n)) => failed.push(n),
+                Err(Fault::Volume(e)) => return Err(e),
+            }
+        }
+        if !failed.is_empty() {
+            self.owner.leave(&failed, 0..0).await?;
+        }
+        let mut s = self.seqs();
+        s.committed = s.committed.max(through);
+        Ok(())
+    }
+
+    /// Every stripe must have K in-sync shards.
+    fn check_available(&self) -> Result<(), OpenError> {
+        let shard_bytes = self.stripes.shard_bytes(self.geometry.size_bytes());
+        let chunks = shard_bytes.div_ceil(self.layout.chunk_bytes());
+        let m = self.membership().clone();
+        for chunk in 0..chunks {
+            let replicas = self.layout.replicas(chunk);
+            if replicas.iter().filter(|n| m.in_sync.contains(n)).count() < self.k() {
+                return Err(OpenError::Unavailable { chunk, replicas });
+            }
+        }
+        Ok(())
+    }
+
+    /// Rolls every in-sync shard back to the newest update committed on
+    /// any of them; returns that update.
+    async fn roll_back(self: &Arc<Self>) -> Result<u64, BlockError> {
+        loop {
+            let m = self.membership().clone();
+            let nodes: Vec<NodeId> = m.in_sync.iter().copied().collect();
+            let marks = join_all(nodes.iter().map(|&n| async move {
+                let shard = self.shard(n)?;
+                shard.committed(m.epoch).await.map_err(|e| self.judge(n, e))
+            }))
+            .await;
+            let mut failed = Vec::new();
+            let mut through = 0;
+            for r in marks {
+                match r {
+                    Ok(c) => through = through.max(c),
+                    Err(Fault::Node(n)) => failed.push(n),
+                    Err(Fault::Volume(e)) => return Err(e),
+                }
+            }
+            if failed.is_empty() {
+                let undone = join_all(nodes.iter().map(|&n| async move {
+                    let shard = self.shard(n)?;
+                    shard.roll_back(m.epoch, through).await.map_err(|e| self.judge(n, e))
+                }))
+                .await;
+                let mut total = 0;
+                for r in undone {
+                    match r {
+                        Ok(c) => total += c,
+                        Err(Fault::Node(n)) => failed.push(n),
+                        Err(Fault::Volume(e)) => return Err(e),
+                    }
+                }
+                if failed.is_empty() {
+                    if total > 0 {
+                        tracing::info!(updates = total, through, "rolled back updates the last owner did not commit");
+                    }
+                    return Ok(through);
+                }
+            }
+            self.owner.leave(&failed, 0..0).await?;
+        }
+    }
+
+    /// Recomputes the parity of stripe `g` from its data strips, when all
+    /// are in sync (after a roll-back they are consistent already; this
+    /// covers a shard that lost its undo to a power cut).
+    async fn repair_stripe(&self, g: u64) -> Result<(), BlockError> {
+        let _stripe = self.lock(g).await;
+        loop {
+            self.check_serving()?;
+            let m = self.membership().clone();
+            let slots = self.slots(g)?;
+            let k = self.k();
+            if !slots[..k].iter().all(|n| m.in_sync.contains(n)) {
+                return Ok(());
+            }
+            let all: Vec<usize> = (0..k).collect();
+            let data = match self.strips(g, &slots, &m, &all).await {
+                Ok(d) => d,
+                Err(f) => {
+                    self.settle(g, f).await?;
+                    continue;
+                }
+            };
+            let parity = self.codec.encode(&data).map_err(|e| io_error(e.to_string()))?;
+            let lba = self.stripes.shard_offset(g) / self.bs();
+            let mut fault = None;
+            for (j, p) in parity.into_iter().enumerate() {
+                let n = slots[k + j];
+                if !m.in_sync.contains(&n) {
+                    continue;
+                }
+                let r = match self.shard(n) {
+                    Ok(s) => s.write(m.epoch, lba, Bytes::from(p), false).await.map_err(|e| self.judge(n, e)),
+                    Err(f) => Err(f),
+                };
+                if let Err(f) = r {
+                    fault = Some(f);
+                    break;
+                }
+            }
+            match fault {
+                None => return Ok(()),
+                Some(f) => self.settle(g, f).await?,
+            }
+        }
+    }
+
+    /// The stripes of dirty-log region `r` that exist.
+    fn stripes_of_region(&self, r: u64) -> std::ops::Range<u64> {
+        let size = self.stripes.shard_bytes(self.geometry.size_bytes());
+        let bytes = self.drl.regions().bytes_of(r, size);
+        let s = self.stripes.stripes_in_shard_range(bytes);
+        s.start..s.end.min(self.stripes.count(self.geometry.size_bytes()))
+    }
+}
+
+impl ErasureVolume {
+    /// Opens a volume this node has just taken over at `parts.membership`:
+    /// fences every in-sync shard with a flush at that epoch, rolls back
+    /// every update the last owner had not committed, recomputes the
+    /// parity of the dirty stripes, and only then serves.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::Unavailable`] when some chunk has fewer than K
+    /// reachable in-sync shards; [`OpenError::Io`] when the metadata
+    /// store fails, the geometry does not fit the stripes, or the volume
+    /// was taken over again meanwhile.
+    pub async fn open(parts: EcParts) -> Result<ErasureVolume, OpenError> {
+        let EcParts { geometry, local, stripes, layout, shards, membership, drl, control } = parts;
+        let codec = Codec::new(stripes.data, stripes.parity, stripes.strip as usize)
+            .map_err(|e| OpenError::Io(io_error(e.to_string())))?;
+        let bs = u64::from(geometry.block_size);
+        if !stripes.strip.is_multiple_of(bs) || !layout.chunk_bytes().is_multiple_of(stripes.strip) {
+            return Err(OpenError::Io(io_error(format!(
+                "strips of {} bytes do not fit {bs}-byte blocks and {}-byte chunks",
+                stripes.strip,
+                layout.chunk_bytes()
+            ))));
+        }
+        let owner = Arc::new(Owner::new(geometry, local, shards, membership, drl, control));
+        let inner = Arc::new(Inner {
+            owner,
+            layout,
+            stripes,
+            codec,
+            locks: (0..STRIPE_LOCKS).map(|_| tokio::sync::Mutex::new(())).collect(),
+            seqs: Mutex::new(Seqs { next: 1, running: BTreeSet::new(), committed: 0 }),
+            ended: tokio::sync::Notify::new(),
+            committing: tokio::sync::Mutex::new(()),
+        });
+        inner.owner.flush().await?;
+        inner.check_available()?;
+        let through = inner.roll_back().await?;
+        inner.check_available()?;
+        {
+            let mut s = inner.seqs();
+            s.next = through + 1;
+            s.committed = through;
+        }
+        let vol = ErasureVolume { inner };
+        vol.repair().await?;
+        Ok(vol)
+    }
+
+    async fn repair(&self) -> Result<(), BlockError> {
+        let i = &self.inner;
+        let dirty = i.drl.dirty();
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(regions = dirty.len(), "recomputing parity where the last owner was writing");
+        let seq = i.drl.sequence();
+        for r in dirty.iter() {
+            for g in i.stripes_of_region(r) {
+                i.repair_stripe(g).await?;
+            }
+            i.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
+        }
+        i.owner.flush().await?;
+        i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The current membership.
+    pub fn membership(&self) -> Membership {
+        self.inner.membership().clone()
+    }
+
+    /// The volume's counters.
+    pub fn stats(&self) -> &VolumeStats {
+        &self.inner.stats
+    }
+
+    /// The dirty-region log.
+    pub fn drl(&self) -> &Arc<DirtyRegionLog> {
+        &self.inner.drl
+    }
+
+    /// The stripe arithmetic.
+    pub fn stripes(&self) -> Stripes {
+        self.inner.stripes
+    }
+
+    /// Writes still running, including those whose callers left.
+    pub fn writes_running(&self) -> usize {
+        self.inner.writes_running()
+    }
+
+    /// True once this owner has been fenced.
+    pub fn is_fenced(&self) -> bool {
+        self.inner.is_fenced()
+    }
+
+    /// The newest update committed (durable everywhere, never rolled
+    /// back).
+    pub fn committed(&self) -> u64 {
+        self.inner.seqs().committed
+    }
+
+    /// The stale shards being rebuilt, each with the regions it still
+    /// misses.
+    pub fn resyncing(&self) -> Vec<(NodeId, u64)> {
+        self.inner.resyncing()
+    }
+
+    /// Commits what has ended and clears the dirty regions no write has
+    /// touched for `quiet_for` (as [`crate::ReplicatedVolume::clean`]);
+    /// returns how many regions it cleared. The owner runs it every
+    /// second, which bounds how much a takeover rolls back.
+    ///
+    /// # Errors
+    ///
+    /// As a flush, or the log could not be saved.
+    pub async fn clean(&self, quiet_for: Duration) -> Result<u64, BlockError> {
+        let i = &self.inner;
+        let cutoff = i.clean_cutoff(quiet_for);
+        let through = i.seqs().ended_through();
+        i.commit_through(through).await?;
+        let Some(seq) = cutoff else { return Ok(0) };
+        i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))
+    }
+
+    /// Brings the stale shards on `node` back: its old undo is dropped,
+    /// every new write goes to it as well, each strip it holds in a region
+    /// it missed is decoded from the in-sync shards and written, and once
+    /// none is left it rejoins the in-sync set. It is never read before.
+    ///
+    /// # Errors
+    ///
+    /// When `node` fails meanwhile (it stays stale), a stripe has fewer
+    /// than K in-sync shards, the metadata store fails, or this owner is
+    /// fenced.
+    pub async fn resync(&self, node: NodeId) -> Result<(), BlockError> {
+        let i = &self.inner;
+        if i.membership().in_sync.contains(&node) {
+            return Ok(());
+        }
+        let shard =
+            i.replica(node).ok_or_else(|| io_error(format!("node {node} holds no shard of this volume")))?.clone();
+        shard.rearm();
+        let epoch = i.membership().epoch;
+        shard.discard_undo(epoch).await.map_err(|e| io_error(format!("node {node}: {e}")))?;
+        {
+            let _all = i.gate.write().await;
+            i.catching_up().insert(node);
+        }
+        let result = self.rebuild_missed(node, &shard).await;
+        if result.is_err() {
+            i.catching_up().remove(&node);
+        }
+        result
+    }
+
+    async fn rebuild_missed(&self, node: NodeId, shard: &Arc<dyn Shard>) -> Result<(), BlockError> {
+        let i = &self.inner;
+        loop {
+            let missed = i.drl.missed(node).unwrap_or_default();
+            for r in missed.iter() {
+                for g in i.stripes_of_region(r) {
+                    let slots = i.slots(g)?;
+                    let Some(pos) = slots.iter().position(|&n| n == node) else { continue };
+                    let strip = i.degraded_strip(g, pos).await?;
+                    let epoch = i.membership().epoch;
+                    let lba = i.stripes.shard_offset(g) / i.bs();
+                    shard
+                        .write(epoch, lba, Bytes::from(strip), false)
+                        .await
+                        .map_err(|e| io_error(format!("node {node} failed during resync: {e}")))?;
+                    if !i.catching_up().contains(&node) {
+                        return Err(io_error(format!("node {node} failed a write during resync")));
+                    }
+                }
+                i.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
+                i.drl.copied(node, r);
+            }
+            let epoch = i.membership().epoch;
+            shard.flush(epoch).await.map_err(|e| io_error(format!("node {node} failed the resync flush: {e}")))?;
+            i.drl.sync().await.map_err(|e| io_error(e.to_string()))?;
+            let _all = i.gate.write().await;
+            if i.drl.missed(node).is_some_and(|s| !s.is_empty()) {
+                continue;
+            }
+            if !i.catching_up().contains(&node) {
+                return Err(io_error(format!("node {node} failed a write during resync")));
+            }
+            return i.rejoin(node).await;
+        }
+    }
+}
+
+/// Zeros for write-zeroes and deallocate, which an erasure-coded volume
+/// writes as data (their parity is zero too).
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+
+impl BlockDevice for ErasureVolume {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry
+    }
+
+    fn usage(&self) -> DeviceUsage {
+        let allocated = self.inner.stats.allocated_bytes.load(Ordering::Relaxed);
+        DeviceUsage {
+            provisioned_bytes: self.inner.geometry.size_bytes(),
+            allocated_bytes: allocated.min(self.inner.geometry.size_bytes()),
+        }
+    }
+
+    fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        Box::pin(async move {
+            let bs = self.inner.bs();
+            let blocks = buf.len() as u64 / bs;
+            if let Err(e) = check_range(self.inner.geometry, lba, blocks) {
+                return (buf, Err(e));
+            }
+            let len = buf.len();
+            match self.inner.read(lba, buf).await {
+                Ok(b) => (b, Ok(())),
+                Err(e) => (IoBuf::zeroed(len), Err(e)),
+            }
+        })
+    }
+
+    fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let bs = inner.bs();
+            if !(buf.len() as u64).is_multiple_of(bs) {
+                let len = buf.len();
+                return (buf, Err(BlockError::BadBuffer { len, expected: len as u64 / bs * bs }));
+            }
+            if let Err(e) = check_range(inner.geometry, lba, buf.len() as u64 / bs) {
+                return (buf, Err(e));
+            }
+            let data = Bytes::from_owner(buf);
+            let work = inner.clone().write(lba, data, fua);
+            (IoBuf::zeroed(0), run_to_end(&inner.owner, work).await)
+        })
+    }
+
+    fn write_zeroes(&self, lba: u64, blocks: u64, _deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            check_range(inner.geometry, lba, blocks)?;
+            let this = inner.clone();
+            run_to_end(&inner.owner, async move { this.zero(lba, blocks).await }).await
+        })
+    }
+
+    fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            for &(lba, blocks) in &ranges {
+                check_range(inner.geometry, lba, blocks)?;
+            }
+            let this = inner.clone();
+            run_to_end(&inner.owner, async move {
+                for (lba, blocks) in ranges {
+                    this.zero(lba, blocks).await?;
+                }
+                Ok(())
+            })
+            .await
+        })
+    }
+
+    fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(async move {
+            self.inner.check_serving()?;
+            let through = self.inner.seqs().next - 1;
+            self.inner.commit_through(through).await
+        })
+    }
+}
+
+impl Inner {
+    /// Writes zeros over `blocks` blocks at `lba`, a bounded piece at a
+    /// time.
+    async fn zero(self: &Arc<Self>, lba: u64, blocks: u64) -> Result<(), BlockError> {
+        let per = ZEROS.len() as u64 / self.bs();
+        let (mut lba, end) = (lba, lba + blocks);
+        while lba < end {
+            let n = per.min(end - lba);
+            let data = Bytes::from_static(&ZEROS[..(n * self.bs()) as usize]);
+            self.clone().write(lba, data, false).await?;
+            lba += n;
+        }
+        Ok(())
+    }
+}

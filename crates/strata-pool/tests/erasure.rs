@@ -1,0 +1,357 @@
+//! Erasure-coded volumes against shards that fail, owners that die at
+//! every step of an update, and up to M lost nodes at the takeover. The
+//! shards are RAM devices with their undo logs behind real epoch fences;
+//! the metadata store is in memory with etcd's compare-and-set.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use strata_block::{BlockDevice, EpochFence, Geometry, IoBuf, MemDevice};
+use strata_pool::drl::{DirtyRegionLog, MemDrlStore};
+use strata_pool::erasure::{Codec, EcParts, ErasureVolume, Shard, Stripes};
+use strata_pool::testing::{Faulty, MemControl, MemShard, TableLayout};
+use strata_pool::{NodeId, Regions};
+
+const BS: u32 = 4096;
+const K: usize = 4;
+const M: usize = 2;
+const STRIP: u64 = 4096;
+/// Shard bytes per chunk: 8 stripes.
+const CHUNK: u64 = 8 * STRIP;
+/// 4 chunks of K x 8 strips: 128 KiB of data per chunk.
+const BLOCKS: u64 = 4 * 8 * K as u64;
+
+fn stripes() -> Stripes {
+    Stripes { data: K, parity: M, strip: STRIP }
+}
+
+fn size() -> u64 {
+    BLOCKS * u64::from(BS)
+}
+
+/// The nodes' devices, fences, undo logs and the metadata: the cluster's
+/// state, shared by every owner that opens the volume.
+struct Cluster {
+    shards: Vec<Arc<MemShard>>,
+    devices: Vec<Arc<MemDevice>>,
+    control: Arc<MemControl>,
+    drl_store: Arc<MemDrlStore>,
+}
+
+/// One owner's view: the volume and its shard handles.
+struct Owner {
+    vol: ErasureVolume,
+    faulty: Vec<Arc<Faulty<dyn Shard>>>,
+}
+
+fn node_ids() -> Vec<NodeId> {
+    (1..=(K + M) as u32).map(NodeId).collect()
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let shard_blocks = stripes().shard_bytes(size()) / u64::from(BS);
+        let devices: Vec<Arc<MemDevice>> =
+            node_ids().iter().map(|_| Arc::new(MemDevice::new(BS, shard_blocks))).collect();
+        let shards = node_ids()
+            .iter()
+            .zip(&devices)
+            .map(|(&n, d)| MemShard::new(n, d.clone() as Arc<dyn BlockDevice>, EpochFence::new(0)))
+            .collect();
+        Cluster {
+            shards,
+            devices,
+            control: MemControl::new(0, node_ids()),
+            drl_store: Arc::new(MemDrlStore::default()),
+        }
+    }
+
+    fn layout() -> Arc<TableLayout> {
+        // Every chunk on all six nodes, each at a different rotation.
+        let ids = node_ids();
+        let table = (0..ids.len()).map(|r| (0..ids.len()).map(|i| ids[(i + r) % ids.len()]).collect()).collect();
+        Arc::new(TableLayout { chunk_bytes: CHUNK, table })
+    }
+
+    /// Handles for a new owner; `down` nodes fail every call, and every
+    /// handle stops after `steps` steps when given.
+    fn handles(&self, down: &[NodeId], steps: Option<Arc<AtomicU64>>) -> Vec<Arc<Faulty<dyn Shard>>> {
+        self.shards
+            .iter()
+            .map(|s| {
+                let f = Faulty::shard(s.clone() as Arc<dyn Shard>);
+                if down.contains(&strata_pool::Replica::node(&**s)) {
+                    f.down.store(true, SeqCst);
+                }
+                if let Some(b) = &steps {
+                    f.freeze_after(b.clone());
+                }
+                f
+            })
+            .collect()
+    }
+
+    async fn open(
+        &self,
+        down: &[NodeId],
+        steps: Option<Arc<AtomicU64>>,
+    ) -> Result<Owner, strata_pool::volume::OpenError> {
+        let membership = self.control.take_over();
+        let faulty = self.handles(down, steps);
+        let regions = Regions::for_volume(stripes().shard_bytes(size()), CHUNK);
+        let drl = DirtyRegionLog::new(regions, self.drl_store.saved(), self.drl_store.clone());
+        let vol = ErasureVolume::open(EcParts {
+            geometry: Geometry { block_size: BS, num_blocks: BLOCKS },
+            local: NodeId(1),
+            stripes: stripes(),
+            layout: Cluster::layout(),
+            shards: faulty.iter().map(|f| f.clone() as Arc<dyn Shard>).collect(),
+            membership,
+            drl,
+            control: self.control.clone(),
+        })
+        .await?;
+        Ok(Owner { vol, faulty })
+    }
+
+    /// Checks that the in-sync shards of every stripe form one codeword:
+    /// whichever K of them a read decodes from, it gets the same bytes.
+    async fn assert_consistent(&self) {
+        let codec = Codec::new(K, M, STRIP as usize).unwrap();
+        let in_sync = self.control.get().in_sync;
+        let layout = Cluster::layout();
+        for g in 0..stripes().count(size()) {
+            let chunk = g * STRIP / CHUNK;
+            let slots = strata_pool::Layout::replicas(&*layout, chunk);
+            let mut strips = Vec::new();
+            for n in &slots {
+                let i = node_ids().iter().position(|x| x == n).unwrap();
+                let (b, r) = self.devices[i].read(g * STRIP / u64::from(BS), IoBuf::zeroed(STRIP as usize)).await;
+                r.unwrap();
+                strips.push(in_sync.contains(n).then(|| b.to_vec()));
+            }
+            let present: Vec<Option<&[u8]>> = strips.iter().map(|s| s.as_deref()).collect();
+            let data = codec.decode(&present).unwrap();
+            let parity = codec.encode(&data).unwrap();
+            for (p, s) in strips.iter().enumerate() {
+                if let Some(s) = s {
+                    let want = if p < K { &data[p] } else { &parity[p - K] };
+                    assert!(s == want, "stripe {g}: shard {p} on {:?} does not fit the others", slots[p]);
+                }
+            }
+        }
+    }
+}
+
+/// A block's contents that names the write and the block: any block
+/// read back says which write put it there.
+fn stamp(write: u32, block: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BS as usize];
+    for (i, w) in b.chunks_mut(8).enumerate() {
+        w.copy_from_slice(&(u64::from(write) << 40 | block << 8 | (i as u64 & 0xff)).to_le_bytes());
+    }
+    b
+}
+
+fn payload(write: u32, lba: u64, blocks: u64) -> IoBuf {
+    let mut v = Vec::with_capacity((blocks * u64::from(BS)) as usize);
+    for b in lba..lba + blocks {
+        v.extend(stamp(write, b));
+    }
+    IoBuf::from_slice(&v)
+}
+
+/// The write a block's contents name (0: never written).
+fn writer_of(block: &[u8], lba: u64) -> Option<u32> {
+    if block.iter().all(|&b| b == 0) {
+        return Some(0);
+    }
+    let w = (u64::from_le_bytes(block[..8].try_into().unwrap()) >> 40) as u32;
+    (block == stamp(w, lba).as_slice()).then_some(w)
+}
+
+async fn read_all(vol: &ErasureVolume) -> Vec<Vec<u8>> {
+    let (b, r) = vol.read(0, IoBuf::zeroed(size() as usize)).await;
+    r.expect("read");
+    b.chunks(BS as usize).map(<[u8]>::to_vec).collect()
+}
+
+/// A simple deterministic generator.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A write of a few blocks anywhere, from one block to several stripes.
+fn random_write(rng: &mut Rng) -> (u64, u64) {
+    let long = rng.below(4) == 0;
+    let blocks = 1 + rng.below(if long { 3 * K as u64 } else { 3 });
+    let lba = rng.below(BLOCKS - blocks + 1);
+    (lba, blocks)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_match_writes_with_up_to_m_nodes_down_and_after_resync() {
+    let c = Cluster::new();
+    let o = c.open(&[], None).await.expect("open");
+    let mut model: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut rng = Rng(7);
+    let mut next = 1u32;
+    let mut write = |o: &Owner, rng: &mut Rng, model: &mut BTreeMap<u64, u32>| {
+        let (lba, blocks) = random_write(rng);
+        let w = next;
+        next += 1;
+        for b in lba..lba + blocks {
+            model.insert(b, w);
+        }
+        let vol = o.vol.clone();
+        async move {
+            let (_, r) = vol.write(lba, payload(w, lba, blocks), false).await;
+            r.expect("write");
+        }
+    };
+    let check = |blocks: Vec<Vec<u8>>, model: &BTreeMap<u64, u32>| {
+        for (lba, b) in blocks.iter().enumerate() {
+            let lba = lba as u64;
+            assert_eq!(writer_of(b, lba), Some(model.get(&lba).copied().unwrap_or(0)), "block {lba}");
+        }
+    };
+    for _ in 0..60 {
+        write(&o, &mut rng, &mut model).await;
+    }
+    // A whole-volume write is full stripes only.
+    o.vol.flush().await.expect("flush");
+    check(read_all(&o.vol).await, &model);
+
+    // Two nodes fail: reads decode, writes go on (degraded).
+    o.faulty[1].down.store(true, SeqCst);
+    o.faulty[4].down.store(true, SeqCst);
+    for _ in 0..60 {
+        write(&o, &mut rng, &mut model).await;
+    }
+    check(read_all(&o.vol).await, &model);
+    assert_eq!(o.vol.membership().in_sync.len(), K, "two nodes left the in-sync set");
+
+    // A takeover while they are down (after a flush: what was not
+    // flushed a takeover may roll back); then they come back and are
+    // rebuilt, and the other side fails.
+    o.vol.flush().await.expect("flush");
+    drop(o);
+    let o = c.open(&[NodeId(2), NodeId(5)], None).await.expect("reopen");
+    let model_now = model.clone();
+    check(read_all(&o.vol).await, &model_now);
+    o.faulty[1].down.store(false, SeqCst);
+    o.faulty[4].down.store(false, SeqCst);
+    for n in [NodeId(2), NodeId(5)] {
+        o.vol.resync(n).await.expect("resync");
+    }
+    assert_eq!(o.vol.membership().in_sync.len(), K + M);
+    o.vol.flush().await.expect("flush");
+    c.assert_consistent().await;
+    o.faulty[0].down.store(true, SeqCst);
+    o.faulty[3].down.store(true, SeqCst);
+    check(read_all(&o.vol).await, &model_now);
+    // A third is one too many: the write fails, nothing panics.
+    o.faulty[5].down.store(true, SeqCst);
+    let (_, r) = o.vol.write(0, payload(999, 0, 1), false).await;
+    assert!(r.is_err(), "a stripe with K-1 shards cannot take a write");
+}
+
+/// The owner dies after every possible number of steps of a batch of
+/// concurrent writes (a step is one shard call starting or answering),
+/// and the new owner opens with no, one or M nodes lost. Every block
+/// reads as its value at the last flush or as one written after it, never
+/// anything else; every stripe is one codeword; and the blocks flushed
+/// before the batch read back exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_dying_at_any_step_leaves_no_write_hole() {
+    let losses: [&[NodeId]; 4] = [&[], &[NodeId(2)], &[NodeId(1), NodeId(6)], &[NodeId(3), NodeId(4)]];
+    let mut cases = 0;
+    for steps in (0..160).step_by(3) {
+        for (li, lost) in losses.iter().enumerate() {
+            let c = Cluster::new();
+            let mut rng = Rng(steps * 31 + li as u64);
+            // Flushed state: every block written once.
+            let o = c.open(&[], None).await.expect("open");
+            let (_, r) = o.vol.write(0, payload(1, 0, BLOCKS), false).await;
+            r.expect("fill");
+            o.vol.flush().await.expect("flush");
+            drop(o);
+
+            // A batch that dies after `steps` steps.
+            let budget = Arc::new(AtomicU64::new(steps));
+            let o = c.open(&[], None).await.ok();
+            for f in o.iter().flat_map(|o| &o.faulty) {
+                f.freeze_after(budget.clone());
+            }
+            let mut allowed: BTreeMap<u64, Vec<u32>> = (0..BLOCKS).map(|b| (b, vec![1])).collect();
+            let mut flushed_late: Vec<(u64, u32)> = Vec::new();
+            if let Some(o) = o {
+                let mut tasks = Vec::new();
+                for w in 2..8u32 {
+                    let (lba, blocks) = random_write(&mut rng);
+                    for b in lba..lba + blocks {
+                        allowed.get_mut(&b).unwrap().push(w);
+                    }
+                    let vol = o.vol.clone();
+                    tasks.push(tokio::spawn(async move {
+                        let (_, r) = vol.write(lba, payload(w, lba, blocks), w % 3 == 0).await;
+                        (w, lba, blocks, r.is_ok())
+                    }));
+                }
+                // Give the batch time to run until it freezes.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                for t in tasks {
+                    if t.is_finished() {
+                        let (w, lba, blocks, ok) = t.await.unwrap();
+                        // A FUA write that completed is durable.
+                        if ok && w % 3 == 0 {
+                            flushed_late.extend((lba..lba + blocks).map(|b| (b, w)));
+                        }
+                    } else {
+                        t.abort();
+                    }
+                }
+            }
+            // The new owner, with `lost` nodes gone for good.
+            let o = tokio::time::timeout(Duration::from_secs(10), c.open(lost, None))
+                .await
+                .unwrap_or_else(|_| panic!("steps {steps}, lost {lost:?}: the takeover hangs"))
+                .expect("takeover");
+            let blocks = read_all(&o.vol).await;
+            for (lba, b) in blocks.iter().enumerate() {
+                let lba = lba as u64;
+                let w = writer_of(b, lba);
+                assert!(
+                    w.is_some_and(|w| allowed[&lba].contains(&w)),
+                    "steps {steps}, lost {lost:?}: block {lba} reads as write {w:?}, allowed {:?}",
+                    allowed[&lba]
+                );
+            }
+            // FUA writes that completed survive, unless a later write of
+            // the batch may have overwritten them.
+            for (lba, w) in &flushed_late {
+                let later = allowed[lba].iter().any(|&x| x > *w);
+                if !later {
+                    assert_eq!(
+                        writer_of(&blocks[*lba as usize], *lba),
+                        Some(*w),
+                        "steps {steps}: FUA block {lba} lost"
+                    );
+                }
+            }
+            c.assert_consistent().await;
+            cases += 1;
+        }
+    }
+    assert!(cases > 100);
+}
