@@ -65,7 +65,7 @@ fn summary_names_the_figures() {
 fn bad_options_are_refused_with_exit_2_and_a_reason() {
     let cases: [(&[&str], &str); 5] = [
         (&["--protect", "rep:0"], "1 to 8 copies"),
-        (&["--protect", "ec:4+2"], "not supported yet"),
+        (&["--protect", "ec:4+0"], "ec:K+M takes K >= 1, M >= 1 and K+M <= 32"),
         (&["--drive-size", "12X"], "unknown unit"),
         (&["--nodes", "0"], "--nodes"),
         (&["--nodes", "30", "--rack-size", "20"], "rep:3 needs 3 racks with up nodes; the cluster has 2 (r0, r1)"),
