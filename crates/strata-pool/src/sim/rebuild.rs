@@ -12,11 +12,12 @@
 //!   slot's new node from `data_shards` surviving slots of the group (the
 //!   group's other nodes before the failure): one surviving copy for
 //!   `rep:N`, K surviving shards for `ec:K+M`. Each source reads one
-//!   slot's bytes; the new node writes one slot's bytes. Sources are taken
-//!   round-robin over the survivors in slot order, starting at survivor
-//!   `pg mod survivors`, so every surviving slot of the cluster is read
-//!   about equally often. A group with fewer than `data_shards` survivors
-//!   (`rep:1`) has lost the data: nothing is read or written for it;
+//!   slot's bytes; the new node writes one slot's bytes. Sources are
+//!   spread evenly: groups are taken in order, and each reads from the
+//!   survivors that have read the fewest bytes so far (ties to the lower
+//!   slot), as a rebuild scheduler that knows every node's queue would. A
+//!   group with fewer than `data_shards` survivors (`rep:1`) has lost the
+//!   data: nothing is read or written for it;
 //! - **a balancer move** (a live node's slot handed to another): the old
 //!   node reads its slot, the new one writes it, as any copy.
 //!
@@ -75,7 +76,7 @@ pub(crate) fn rebuild(
     let nodes = ids.map(|n| n.0 as usize + 1).max().unwrap_or(0);
     let (mut read, mut written) = (vec![0u64; nodes], vec![0u64; nodes]);
     let mut lost_bytes = 0;
-    let mut survivors = Vec::new();
+    let mut survivors: Vec<NodeId> = Vec::new();
     for pg in 0..before.pg_count().min(after.pg_count()) {
         let bytes = slot_bytes(pg);
         let (old, new) = (before.nodes(pg), after.nodes(pg));
@@ -93,8 +94,9 @@ pub(crate) fn rebuild(
                 Some(&from) if from != failed => read[from.0 as usize] += bytes,
                 _ if survivors.len() < data_shards => continue, // lost for good
                 _ => {
-                    for k in 0..data_shards {
-                        let source = survivors[(pg as usize + k) % survivors.len()];
+                    // Stable: equal loads keep slot order.
+                    survivors.sort_by_key(|n| read[n.0 as usize]);
+                    for source in &survivors[..data_shards] {
                         read[source.0 as usize] += bytes;
                     }
                 }
@@ -139,8 +141,8 @@ mod tests {
     #[test]
     fn a_lost_shard_is_read_from_k_survivors_and_a_move_from_its_holder() {
         let (before, after) = failure();
-        // ec:2+1: group 0 reads nodes 1 and 2; group 1 reads 4 and 3
-        // (round-robin from survivor 1), then node 4 again for the move.
+        // ec:2+1: group 0 reads nodes 1 and 2; group 1 reads 3 and 4, then
+        // node 4 again for the move.
         let r = rebuild(&before, &after, NodeId(0), 2, bytes);
         assert_eq!(r.lost_bytes, 110);
         assert_eq!(r.read_bytes, 2 * 110 + 100, "K x lost, plus the move once");
@@ -152,11 +154,25 @@ mod tests {
     #[test]
     fn a_lost_copy_is_read_once() {
         let (before, after) = failure();
-        // rep:3: group 0 reads node 1; group 1 reads node 4 (survivor
-        // 1 mod 2), which also sends its moved copy.
+        // rep:3: group 0 reads node 1, group 1 node 3; node 4 sends its
+        // moved copy.
         let r = rebuild(&before, &after, NodeId(0), 1, bytes);
         assert_eq!((r.lost_bytes, r.read_bytes, r.written_bytes), (110, 110 + 100, 210));
-        assert_eq!((r.nodes_reading, r.nodes_writing, r.busiest_node_bytes), (2, 3, 200));
+        assert_eq!((r.nodes_reading, r.nodes_writing, r.busiest_node_bytes), (3, 3, 100));
+    }
+
+    #[test]
+    fn sources_are_the_survivors_that_have_read_least() {
+        // Three groups lose node 0's slot; node 1 survives in each. The
+        // first survivor, or a rotation by group, would read node 1 two or
+        // three times; least-read-first reads nodes 1, 3 and 4 once each.
+        let before = table(&[[0, 1, 2], [0, 3, 1], [0, 1, 4]]);
+        let after = table(&[[5, 1, 2], [6, 3, 1], [7, 1, 4]]);
+        let r = rebuild(&before, &after, NodeId(0), 1, |_| 10);
+        assert_eq!((r.read_bytes, r.nodes_reading, r.busiest_node_bytes), (30, 3, 10));
+        // ec:2+1: every group reads both survivors, node 1 three times.
+        let r = rebuild(&before, &after, NodeId(0), 2, |_| 10);
+        assert_eq!((r.read_bytes, r.nodes_reading, r.busiest_node_bytes), (60, 4, 30));
     }
 
     #[test]
