@@ -3,8 +3,8 @@
 //!
 //! Runs the real placement and balancer on a modelled cluster (defaults:
 //! 2,500 nodes x 24 drives of 1.5 TB in racks of 20, rep:3), fills it until
-//! the first drive is full, and measures balance and data movement
-//! (`docs/scale.md`). Prints a summary, or the report as JSON with
+//! the first drive is full, and measures balance, data movement and the
+//! rebuild of a failed node (`docs/scale.md`). Prints a summary, or the report as JSON with
 //! `--json`. Exit status: 0 on success, 2 for bad options (including a
 //! cluster that cannot keep the copies in distinct racks), 1 for an
 //! internal error.
@@ -34,8 +34,9 @@ pub struct SimArgs {
     /// Nodes per rack; racks are the failure domain. Default: 20.
     #[arg(long, value_name = "N")]
     rack_size: Option<u32>,
-    /// Protection, rep:N. Default: rep:3.
-    #[arg(long, value_name = "rep:N")]
+    /// Protection: rep:N (N copies) or ec:K+M (K data and M parity
+    /// shards). Default: rep:3.
+    #[arg(long, value_name = "rep:N|ec:K+M")]
     protect: Option<Protection>,
     /// Seed of the volume sizes and failed nodes. Default: 1.
     #[arg(long, value_name = "N")]
@@ -45,6 +46,10 @@ pub struct SimArgs {
     /// groups).
     #[arg(long, value_name = "N")]
     pgs: Option<u32>,
+    /// Rebuild bandwidth of one node in MB/s (10^6 bytes a second), for
+    /// reads and for writes at the same time. Default: 1000.
+    #[arg(long, value_name = "N")]
+    rebuild_mbps: Option<u32>,
 }
 
 impl SimArgs {
@@ -57,6 +62,7 @@ impl SimArgs {
         o.protection = self.protect.unwrap_or(o.protection);
         o.seed = self.seed.unwrap_or(o.seed);
         o.pg_count = self.pgs.or(o.pg_count);
+        o.rebuild_mbps = self.rebuild_mbps.unwrap_or(o.rebuild_mbps);
         o
     }
 }
@@ -111,6 +117,8 @@ fn si(bytes: u64) -> String {
 /// The report for people.
 fn summary(r: &SimReport) -> String {
     let per_rack = r.nodes.div_ceil(r.racks.max(1));
+    // What a group's slot holds.
+    let slots = if r.protection.starts_with("ec:") { "shards" } else { "copies" };
     [
         format!(
             "strata sim: {} nodes x {} drives of {} ({} drives, {} raw) in {} racks of {}, {}",
@@ -124,7 +132,7 @@ fn summary(r: &SimReport) -> String {
             r.protection
         ),
         format!(
-            "  placement: {} groups ({:.1} copies a node), {} chunks, {} remaps ({} map), {:.1} us to place a group",
+            "  placement: {} groups ({:.1} {slots} a node), {} chunks, {} remaps ({} map), {:.1} us to place a group",
             r.pgs,
             r.pg_copies_per_node,
             strata_block::format_size(r.chunk_bytes),
@@ -146,6 +154,11 @@ fn summary(r: &SimReport) -> String {
             r.min_fill_over_mean
         ),
         format!(
+            "  data at first full drive: {:.2}% of raw ({:.3} bytes stored per byte of data)",
+            r.data_at_first_full * 100.0,
+            r.allocated_bytes as f64 / r.logical_bytes.max(1) as f64
+        ),
+        format!(
             "  adding {} nodes (1%) moved {}: {:.3}x the minimum ({})",
             r.added_nodes,
             si(r.moved_on_add_bytes),
@@ -160,8 +173,19 @@ fn summary(r: &SimReport) -> String {
             si(r.failed_node_bytes)
         ),
         format!(
-            "  rebuild sources: at least {} nodes hold copies of any one node's data (mean {:.1})",
+            "  rebuild sources: at least {} nodes hold {slots} of any one node's groups (mean {:.1})",
             r.rebuild_sources_min, r.rebuild_sources_mean
+        ),
+        format!(
+            "  rebuild of one node (slowest of {}) at {} MB/s a node: {:.0} s; {} lost, {} read by {} nodes, {} written by {} nodes",
+            r.failed_nodes_sampled,
+            r.rebuild_mbps,
+            r.rebuild_seconds,
+            si(r.rebuild_lost_bytes),
+            si(r.rebuild_bytes_read),
+            r.rebuild_nodes_reading,
+            si(r.rebuild_bytes_written),
+            r.rebuild_nodes_writing
         ),
         format!("  ran in {:.1} s (seed {})", r.seconds, r.seed),
     ]

@@ -41,6 +41,11 @@ fn json_report_of_a_small_cluster_has_sane_figures() {
     assert!((1.0..=1.1).contains(&fail), "moved on fail {fail}");
     let sources = num(&v, "rebuild_sources_min");
     assert!((100.0..200.0).contains(&sources), "rebuild sources {sources}");
+    let data = num(&v, "data_at_first_full");
+    assert!((data - util / 3.0).abs() < 0.001, "data at first full {data}, utilization {util}");
+    assert_eq!(num(&v, "rebuild_mbps"), 1000.0);
+    assert!(num(&v, "rebuild_seconds") > 0.0);
+    assert!(num(&v, "rebuild_bytes_read") >= num(&v, "rebuild_lost_bytes"));
     assert!(num(&v, "seconds") > 0.0);
     assert!(num(&v, "pgs") >= 200.0 * 100.0 / 3.0);
 }
@@ -56,16 +61,41 @@ fn summary_names_the_figures() {
         "adding 1 nodes",
         "failing one node",
         "rebuild sources",
+        "data at first full drive",
+        "rebuild of one node (slowest of 3) at 1000 MB/s a node",
     ] {
         assert!(s.contains(want), "{want:?} missing from:\n{s}");
     }
 }
 
 #[test]
+fn erasure_coding_holds_more_data_and_rebuilds_from_k_shards() {
+    let small = ["--json", "--nodes", "48", "--rack-size", "3", "--drives-per-node", "2", "--drive-size", "256G"];
+    let report = |extra: &[&str]| -> Value {
+        let out = sim(&[&small[..], extra].concat());
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+    };
+    let ec = report(&["--protect", "EC:4+2", "--rebuild-mbps", "500"]);
+    assert_eq!(ec["protection"], "ec:4+2");
+    assert_eq!(num(&ec, "rebuild_mbps"), 500.0);
+    let util = num(&ec, "utilization_at_first_full");
+    let data = num(&ec, "data_at_first_full");
+    assert!(util > 0.97 && (data - util * 4.0 / 6.0).abs() < 0.001, "utilization {util}, data {data}");
+    let read = num(&ec, "rebuild_bytes_read");
+    assert!(read >= 4.0 * num(&ec, "rebuild_lost_bytes"), "ec:4+2 reads 4 shards per lost shard: {ec}");
+    let rep = report(&[]);
+    assert!(data > 1.9 * num(&rep, "data_at_first_full"), "ec:4+2 holds about twice rep:3's data: {data}");
+}
+
+#[test]
 fn bad_options_are_refused_with_exit_2_and_a_reason() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--protect", "rep:0"], "1 to 8 copies"),
-        (&["--protect", "ec:4+2"], "not supported yet"),
+        (&["--protect", "ec:4+0"], "ec:K+M takes K >= 1, M >= 1 and K+M <= 32"),
+        (&["--protect", "ec:4"], "write rep:N or ec:K+M"),
+        (&["--rebuild-mbps", "0"], "--rebuild-mbps = 0: give 1 to 1000000"),
+        (&["--nodes", "200", "--protect", "ec:8+3"], "ec:8+3 needs 11 racks with up nodes; the cluster has 10"),
         (&["--drive-size", "12X"], "unknown unit"),
         (&["--nodes", "0"], "--nodes"),
         (&["--nodes", "30", "--rack-size", "20"], "rep:3 needs 3 racks with up nodes; the cluster has 2 (r0, r1)"),

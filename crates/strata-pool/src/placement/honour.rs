@@ -113,6 +113,21 @@ mod tests {
     }
 
     #[test]
+    fn erasure_coding_needs_a_rack_per_shard() {
+        let ec = Protection::erasure_coded(4, 2).expect("valid");
+        let five_racks = cluster(10, 2, 3, 64, |_| TIB);
+        assert_eq!(
+            check_protection(&five_racks, ec).map_err(|e| e.to_string()),
+            Err("ec:4+2 needs 6 racks with up nodes; the cluster has 5 (r0, r1, r2, r3, r4)".into())
+        );
+        assert_eq!(check_protection(&cluster(12, 2, 3, 64, |_| TIB), ec), Ok(()));
+        assert_eq!(
+            check_protection(&cluster(5, 1, 3, 64, |_| TIB), ec).map_err(|e| e.to_string()),
+            Err("ec:4+2 needs 6 up nodes; the cluster has 5 (n0, n1, n2, n3, n4)".into())
+        );
+    }
+
+    #[test]
     fn down_nodes_do_not_count() {
         let mut map = cluster(6, 2, 3, 64, |_| TIB);
         map.set_state(NodeId(4), NodeState::Down).expect("known");

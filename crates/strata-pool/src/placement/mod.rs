@@ -6,7 +6,7 @@
 //! - `chunk`: chunk size and chunk to group (hashed start, striped);
 //! - `hash`: the deterministic hashes and the straw2 draw;
 //! - `map`: the serialisable map and its invariants;
-//! - `protection`: `rep:N` (and later `ec:K+M`), the group's width;
+//! - `protection`: `rep:N` and `ec:K+M`, the group's width;
 //! - `placer`: group to nodes (rendezvous under failure domains, remaps,
 //!   substitutes for nodes that hold no data);
 //! - `table`: every group's placement, and movement between two tables;

@@ -192,8 +192,11 @@ impl Placer {
         self.pg_count
     }
 
-    /// The ordered nodes of group `pg` (position i holds copy i): `width`
-    /// distinct up nodes, fewer only if fewer are up. Groups at or beyond
+    /// The ordered nodes of group `pg` (position i holds copy i, or shard
+    /// i of an `ec:K+M` group): `width` distinct up nodes, fewer only if
+    /// fewer are up. An empty slot is left out, so the positions after it
+    /// shift: an `ec` group needs all `width` slots, which
+    /// [`check_protection`](super::check_protection) checks. Groups at or beyond
     /// [`pg_count`](Self::pg_count) are placed like any other number, which
     /// callers should not rely on.
     pub fn place(&self, pg: u32) -> Vec<NodeId> {
@@ -507,7 +510,7 @@ mod tests {
     use super::*;
     use crate::placement::map::{FailureDomain, Node, NodeState};
     use crate::placement::protection::Protection;
-    use crate::placement::test_utils::{cluster, node};
+    use crate::placement::test_utils::{cluster, cluster_with, node};
 
     const TIB: u64 = 1 << 40;
     const GOLDEN_PLACEMENT: [[u32; 3]; 5] = [[19, 27, 5], [15, 32, 4], [22, 38, 35], [2, 5, 23], [14, 29, 32]];
@@ -614,21 +617,27 @@ mod tests {
 
     #[test]
     fn down_and_out_nodes_hold_nothing_and_only_their_copies_move() {
-        let map = cluster(60, 6, 3, 2048, |_| TIB);
-        let before = Placer::new(&map).table();
-        for state in [NodeState::Down, NodeState::Out] {
-            let mut failed = map.clone();
-            failed.set_state(NodeId(17), state).expect("known node");
-            let after = Placer::new(&failed).table();
-            for pg in 0..map.pg_count() {
-                let (b, a) = (before.nodes(pg), after.nodes(pg));
-                assert!(!a.contains(&NodeId(17)), "pg {pg}");
-                assert_eq!(distinct(&racks_of(&failed, a)), 3, "pg {pg}");
-                match b.iter().position(|&n| n == NodeId(17)) {
-                    None => assert_eq!(a, b, "pg {pg} moved without holding the failed node"),
-                    Some(slot) => {
-                        for k in 0..3 {
-                            assert_eq!(a[k] == b[k], k != slot, "pg {pg}: only slot {slot} changes");
+        // Slots keep their positions: an ec group's shard i stays shard i.
+        for protection in ["rep:3", "ec:4+2"] {
+            let protection: Protection = protection.parse().expect("valid");
+            let width = protection.width();
+            let map = cluster_with(protection, 60, 6, 2048, |_| TIB);
+            let before = Placer::new(&map).table();
+            for state in [NodeState::Down, NodeState::Out] {
+                let mut failed = map.clone();
+                failed.set_state(NodeId(17), state).expect("known node");
+                let after = Placer::new(&failed).table();
+                for pg in 0..map.pg_count() {
+                    let (b, a) = (before.nodes(pg), after.nodes(pg));
+                    assert!(!a.contains(&NodeId(17)), "{protection} pg {pg}");
+                    assert_eq!((b.len(), a.len()), (width, width), "{protection} pg {pg}");
+                    assert_eq!(distinct(&racks_of(&failed, a)), width, "{protection} pg {pg}");
+                    match b.iter().position(|&n| n == NodeId(17)) {
+                        None => assert_eq!(a, b, "{protection} pg {pg} moved without holding the failed node"),
+                        Some(slot) => {
+                            for k in 0..width {
+                                assert_eq!(a[k] == b[k], k != slot, "{protection} pg {pg}: only slot {slot} changes");
+                            }
                         }
                     }
                 }
@@ -704,14 +713,18 @@ mod tests {
     }
 
     /// A random cluster: up to 40 nodes in up to 8 racks, random weights
-    /// and states, rep:1..=4.
+    /// and states, rep:1..=4 or ec:K+M up to 6 wide.
     fn arb_map() -> impl Strategy<Value = PlacementMap> {
         let node = (
             0u32..8,
             1u64..=8,
             prop_oneof![6 => Just(NodeState::Up), 1 => Just(NodeState::Down), 1 => Just(NodeState::Out)],
         );
-        (proptest::collection::vec(node, 0..40), 1u8..=4).prop_map(|(nodes, copies)| {
+        let protection = prop_oneof![
+            (1u8..=4).prop_map(|n| Protection::replicated(n).expect("valid")),
+            (1u8..=4, 1u8..=2).prop_map(|(k, m)| Protection::erasure_coded(k, m).expect("valid")),
+        ];
+        (proptest::collection::vec(node, 0..40), protection).prop_map(|(nodes, p)| {
             let list = nodes
                 .into_iter()
                 .enumerate()
@@ -720,7 +733,6 @@ mod tests {
                     Node::new(i, format!("n{i}"), w * TIB).with_label("rack", format!("r{rack}")).with_state(state)
                 })
                 .collect();
-            let p = Protection::replicated(copies).expect("valid");
             PlacementMap::new(p, FailureDomain::default(), 64, list).expect("valid map")
         })
     }

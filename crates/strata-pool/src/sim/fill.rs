@@ -1,7 +1,13 @@
 //! Filling the modelled cluster with volumes until its first drive is full.
 //!
 //! Every volume is written whole, chunk after chunk, and every chunk puts
-//! its extents on each node of its group (one copy each). A node's drives
+//! its extents on each node of its group: a whole copy for `rep:N`, one
+//! shard for `ec:K+M`. A shard of a chunk of `b` bytes holds `ceil(b / K)`
+//! bytes (the data is dealt over the K data shards in small units, so
+//! every shard of a chunk, parity included, has the same length), rounded
+//! up to whole extents of the node store: the extents a node allocates for
+//! it. So every slot of a group holds the same extents, and a group's
+//! state is one number. A node's drives
 //! fill most-free-first (`drives.rs`), so the first drive of the cluster
 //! fills when some node reaches its [`first_full_at`](super::drives::first_full_at)
 //! allocation; the fill stops after the chunk that gets there.
@@ -33,18 +39,27 @@ pub(crate) struct Cluster<'a> {
     pub(crate) first_full: &'a [u64],
     /// Bytes per extent.
     pub(crate) extent_bytes: u64,
+    /// Pieces a chunk's data is cut into (`Protection::data_shards`): 1
+    /// for copies, K for `ec:K+M`.
+    pub(crate) data_shards: u64,
+}
+
+/// Extents each slot of a group allocates for a chunk of `bytes`: its copy
+/// or shard, `ceil(bytes / data_shards)` bytes, in whole extents.
+pub(crate) fn slot_extents(bytes: u64, data_shards: u64, extent_bytes: u64) -> u64 {
+    bytes.div_ceil(data_shards.max(1)).div_ceil(extent_bytes)
 }
 
 /// The state when the first drive filled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Filled {
-    /// Extents held by one copy of each group.
+    /// Extents held by each slot (copy or shard) of each group.
     pub(crate) pg_extents: Vec<u64>,
     /// Extents allocated on each node (by id).
     pub(crate) node_extents: Vec<u64>,
     /// Volumes written (the last one partly).
     pub(crate) volumes: u64,
-    /// Volume bytes written (one copy).
+    /// Volume bytes written: the data, before copies or parity.
     pub(crate) logical_bytes: u64,
 }
 
@@ -53,7 +68,7 @@ pub(crate) struct Filled {
 struct Planned {
     start: u64,
     chunks: u64,
-    /// Extents of the last, partial chunk (0 if none).
+    /// Extents per slot of the last, partial chunk (0 if none).
     tail: u64,
     tail_bytes: u64,
     bytes: u64,
@@ -121,7 +136,7 @@ pub(crate) fn fill(cluster: &Cluster<'_>, volumes: impl Iterator<Item = Volume>)
             rows.nodes[pg as usize * width + k] = n.0;
         }
     }
-    rows.chunk_extents = CHUNK_SIZE.div_ceil(cluster.extent_bytes);
+    rows.chunk_extents = slot_extents(CHUNK_SIZE, cluster.data_shards, cluster.extent_bytes);
     let min_copies = (0..groups).map(|pg| rows.of(pg).count() as u64).min().unwrap_or(0);
     let capacity: u64 = cluster.first_full.iter().sum();
     let nodes = cluster.first_full.len();
@@ -142,7 +157,7 @@ pub(crate) fn fill(cluster: &Cluster<'_>, volumes: impl Iterator<Item = Volume>)
     let mut extents = 0u64;
     for v in volumes {
         let (chunks, tail_bytes) = (v.bytes / CHUNK_SIZE, v.bytes % CHUNK_SIZE);
-        let tail = tail_bytes.div_ceil(cluster.extent_bytes);
+        let tail = slot_extents(tail_bytes, cluster.data_shards, cluster.extent_bytes);
         let start = u64::from(ChunkId { volume: v.id, index: 0 }.pg(groups as u32));
         plan.push(Planned { start, chunks, tail, tail_bytes, bytes: v.bytes });
         extents += chunks * rows.chunk_extents + tail;
@@ -195,12 +210,11 @@ mod tests {
         let mut pg_extents = vec![0u64; groups as usize];
         let mut node_extents = vec![0u64; cluster.first_full.len()];
         let (mut written, mut logical) = (0, 0);
-        let chunk_extents = CHUNK_SIZE / cluster.extent_bytes;
         for v in volumes {
             written += 1;
             for index in 0..v.bytes.div_ceil(CHUNK_SIZE) {
                 let bytes = (v.bytes - index * CHUNK_SIZE).min(CHUNK_SIZE);
-                let extents = if bytes == CHUNK_SIZE { chunk_extents } else { bytes.div_ceil(cluster.extent_bytes) };
+                let extents = slot_extents(bytes, cluster.data_shards, cluster.extent_bytes);
                 let pg = ChunkId { volume: v.id, index }.pg(groups);
                 pg_extents[pg as usize] += extents;
                 logical += bytes;
@@ -218,20 +232,46 @@ mod tests {
     }
 
     #[test]
+    fn shards_are_rounded_up_to_whole_extents() {
+        assert_eq!(slot_extents(CHUNK_SIZE, 1, MIB), 64, "a copy");
+        assert_eq!(slot_extents(CHUNK_SIZE, 8, MIB), 8, "ec:8+M: 8 MiB shards");
+        assert_eq!(slot_extents(CHUNK_SIZE, 3, MIB), 22, "ec:3+M: 21.3 MiB shards");
+        assert_eq!(slot_extents(5 * MIB + 1, 1, MIB), 6);
+        assert_eq!(slot_extents(4096, 4, MIB), 1, "a partial chunk still takes an extent per shard");
+        assert_eq!(slot_extents(0, 4, MIB), 0);
+        assert_eq!(slot_extents(CHUNK_SIZE, 4, 4096), 4096);
+    }
+
+    #[test]
     fn striped_fill_matches_chunk_by_chunk_fill() {
-        let map = crate::placement::test_utils::cluster(12, 3, 3, 64, |_| 1 << 40);
-        let table = Placer::new(&map).table();
-        // Nodes of 40 GiB in 1 MiB extents, 4 drives each.
-        let first_full = vec![40 * 1024 - 3; 12];
-        let cluster = Cluster { table: &table, first_full: &first_full, extent_bytes: MIB };
-        let mut rng = crate::sim::rng::Rng::new(11);
-        let volumes: Vec<Volume> =
-            (1..400).map(|id| Volume { id, bytes: (1 + rng.below(300)) * 7 * MIB + rng.below(5) * 4096 }).collect();
-        let fast = fill(&cluster, volumes.iter().copied());
-        let slow = naive(&cluster, &volumes);
-        assert_eq!(fast, slow);
-        let fullest = (0..12).max_by_key(|&n| fast.node_extents[n] as i64 - first_full[n] as i64).expect("nodes");
-        assert!(fast.node_extents[fullest] >= first_full[fullest], "the fill stops at a full drive");
-        assert!(fast.volumes > 10, "{} volumes", fast.volumes);
+        for protection in ["rep:3", "ec:4+2", "ec:3+2"] {
+            let protection: crate::placement::Protection = protection.parse().expect("valid");
+            let map = crate::placement::test_utils::cluster_with(protection, 12, 2, 64, |_| 1 << 40);
+            let table = Placer::new(&map).table();
+            // Nodes of 40 GiB in 1 MiB extents, 4 drives each.
+            let first_full = vec![40 * 1024 - 3; 12];
+            let data_shards = protection.data_shards() as u64;
+            let cluster = Cluster { table: &table, first_full: &first_full, extent_bytes: MIB, data_shards };
+            let mut rng = crate::sim::rng::Rng::new(11);
+            let volumes: Vec<Volume> = (1..2000)
+                .map(|id| Volume { id, bytes: (1 + rng.below(300)) * 7 * MIB + rng.below(5) * 4096 })
+                .collect();
+            let fast = fill(&cluster, volumes.iter().copied());
+            let slow = naive(&cluster, &volumes);
+            assert_eq!(fast, slow, "{protection}");
+            let fullest = (0..12).max_by_key(|&n| fast.node_extents[n] as i64 - first_full[n] as i64).expect("nodes");
+            assert!(fast.node_extents[fullest] >= first_full[fullest], "{protection}: the fill stops at a full drive");
+            assert!(fast.volumes > 10, "{protection}: {} volumes", fast.volumes);
+            // Every slot holds 1/K of the data, rounded up to extents per
+            // chunk: ec:3+2 stores 5 x 22 MiB per 64 MiB chunk, not 5/3.
+            let stored: u64 = fast.node_extents.iter().sum::<u64>() * MIB;
+            let per_data = stored as f64 / fast.logical_bytes as f64;
+            let per_full_chunk = (protection.width() as u64 * slot_extents(CHUNK_SIZE, data_shards, MIB) * MIB) as f64
+                / CHUNK_SIZE as f64;
+            assert!(
+                per_data >= protection.raw_per_data() && per_data < per_full_chunk * 1.05,
+                "{protection}: {per_data} bytes stored per byte written, {per_full_chunk} per full chunk"
+            );
+        }
     }
 }

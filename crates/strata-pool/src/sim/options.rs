@@ -4,12 +4,17 @@ use crate::placement::{MAX_NODES, MAX_PG_COUNT, Protection};
 
 /// Decimal terabyte: drives are sold in these.
 const TB: u64 = 1_000_000_000_000;
+/// Decimal megabyte: bandwidths are given in these a second.
+pub(crate) const MB: u64 = 1_000_000;
 /// Binary gibibyte.
 const GIB: u64 = 1 << 30;
 
+/// The highest per-node rebuild bandwidth accepted, in MB/s (1 TB/s).
+pub const MAX_REBUILD_MBPS: u32 = 1_000_000;
+
 /// The modelled cluster and workload. Every field has a default
 /// ([`SimOptions::default`]): 2,500 nodes of 24 drives of 1.5 TB in racks
-/// of 20, rep:3.
+/// of 20, rep:3, rebuilt at 1,000 MB/s a node.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SimOptions {
@@ -22,7 +27,7 @@ pub struct SimOptions {
     /// Nodes per rack (the failure domain); node i is in rack i / size.
     /// Default: 20.
     pub rack_size: u32,
-    /// Protection. Default: rep:3.
+    /// Protection, `rep:N` or `ec:K+M`. Default: rep:3.
     pub protection: Protection,
     /// Seed of every random choice. Default: 1.
     pub seed: u64,
@@ -35,8 +40,13 @@ pub struct SimOptions {
     pub volume_min_bytes: u64,
     /// Largest volume. Default: 100 TiB.
     pub volume_max_bytes: u64,
-    /// Nodes failed one at a time to measure movement. Default: 3.
+    /// Nodes failed one at a time to measure movement and rebuild.
+    /// Default: 3.
     pub fail_samples: u32,
+    /// Rebuild bandwidth of one node, in MB/s (10^6 bytes a second), for
+    /// reading and for writing at the same time (full duplex), 1 to
+    /// [`MAX_REBUILD_MBPS`]. Default: 1,000.
+    pub rebuild_mbps: u32,
     /// The balancer's tolerance. Default: 0.01.
     pub tolerance: f64,
     /// Threads for placing every group; the figures do not depend on it.
@@ -58,6 +68,7 @@ impl Default for SimOptions {
             volume_min_bytes: 100 * GIB,
             volume_max_bytes: 100 * 1024 * GIB,
             fail_samples: 3,
+            rebuild_mbps: 1000,
             tolerance: 0.01,
             threads: std::thread::available_parallelism().map_or(1, usize::from),
         }
@@ -136,6 +147,13 @@ impl SimOptions {
         if !(1..=256).contains(&self.threads) {
             return Err(bad("threads", self.threads, "give 1 to 256"));
         }
+        if !(1..=MAX_REBUILD_MBPS).contains(&self.rebuild_mbps) {
+            return Err(bad(
+                "--rebuild-mbps",
+                self.rebuild_mbps,
+                format!("give 1 to {MAX_REBUILD_MBPS} (MB/s a node)"),
+            ));
+        }
         if !(0.0..=1.0).contains(&self.tolerance) {
             return Err(bad("tolerance", self.tolerance, "from 0 to 1"));
         }
@@ -158,6 +176,7 @@ mod tests {
         assert_eq!(o.validate(), Ok(()));
         assert_eq!((o.nodes, o.drives_per_node, o.drive_bytes, o.rack_size), (2500, 24, 1_500_000_000_000, 20));
         assert_eq!(o.protection.to_string(), "rep:3");
+        assert_eq!(o.rebuild_mbps, 1000);
         assert_eq!(o.added_nodes(), 25);
     }
 
@@ -177,6 +196,8 @@ mod tests {
             (SimOptions { tolerance: -1.0, ..SimOptions::default() }, "tolerance"),
             (SimOptions { extent_bytes: 3000, ..SimOptions::default() }, "extent size"),
             (SimOptions { threads: 0, ..SimOptions::default() }, "threads"),
+            (SimOptions { rebuild_mbps: 0, ..SimOptions::default() }, "--rebuild-mbps"),
+            (SimOptions { rebuild_mbps: MAX_REBUILD_MBPS + 1, ..SimOptions::default() }, "--rebuild-mbps"),
         ];
         for (o, option) in cases {
             match o.validate() {

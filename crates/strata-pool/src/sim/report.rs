@@ -17,13 +17,13 @@ pub struct SimReport {
     pub drives_per_node: u32,
     /// Bytes per drive.
     pub drive_bytes: u64,
-    /// Protection, e.g. `rep:3`.
+    /// Protection, e.g. `rep:3` or `ec:8+3`.
     pub protection: String,
     /// The seed of the run.
     pub seed: u64,
     /// Placement groups.
     pub pgs: u32,
-    /// Mean group copies per node.
+    /// Mean group slots (copies or shards) per node.
     pub pg_copies_per_node: f64,
     /// Bytes per chunk.
     pub chunk_bytes: u64,
@@ -33,12 +33,17 @@ pub struct SimReport {
     pub raw_bytes: u64,
     /// Volumes written until the first drive filled (the last one partly).
     pub volumes: u64,
-    /// Volume bytes written (one copy).
+    /// Volume bytes written: the data, before copies or parity.
     pub logical_bytes: u64,
-    /// Bytes allocated on drives (every copy) when the first drive filled.
+    /// Bytes allocated on drives (every copy or shard, in whole extents)
+    /// when the first drive filled.
     pub allocated_bytes: u64,
     /// `allocated_bytes / raw_bytes` when the first drive filled.
     pub utilization_at_first_full: f64,
+    /// `logical_bytes / raw_bytes` then: the data the cluster holds when
+    /// its first drive is full, per raw byte (about the utilization over
+    /// `rep:N`'s N or over `ec:K+M`'s (K+M)/K).
+    pub data_at_first_full: f64,
     /// The same with the balancer's remaps left out: hashing alone.
     pub utilization_without_balancer: f64,
     /// Fullest drive's fill over the mean drive fill, at that moment.
@@ -76,6 +81,24 @@ pub struct SimReport {
     pub rebuild_sources_min: u32,
     /// The same, averaged over nodes.
     pub rebuild_sources_mean: f64,
+    /// Rebuild bandwidth of one node assumed, MB/s, reading and writing
+    /// at the same time.
+    pub rebuild_mbps: u32,
+    /// Seconds to rebuild a failed node at that bandwidth: the slowest of
+    /// the sampled failures, whose other `rebuild_` figures follow. The
+    /// busiest node's `max(read, written) / bandwidth`.
+    pub rebuild_seconds: f64,
+    /// Bytes that failed node held.
+    pub rebuild_lost_bytes: u64,
+    /// Bytes read to rebuild it: one surviving copy per lost copy, K
+    /// surviving shards per lost shard, plus the balancer's moves.
+    pub rebuild_bytes_read: u64,
+    /// Bytes written: each lost slot once, plus the balancer's moves.
+    pub rebuild_bytes_written: u64,
+    /// Distinct nodes that read.
+    pub rebuild_nodes_reading: u32,
+    /// Distinct nodes that write (the substitutes placement gives).
+    pub rebuild_nodes_writing: u32,
     /// Wall-clock seconds for the whole run.
     pub seconds: f64,
 }

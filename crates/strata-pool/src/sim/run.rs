@@ -1,13 +1,15 @@
 //! One simulation: build the cluster, balance it, fill it until the first
 //! drive is full, then add 1% more nodes and fail single nodes, measuring
-//! the data each change moves. Every placement is made by the real
-//! placement code (`crate::placement`), on maps the real balancer made.
+//! the data each change moves and what rebuilding a failed node reads,
+//! writes and takes. Every placement is made by the real placement code
+//! (`crate::placement`), on maps the real balancer made.
 
 use std::time::Instant;
 
 use super::drives::{first_full_at, most_free_first};
 use super::fill::{Cluster, fill};
 use super::options::{SimError, SimOptions};
+use super::rebuild::{Rebuild, rebuild};
 use super::report::SimReport;
 use super::rng::Rng;
 use super::workload::Workload;
@@ -52,7 +54,8 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, SimError> {
     let drives = vec![drive_extents; opts.drives_per_node as usize];
     let node_extents: u64 = drives.iter().sum();
     let first_full = vec![first_full_at(&drives); opts.nodes as usize];
-    let cluster = Cluster { table: &table, first_full: &first_full, extent_bytes: opts.extent_bytes };
+    let data_shards = opts.protection.data_shards() as u64;
+    let cluster = Cluster { table: &table, first_full: &first_full, extent_bytes: opts.extent_bytes, data_shards };
     let workload = Workload::new(Rng::new(rng.next_u64()), opts.volume_min_bytes, opts.volume_max_bytes);
     let filled = fill(&cluster, workload.clone());
     let filled_hashed = fill(&Cluster { table: &hashed, ..cluster }, workload);
@@ -66,7 +69,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, SimError> {
 
     let (sources_min, sources_mean) = rebuild_sources(&table, &filled.pg_extents, opts.nodes as usize);
     let add = add_nodes(&map, &table, opts, &bopts, &pg_bytes)?;
-    let fail = fail_nodes(&map, &table, opts, &bopts, &pg_bytes, &mut rng)?;
+    let (fail, rebuilt) = fail_nodes(&map, &table, opts, &bopts, &pg_bytes, &mut rng)?;
 
     Ok(SimReport {
         nodes: opts.nodes,
@@ -85,6 +88,7 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, SimError> {
         logical_bytes: filled.logical_bytes,
         allocated_bytes: allocated * opts.extent_bytes,
         utilization_at_first_full: (allocated * opts.extent_bytes) as f64 / raw_bytes as f64,
+        data_at_first_full: filled.logical_bytes as f64 / raw_bytes as f64,
         utilization_without_balancer: (allocated_of(&filled_hashed) * opts.extent_bytes) as f64 / raw_bytes as f64,
         max_fill_over_mean: max_fill / mean_fill,
         min_fill_over_mean: min_fill / mean_fill,
@@ -102,6 +106,13 @@ pub fn run(opts: &SimOptions) -> Result<SimReport, SimError> {
         moved_on_fail_ratio: ratio(fail.moved, fail.held),
         rebuild_sources_min: sources_min,
         rebuild_sources_mean: sources_mean,
+        rebuild_mbps: opts.rebuild_mbps,
+        rebuild_seconds: rebuilt.seconds(opts.rebuild_mbps),
+        rebuild_lost_bytes: rebuilt.lost_bytes,
+        rebuild_bytes_read: rebuilt.read_bytes,
+        rebuild_bytes_written: rebuilt.written_bytes,
+        rebuild_nodes_reading: rebuilt.nodes_reading,
+        rebuild_nodes_writing: rebuilt.nodes_writing,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -212,7 +223,8 @@ fn add_nodes(
 }
 
 /// Fails `fail_samples` nodes one at a time (each from the same starting
-/// map), balances, and keeps the worst `moved / held`.
+/// map), balances, and keeps the worst `moved / held` and the slowest
+/// rebuild.
 fn fail_nodes(
     map: &PlacementMap,
     table: &PlacementTable,
@@ -220,8 +232,9 @@ fn fail_nodes(
     bopts: &BalanceOptions,
     pg_bytes: &impl Fn(u32) -> u64,
     rng: &mut Rng,
-) -> Result<Moved, SimError> {
+) -> Result<(Moved, Rebuild), SimError> {
     let mut worst = Moved { nodes: 0, samples: 0, moved: 0, minimum: 0, held: 0 };
+    let mut slowest = Rebuild::default();
     let mut tried = Vec::new();
     while tried.len() < opts.fail_samples.min(opts.nodes) as usize {
         let victim = NodeId(rng.below(u64::from(opts.nodes)) as u32); // < nodes
@@ -237,9 +250,13 @@ fn fail_nodes(
         if worst.samples == 0 || ratio(moved, held) > ratio(worst.moved, worst.held) {
             worst = Moved { moved, held, ..worst };
         }
+        let r = rebuild(table, &balanced.table, victim, opts.protection.data_shards(), pg_bytes);
+        if worst.samples == 0 || r.busiest_node_bytes > slowest.busiest_node_bytes {
+            slowest = r;
+        }
         worst.samples += 1;
     }
-    Ok(worst)
+    Ok((worst, slowest))
 }
 
 #[cfg(test)]
@@ -287,12 +304,71 @@ mod tests {
         assert!(r.failed_node_bytes > 0 && r.moved_on_fail_bytes >= r.failed_node_bytes);
         // ~102 copies a node, 2 partners each, 59 other nodes.
         assert!(r.rebuild_sources_min > 40 && f64::from(r.rebuild_sources_min) <= r.rebuild_sources_mean);
+        assert!((r.data_at_first_full - r.utilization_at_first_full / 3.0).abs() < 0.001, "{}", r.data_at_first_full);
+        // A lost copy is read once; a balancer move is read and written once.
+        assert_rebuild_reads(&r, 1);
         assert!(r.remaps > 0 && r.map_json_bytes > 1000);
         // Hashing alone fills the fullest node early.
         assert!(
             r.utilization_without_balancer < r.utilization_at_first_full - 0.05,
             "{}",
             r.utilization_without_balancer
+        );
+    }
+
+    /// Rebuild figures of a failure: each lost slot is read `k` times and
+    /// written once, a balancer move read and written once each.
+    fn assert_rebuild_reads(r: &SimReport, k: u64) {
+        assert!(r.rebuild_lost_bytes > 0, "{r:?}");
+        let moves = r.rebuild_bytes_written - r.rebuild_lost_bytes;
+        assert_eq!(r.rebuild_bytes_read, k * r.rebuild_lost_bytes + moves, "{r:?}");
+        assert!(moves * 10 <= r.rebuild_lost_bytes, "balancer moves {moves} of {}", r.rebuild_lost_bytes);
+        assert!(r.rebuild_nodes_writing > 1 && r.rebuild_nodes_writing < r.nodes, "{}", r.rebuild_nodes_writing);
+        assert!(r.rebuild_nodes_reading >= r.rebuild_sources_min.min(r.nodes - 1) / 2, "{}", r.rebuild_nodes_reading);
+        // No node can beat bandwidth x time, and the busiest does not
+        // carry more than the lost bytes.
+        let node_bytes_per_second = f64::from(r.rebuild_mbps) * 1e6;
+        let busiest = r.rebuild_seconds * node_bytes_per_second;
+        let per_node = (k * r.rebuild_lost_bytes) as f64 / f64::from(r.rebuild_nodes_reading);
+        assert!(busiest >= per_node && busiest <= r.rebuild_bytes_read as f64, "{busiest} bytes on the busiest node");
+    }
+
+    #[test]
+    fn erasure_coding_stores_shards_and_rebuilds_from_k_of_them() {
+        // ec:4+2 over 18 nodes in 9 racks of 2: one shard per rack.
+        let ec = SimOptions {
+            nodes: 18,
+            rack_size: 2,
+            protection: "ec:4+2".parse().expect("valid"),
+            volume_max_bytes: 256 * GIB,
+            ..small()
+        };
+        let r = run(&ec).expect("valid options");
+        assert_eq!((r.protection.as_str(), r.racks, r.pgs), ("ec:4+2", 9, 512));
+        assert_eq!(r.pg_copies_per_node, 512.0 * 6.0 / 18.0);
+        assert!(r.utilization_at_first_full > 0.95, "{}", r.utilization_at_first_full);
+        // 6 shards of 16 MiB per 64 MiB chunk: 1.5 bytes per byte, plus
+        // the partial last chunk of each volume rounded up to extents.
+        let per_data = r.allocated_bytes as f64 / r.logical_bytes as f64;
+        assert!((1.5..1.501).contains(&per_data), "{per_data}");
+        let want = r.utilization_at_first_full * 4.0 / 6.0;
+        assert!((r.data_at_first_full - want).abs() < 0.001, "{} vs {want}", r.data_at_first_full);
+        // Every node outside its rack holds shards of a node's groups, its
+        // rack mate none (one shard per rack).
+        assert_eq!(r.rebuild_sources_min, 16);
+        assert_rebuild_reads(&r, 4);
+        // With exactly one rack per shard, a lost shard can only go to the
+        // failed node's rack mate: one writer.
+        let tight = run(&SimOptions { nodes: 12, ..ec.clone() }).expect("valid options");
+        assert_eq!((tight.racks, tight.rebuild_nodes_writing), (6, 1));
+
+        // Twice the bandwidth, half the time; nothing else changes.
+        let fast = run(&SimOptions { rebuild_mbps: 2 * ec.rebuild_mbps, ..ec.clone() }).expect("valid");
+        assert_eq!(fast.rebuild_seconds * 2.0, r.rebuild_seconds);
+        assert!(fast.rebuild_seconds > 0.0);
+        assert_eq!(
+            (fast.rebuild_bytes_read, fast.rebuild_nodes_writing, fast.data_at_first_full),
+            (r.rebuild_bytes_read, r.rebuild_nodes_writing, r.data_at_first_full)
         );
     }
 
