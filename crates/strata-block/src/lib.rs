@@ -37,6 +37,7 @@ pub mod fence;
 pub mod lend;
 mod mem;
 pub mod size;
+pub mod undo;
 
 pub use buf::{IO_ALIGN, IoBuf, POISON};
 pub use device::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, blocks_in, check_range};
@@ -44,3 +45,4 @@ pub use fence::{EpochFence, FenceGuard, Stale};
 pub use lend::{Lender, Lent, ReadData};
 pub use mem::MemDevice;
 pub use size::{SizeError, format_size, parse_size};
+pub use undo::UndoLog;
