@@ -721,6 +721,14 @@ fn io_sqe(opcode: u8, nsid: u32, epoch: Option<u64>) -> Sqe {
     sqe
 }
 
+/// An undo-log command for `nsid` at `epoch`.
+fn undo_sqe(opcode: u8, nsid: u32, epoch: u64) -> Sqe {
+    let mut sqe = Sqe::new(opcode, 0);
+    sqe.set_nsid(nsid);
+    sqe.set_epoch(epoch);
+    sqe
+}
+
 fn check_blocks(nblocks: u32) -> Result<(), HostError> {
     if nblocks == 0 || nblocks > MAX_BLOCKS_PER_COMMAND {
         return Err(HostError::InvalidArgument(format!("block count {nblocks} is outside 1..=65536")));
@@ -896,6 +904,44 @@ impl IoQueue<'_> {
     /// As [`IoQueue::fenced_read`].
     pub async fn fenced_flush(&self, nsid: u32, epoch: u64) -> Result<(), HostError> {
         self.q.execute(Command::new(io_sqe(io::FLUSH, nsid, Some(epoch)))).await.map(|_| ())
+    }
+
+    /// A logged Write to an erasure-coded shard: as
+    /// [`IoQueue::fenced_write`], the shard keeping the bytes it overwrites
+    /// as update `seq` until committed ([`fenced::WRITE_LOGGED`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`IoQueue::fenced_read`].
+    pub async fn fenced_write_logged(
+        &self,
+        nsid: u32,
+        epoch: u64,
+        seq: u64,
+        slba: u64,
+        data: impl Into<Bytes>,
+    ) -> Result<(), HostError> {
+        let mut sqe = undo_sqe(fenced::WRITE_LOGGED, nsid, epoch);
+        sqe.set_update_seq(seq);
+        self.data_command(sqe, slba, data.into(), false).await
+    }
+
+    /// An undo-log command without data to a shard: [`fenced::COMMIT`],
+    /// [`fenced::ROLL_BACK`], [`fenced::COMMITTED`] or
+    /// [`fenced::DISCARD_UNDO`], with `arg` in CDW10-CDW11. Returns the
+    /// completion's result.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::InvalidArgument`] for another opcode; otherwise as
+    /// [`IoQueue::fenced_read`].
+    pub async fn undo_command(&self, opcode: u8, nsid: u32, epoch: u64, arg: u64) -> Result<u64, HostError> {
+        if !fenced::is_undo(opcode) || opcode == fenced::WRITE_LOGGED {
+            return Err(HostError::InvalidArgument(format!("{opcode:#04x} is not an undo-log command without data")));
+        }
+        let mut sqe = undo_sqe(opcode, nsid, epoch);
+        sqe.set_arg64(arg);
+        self.q.execute(Command::new(sqe)).await.map(|r| r.cqe.result)
     }
 
     /// A fenced Write Zeroes: as [`IoQueue::write_zeroes`], carrying `epoch`.

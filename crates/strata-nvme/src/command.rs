@@ -52,6 +52,8 @@ pub const MPTR_OFFSET: usize = CDW3_OFFSET + 4;
 pub const DPTR_OFFSET: usize = MPTR_OFFSET + 8;
 /// Offset of command dword 10.
 pub const CDW10_OFFSET: usize = DPTR_OFFSET + 16;
+/// Offset of command dword 14 (where a logged write's sequence number starts).
+pub const CDW14_OFFSET: usize = CDW10_OFFSET + 16;
 
 /// Offset of the SGL address within DPTR.
 pub const SGL_ADDR_OFFSET: usize = 0;
@@ -189,6 +191,26 @@ impl Sqe {
         put_u64(&mut self.0, CDW2_OFFSET, epoch)
     }
 
+    /// The update sequence number of a [`fenced::WRITE_LOGGED`]
+    /// (CDW14-CDW15).
+    pub fn update_seq(&self) -> u64 {
+        get_u64(&self.0, CDW14_OFFSET)
+    }
+    /// Sets the update sequence number of a [`fenced::WRITE_LOGGED`].
+    pub fn set_update_seq(&mut self, seq: u64) {
+        put_u64(&mut self.0, CDW14_OFFSET, seq)
+    }
+
+    /// The 64-bit argument in CDW10-CDW11 ([`fenced::COMMIT`],
+    /// [`fenced::ROLL_BACK`]).
+    pub fn arg64(&self) -> u64 {
+        get_u64(&self.0, CDW10_OFFSET)
+    }
+    /// Sets the 64-bit argument in CDW10-CDW11.
+    pub fn set_arg64(&mut self, v: u64) {
+        put_u64(&mut self.0, CDW10_OFFSET, v)
+    }
+
     /// Bytes at `off..off+len` of the entry, for fields that do not fit the
     /// dword accessors (fabrics commands).
     pub fn bytes(&self) -> &[u8; SQE_LEN] {
@@ -266,6 +288,30 @@ pub mod fenced {
     pub const READ: u8 = 0x82;
     /// Fenced Write Zeroes (no data; CDW12 as Write Zeroes).
     pub const WRITE_ZEROES: u8 = 0x84;
+
+    // The undo log of an erasure-coded shard (`strata_block::UndoLog`):
+    // commands with no twin, admitted by the fence like the others.
+
+    /// Logged Write (host to controller): a fenced Write whose overwritten
+    /// bytes the shard keeps until committed; the update's sequence number
+    /// in CDW14-CDW15 ([`super::Sqe::update_seq`]).
+    pub const WRITE_LOGGED: u8 = 0x85;
+    /// Commit (no data): forgets the undo of updates up to the sequence
+    /// number in CDW10-CDW11 ([`super::Sqe::arg64`]).
+    pub const COMMIT: u8 = 0x88;
+    /// Roll Back (no data): undoes every update after the sequence number
+    /// in CDW10-CDW11; the completion's result is how many it undid.
+    pub const ROLL_BACK: u8 = 0x8C;
+    /// Committed (no data): the completion's result is the shard's
+    /// committed mark.
+    pub const COMMITTED: u8 = 0x90;
+    /// Discard Undo (no data): forgets every undo record.
+    pub const DISCARD_UNDO: u8 = 0x94;
+
+    /// True for the undo-log commands, which only a shard namespace takes.
+    pub fn is_undo(opcode: u8) -> bool {
+        matches!(opcode, WRITE_LOGGED | COMMIT | ROLL_BACK | COMMITTED | DISCARD_UNDO)
+    }
 
     /// The standard command a fenced opcode mirrors, or `None` when
     /// `opcode` is not a fenced command.
@@ -607,6 +653,24 @@ mod tests {
         assert!(check_psdt(&s).is_ok());
         s.0[FLAGS_OFFSET] = 0;
         assert_eq!(check_psdt(&s), Err(Status::INVALID_FIELD));
+    }
+
+    #[test]
+    fn undo_commands_carry_their_arguments_at_pinned_offsets() {
+        assert_eq!(CDW14_OFFSET, 56);
+        let mut sqe = Sqe::new(fenced::WRITE_LOGGED, 1);
+        sqe.set_update_seq(0x1122_3344_5566_7788);
+        sqe.set_arg64(0x0a0b_0c0d_0e0f_1011);
+        assert_eq!(&sqe.bytes()[56..64], &0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(&sqe.bytes()[40..48], &0x0a0b_0c0d_0e0f_1011u64.to_le_bytes());
+        assert_eq!((sqe.cdw14(), sqe.cdw15()), (0x5566_7788, 0x1122_3344));
+        assert!(is_host_to_controller(fenced::WRITE_LOGGED));
+        for op in [fenced::COMMIT, fenced::ROLL_BACK, fenced::COMMITTED, fenced::DISCARD_UNDO] {
+            assert_eq!(op & 3, 0, "{op:#x} carries no data");
+            assert!(fenced::is_undo(op));
+            assert_eq!(fenced::standard(op), None);
+        }
+        assert!(!fenced::is_undo(fenced::WRITE));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use strata_block::IoBuf;
 use strata_host::{Controller, HostConfig, HostError};
+use strata_nvme::command::fenced;
 use strata_nvme::status::Status;
 
 use crate::drl::NodeId;
@@ -245,7 +246,51 @@ impl Replica for FabricReplica {
     }
 }
 
+impl crate::erasure::Shard for FabricReplica {
+    fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            let step = self.step(&ctrl);
+            let mut at = 0usize;
+            while at < data.len() {
+                let n = step.min(data.len() - at);
+                let slba = lba + (at / self.block_size) as u64;
+                q.fenced_write_logged(self.nsid, epoch, seq, slba, data.slice(at..at + n))
+                    .await
+                    .map_err(|e| self.error(g, e))?;
+                at += n;
+            }
+            Ok(())
+        })
+    }
+
+    fn committed(&self, epoch: u64) -> ReplicaFuture<'_, u64> {
+        self.undo_command(fenced::COMMITTED, epoch, 0)
+    }
+
+    fn commit(&self, epoch: u64, seq: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move { self.undo_command(fenced::COMMIT, epoch, seq).await.map(|_| ()) })
+    }
+
+    fn roll_back(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, u64> {
+        self.undo_command(fenced::ROLL_BACK, epoch, after)
+    }
+
+    fn discard_undo(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move { self.undo_command(fenced::DISCARD_UNDO, epoch, 0).await.map(|_| ()) })
+    }
+}
+
 impl FabricReplica {
+    fn undo_command(&self, opcode: u8, epoch: u64, arg: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            q.undo_command(opcode, self.nsid, epoch, arg).await.map_err(|e| self.error(g, e))
+        })
+    }
+
     /// Bytes per fabric command: whole blocks, within the peer's MDTS.
     fn step(&self, ctrl: &Controller) -> usize {
         let max = MAX_FABRIC_TRANSFER.min(ctrl.max_transfer_bytes()).max(self.block_size);

@@ -46,6 +46,18 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
     // An R2T write's buffer stays charged until the device is done with it.
     let Command { sqe, data, read_len, permit: _permit } = cmd;
     let cid = sqe.cid();
+    if fenced::is_undo(sqe.opcode()) {
+        let (status, value) = match undo_command(sub, &sqe, data).await {
+            Ok(v) => (Status::SUCCESS, v),
+            Err((status, lba)) => {
+                ctrl.record_error(sqid, cid, status, sqe.nsid(), lba);
+                (status, 0)
+            }
+        };
+        let mut cqe = Cqe::new(cid, status);
+        cqe.result = value;
+        return (cqe, None);
+    }
     let result = dispatch(sub, &sqe, data, read_len, budget).await;
     let (status, data) = match result {
         Ok(data) => (Status::SUCCESS, data),
@@ -55,6 +67,37 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
         }
     };
     (Cqe::new(cid, status), data)
+}
+
+/// The undo-log commands of an erasure-coded shard
+/// ([`strata_block::UndoLog`]), admitted by the namespace's fence. The
+/// value is the completion's result (Roll Back: updates undone;
+/// Committed: the mark).
+async fn undo_command(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>) -> Result<u64, (Status, u64)> {
+    let Some(entry) = sub.entry(sqe.nsid()) else { return Err((Status::INVALID_NS.dnr(), 0)) };
+    let ns = &entry.ns;
+    let (Some(fence), Some(undo)) = (&ns.fence, &ns.undo) else { return Err((Status::INVALID_OPCODE.dnr(), 0)) };
+    let _admitted = fence.admit(sqe.epoch()).await.map_err(|stale| {
+        tracing::debug!(nsid = ns.nsid, offered = stale.offered, current = stale.current, "stale epoch refused");
+        (Status::STALE_EPOCH.dnr(), 0)
+    })?;
+    let failed = |e: BlockError| (status_of(&e, true), 0);
+    match sqe.opcode() {
+        fenced::WRITE_LOGGED => {
+            let rw = ReadWrite::decode(sqe);
+            let Some(buf) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
+            let len = transfer_len(ns, rw.slba, rw.nlb, buf.len())?;
+            let (_, res) = undo.write_logged(sqe.update_seq(), rw.slba, buf).await;
+            res.map_err(|e| (status_of(&e, true), rw.slba))?;
+            entry.counters.count_write(len as u64);
+            Ok(0)
+        }
+        fenced::COMMIT => undo.commit(sqe.arg64()).await.map(|()| 0).map_err(failed),
+        fenced::ROLL_BACK => undo.roll_back(sqe.arg64()).await.map_err(failed),
+        fenced::COMMITTED => Ok(undo.committed()),
+        fenced::DISCARD_UNDO => undo.discard().await.map(|()| 0).map_err(failed),
+        _ => Err((Status::INVALID_OPCODE.dnr(), 0)),
+    }
 }
 
 type Outcome = Result<Option<(ReadData, Option<Permit>)>, (Status, u64)>;

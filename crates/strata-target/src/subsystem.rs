@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use strata_block::{BlockDevice, EpochFence};
+use strata_block::{BlockDevice, EpochFence, UndoLog};
 
 use crate::controller::Controller;
 
@@ -43,17 +43,32 @@ pub struct Namespace {
     /// ([`strata_nvme::command::fenced`]), each admitted by this fence; an
     /// unfenced one refuses them.
     pub fence: Option<Arc<EpochFence>>,
+    /// The undo log of an erasure-coded shard: a fenced namespace with one
+    /// also takes the undo commands (`fenced::is_undo`).
+    pub undo: Option<Arc<dyn UndoLog>>,
 }
 
 impl Namespace {
     /// A namespace hosts address with the standard NVM commands.
     pub fn new(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>) -> Namespace {
-        Namespace { nsid, ids, device, fence: None }
+        Namespace { nsid, ids, device, fence: None, undo: None }
     }
 
     /// A replica on the internal fabric, guarded by `fence`.
     pub fn fenced(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence) }
+        Namespace { nsid, ids, device, fence: Some(fence), undo: None }
+    }
+
+    /// A shard of an erasure-coded volume on the internal fabric: fenced,
+    /// with the undo log `undo` over the same blocks as `device`.
+    pub fn shard(
+        nsid: u32,
+        ids: NamespaceIds,
+        device: Arc<dyn BlockDevice>,
+        undo: Arc<dyn UndoLog>,
+        fence: Arc<EpochFence>,
+    ) -> Namespace {
+        Namespace { nsid, ids, device, fence: Some(fence), undo: Some(undo) }
     }
 }
 

@@ -43,3 +43,93 @@ pub trait Shard: Replica {
     /// and is about to be rewritten where it missed updates.
     fn discard_undo(&self, epoch: u64) -> ReplicaFuture<'_, ()>;
 }
+
+/// The shard in this node's own store: its device and undo log behind
+/// the fence its fabric namespace uses too.
+pub struct LocalShard {
+    replica: crate::replica::LocalReplica,
+    undo: std::sync::Arc<dyn strata_block::UndoLog>,
+}
+
+impl std::fmt::Debug for LocalShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalShard").field("replica", &self.replica).field("committed", &self.undo.committed()).finish()
+    }
+}
+
+impl LocalShard {
+    /// The shard of `node` on `device` (the same blocks as `undo`'s),
+    /// guarded by `fence`.
+    pub fn new(
+        node: crate::NodeId,
+        device: std::sync::Arc<dyn strata_block::BlockDevice>,
+        undo: std::sync::Arc<dyn strata_block::UndoLog>,
+        fence: std::sync::Arc<strata_block::EpochFence>,
+    ) -> LocalShard {
+        LocalShard { replica: crate::replica::LocalReplica::new(node, device, fence), undo }
+    }
+
+    async fn admit(&self, epoch: u64) -> Result<strata_block::FenceGuard, crate::ReplicaError> {
+        self.replica.fence().admit(epoch).await.map_err(|s| crate::ReplicaError::Stale(s.offered))
+    }
+}
+
+impl Replica for LocalShard {
+    fn node(&self) -> crate::NodeId {
+        self.replica.node()
+    }
+
+    fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()> {
+        self.replica.write(epoch, lba, data, fua)
+    }
+
+    fn read(&self, epoch: u64, lba: u64, buf: strata_block::IoBuf) -> ReplicaFuture<'_, strata_block::IoBuf> {
+        self.replica.read(epoch, lba, buf)
+    }
+
+    fn write_zeroes(&self, epoch: u64, lba: u64, blocks: u64, deallocate: bool) -> ReplicaFuture<'_, ()> {
+        self.replica.write_zeroes(epoch, lba, blocks, deallocate)
+    }
+
+    fn flush(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
+        self.replica.flush(epoch)
+    }
+}
+
+impl Shard for LocalShard {
+    fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            let (_, r) = self.undo.write_logged(seq, lba, strata_block::IoBuf::from_slice(&data)).await;
+            r.map_err(crate::replica::from_block)
+        })
+    }
+
+    fn committed(&self, epoch: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            Ok(self.undo.committed())
+        })
+    }
+
+    fn commit(&self, epoch: u64, seq: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            self.undo.commit(seq).await.map_err(crate::replica::from_block)
+        })
+    }
+
+    fn roll_back(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            self.undo.roll_back(after).await.map_err(crate::replica::from_block)
+        })
+    }
+
+    fn discard_undo(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            self.undo.discard().await.map_err(crate::replica::from_block)
+        })
+    }
+}
