@@ -50,4 +50,4 @@ pub mod volume;
 pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId};
 pub use regions::{RegionSet, Regions};
 pub use replica::{LocalReplica, Replica, ReplicaError};
-pub use volume::{Control, ControlError, Layout, Membership, ReplicatedVolume, VolumeParts};
+pub use volume::{Control, ControlError, Layout, Membership, PoolVolume, ReplicatedVolume, VolumeParts};

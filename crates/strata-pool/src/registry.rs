@@ -30,6 +30,11 @@ use crate::placement::{FailureDomain, Node, PlacementMap, Protection};
 /// 120 nodes at least 100 group copies at rep:3.
 pub const DEFAULT_PG_COUNT: u32 = 4096;
 
+/// The slots of a new cluster's placement map, written as the widest
+/// `ec:K+M` it serves: 12 ordered nodes per group, enough for `rep:1` to
+/// `rep:8` and erasure codes up to 12 shards (`ec:8+4`, `ec:10+2`).
+pub const MAP_SLOTS: (u8, u8) = (8, 4);
+
 /// How many times a compare-and-set is retried under contention.
 const MAX_ATTEMPTS: u32 = 16;
 
@@ -68,9 +73,11 @@ pub struct NodeRecord {
 
 /// Bytes one copy of volume `id` allocates: what its holders among `nodes`
 /// allocate for it, over `copies`.
-pub fn volume_allocated<'a>(nodes: impl IntoIterator<Item = &'a NodeRecord>, id: u64, copies: usize) -> u64 {
+pub fn volume_allocated<'a>(nodes: impl IntoIterator<Item = &'a NodeRecord>, id: u64, protection: Protection) -> u64 {
     let total: u64 = nodes.into_iter().filter_map(|n| n.held_bytes.get(&id)).sum();
-    total / copies.max(1) as u64
+    // Every node holds a copy (rep) or a shard (ec): data is total x K / width.
+    let (data, width) = (protection.data_shards() as u64, protection.width().max(1) as u64);
+    u64::try_from(u128::from(total) * u128::from(data) / u128::from(width)).unwrap_or(u64::MAX)
 }
 
 /// One drive of a node, as its record shows it.
@@ -231,9 +238,12 @@ pub async fn join_map(
                 (next, rev)
             }
             None => {
-                let protection = Protection::replicated(3).map_err(|e| ClusterError::Corrupt {
-                    key: String::from_utf8_lossy(&map_key).into_owned(),
-                    reason: e.to_string(),
+                // The map's width is how many ordered nodes each group
+                // lists; a volume takes the first `width` of them (rep:N
+                // the first N, ec:K+M the first K+M), so one map serves
+                // every protection up to MAP_WIDTH.
+                let protection = Protection::erasure_coded(MAP_SLOTS.0, MAP_SLOTS.1).map_err(|e| {
+                    ClusterError::Corrupt { key: String::from_utf8_lossy(&map_key).into_owned(), reason: e.to_string() }
                 })?;
                 let map = PlacementMap::new(protection, failure_domain.clone(), DEFAULT_PG_COUNT, vec![node.clone()])
                     .map_err(invalid)?;

@@ -669,3 +669,36 @@ impl BlockDevice for ReplicatedVolume {
         Box::pin(self.inner.owner.flush())
     }
 }
+
+/// What a node asks of a volume it owns, whatever its protection.
+pub trait PoolVolume: BlockDevice {
+    /// The stale nodes being caught up, each with the regions it misses.
+    fn resyncing(&self) -> Vec<(NodeId, u64)>;
+    /// The volume's counters.
+    fn stats(&self) -> &VolumeStats;
+    /// The dirty-region log.
+    fn drl(&self) -> &Arc<DirtyRegionLog>;
+    /// Clears quiet dirty regions (and, erasure-coded, commits what has
+    /// ended); the owner runs it every second.
+    fn clean(&self, quiet_for: Duration) -> BlockFuture<'_, Result<u64, BlockError>>;
+    /// Brings the stale node `node` back in sync.
+    fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>>;
+}
+
+impl PoolVolume for ReplicatedVolume {
+    fn resyncing(&self) -> Vec<(NodeId, u64)> {
+        ReplicatedVolume::resyncing(self)
+    }
+    fn stats(&self) -> &VolumeStats {
+        ReplicatedVolume::stats(self)
+    }
+    fn drl(&self) -> &Arc<DirtyRegionLog> {
+        ReplicatedVolume::drl(self)
+    }
+    fn clean(&self, quiet_for: Duration) -> BlockFuture<'_, Result<u64, BlockError>> {
+        Box::pin(ReplicatedVolume::clean(self, quiet_for))
+    }
+    fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(ReplicatedVolume::resync(self, node))
+    }
+}

@@ -17,15 +17,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use strata_block::{BlockDevice, EpochFence};
+use strata_block::{BlockDevice, EpochFence, UndoLog};
 use strata_host::HostConfig;
 use strata_meta::etcd::{EtcdClient, KeyRange, LeaseKeeper};
 use strata_meta::{MetaStore, VolumeRecord};
 use strata_pool::cluster::{EtcdVolume, OwnerToken, PlacementLayout, VolumeKeys, VolumeState, acquire, read_state};
+use strata_pool::erasure::{EcParts, ErasureVolume, LocalShard, Shard, Stripes, UndoDevice};
 use strata_pool::fabric::{FabricLink, FabricReplica, fabric_nqn};
-use strata_pool::placement::PlacementTable;
+use strata_pool::placement::{PlacementTable, Protection};
 use strata_pool::registry::{DriveRecord, NodeRecord, ResyncProgress, live_nodes, map_at, register, volume_allocated};
-use strata_pool::{DirtyRegionLog, Layout, LocalReplica, NodeId, Regions, Replica, ReplicatedVolume, VolumeParts};
+use strata_pool::{
+    DirtyRegionLog, Layout, LocalReplica, NodeId, PoolVolume, Regions, Replica, ReplicatedVolume, VolumeParts,
+};
 use strata_store::Store;
 use strata_target::{Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
 
@@ -34,10 +37,22 @@ use crate::node::NodeError;
 /// How often a node reconciles with etcd and cleans its dirty regions.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
 
-/// A replica this node keeps.
+/// A replica (or shard) this node keeps.
 struct Held {
     fence: Arc<EpochFence>,
     device: Arc<dyn BlockDevice>,
+    /// A shard's undo log, over the same blocks as `device`.
+    undo: Option<Arc<dyn UndoLog>>,
+}
+
+/// Bytes of the undo log each node keeps for each erasure-coded shard it
+/// holds (a thin store volume: what stays uncommitted between the owner's
+/// commits, at most about a second of writes or 2,048 updates).
+const UNDO_LOG_BYTES: u64 = 128 << 20;
+
+/// The store volume id of the undo log of volume `id`'s shard.
+fn undo_log_id(id: u64) -> u64 {
+    id | 1 << 62
 }
 
 /// A volume to take over, with what the reconcile pass knows of it.
@@ -45,13 +60,14 @@ struct Claim<'a> {
     rec: &'a VolumeRecord,
     keys: &'a VolumeKeys,
     layout: Arc<PlacementLayout>,
+    protection: Protection,
     holders: &'a BTreeSet<NodeId>,
     nodes: &'a BTreeMap<NodeId, NodeRecord>,
 }
 
 /// A volume this node owns and serves.
 struct Owned {
-    vol: ReplicatedVolume,
+    vol: Arc<dyn PoolVolume>,
     nqn: String,
     resyncing: Arc<tokio::sync::Mutex<()>>,
 }
@@ -81,14 +97,22 @@ pub struct ClusterNode {
     state: tokio::sync::Mutex<State>,
 }
 
-/// The number of copies of a protection such as `rep:3`.
-pub fn copies_of(protection: &str) -> anyhow::Result<usize> {
-    let n = protection
-        .strip_prefix("rep:")
-        .and_then(|n| n.parse::<usize>().ok())
-        .filter(|n| (1..=8).contains(n))
-        .ok_or_else(|| anyhow::anyhow!("protection {protection:?}: expected rep:N with N from 1 to 8"))?;
-    Ok(n)
+/// A volume's protection, `rep:N` or `ec:K+M`.
+pub fn protection_of(protection: &str) -> anyhow::Result<Protection> {
+    protection.parse::<Protection>().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The stripes of an erasure-coded volume of `block_size`-byte blocks:
+/// strips of 4 KiB (or one block, when larger).
+fn stripes_of(protection: Protection, block_size: u32) -> Option<Stripes> {
+    match protection {
+        Protection::ErasureCoded { data, parity } => Some(Stripes {
+            data: usize::from(data),
+            parity: usize::from(parity),
+            strip: u64::from(block_size).max(4096),
+        }),
+        _ => None,
+    }
 }
 
 /// What a node is built from (see `node_cmd`).
@@ -266,10 +290,11 @@ impl ClusterNode {
             let keys = VolumeKeys::new(&self.prefix, rec.id);
             let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
             let table = self.table(&mut st, state.map_epoch).await?;
-            let layout = Arc::new(PlacementLayout::new(rec.id, copies_of(&state.protection)?, table));
-            let holders = holders(&*layout, &rec);
+            let protection = protection_of(&state.protection)?;
+            let layout = Arc::new(PlacementLayout::new(rec.id, protection.width(), table));
+            let holders = holders(&*layout, &rec, protection);
             if holders.contains(&self.me.id) {
-                self.hold(&mut st, &rec, &state)?;
+                self.hold(&mut st, &rec, &state, protection).await?;
             }
             let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
                 Some(kv) => serde_json::from_slice(&kv.value).ok(),
@@ -278,8 +303,7 @@ impl ClusterNode {
             match owner {
                 Some(t) if t.node == self.me.id => {
                     if let Some(o) = st.owned.get(&rec.id) {
-                        let copies = copies_of(&state.protection)?;
-                        let allocated = volume_allocated(nodes.values(), rec.id, copies);
+                        let allocated = volume_allocated(nodes.values(), rec.id, protection);
                         o.vol.stats().allocated_bytes.store(allocated, std::sync::atomic::Ordering::Relaxed);
                         self.tend(rec.id, o, &state, &nodes);
                     }
@@ -305,7 +329,7 @@ impl ClusterNode {
                     if let Some(o) = st.owned.remove(&rec.id) {
                         self.target.remove_subsystem(&o.nqn);
                     }
-                    let claim = Claim { rec: &rec, keys: &keys, layout, holders: &holders, nodes: &nodes };
+                    let claim = Claim { rec: &rec, keys: &keys, layout, protection, holders: &holders, nodes: &nodes };
                     match self.take_over(&mut st, claim).await {
                         Ok(o) => {
                             st.owned.insert(rec.id, o);
@@ -331,8 +355,8 @@ impl ClusterNode {
         // Replicas of deleted volumes (also those deleted while this node
         // was down) give their space back. Only this pass creates
         // replicas, and only of listed volumes, so nothing new is lost.
-        if self.store.volume_ids().iter().any(|id| !present.contains(id)) {
-            let keep: Vec<u64> = present.iter().copied().collect();
+        let keep: Vec<u64> = present.iter().flat_map(|&id| [id, undo_log_id(id)]).collect();
+        if self.store.volume_ids().iter().any(|id| !keep.contains(id)) {
             let freed = self.store.retain_volumes(&keep).await?;
             tracing::info!(volumes = ?freed, "freed the replicas of deleted volumes");
         }
@@ -340,21 +364,40 @@ impl ClusterNode {
         Ok(())
     }
 
-    /// Keeps a replica of `rec` in the store and on the fabric, its fence
-    /// at least at the stored epoch.
-    fn hold(&self, st: &mut State, rec: &VolumeRecord, state: &VolumeState) -> anyhow::Result<()> {
+    /// Keeps a replica (or shard, with its undo log) of `rec` in the
+    /// store and on the fabric, its fence at least at the stored epoch.
+    async fn hold(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        state: &VolumeState,
+        protection: Protection,
+    ) -> anyhow::Result<()> {
         if let Some(h) = st.held.get(&rec.id) {
             h.fence.raise(state.epoch);
             return Ok(());
         }
         let nsid = u32::try_from(rec.id).context("volume id beyond the fabric's NSIDs")?;
-        let vol = self.store.open_volume(rec.id, rec.size_bytes, rec.block_size)?;
         let fence = EpochFence::new(state.epoch);
-        let device = vol as Arc<dyn BlockDevice>;
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
-        self.fabric.add_namespace(Namespace::fenced(nsid, ids, device.clone(), fence.clone()))?;
-        tracing::info!(volume = %rec.name, epoch = state.epoch, "holding a replica");
-        st.held.insert(rec.id, Held { fence, device });
+        let held = match stripes_of(protection, rec.block_size) {
+            None => {
+                let device = self.store.open_volume(rec.id, rec.size_bytes, rec.block_size)? as Arc<dyn BlockDevice>;
+                self.fabric.add_namespace(Namespace::fenced(nsid, ids, device.clone(), fence.clone()))?;
+                Held { fence, device, undo: None }
+            }
+            Some(stripes) => {
+                let data = self.store.open_volume(rec.id, stripes.shard_bytes(rec.size_bytes), rec.block_size)?;
+                let log = self.store.open_volume(undo_log_id(rec.id), UNDO_LOG_BYTES, rec.block_size)?;
+                let shard = UndoDevice::open(data, log).await.context("the shard's undo log")?;
+                let device = shard.clone() as Arc<dyn BlockDevice>;
+                let undo = shard as Arc<dyn UndoLog>;
+                self.fabric.add_namespace(Namespace::shard(nsid, ids, device.clone(), undo.clone(), fence.clone()))?;
+                Held { fence, device, undo: Some(undo) }
+            }
+        };
+        tracing::info!(volume = %rec.name, epoch = state.epoch, %protection, "holding a replica");
+        st.held.insert(rec.id, held);
         Ok(())
     }
 
@@ -395,39 +438,56 @@ impl ClusterNode {
         membership: strata_pool::Membership,
         token: &OwnerToken,
     ) -> anyhow::Result<Owned> {
-        let Claim { rec, keys, layout, holders, nodes } = claim;
-        let regions = Regions::for_volume(rec.size_bytes, layout.chunk_bytes());
+        let Claim { rec, keys, layout, protection, holders, nodes } = claim;
+        let stripes = stripes_of(protection, rec.block_size);
+        // The log's regions cover what each node holds: the volume, or a
+        // shard of it.
+        let span = stripes.map_or(rec.size_bytes, |s| s.shard_bytes(rec.size_bytes));
+        let regions = Regions::for_volume(span, layout.chunk_bytes());
         let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, token, regions));
         let drl = DirtyRegionLog::new(regions, ev.load_drl().await?, ev.clone());
-        let mut replicas: Vec<Arc<dyn Replica>> = Vec::new();
-        for &n in holders {
-            if n == self.me.id {
-                let h = st.held.get(&rec.id).context("no local replica")?;
-                replicas.push(Arc::new(LocalReplica::new(n, h.device.clone(), h.fence.clone())));
-            } else {
-                // A dead node's replica fails at once, so the volume drops
-                // it when it fences; its link finds the node when it is back.
-                let link = self.link(st, n, nodes.get(&n));
-                replicas.push(Arc::new(FabricReplica::new(link, rec.id as u32, rec.block_size)));
-            }
-        }
         let geometry = strata_block::Geometry {
             block_size: rec.block_size,
             num_blocks: rec.size_bytes / u64::from(rec.block_size),
         };
-        let vol = ReplicatedVolume::open(VolumeParts {
-            geometry,
-            local: self.me.id,
-            layout,
-            replicas,
-            membership,
-            drl,
-            control: ev,
-        })
-        .await?;
+        let (local, nsid) = (self.me.id, rec.id as u32);
+        let vol: Arc<dyn PoolVolume> = match stripes {
+            None => {
+                let mut replicas: Vec<Arc<dyn Replica>> = Vec::new();
+                for &n in holders {
+                    if n == local {
+                        let h = st.held.get(&rec.id).context("no local replica")?;
+                        replicas.push(Arc::new(LocalReplica::new(n, h.device.clone(), h.fence.clone())));
+                    } else {
+                        // A dead node's replica fails at once, so the volume
+                        // drops it when it fences; its link finds the node
+                        // when it is back.
+                        let link = self.link(st, n, nodes.get(&n));
+                        replicas.push(Arc::new(FabricReplica::new(link, nsid, rec.block_size)));
+                    }
+                }
+                let parts = VolumeParts { geometry, local, layout, replicas, membership, drl, control: ev };
+                Arc::new(ReplicatedVolume::open(parts).await?)
+            }
+            Some(stripes) => {
+                let mut shards: Vec<Arc<dyn Shard>> = Vec::new();
+                for &n in holders {
+                    if n == local {
+                        let h = st.held.get(&rec.id).context("no local shard")?;
+                        let undo = h.undo.clone().context("the local copy has no undo log")?;
+                        shards.push(Arc::new(LocalShard::new(n, h.device.clone(), undo, h.fence.clone())));
+                    } else {
+                        let link = self.link(st, n, nodes.get(&n));
+                        shards.push(Arc::new(FabricReplica::new(link, nsid, rec.block_size)));
+                    }
+                }
+                let parts = EcParts { geometry, local, stripes, layout, shards, membership, drl, control: ev };
+                Arc::new(ErasureVolume::open(parts).await?)
+            }
+        };
         let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
-        sub.add_namespace(Namespace::new(rec.nsid, ids, Arc::new(vol.clone())))?;
+        sub.add_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
         self.target.add_subsystem(sub)?;
         tracing::info!(volume = %rec.name, "serving the volume");
         Ok(Owned { vol, nqn: rec.nqn.clone(), resyncing: Arc::new(tokio::sync::Mutex::new(())) })
@@ -468,8 +528,9 @@ pub fn node_nqn(name: &str) -> String {
 }
 
 /// Every node that holds some chunk of `rec`.
-fn holders(layout: &dyn Layout, rec: &VolumeRecord) -> BTreeSet<NodeId> {
-    let chunks = rec.size_bytes.div_ceil(layout.chunk_bytes());
+fn holders(layout: &dyn Layout, rec: &VolumeRecord, protection: Protection) -> BTreeSet<NodeId> {
+    let span = stripes_of(protection, rec.block_size).map_or(rec.size_bytes, |s| s.shard_bytes(rec.size_bytes));
+    let chunks = span.div_ceil(layout.chunk_bytes());
     let mut set = BTreeSet::new();
     // A volume's groups repeat after pg_count chunks; 4096 covers them.
     for c in 0..chunks.min(4096) {
@@ -500,18 +561,16 @@ impl ClusterNode {
         req: strata_meta::NewVolume,
         protection: &str,
     ) -> Result<serde_json::Value, NodeError> {
-        let copies = copies_of(protection).map_err(|e| NodeError::Invalid(e.to_string()))?;
+        let wanted = protection_of(protection).map_err(|e| NodeError::Invalid(e.to_string()))?;
         let Some((map, _)) = strata_pool::registry::current_map(&self.etcd, &self.prefix)
             .await
             .map_err(|e| NodeError::Internal(e.into()))?
         else {
             return Err(NodeError::Internal(anyhow::anyhow!("the cluster has no placement map yet")));
         };
-        let wanted = strata_pool::placement::Protection::replicated(copies as u8)
-            .map_err(|e| NodeError::Invalid(e.to_string()))?;
-        if copies > map.protection().width() {
+        if wanted.width() > map.protection().width() {
             return Err(NodeError::Invalid(format!(
-                "{protection}: the cluster's placement map holds at most {} copies",
+                "{protection}: the cluster's placement map places at most {} copies or shards per chunk",
                 map.protection().width()
             )));
         }
@@ -521,12 +580,12 @@ impl ClusterNode {
             let mut st = self.state.lock().await;
             self.table(&mut st, map.epoch()).await.map_err(NodeError::Internal)?
         };
-        let layout = PlacementLayout::new(rec.id, copies, table);
+        let layout = PlacementLayout::new(rec.id, wanted.width(), table);
         let state = VolumeState {
-            protection: protection.to_string(),
+            protection: wanted.to_string(),
             map_epoch: map.epoch(),
             epoch: 0,
-            in_sync: holders(&layout, &rec),
+            in_sync: holders(&layout, &rec, wanted),
         };
         let keys = VolumeKeys::new(&self.prefix, rec.id);
         if let Err(e) = strata_pool::cluster::create_state(&self.etcd, &keys, rec.id, &state).await {
@@ -621,12 +680,12 @@ impl ClusterNode {
                 Some(kv) => serde_json::from_slice(&kv.value).ok(),
                 None => None,
             };
-            let copies = copies_of(&state.protection).unwrap_or(1);
+            let Ok(protection) = protection_of(&state.protection) else { continue };
             let table = {
                 let mut st = self.state.lock().await;
                 self.table(&mut st, state.map_epoch).await?
             };
-            let all = holders(&PlacementLayout::new(rec.id, copies, table), &rec);
+            let all = holders(&PlacementLayout::new(rec.id, protection.width(), table), &rec, protection);
             // The owner's record says which replicas it is copying back.
             let resync: Vec<&ResyncProgress> = owner
                 .as_ref()
@@ -653,7 +712,7 @@ impl ClusterNode {
                 "replicas": all.iter().map(|n| n.0).collect::<Vec<_>>(),
                 "in_sync": state.in_sync.iter().map(|n| n.0).collect::<Vec<_>>(),
                 "state": health,
-                "allocated_bytes": volume_allocated(live.values(), rec.id, copies),
+                "allocated_bytes": volume_allocated(live.values(), rec.id, protection),
                 "resync": resync
                     .iter()
                     .map(|r| json!({"node": r.node.0, "regions_left": r.regions_left}))

@@ -90,8 +90,9 @@ enum VolumeCommand {
         /// Host NQN allowed to connect; repeatable. Default: any host.
         #[arg(long = "allow-host")]
         allow_hosts: Vec<String>,
-        /// Protection on a cluster: rep:N copies on N nodes in distinct
-        /// failure domains. Default: rep:1.
+        /// Protection on a cluster: rep:N copies on N nodes, or ec:K+M
+        /// (K data and M parity shards on K+M nodes), in distinct failure
+        /// domains. Default: rep:1.
         #[arg(long)]
         protect: Option<String>,
         /// Print JSON.

@@ -3,51 +3,16 @@
 //! node takes it over, and the killed node comes back and is resynced.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use strata_host::{Controller, HostConfig};
+use strata_host::Controller;
 use strata_meta::testing::EtcdProcess;
 
 mod common;
-use common::{NodeAddrs, NodeProc, free_ports, wait_for};
+use common::{NodeProc, connect_when_served, free_ports, host, loopback, pattern, wait_for};
 
 const BS: usize = 4096;
-
-fn loopback(ports: &[u16]) -> NodeAddrs {
-    let a = |i: usize| format!("127.0.0.1:{}", ports[i]);
-    NodeAddrs { http: a(0), fabric: a(1), listen: a(2), discovery: a(3) }
-}
-
-fn pattern(seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..BS / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
-}
-
-fn host() -> HostConfig {
-    HostConfig { io_timeout: Duration::from_secs(10), connect_timeout: Duration::from_secs(3), ..HostConfig::default() }
-}
-
-/// Connects to an owner, retrying while it is not serving yet: an owner
-/// serves once it has fenced the replicas and repaired the dirty regions,
-/// and hosts retry until then.
-async fn connect_when_served(addr: SocketAddr, nqn: &str) -> Controller {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match Controller::connect(addr, nqn, &host()).await {
-            Ok(c) => return c,
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
-            Err(e) => panic!("{addr} never served {nqn}: {e}"),
-        }
-    }
-}
 
 #[test]
 fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node_resyncs() {

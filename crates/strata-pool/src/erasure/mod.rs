@@ -18,7 +18,7 @@ pub mod undo_log;
 pub mod volume;
 
 pub use codec::{Codec, CodecError};
-pub use shard::Shard;
+pub use shard::{LocalShard, Shard};
 pub use stripe::Stripes;
 pub use undo_log::UndoDevice;
 pub use volume::{EcParts, ErasureVolume};

@@ -48,6 +48,11 @@ use crate::volume::{Control, Layout, Membership, OpenError, VolumeStats};
 /// one of these.
 const STRIPE_LOCKS: usize = 1024;
 
+/// Updates left uncommitted before a write commits them itself (between
+/// the owner's once-a-second commits and the host's flushes), which
+/// bounds the undo the shards keep.
+const COMMIT_BACKLOG: u64 = 2048;
+
 /// What an erasure-coded volume needs to open.
 pub struct EcParts {
     /// Block size and count of the volume.
@@ -414,7 +419,13 @@ impl Inner {
             results.into_iter().collect::<Result<Vec<()>, _>>()?;
             seq
         };
-        if fua { self.commit_through(seq).await } else { Ok(()) }
+        let backlog = {
+            let s = self.seqs();
+            s.next - 1 - s.committed
+        };
+        // Commit on FUA, and whenever many updates wait: their undo
+        // fills the shards' logs until committed.
+        if fua || backlog >= COMMIT_BACKLOG { self.commit_through(seq).await } else { Ok(()) }
     }
 
     /// Reads volume bytes into `buf` (whole blocks, in range).
@@ -941,5 +952,23 @@ impl Inner {
             lba += n;
         }
         Ok(())
+    }
+}
+
+impl crate::volume::PoolVolume for ErasureVolume {
+    fn resyncing(&self) -> Vec<(NodeId, u64)> {
+        ErasureVolume::resyncing(self)
+    }
+    fn stats(&self) -> &VolumeStats {
+        ErasureVolume::stats(self)
+    }
+    fn drl(&self) -> &Arc<DirtyRegionLog> {
+        ErasureVolume::drl(self)
+    }
+    fn clean(&self, quiet_for: Duration) -> BlockFuture<'_, Result<u64, BlockError>> {
+        Box::pin(ErasureVolume::clean(self, quiet_for))
+    }
+    fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(ErasureVolume::resync(self, node))
     }
 }

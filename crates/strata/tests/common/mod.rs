@@ -194,3 +194,45 @@ pub fn owner_addr(via: &NodeProc, name: &str) -> Option<std::net::SocketAddr> {
     let s = via.api("GET", "/api/v1/pool", None)?;
     s["nodes"].as_array()?.iter().find(|n| n["id"] == owner)?["listen"].as_str()?.parse().ok()
 }
+
+/// Node addresses on loopback from four ports: API, fabric, I/O, discovery.
+pub fn loopback(ports: &[u16]) -> NodeAddrs {
+    let a = |i: usize| format!("127.0.0.1:{}", ports[i]);
+    NodeAddrs { http: a(0), fabric: a(1), listen: a(2), discovery: a(3) }
+}
+
+/// 4 KiB of pseudo-random bytes, named by `seed`.
+pub fn pattern(seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..4096 / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect()
+}
+
+/// The host side of the cluster tests.
+pub fn host() -> strata_host::HostConfig {
+    strata_host::HostConfig {
+        io_timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(3),
+        ..strata_host::HostConfig::default()
+    }
+}
+
+/// Connects to an owner, retrying while it is not serving yet: an owner
+/// serves once it has fenced the replicas and repaired the dirty regions,
+/// and hosts retry until then.
+pub async fn connect_when_served(addr: std::net::SocketAddr, nqn: &str) -> strata_host::Controller {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        match strata_host::Controller::connect(addr, nqn, &host()).await {
+            Ok(c) => return c,
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => panic!("{addr} never served {nqn}: {e}"),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Six `strata node` processes and a private etcd on loopback, an
+//! `ec:4+2` volume: flushed writes read back through the kill -9 of one
+//! node, then of its owner as well (M = 2 nodes down: reads decode from
+//! the four left), writes go on degraded, and the two nodes come back and
+//! are rebuilt from the others until the volume is healthy again, after
+//! which the shards of two other nodes are not needed to read it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use strata_host::Controller;
+use strata_meta::testing::EtcdProcess;
+
+mod common;
+use common::{NodeProc, connect_when_served, free_ports, loopback, pattern, wait_for};
+
+const NODES: usize = 6;
+
+/// The volume's owner id, its host address and its status, from `via`.
+fn owner_of(via: &NodeProc) -> Option<(u64, SocketAddr, Value)> {
+    let s = via.api("GET", "/api/v1/pool", None)?;
+    let v = s["volumes"].as_array()?.iter().find(|v| v["name"] == "ec")?.clone();
+    let owner = v["owner"].as_u64()?;
+    let n = s["nodes"].as_array()?.iter().find(|n| n["id"] == owner && n["state"] == "up")?;
+    Some((owner, n["listen"].as_str()?.parse().ok()?, v))
+}
+
+fn name_of(via: &NodeProc, id: u64) -> String {
+    common::node_name(via, id).expect("node listed")
+}
+
+/// Reads every block in `expect` and checks it.
+async fn verify(c: &Controller, expect: &std::collections::BTreeMap<u64, Vec<u8>>, when: &str) {
+    for (&b, want) in expect {
+        let got = c.read(1, b, 1).await.unwrap_or_else(|e| panic!("{when}: read of block {b}: {e}"));
+        assert!(got[..] == want[..], "{when}: block {b} differs");
+    }
+}
+
+#[test]
+fn an_ec_4_2_volume_keeps_flushed_writes_through_two_kill_9s_and_rebuilds_the_nodes() {
+    let etcd = EtcdProcess::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = free_ports(4 * NODES);
+    let mut nodes: Vec<NodeProc> = (1..=NODES)
+        .map(|i| {
+            let dir = tmp.path().join(format!("n{i}"));
+            let addrs = loopback(&ports[(i - 1) * 4..i * 4]);
+            NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), &etcd.url(), "512M", addrs, &[])
+        })
+        .collect();
+    wait_for("six nodes up", Duration::from_secs(40), &nodes, || (common::nodes_up(&nodes[0])? == NODES).then_some(()));
+    let created = nodes[0]
+        .api("POST", "/api/v1/volumes", Some(json!({"name": "ec", "size": "64M", "protect": "ec:4+2"})))
+        .expect("create answered");
+    assert_eq!(created["protection"], "ec:4+2", "{created}");
+    let nqn = created["nqn"].as_str().unwrap().to_string();
+    let (owner, addr, _) = wait_for("an owner, with six shards in sync", Duration::from_secs(40), &nodes, || {
+        owner_of(&nodes[0])
+            .filter(|(_, _, v)| v["state"] == "healthy" && v["in_sync"].as_array().map(Vec::len) == Some(NODES))
+    });
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut expect = std::collections::BTreeMap::new();
+    // Single blocks (partial stripes) and 64 KiB runs (full stripes).
+    let singles: Vec<u64> = (0..48).map(|i| i * 977 % 16384).collect();
+    let runs: Vec<u64> = (0..8).map(|i| 8192 + i * 64).collect();
+    rt.block_on(async {
+        let c = connect_when_served(addr, &nqn).await;
+        for &b in &singles {
+            c.write(1, b, pattern(b << 8 | 1), false).await.expect("write");
+            expect.insert(b, pattern(b << 8 | 1));
+        }
+        for &start in &runs {
+            let data: Vec<u8> = (start..start + 16).flat_map(|b| pattern(b << 8 | 1)).collect();
+            c.write(1, start, data, false).await.expect("full-stripe write");
+            expect.extend((start..start + 16).map(|b| (b, pattern(b << 8 | 1))));
+        }
+        c.flush(1).await.expect("flush");
+        verify(&c, &expect, "healthy").await;
+    });
+
+    // kill -9 a node that does not own the volume: reads decode, writes go on.
+    let owner_name = name_of(&nodes[0], owner);
+    let k1 = nodes.iter().position(|n| n.name != owner_name).unwrap();
+    nodes[k1].kill9();
+    let via = (0..NODES).find(|&i| i != k1 && nodes[i].name != owner_name).unwrap();
+    rt.block_on(async {
+        let c = connect_when_served(addr, &nqn).await;
+        verify(&c, &expect, "one node down").await;
+        for &b in singles.iter().step_by(3) {
+            c.write(1, b, pattern(b << 8 | 2), false).await.expect("degraded write");
+            expect.insert(b, pattern(b << 8 | 2));
+        }
+        c.flush(1).await.expect("degraded flush");
+        verify(&c, &expect, "one node down, after degraded writes").await;
+    });
+    wait_for("the volume degraded", Duration::from_secs(30), &nodes, || {
+        owner_of(&nodes[via]).filter(|(_, _, v)| v["state"] == "degraded").map(|_| ())
+    });
+
+    // kill -9 the owner too: M nodes down; another node takes it over.
+    let k2 = nodes.iter().position(|n| n.name == owner_name).unwrap();
+    nodes[k2].kill9();
+    let via = (0..NODES).find(|&i| i != k1 && i != k2).unwrap();
+    let (new_owner, new_addr, v) = wait_for("a new owner with four shards", Duration::from_secs(60), &nodes, || {
+        owner_of(&nodes[via]).filter(|(o, _, _)| *o != owner)
+    });
+    assert_ne!(new_owner, owner);
+    assert!(v["in_sync"].as_array().unwrap().len() <= NODES - 2, "{v}");
+    rt.block_on(async {
+        let c = connect_when_served(new_addr, &nqn).await;
+        verify(&c, &expect, "two nodes down, after the takeover").await;
+        for &b in singles.iter().step_by(4) {
+            c.write(1, b, pattern(b << 8 | 3), true).await.expect("write with M nodes down");
+            expect.insert(b, pattern(b << 8 | 3));
+        }
+        verify(&c, &expect, "two nodes down, after writes").await;
+    });
+
+    // Both come back and are rebuilt from the others.
+    nodes[k1].restart();
+    nodes[k2].restart();
+    let (_, addr, _) = wait_for("the volume healthy again", Duration::from_secs(90), &nodes, || {
+        owner_of(&nodes[via]).filter(|(_, _, v)| v["state"] == "healthy")
+    });
+    // Rebuilt shards carry the data: with two other nodes down (neither the
+    // owner), every block still reads back.
+    let (owner, _, _) = owner_of(&nodes[via]).unwrap();
+    let owner_name = name_of(&nodes[via], owner);
+    let spare: Vec<usize> = (0..NODES).filter(|&i| i != k1 && i != k2 && nodes[i].name != owner_name).take(2).collect();
+    for &i in &spare {
+        nodes[i].kill9();
+    }
+    rt.block_on(async {
+        let c = connect_when_served(addr, &nqn).await;
+        verify(&c, &expect, "rebuilt, with two other nodes down").await;
+    });
+}
