@@ -46,6 +46,8 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     step "kernel initiator against a three-node cluster in a VM (etcd, rep:3, kill -9, resync; bookworm)"
     # 2-5 minutes under TCG on 2 cores, depending on the load.
     VM_TIMEOUT=1500 tests/vm/run.sh cluster-kernel.sh
+    step "kernel initiator against an erasure-coded volume (ec:2+1, kill -9, rebuild, decode; bookworm)"
+    VM_TIMEOUT=1500 tests/vm/run.sh cluster-ec-kernel.sh
     step "kernel initiator in a VM (Debian trixie, Linux 6.12)"
     tests/vm/run.sh kernel-initiator.sh --suite trixie
 fi

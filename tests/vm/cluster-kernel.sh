@@ -12,6 +12,12 @@
 # volume over alone and must serve every block written, including the ones
 # it only got through the resync.
 #
+# PROTECT=ec:2+1 (tests/vm/cluster-ec-kernel.sh) runs the same on an
+# erasure-coded volume (two data shards and one parity on the three
+# nodes): the killed node's shards are rebuilt from the other two when it
+# is back, and the last step kills the other non-owner instead, so that
+# the owner decodes every block from its own shard and the rebuilt one.
+#
 # Output: PASS/FAIL lines and a summary; the exit status is the number of
 # failures. On a failure the node and etcd logs go to the console.
 set -euo pipefail
@@ -27,6 +33,7 @@ ETCD_URL=http://127.0.0.1:2379
 # lost in the middle of the writes. 10 s is strata's default.
 LEASE_TTL=${LEASE_TTL:-10}
 export NO_COLOR=1            # plain node logs
+PROTECT=${PROTECT:-rep:3}
 VOL=clvol
 NQN=nqn.2026-11.io.strata:$VOL
 LOGS=/tmp/cluster-logs
@@ -78,14 +85,14 @@ pool_status() {
 # LABELS", capacity and allocated as "1 GiB" (two words). Volumes: "VOLUME
 # SIZE PROT OWNER REPLICAS IN_SYNC STATE", size two words, replicas and
 # in-sync as comma-separated node ids, owner "null" when there is none. The
-# parsers find the PROT column (rep:N) and count from there, so an empty
+# parsers find the PROT column (rep:N or ec:K+M) and count from there, so an empty
 # in-sync column does not shift the others.
 
 # vol_field STATUS owner|replicas|in_sync|state
 vol_field() {
     awk -v v="$VOL" -v f="$2" '
         $1 == v {
-            for (p = 2; p <= NF && $p !~ /^rep:/; p++) {}
+            for (p = 2; p <= NF && $p !~ /^(rep|ec):/; p++) {}
             owner = $(p + 1); replicas = $(p + 2)
             if (NF - p == 4) { in_sync = $(p + 3); state = $(p + 4) } else { in_sync = ""; state = $NF }
             if (f == "owner") print owner
@@ -287,13 +294,13 @@ check "n3 sees three nodes up too" cond_nodes_up 3 3
 show_pool 1 "three nodes"
 [ "$FAILED" = 0 ] || die "the cluster did not form"
 
-log "strata volume create $VOL --size 512M --protect rep:3 (through n1's API)"
-if out=$("$STRATA" volume create "$VOL" --size 512M --protect rep:3 --api "$(api_of 1)" 2>&1); then
+log "strata volume create $VOL --size 512M --protect $PROTECT (through n1's API)"
+if out=$("$STRATA" volume create "$VOL" --size 512M --protect "$PROTECT" --api "$(api_of 1)" 2>&1); then
     echo "$out"
-    pass "volume create $VOL rep:3 512M"
+    pass "volume create $VOL $PROTECT 512M"
 else
     echo "$out"
-    fail "volume create $VOL rep:3 512M"
+    fail "volume create $VOL $PROTECT 512M"
     die "no volume"
 fi
 check "volume healthy with an owner and 3 in-sync replicas" wait_until 60 "$VOL healthy" cond_healthy 1
@@ -386,6 +393,26 @@ reverify_all "$dev" resynced A4k A128k K128k B4k B128k
 check "healthy again: fio 4k randwrite + verify" fio_write C4k "$dev"
 check "healthy again: fio 128k write + verify" fio_write C128k "$dev"
 check "nvme flush after the resync" nvme flush "$dev"
+
+# ------------------------------- erasure coded: the rebuilt shards decode
+
+if [ "$PROTECT" != rep:3 ]; then
+    # Any two of the three shards decode a stripe. Kill the node that was
+    # never down: the owner must now read every strip that lived there
+    # from its own shard and n$k's rebuilt one.
+    log "kill -9 n$s: the owner decodes from its shard and n$k's rebuilt one"
+    kill9_node "$s"
+    reverify_all "$dev" "n$s-down-decoded" A4k A128k K128k B4k B128k C4k C128k
+    check "nvme flush with n$s down" nvme flush "$dev"
+    disconnect_all || true
+    log "stopping the cluster"
+    for i in "$own" "$k"; do kill -TERM "${PID[i]}" 2>/dev/null || true; wait "${PID[i]}" 2>/dev/null || true; done
+    kill -TERM "$ETCD_PID" 2>/dev/null || true
+    wait "$ETCD_PID" 2>/dev/null || true
+    check "no node lost its etcd lease (only the killed ones went down)" bash -c '! grep -q "lease is lost" "$0"/n*.log' "$LOGS"
+    print_summary
+    exit "$FAILED"
+fi
 
 # ----------------------------- the resynced replica alone serves it all
 

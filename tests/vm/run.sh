@@ -35,6 +35,8 @@ cluster-*)
         { echo "run.sh: $(basename "$script") needs etcd (apt-get install etcd-server, or set ETCD_BIN)" >&2; exit 2; }
     ln -s "$(realpath "$etcd")" "$stage/etcd"
     adds+=(--add "$stage/etcd")
+    # cluster-ec-kernel.sh runs cluster-kernel.sh with another protection.
+    adds+=(--add "$here/cluster-kernel.sh")
     ;;
 esac
 rc=0
