@@ -5,6 +5,7 @@
 //! - [`codec`]: the Reed-Solomon code over strips;
 //! - [`stripe`]: where a volume byte lives (stripe, strip, shard offset);
 //! - [`shard`]: one node's shard volume with its undo log;
+//! - [`undo_log`]: the node side of that undo log, durable on a device;
 //! - [`volume`]: the volume its owner serves.
 //!
 //! The write path and the crash analysis are in `docs/pool.md`,
@@ -13,9 +14,11 @@
 pub mod codec;
 pub mod shard;
 pub mod stripe;
+pub mod undo_log;
 pub mod volume;
 
 pub use codec::{Codec, CodecError};
 pub use shard::Shard;
 pub use stripe::Stripes;
+pub use undo_log::UndoDevice;
 pub use volume::{EcParts, ErasureVolume};
