@@ -70,31 +70,67 @@ fn models(initial: &[u8], updates: &[Update]) -> Vec<Vec<u8>> {
     out
 }
 
+/// The seqs of `records`, in order.
+fn seqs(records: &[UndoRecord]) -> Vec<u64> {
+    records.iter().map(|r| r.seq).collect()
+}
+
+/// Checks that `dev` holds live records of `live` seqs, drops it, reopens
+/// the log on `devs`, and checks that the same records and `mark` are
+/// there and that rolling back to the mark undoes them all and leaves
+/// `want` in the data device.
+async fn reopen_and_roll_back(
+    dev: Arc<UndoDevice>,
+    (data, log): (&Arc<MemDevice>, &Arc<MemDevice>),
+    live: &[u64],
+    mark: u64,
+    want: &[u8],
+) {
+    let records = dev.records();
+    assert_eq!(seqs(&records), live);
+    drop(dev);
+    let dev = open(data, log).await;
+    assert_eq!(dev.records(), records, "reopened");
+    assert_eq!(dev.committed(), mark);
+    assert_eq!(dev.roll_back(mark).await.unwrap(), live.len() as u64);
+    assert!(bytes(&**data).await == want, "data after rolling back to {mark}");
+}
+
 async fn write(dev: &UndoDevice, (seq, lba, blocks): Update) {
     let (_, r) = dev.write_logged(seq, lba, IoBuf::from_slice(&update(seq, blocks))).await;
     r.unwrap();
 }
 
-/// A device that applies only the writes (write, write-zeroes,
-/// deallocate) within a budget it shares with its siblings; later ones
-/// complete but never happen: the process was killed after the last
-/// write of the budget.
-struct Dying {
+/// A [`MemDevice`] that fails the way a process does:
+/// - with a budget (shared with its siblings) it applies only the writes
+///   (write, write-zeroes, deallocate) within it; later ones complete but
+///   never happen: the process was killed after the budget's last write;
+/// - with a gate, its first write to the gated block waits until the test
+///   releases it: a log write still in flight.
+struct Faulty {
     inner: Arc<MemDevice>,
-    budget: Arc<AtomicU64>,
+    budget: Option<Arc<AtomicU64>>,
+    gate: Mutex<Option<(u64, Arc<Semaphore>)>>,
 }
 
-impl Dying {
-    fn wrap(inner: &Arc<MemDevice>, budget: &Arc<AtomicU64>) -> Arc<Dying> {
-        Arc::new(Dying { inner: inner.clone(), budget: budget.clone() })
+impl Faulty {
+    fn dying(inner: &Arc<MemDevice>, budget: &Arc<AtomicU64>) -> Arc<Faulty> {
+        Arc::new(Faulty { inner: inner.clone(), budget: Some(budget.clone()), gate: Mutex::new(None) })
+    }
+
+    /// A device whose first write to `block` waits for a permit of the
+    /// returned semaphore.
+    fn gated(inner: Arc<MemDevice>, block: u64) -> (Arc<Faulty>, Arc<Semaphore>) {
+        let gate = Arc::new(Semaphore::new(0));
+        (Arc::new(Faulty { inner, budget: None, gate: Mutex::new(Some((block, gate.clone()))) }), gate)
     }
 
     fn lives(&self) -> bool {
-        self.budget.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
+        self.budget.as_ref().is_none_or(|b| b.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok())
     }
 }
 
-impl BlockDevice for Dying {
+impl BlockDevice for Faulty {
     fn geometry(&self) -> Geometry {
         self.inner.geometry()
     }
@@ -105,7 +141,16 @@ impl BlockDevice for Dying {
         self.inner.read(lba, buf)
     }
     fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
-        if self.lives() { self.inner.write(lba, buf, fua) } else { Box::pin(std::future::ready((buf, Ok(())))) }
+        let gate = {
+            let mut g = self.gate.lock().unwrap();
+            if g.as_ref().is_some_and(|(block, _)| *block == lba) { g.take() } else { None }
+        };
+        Box::pin(async move {
+            if let Some((_, g)) = gate {
+                g.acquire().await.unwrap().forget();
+            }
+            if self.lives() { self.inner.write(lba, buf, fua).await } else { (buf, Ok(())) }
+        })
     }
     fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
         if self.lives() {
@@ -116,44 +161,6 @@ impl BlockDevice for Dying {
     }
     fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
         if self.lives() { self.inner.deallocate(ranges) } else { Box::pin(std::future::ready(Ok(()))) }
-    }
-    fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
-        Box::pin(std::future::ready(Ok(())))
-    }
-}
-
-/// A device whose first write to `block` waits until the test releases
-/// it: a log write still in flight.
-struct Gated {
-    inner: Arc<MemDevice>,
-    block: u64,
-    gate: Mutex<Option<Arc<Semaphore>>>,
-}
-
-impl BlockDevice for Gated {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-    fn usage(&self) -> DeviceUsage {
-        self.inner.usage()
-    }
-    fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
-        self.inner.read(lba, buf)
-    }
-    fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
-        let gate = if lba == self.block { self.gate.lock().unwrap().take() } else { None };
-        Box::pin(async move {
-            if let Some(g) = gate {
-                g.acquire().await.unwrap().forget();
-            }
-            self.inner.write(lba, buf, fua).await
-        })
-    }
-    fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
-        self.inner.write_zeroes(lba, blocks, deallocate)
-    }
-    fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
-        self.inner.deallocate(ranges)
     }
     fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
         self.inner.flush()
@@ -193,7 +200,7 @@ async fn roll_back_after_a_commit_undoes_only_later_updates() {
     }
     dev.commit(2).await.unwrap();
     assert_eq!(dev.committed(), 2);
-    assert_eq!(dev.records().iter().map(|r| r.seq).collect::<Vec<_>>(), [3, 4]);
+    assert_eq!(seqs(&dev.records()), [3, 4]);
     assert_eq!(dev.roll_back(2).await.unwrap(), 2);
     assert_eq!(bytes(&*data).await, model[2]);
     // A roll back past the mark raises it.
@@ -217,16 +224,7 @@ async fn reopening_finds_the_same_records_and_mark() {
     for u in &updates[3..] {
         write(&dev, *u).await;
     }
-    let live = dev.records();
-    assert_eq!(live.iter().map(|r| r.seq).collect::<Vec<_>>(), [3, 4, 5]);
-    drop(dev);
-
-    let dev = open(&data, &log).await;
-    assert_eq!(dev.records(), live);
-    assert_eq!(dev.committed(), 2);
-    assert_eq!(dev.roll_back(2).await.unwrap(), 3);
-    assert_eq!(bytes(&*data).await, model[2]);
-    drop(dev);
+    reopen_and_roll_back(dev, (&data, &log), &[3, 4, 5], 2, &model[2]).await;
 
     let dev = open(&data, &log).await;
     assert!(dev.records().is_empty());
@@ -246,12 +244,12 @@ async fn a_record_forgotten_behind_a_live_one_stays_forgotten_after_reopening() 
     write(&dev, (1, 1, 1)).await;
     write(&dev, (3, 2, 1)).await;
     dev.commit(1).await.unwrap();
-    assert_eq!(dev.records().iter().map(|r| r.seq).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(seqs(&dev.records()), [2, 3]);
     // An update at or below the mark logged after the commit stays live,
     // as in the in-memory reference.
     write(&dev, (1, 3, 1)).await;
     let live = dev.records();
-    assert_eq!(live.iter().map(|r| r.seq).collect::<Vec<_>>(), [2, 3, 1]);
+    assert_eq!(seqs(&live), [2, 3, 1]);
     drop(dev);
 
     let dev = open(&data, &log).await;
@@ -292,7 +290,7 @@ async fn a_crash_after_any_write_rolls_back_to_a_committed_state() {
     let total = {
         let budget = Arc::new(AtomicU64::new(u64::MAX));
         let (data, log) = (data_with_pattern(16).await, mem(24));
-        let dev = UndoDevice::open(Dying::wrap(&data, &budget), Dying::wrap(&log, &budget)).await.unwrap();
+        let dev = UndoDevice::open(Faulty::dying(&data, &budget), Faulty::dying(&log, &budget)).await.unwrap();
         crash_workload(&dev).await;
         u64::MAX - budget.load(SeqCst)
     };
@@ -301,7 +299,7 @@ async fn a_crash_after_any_write_rolls_back_to_a_committed_state() {
     for n in 0..=total {
         let budget = Arc::new(AtomicU64::new(n));
         let (data, log) = (data_with_pattern(16).await, mem(24));
-        let dev = UndoDevice::open(Dying::wrap(&data, &budget), Dying::wrap(&log, &budget)).await.unwrap();
+        let dev = UndoDevice::open(Faulty::dying(&data, &budget), Faulty::dying(&log, &budget)).await.unwrap();
         let committed = crash_workload(&dev).await;
         drop(dev);
 
@@ -335,7 +333,7 @@ async fn a_roll_back_cut_short_at_any_write_rolls_back_to_the_same_bytes() {
     loop {
         let (data, log) = (copy(&data).await, copy(&log).await);
         let budget = Arc::new(AtomicU64::new(n));
-        let dev = UndoDevice::open(Dying::wrap(&data, &budget), Dying::wrap(&log, &budget)).await.unwrap();
+        let dev = UndoDevice::open(Faulty::dying(&data, &budget), Faulty::dying(&log, &budget)).await.unwrap();
         assert_eq!(dev.roll_back(4).await.unwrap(), 2);
         drop(dev);
         let cut = budget.load(SeqCst) == 0;
@@ -375,15 +373,7 @@ async fn the_ring_wraps_many_times_and_reopens_with_exactly_the_live_records() {
         }
     }
     assert!(laps >= 20, "{laps} laps of the ring");
-    let live = dev.records();
-    assert_eq!(live.iter().map(|r| r.seq).collect::<Vec<_>>(), [198, 199, 200]);
-    drop(dev);
-
-    let dev = open(&data, &log).await;
-    assert_eq!(dev.records(), live);
-    assert_eq!(dev.committed(), 197);
-    assert_eq!(dev.roll_back(197).await.unwrap(), 3);
-    assert_eq!(bytes(&*data).await, model[197]);
+    reopen_and_roll_back(dev, (&data, &log), &[198, 199, 200], 197, &model[197]).await;
 }
 
 #[tokio::test]
@@ -404,7 +394,7 @@ async fn a_full_ring_waits_until_a_commit_frees_room() {
     dev.commit(1).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("the commit freed room").unwrap();
     assert_eq!(bytes(&*data).await[20 * BSZ..24 * BSZ], update(4, 4)[..]);
-    assert_eq!(dev.records().iter().map(|r| r.seq).collect::<Vec<_>>(), [2, 3, 4]);
+    assert_eq!(seqs(&dev.records()), [2, 3, 4]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -451,8 +441,7 @@ async fn concurrent_logged_writes_and_commits_roll_back_exactly_the_uncommitted(
 #[tokio::test]
 async fn new_bytes_wait_for_every_older_record() {
     let data = mem(16);
-    let log = Arc::new(Gated { inner: mem(16), block: 1, gate: Mutex::new(Some(Arc::new(Semaphore::new(0)))) });
-    let gate = log.gate.lock().unwrap().clone().unwrap();
+    let (log, gate) = Faulty::gated(mem(16), 1);
     let dev = UndoDevice::open(data.clone(), log.clone()).await.unwrap();
     // The record of update 1 (ring block 1) hangs; update 2's record
     // (block 3) lands, but its new bytes must wait for the older record.
@@ -480,21 +469,20 @@ async fn new_bytes_wait_for_every_older_record() {
     write(&reopened, (7, 0, 1)).await;
     drop(reopened);
     let reopened = open(&data_image, &log_image).await;
-    assert_eq!(reopened.records().iter().map(|r| r.seq).collect::<Vec<_>>(), [7]);
+    assert_eq!(seqs(&reopened.records()), [7]);
     drop(reopened);
     // Released, both complete.
     gate.add_permits(1);
     first.await.unwrap();
     second.await.unwrap();
-    assert_eq!(dev.records().iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(seqs(&dev.records()), [1, 2]);
     assert_eq!(bytes(&*data).await[5 * BSZ..6 * BSZ], update(2, 1)[..]);
 }
 
 #[tokio::test]
 async fn a_dropped_logged_write_still_runs_to_the_end() {
     let data = mem(16);
-    let log = Arc::new(Gated { inner: mem(16), block: 1, gate: Mutex::new(Some(Arc::new(Semaphore::new(0)))) });
-    let gate = log.gate.lock().unwrap().clone().unwrap();
+    let (log, gate) = Faulty::gated(mem(16), 1);
     let dev = UndoDevice::open(data.clone(), log.clone()).await.unwrap();
     let fut = dev.write_logged(1, 2, IoBuf::from_slice(&update(1, 1)));
     assert!(tokio::time::timeout(Duration::from_millis(20), fut).await.is_err(), "held at the gate, then dropped");
