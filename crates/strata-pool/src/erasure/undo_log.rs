@@ -644,7 +644,8 @@ impl UndoDevice {
         }))
     }
 
-    /// The live records (not forgotten), oldest first.
+    /// The live records (not forgotten, including those still being
+    /// written), oldest first.
     pub fn records(&self) -> Vec<UndoRecord> {
         let s = self.state();
         s.entries
@@ -847,7 +848,11 @@ impl UndoDevice {
     /// log's media may have decayed since it was written or recovered).
     async fn restore(&self, e: &Entry) -> Result<(), BlockError> {
         let bs = self.block_size as usize;
-        let len = usize::try_from(e.span()).ok().and_then(|n| n.checked_mul(bs)).ok_or(BlockError::Failed)?;
+        // The record lies in the ring, so its length fits the log device.
+        let len = usize::try_from(e.span())
+            .ok()
+            .and_then(|n| n.checked_mul(bs))
+            .ok_or_else(|| io_error(format!("undo record LSN {} of {} blocks is too large", e.lsn, e.blocks)))?;
         let (rec, r) = self.log.read(e.block, IoBuf::recycled(len)).await;
         r?;
         let valid = RecordHeader::decode(&rec[..bs]).is_some_and(|(h, stored, crc)| {
