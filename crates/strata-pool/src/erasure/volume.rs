@@ -48,10 +48,12 @@ use crate::volume::{Control, Layout, Membership, OpenError, VolumeStats};
 /// one of these.
 const STRIPE_LOCKS: usize = 1024;
 
-/// Updates left uncommitted before a write commits them itself (between
-/// the owner's once-a-second commits and the host's flushes), which
-/// bounds the undo the shards keep.
-const COMMIT_BACKLOG: u64 = 2048;
+/// Stripe updates left uncommitted before a write commits what has ended
+/// (between the owner's once-a-second commits and the host's flushes).
+/// Each leaves at most one undo record (a strip and a header block) on
+/// each shard until committed, so this bounds the undo log a shard needs:
+/// 1,024 x 8 KiB, 8 MiB, against the 128 MiB a node gives each shard.
+const COMMIT_STRIPES: u64 = 1024;
 
 /// What an erasure-coded volume needs to open.
 pub struct EcParts {
@@ -101,6 +103,8 @@ struct Inner {
     ended: tokio::sync::Notify,
     /// One commit at a time.
     committing: tokio::sync::Mutex<()>,
+    /// Stripe updates begun since the last commit began.
+    stripes_since_commit: std::sync::atomic::AtomicU64,
 }
 
 impl std::ops::Deref for Inner {
@@ -407,6 +411,7 @@ impl Inner {
             let strip = self.stripes.strip;
             let regions = self.drl.regions().touched(self.stripes.shard_offset(first), (last - first + 1) * strip);
             let running = self.begin_update();
+            self.stripes_since_commit.fetch_add(last - first + 1, Ordering::AcqRel);
             let _dirty = self.drl.begin(regions, &stale).await.map_err(|e| io_error(e.to_string()))?;
             let seq = running.1;
             let results = join_all(pieces.into_iter().map(|p| {
@@ -419,13 +424,16 @@ impl Inner {
             results.into_iter().collect::<Result<Vec<()>, _>>()?;
             seq
         };
-        let backlog = {
-            let s = self.seqs();
-            s.next - 1 - s.committed
-        };
-        // Commit on FUA, and whenever many updates wait: their undo
-        // fills the shards' logs until committed.
-        if fua || backlog >= COMMIT_BACKLOG { self.commit_through(seq).await } else { Ok(()) }
+        if fua {
+            return self.commit_through(seq).await;
+        }
+        // Undo fills the shards' logs until committed: past the bound,
+        // commit what has ended (without waiting for what has not: a
+        // write blocked on a full log would never end).
+        if self.stripes_since_commit.load(Ordering::Acquire) >= COMMIT_STRIPES {
+            self.commit_ended().await?;
+        }
+        Ok(())
     }
 
     /// Reads volume bytes into `buf` (whole blocks, in range).
@@ -515,6 +523,12 @@ impl Inner {
             }
             ended.await;
         }
+        self.commit_ended().await
+    }
+
+    /// Commits every update below which all have ended: flushes every
+    /// in-sync shard, then commits there.
+    async fn commit_ended(self: &Arc<Self>) -> Result<(), BlockError> {
         let _one = self.committing.lock().await;
         let (through, committed) = {
             let s = self.seqs();
@@ -523,6 +537,7 @@ impl Inner {
         if through <= committed {
             return Ok(());
         }
+        self.stripes_since_commit.store(0, Ordering::Release);
         self.owner.flush().await?;
         let epoch = self.membership().epoch;
         let nodes: Vec<NodeId> = self.writable().into_iter().collect();
@@ -694,6 +709,7 @@ impl ErasureVolume {
             seqs: Mutex::new(Seqs { next: 1, running: BTreeSet::new(), committed: 0 }),
             ended: tokio::sync::Notify::new(),
             committing: tokio::sync::Mutex::new(()),
+            stripes_since_commit: std::sync::atomic::AtomicU64::new(0),
         });
         inner.owner.flush().await?;
         inner.check_available()?;
