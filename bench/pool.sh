@@ -36,6 +36,8 @@
 #   OUT         JSON result (default bench/results/pool-YYYYMMDD-HHMMSS.json)
 #   HOLD=1      set up and prefill, print the targets and process ids, and
 #               wait (for perf and friends) until Ctrl-C
+#   KEEP_LOGS=1 keep the servers' logs and every run's output after a
+#               successful run too (a failed one always keeps them)
 #
 # Prints, per workload, the medians for each volume and their ratio to the
 # single-node rep:1: IOPS (4 KiB) or MiB/s (128 KiB), p99 latency, server
@@ -131,7 +133,7 @@ cleanup() {
         wait "$p" 2>/dev/null || true
     done
     rm -rf "$drives"
-    if [ "$rc" -ne 0 ]; then
+    if [ "$rc" -ne 0 ] || [ -n "${KEEP_LOGS:-}" ]; then
         echo "logs kept in $tmp" >&2
     else
         rm -rf "$tmp"
@@ -279,7 +281,8 @@ v = next(v for v in s["volumes"] if v["name"] == sys.argv[1])
 assert v["state"] == "healthy" and v["owner"] is not None
 assert sorted(v["in_sync"]) == sorted(v["replicas"])
 n = next(n for n in s["nodes"] if n["id"] == v["owner"] and n["state"] == "up")
-print(n["name"], n["listen"], ",".join(str(r) for r in v["replicas"]))' "$1"
+names = {n["id"]: n["name"] for n in s["nodes"]}
+print(n["name"], n["listen"], ",".join(names[r] for r in v["replicas"]))' "$1"
 }
 for v in "${POOL_VOLUMES[@]}"; do
     wait_until 60 "$v healthy with an owner" owner_of "$v"
@@ -378,7 +381,7 @@ vol_spec=()
 for v in "${VOLUMES[@]}"; do vol_spec+=("$v=${PROTECT[$v]}"); done
 python3 - "$tmp" "$OUT" "$load_start" "$load_end" "$RUNTIME" "$RAMP" "$REPEAT" "$SIZE" "$STRATA_BIN" "$POLL_US" \
     "$NODES" "${vol_spec[*]}" "$(basename "$0")" "${WORKLOADS_RUN[@]}" <<'EOF'
-import json, os, statistics, subprocess, sys, time, glob
+import json, os, re, statistics, subprocess, sys, time, glob
 tmp, out, load_start, load_end, runtime, ramp, repeat, size, binary, poll, nodes, vol_spec, script = sys.argv[1:14]
 workloads = [w.split("|", 1) for w in sys.argv[14:]]
 protect = dict(kv.split("=") for kv in vol_spec.split())
@@ -467,6 +470,20 @@ for line in open(f"{tmp}/placement.txt"):
         # derived from it.
         placement[v]["owner_local_fraction"] = None
 
+# Warnings and errors the servers logged (tracing's level column, colours
+# stripped), so that a run that limped through retries says so.
+ansi = re.compile(r"\x1b\[[0-9;]*m")
+level = re.compile(r"^\S+\s+(WARN|ERROR)\s")
+log_problems = {}
+for p in procs:
+    try:
+        lines = [ansi.sub("", l).rstrip("\n") for l in open(f"{tmp}/{p}.log", errors="replace")]
+    except FileNotFoundError:
+        continue
+    bad = [l for l in lines if level.match(l)]
+    if bad:
+        log_problems[p] = {"count": len(bad), "first": bad[:5]}
+
 loads = [x["load1"] for x in runs]
 result = {
     "benchmark": "pool", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -478,7 +495,8 @@ result = {
     "loadavg_before": load_start, "loadavg_after": load_end,
     "load1_during": {"min": min(loads), "median": statistics.median(loads), "max": max(loads)},
     "runtime_s": float(runtime), "ramp_s": float(ramp), "repeat": int(repeat), "size": size,
-    "volumes": heads, "placement": placement, "summary": summary, "runs": runs,
+    "volumes": heads, "placement": placement, "log_warnings_errors": log_problems,
+    "summary": summary, "runs": runs,
 }
 json.dump(result, open(out, "w"), indent=1)
 
@@ -508,5 +526,9 @@ for v, p in placement.items():
              ": a shard (and its undo log) on each node"))
 print(f"load average: before {load_start.split()[0]}, during (1-min, at run starts) "
       f"min {min(loads):.2f} median {statistics.median(loads):.2f} max {max(loads):.2f}, after {load_end.split()[0]}")
+for p, e in log_problems.items():
+    print(f"{p}.log: {e['count']} warnings or errors, the first: {e['first'][0][:200]}")
+if not log_problems:
+    print("no warnings or errors in the servers' logs")
 print(f"(result: {out})")
 EOF
