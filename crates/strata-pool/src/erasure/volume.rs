@@ -453,46 +453,63 @@ impl Inner {
     /// contiguous range of its shard, read at once when the shard is in
     /// sync, else decoded stripe by stripe.
     async fn read_group(self: &Arc<Self>, group: &[StripePiece], out: &mut [u8]) -> Result<(), BlockError> {
-        let strip = self.stripes.strip;
-        for d in 0..self.k() {
-            let (lo, hi) = (d as u64 * strip, (d as u64 + 1) * strip);
-            // (stripe, bytes of the strip, where in `out`)
-            let parts: Vec<(u64, std::ops::Range<u64>, usize)> = group
-                .iter()
-                .filter_map(|p| {
-                    let (from, to) = (p.within.start.max(lo), p.within.end.min(hi));
-                    (from < to).then(|| (p.stripe, from - lo..to - lo, (p.at + from - p.within.start) as usize))
-                })
-                .collect();
-            let (Some(first), Some(last)) = (parts.first(), parts.last()) else { continue };
-            let start = self.stripes.shard_offset(first.0) + first.1.start;
-            let end = self.stripes.shard_offset(last.0) + last.1.end;
-            let (node, epoch, in_sync) = {
-                let m = self.membership();
-                let node = self.slots(first.0)?[d];
-                (node, m.epoch, m.in_sync.contains(&node))
-            };
-            if in_sync {
-                self.check_serving()?;
-                match self.read_at(node, epoch, start, (end - start) as usize).await {
-                    Ok(b) => {
-                        for (g, r, at) in &parts {
-                            let from = (self.stripes.shard_offset(*g) + r.start - start) as usize;
-                            out[*at..*at + (r.end - r.start) as usize]
-                                .copy_from_slice(&b[from..from + (r.end - r.start) as usize]);
-                        }
-                        continue;
-                    }
-                    Err(f) => self.settle(first.0, f).await?,
-                }
-            }
-            for (g, r, at) in &parts {
-                let strip_now = self.degraded_strip(*g, d).await?;
-                out[*at..*at + (r.end - r.start) as usize]
-                    .copy_from_slice(&strip_now[r.start as usize..r.end as usize]);
+        // Every data position at once; each answers the parts it holds.
+        let answers = join_all((0..self.k()).map(|d| self.read_position(group, d))).await;
+        for answer in answers {
+            for (at, bytes) in answer? {
+                out[at..at + bytes.len()].copy_from_slice(&bytes);
             }
         }
         Ok(())
+    }
+
+    /// The parts of `group` in data position `d`, each with where it goes
+    /// in the group's buffer: one read of the shard when it is in sync,
+    /// else each strip decoded.
+    async fn read_position(
+        self: &Arc<Self>,
+        group: &[StripePiece],
+        d: usize,
+    ) -> Result<Vec<(usize, Vec<u8>)>, BlockError> {
+        let strip = self.stripes.strip;
+        let (lo, hi) = (d as u64 * strip, (d as u64 + 1) * strip);
+        // (stripe, bytes of the strip, where in the buffer)
+        let parts: Vec<(u64, std::ops::Range<u64>, usize)> = group
+            .iter()
+            .filter_map(|p| {
+                let (from, to) = (p.within.start.max(lo), p.within.end.min(hi));
+                (from < to).then(|| (p.stripe, from - lo..to - lo, (p.at + from - p.within.start) as usize))
+            })
+            .collect();
+        let (Some(first), Some(last)) = (parts.first(), parts.last()) else { return Ok(Vec::new()) };
+        let start = self.stripes.shard_offset(first.0) + first.1.start;
+        let end = self.stripes.shard_offset(last.0) + last.1.end;
+        let (node, epoch, in_sync) = {
+            let m = self.membership();
+            let node = self.slots(first.0)?[d];
+            (node, m.epoch, m.in_sync.contains(&node))
+        };
+        if in_sync {
+            self.check_serving()?;
+            match self.read_at(node, epoch, start, (end - start) as usize).await {
+                Ok(b) => {
+                    return Ok(parts
+                        .iter()
+                        .map(|(g, r, at)| {
+                            let from = (self.stripes.shard_offset(*g) + r.start - start) as usize;
+                            (*at, b[from..from + (r.end - r.start) as usize].to_vec())
+                        })
+                        .collect());
+                }
+                Err(f) => self.settle(first.0, f).await?,
+            }
+        }
+        let mut out = Vec::with_capacity(parts.len());
+        for (g, r, at) in &parts {
+            let strip_now = self.degraded_strip(*g, d).await?;
+            out.push((*at, strip_now[r.start as usize..r.end as usize].to_vec()));
+        }
+        Ok(out)
     }
 
     /// Strip `pos` of stripe `g`, from in-sync shards, under the stripe's
