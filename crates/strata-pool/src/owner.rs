@@ -130,6 +130,17 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         self.lose(&format!("a node refused epoch {epoch}"))
     }
 
+    /// A node refused epoch `sent` as stale. That proves a newer owner
+    /// only if no change of this owner's raised the epoch past `sent` (a
+    /// node raises its fence to the stored epoch on its own, and an
+    /// operation sent just before this owner took a failed node out can
+    /// arrive after): waits for any change in progress, then compares.
+    /// `Ok` means try again at the current epoch.
+    pub(crate) async fn refused(&self, sent: u64) -> Result<(), BlockError> {
+        let _one = self.change.lock().await;
+        if self.membership().epoch > sent { Ok(()) } else { Err(self.stale(sent)) }
+    }
+
     /// The handle of `node`'s copy, if it holds one.
     pub(crate) fn replica(&self, node: NodeId) -> Option<&Arc<R>> {
         self.replicas.get(&node)
@@ -193,21 +204,27 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
 
     /// Flushes every in-sync (and catching-up) node; failed ones leave.
     pub(crate) async fn flush(self: &Arc<Self>) -> Result<(), BlockError> {
-        self.check_serving()?;
-        let epoch = self.membership().epoch;
-        let nodes: Vec<NodeId> = self.writable().into_iter().collect();
-        let results = join_all(nodes.iter().map(|&n| async move {
-            match self.replica(n) {
-                Some(r) => r.flush(epoch).await,
-                None => Err(ReplicaError::Unavailable(format!("node {n} unknown"))),
+        let (nodes, results) = loop {
+            self.check_serving()?;
+            let epoch = self.membership().epoch;
+            let nodes: Vec<NodeId> = self.writable().into_iter().collect();
+            let results = join_all(nodes.iter().map(|&n| async move {
+                match self.replica(n) {
+                    Some(r) => r.flush(epoch).await,
+                    None => Err(ReplicaError::Unavailable(format!("node {n} unknown"))),
+                }
+            }))
+            .await;
+            if results.iter().any(|r| matches!(r, Err(ReplicaError::Stale(_)))) {
+                self.refused(epoch).await?;
+                continue;
             }
-        }))
-        .await;
+            break (nodes, results);
+        };
         let mut failed = Vec::new();
         for (&n, r) in nodes.iter().zip(results) {
             match r {
                 Ok(()) => {}
-                Err(ReplicaError::Stale(e)) => return Err(self.stale(e)),
                 Err(e) => {
                     tracing::warn!(node = %n, error = %e, "node failed a flush");
                     failed.push(n);

@@ -292,6 +292,12 @@ impl MemShard {
         self.undo.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Raises the fence to `epoch`, as a node does when it reads the
+    /// stored epoch.
+    pub fn raise_fence(&self, epoch: u64) {
+        self.fence.raise(epoch);
+    }
+
     /// Undo records kept.
     pub fn undo_records(&self) -> usize {
         self.undo().records.len()

@@ -208,6 +208,14 @@ impl Inner {
     /// Runs `op` on every replica that must take it and settles the
     /// outcome. Runs to the end (see the module docs).
     async fn fan_out(self: Arc<Self>, lba: u64, blocks: u64, op: Op) -> Result<(), BlockError> {
+        // Again at the new epoch when a replica refused the old one that
+        // this owner raised itself meanwhile (see `settle`).
+        while self.clone().fan_out_once(lba, blocks, op.clone()).await? {}
+        Ok(())
+    }
+
+    /// One try of [`Inner::fan_out`]; true when it must be tried again.
+    async fn fan_out_once(self: Arc<Self>, lba: u64, blocks: u64, op: Op) -> Result<bool, BlockError> {
         self.check_serving()?;
         let _io = self.gate.read().await;
         let m = self.membership().clone();
@@ -264,14 +272,18 @@ impl Inner {
         results: Vec<Result<(), ReplicaError>>,
         m: &Membership,
         regions: std::ops::Range<u64>,
-    ) -> Result<(), BlockError> {
+    ) -> Result<bool, BlockError> {
         let mut ok = vec![false; segments.len()];
         let mut failed = BTreeSet::new();
         let mut outcome = Ok(());
+        let mut again = false;
         for (&(i, n), r) in sends.iter().zip(results) {
             match r {
                 Ok(()) => ok[i] |= m.in_sync.contains(&n),
-                Err(ReplicaError::Stale(e)) => return Err(self.stale(e)),
+                // Deposed, unless this owner raised the epoch itself
+                // meanwhile (a node's fence follows the stored epoch):
+                // then the write goes again, whole, at the new epoch.
+                Err(ReplicaError::Stale(_)) => again = true,
                 Err(e) if e.is_replica_fault() => {
                     tracing::warn!(node = %n, error = %e, "replica failed an I/O");
                     failed.insert(n);
@@ -284,11 +296,15 @@ impl Inner {
             let failed: Vec<NodeId> = failed.into_iter().collect();
             self.owner.leave(&failed, regions).await?;
         }
+        if again {
+            self.owner.refused(m.epoch).await?;
+            return Ok(true);
+        }
         if let Some(i) = ok.iter().position(|&done| !done) {
             outcome?;
             return Err(io_error(format!("every in-sync replica of chunk {} failed the write", segments[i].chunk)));
         }
-        outcome
+        outcome.map(|()| false)
     }
 
     /// The in-sync replicas of `chunk` in the order reads try them: the
@@ -324,7 +340,11 @@ impl Inner {
             let len = buf.len();
             match r.read(epoch, lba, buf).await {
                 Ok(b) => return Ok(b),
-                Err(ReplicaError::Stale(e)) => return Err(self.stale(e)),
+                Err(ReplicaError::Stale(_)) => {
+                    // Try again at the current epoch, unless deposed.
+                    self.owner.refused(epoch).await?;
+                    buf = IoBuf::recycled(len);
+                }
                 Err(e) if e.is_replica_fault() => {
                     tracing::warn!(node = %node, error = %e, "replica failed a read; trying another");
                     let blocks = len as u64 / self.bs();

@@ -357,3 +357,54 @@ async fn an_owner_dying_at_any_step_leaves_no_write_hole() {
     }
     assert!(cases > 100);
 }
+
+/// Nodes raise their fences to the stored epoch on their own (every
+/// reconcile pass). When the owner takes a failed node out (an epoch
+/// bump), writes already sent at the old epoch reach nodes that have
+/// raised their fence: refused as stale, which must not depose an owner
+/// whose own change raised the epoch. Without that, a node failure under
+/// load fenced the owner (found by the kernel initiator on ec:2+1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_is_not_deposed_by_fences_raised_to_its_own_new_epoch() {
+    let c = Arc::new(Cluster::new());
+    let o = c.open(&[], None).await.expect("open");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Every node raises its fence to the stored epoch, all the time.
+    let raiser = {
+        let (c, stop) = (c.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(SeqCst) {
+                let e = c.control.get().epoch;
+                for s in &c.shards {
+                    s.raise_fence(e);
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let mut writers = Vec::new();
+    for t in 0..4u32 {
+        let vol = o.vol.clone();
+        writers.push(tokio::spawn(async move {
+            let mut rng = Rng(u64::from(t) + 1);
+            for i in 0..40u32 {
+                let (lba, blocks) = random_write(&mut rng);
+                let (_, r) = vol.write(lba, payload(t * 1000 + i + 2, lba, blocks), false).await;
+                r.expect("a write while a node fails");
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    o.faulty[3].down.store(true, SeqCst);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    o.faulty[5].down.store(true, SeqCst);
+    for w in writers {
+        w.await.expect("writer");
+    }
+    stop.store(true, SeqCst);
+    raiser.await.unwrap();
+    assert!(!o.vol.is_fenced(), "the owner deposed itself");
+    assert_eq!(o.vol.membership().in_sync.len(), K, "the two failed nodes left");
+    o.vol.flush().await.expect("flush");
+    c.assert_consistent().await;
+}

@@ -119,8 +119,38 @@ enum Fault {
     /// This node failed: it leaves the in-sync set, and the step is tried
     /// again.
     Node(NodeId),
+    /// A node refused the epoch: this owner is deposed, or raised the
+    /// epoch itself meanwhile (then the step is tried again).
+    Stale,
     /// The volume's I/O fails.
     Volume(BlockError),
+}
+
+/// What a step sent to several shards came back with.
+struct Answers<T> {
+    /// The answers of the shards that did it.
+    done: Vec<T>,
+    /// Shards that failed.
+    failed: Vec<NodeId>,
+    /// Some shard refused the epoch.
+    refused: bool,
+    /// The first error that fails the I/O.
+    error: Option<BlockError>,
+}
+
+impl<T> Answers<T> {
+    fn sort(results: Vec<Result<T, Fault>>) -> Answers<T> {
+        let mut a = Answers { done: Vec::new(), failed: Vec::new(), refused: false, error: None };
+        for r in results {
+            match r {
+                Ok(v) => a.done.push(v),
+                Err(Fault::Node(n)) => a.failed.push(n),
+                Err(Fault::Stale) => a.refused = true,
+                Err(Fault::Volume(e)) => a.error = a.error.or(Some(e)),
+            }
+        }
+        a
+    }
 }
 
 /// An erasure-coded volume served by its owner.
@@ -199,7 +229,7 @@ impl Inner {
 
     fn judge(&self, node: NodeId, e: ReplicaError) -> Fault {
         match e {
-            ReplicaError::Stale(epoch) => Fault::Volume(self.stale(epoch)),
+            ReplicaError::Stale(_) => Fault::Stale,
             ReplicaError::NoSpace => Fault::Volume(BlockError::NoSpace),
             ReplicaError::Invalid(why) => Fault::Volume(io_error(why)),
             ReplicaError::Unavailable(why) => {
@@ -209,11 +239,13 @@ impl Inner {
         }
     }
 
-    /// Settles a fault met on stripe `g`: a failed node leaves (what it
-    /// missed recorded), and the caller tries again.
-    async fn settle(&self, g: u64, fault: Fault) -> Result<(), BlockError> {
+    /// Settles a fault met on stripe `g` by an operation sent at epoch
+    /// `sent`: a failed node leaves (what it missed recorded), and the
+    /// caller tries again.
+    async fn settle(&self, g: u64, fault: Fault, sent: u64) -> Result<(), BlockError> {
         match fault {
             Fault::Node(n) => self.owner.leave(&[n], self.regions_of(g)).await,
+            Fault::Stale => self.owner.refused(sent).await,
             Fault::Volume(e) => Err(e),
         }
     }
@@ -349,7 +381,7 @@ impl Inner {
             let plan = match self.plan(g, &within, new, &slots, &m, &catching).await {
                 Ok(p) => p,
                 Err(f) => {
-                    self.settle(g, f).await?;
+                    self.settle(g, f, m.epoch).await?;
                     continue;
                 }
             };
@@ -364,14 +396,17 @@ impl Inner {
                 shard.write_logged(m.epoch, seq, lba, data.clone()).await.map_err(|e| self.judge(*n, e))
             }))
             .await;
-            let mut failed = Vec::new();
-            let mut outcome = Ok(());
-            for r in results {
-                match r {
-                    Ok(()) => {}
-                    Err(Fault::Node(n)) => failed.push(n),
-                    Err(Fault::Volume(e)) => outcome = outcome.and(Err(e)),
+            let Answers { failed, refused, error, .. } = Answers::sort(results);
+            let outcome = error.map_or(Ok(()), Err);
+            if refused {
+                // Sent again whole at the new epoch: a shard that took it
+                // keeps a second record of the same update, and rolling
+                // back newest first still ends at the bytes before it.
+                if !failed.is_empty() {
+                    self.owner.leave(&failed, self.regions_of(g)).await?;
                 }
+                self.owner.refused(m.epoch).await?;
+                continue;
             }
             if !failed.is_empty() {
                 self.owner.leave(&failed, self.regions_of(g)).await?;
@@ -501,7 +536,7 @@ impl Inner {
                         })
                         .collect());
                 }
-                Err(f) => self.settle(first.0, f).await?,
+                Err(f) => self.settle(first.0, f, epoch).await?,
             }
         }
         let mut out = Vec::with_capacity(parts.len());
@@ -522,7 +557,7 @@ impl Inner {
             let slots = self.slots(g)?;
             match self.strips(g, &slots, &m, &[pos]).await {
                 Ok(mut s) => return Ok(s.swap_remove(0)),
-                Err(f) => self.settle(g, f).await?,
+                Err(f) => self.settle(g, f, m.epoch).await?,
             }
         }
     }
@@ -556,23 +591,25 @@ impl Inner {
         }
         self.stripes_since_commit.store(0, Ordering::Release);
         self.owner.flush().await?;
-        let epoch = self.membership().epoch;
-        let nodes: Vec<NodeId> = self.writable().into_iter().collect();
-        let results = join_all(nodes.iter().map(|&n| async move {
-            let shard = self.shard(n)?;
-            shard.commit(epoch, through).await.map_err(|e| self.judge(n, e))
-        }))
-        .await;
-        let mut failed = Vec::new();
-        for r in results {
-            match r {
-                Ok(()) => {}
-                Err(Fault::Node(n)) => failed.push(n),
-                Err(Fault::Volume(e)) => return Err(e),
+        loop {
+            let epoch = self.membership().epoch;
+            let nodes: Vec<NodeId> = self.writable().into_iter().collect();
+            let results = join_all(nodes.iter().map(|&n| async move {
+                let shard = self.shard(n)?;
+                shard.commit(epoch, through).await.map_err(|e| self.judge(n, e))
+            }))
+            .await;
+            let Answers { failed, refused, error, .. } = Answers::sort(results);
+            if let Some(e) = error {
+                return Err(e);
             }
-        }
-        if !failed.is_empty() {
-            self.owner.leave(&failed, 0..0).await?;
+            if !failed.is_empty() {
+                self.owner.leave(&failed, 0..0).await?;
+            }
+            if !refused {
+                break;
+            }
+            self.owner.refused(epoch).await?;
         }
         let mut s = self.seqs();
         s.committed = s.committed.max(through);
@@ -604,30 +641,33 @@ impl Inner {
                 shard.committed(m.epoch).await.map_err(|e| self.judge(n, e))
             }))
             .await;
-            let mut failed = Vec::new();
-            let mut through = 0;
-            for r in marks {
-                match r {
-                    Ok(c) => through = through.max(c),
-                    Err(Fault::Node(n)) => failed.push(n),
-                    Err(Fault::Volume(e)) => return Err(e),
-                }
+            let marks = Answers::sort(marks);
+            if let Some(e) = marks.error {
+                return Err(e);
             }
+            if marks.refused {
+                self.owner.refused(m.epoch).await?;
+                continue;
+            }
+            let mut failed = marks.failed;
+            let through = marks.done.into_iter().max().unwrap_or(0);
             if failed.is_empty() {
                 let undone = join_all(nodes.iter().map(|&n| async move {
                     let shard = self.shard(n)?;
                     shard.roll_back(m.epoch, through).await.map_err(|e| self.judge(n, e))
                 }))
                 .await;
-                let mut total = 0;
-                for r in undone {
-                    match r {
-                        Ok(c) => total += c,
-                        Err(Fault::Node(n)) => failed.push(n),
-                        Err(Fault::Volume(e)) => return Err(e),
-                    }
+                let undone = Answers::sort(undone);
+                if let Some(e) = undone.error {
+                    return Err(e);
                 }
+                if undone.refused {
+                    self.owner.refused(m.epoch).await?;
+                    continue;
+                }
+                failed = undone.failed;
                 if failed.is_empty() {
+                    let total: u64 = undone.done.iter().sum();
                     if total > 0 {
                         tracing::info!(updates = total, through, "rolled back updates the last owner did not commit");
                     }
@@ -655,7 +695,7 @@ impl Inner {
             let data = match self.strips(g, &slots, &m, &all).await {
                 Ok(d) => d,
                 Err(f) => {
-                    self.settle(g, f).await?;
+                    self.settle(g, f, m.epoch).await?;
                     continue;
                 }
             };
@@ -678,7 +718,7 @@ impl Inner {
             }
             match fault {
                 None => return Ok(()),
-                Some(f) => self.settle(g, f).await?,
+                Some(f) => self.settle(g, f, m.epoch).await?,
             }
         }
     }
