@@ -278,7 +278,13 @@ pub struct MemShard {
 
 impl std::fmt::Debug for MemShard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemShard").field("node", &self.node).field("undo", &*self.undo()).finish_non_exhaustive()
+        let u = self.undo();
+        let records: Vec<(u64, u64)> = u.records.iter().map(|r| (r.0, r.1)).collect();
+        f.debug_struct("MemShard")
+            .field("node", &self.node)
+            .field("committed", &u.committed)
+            .field("records (seq, lba)", &records)
+            .finish_non_exhaustive()
     }
 }
 

@@ -229,3 +229,31 @@ mod tests {
         assert!(codec.encode(&data[..3]).is_err());
     }
 }
+
+#[cfg(test)]
+mod delta_tests {
+    use super::*;
+
+    #[test]
+    fn parity_of_changes_to_several_strips_updates_parity() {
+        for strip in [64usize, 4096] {
+            for touched in [vec![0usize], vec![1, 2], vec![0, 3], vec![0, 1, 2]] {
+                let codec = Codec::new(4, 2, strip).unwrap();
+                let mut data: Vec<Vec<u8>> =
+                    (0..4).map(|i| (0..strip).map(|j| (i * 31 + j * 7) as u8).collect()).collect();
+                let mut parity = codec.encode(&data).unwrap();
+                let deltas: Vec<(usize, Vec<u8>)> =
+                    touched.iter().map(|&d| (d, (0..strip).map(|j| (j * 13 + d) as u8 | 1).collect())).collect();
+                let refs: Vec<(usize, &[u8])> = deltas.iter().map(|(d, v)| (*d, v.as_slice())).collect();
+                let pd = codec.parity_delta(&refs).unwrap();
+                for (d, v) in &deltas {
+                    xor_into(&mut data[*d], v);
+                }
+                for (p, x) in parity.iter_mut().zip(&pd) {
+                    xor_into(p, x);
+                }
+                assert_eq!(parity, codec.encode(&data).unwrap(), "strip {strip}, touched {touched:?}");
+            }
+        }
+    }
+}
