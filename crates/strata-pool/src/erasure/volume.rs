@@ -366,9 +366,17 @@ impl Inner {
         Ok(out)
     }
 
-    /// Writes `new` at `within` of stripe `g` as update `seq`.
-    async fn write_stripe(&self, g: u64, within: std::ops::Range<u64>, new: &[u8], seq: u64) -> Result<(), BlockError> {
+    /// Writes `new` at `within` of stripe `g` as one update.
+    ///
+    /// The update's sequence number is taken under the stripe's lock, so
+    /// that a stripe's updates land in the order of their numbers: a
+    /// commit up to `n` (every update up to `n` ended) then never leaves
+    /// an older update of a stripe undone under a newer one it keeps, nor
+    /// a newer one to roll back over an older one it keeps. Returns it.
+    async fn write_stripe(&self, g: u64, within: std::ops::Range<u64>, new: &[u8]) -> Result<u64, BlockError> {
         let _stripe = self.lock(g).await;
+        let running = self.begin_update();
+        let seq = running.1;
         loop {
             self.check_serving()?;
             let m = self.membership().clone();
@@ -416,7 +424,7 @@ impl Inner {
                     return Err(io_error(format!("stripe {g} has {live} of {} shards in sync", self.width())));
                 }
             }
-            return outcome;
+            return outcome.map(|()| seq);
         }
     }
 
@@ -445,19 +453,16 @@ impl Inner {
             let stale: Vec<NodeId> = stale.into_iter().collect();
             let strip = self.stripes.strip;
             let regions = self.drl.regions().touched(self.stripes.shard_offset(first), (last - first + 1) * strip);
-            let running = self.begin_update();
             self.stripes_since_commit.fetch_add(last - first + 1, Ordering::AcqRel);
             let _dirty = self.drl.begin(regions, &stale).await.map_err(|e| io_error(e.to_string()))?;
-            let seq = running.1;
             let results = join_all(pieces.into_iter().map(|p| {
                 let at = p.at as usize;
                 let len = (p.within.end - p.within.start) as usize;
                 let piece = &data[at..at + len];
-                self.write_stripe(p.stripe, p.within, piece, seq)
+                self.write_stripe(p.stripe, p.within, piece)
             }))
             .await;
-            results.into_iter().collect::<Result<Vec<()>, _>>()?;
-            seq
+            results.into_iter().collect::<Result<Vec<u64>, _>>()?.into_iter().max().unwrap_or(0)
         };
         if fua {
             return self.commit_through(seq).await;
