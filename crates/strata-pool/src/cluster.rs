@@ -257,7 +257,7 @@ impl EtcdVolume {
     async fn change_patiently(
         &self,
         from: &Membership,
-        change: impl Fn(&mut BTreeSet<NodeId>),
+        change: impl Fn(&mut VolumeState),
     ) -> Result<Membership, ControlError> {
         let began = std::time::Instant::now();
         loop {
@@ -271,19 +271,16 @@ impl EtcdVolume {
         }
     }
 
-    /// Changes the in-sync set with `change` if the stored membership is
-    /// still `from` and we still own the volume.
-    async fn change(
-        &self,
-        from: &Membership,
-        change: impl Fn(&mut BTreeSet<NodeId>),
-    ) -> Result<Membership, ControlError> {
+    /// Changes the state with `change` (the in-sync set, the map) if the
+    /// stored membership is still `from` and we still own the volume.
+    async fn change(&self, from: &Membership, change: impl Fn(&mut VolumeState)) -> Result<Membership, ControlError> {
         let unavailable = |e: &dyn std::fmt::Display| ControlError::Unavailable(e.to_string());
         for _ in 0..MAX_ATTEMPTS {
             let (mut state, rev) = read_state(&self.client, &self.keys, self.id).await.map_err(|e| unavailable(&e))?;
-            let mut expected = from.in_sync.clone();
+            let mut expected = VolumeState { epoch: from.epoch, in_sync: from.in_sync.clone(), ..state.clone() };
             change(&mut expected);
-            if state.epoch == from.epoch + 1 && state.in_sync == expected {
+            expected.epoch += 1;
+            if state == expected {
                 // Our earlier attempt landed though its answer was lost.
                 return Ok(state.membership());
             }
@@ -293,8 +290,7 @@ impl EtcdVolume {
                     self.id, state.epoch, from.epoch
                 )));
             }
-            state.in_sync = expected;
-            state.epoch += 1;
+            state = expected;
             let txn = Txn {
                 compare: vec![self.still_owner(), Compare::mod_revision_is(self.keys.state.clone(), rev)],
                 success: vec![TxnOp::Put { key: self.keys.state.clone(), value: to_json(&state), lease: None }],
@@ -323,7 +319,7 @@ impl Control for EtcdVolume {
         Box::pin(async move {
             self.change_patiently(&from, |s| {
                 for n in &nodes {
-                    s.remove(n);
+                    s.in_sync.remove(n);
                 }
             })
             .await
@@ -334,7 +330,18 @@ impl Control for EtcdVolume {
         let from = from.clone();
         Box::pin(async move {
             self.change_patiently(&from, |s| {
-                s.insert(node);
+                s.in_sync.insert(node);
+            })
+            .await
+        })
+    }
+
+    fn relayout(&self, from: &Membership, map_epoch: u64, in_sync: &BTreeSet<NodeId>) -> ControlFuture<'_, Membership> {
+        let (from, in_sync) = (from.clone(), in_sync.clone());
+        Box::pin(async move {
+            self.change_patiently(&from, |s| {
+                s.map_epoch = map_epoch;
+                s.in_sync = in_sync.clone();
             })
             .await
         })
@@ -414,6 +421,61 @@ impl crate::volume::Layout for PlacementLayout {
 
     fn holds(&self, chunk: u64, node: NodeId) -> bool {
         self.nodes(chunk).contains(&node)
+    }
+}
+
+/// What moving a volume from one layout to another asks of its nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MovePlan {
+    /// Nodes that hold chunks under the new layout that they did not hold
+    /// under the old one, each with the regions of those chunks (to fill).
+    pub joining: Vec<(NodeId, crate::regions::RegionSet)>,
+    /// Every node that holds a chunk under the new layout.
+    pub holders: BTreeSet<NodeId>,
+    /// The fewest nodes of any chunk that keep holding it (in the same
+    /// position, erasure-coded) through the move: what its joining nodes
+    /// are filled from.
+    pub kept: usize,
+}
+
+impl MovePlan {
+    /// The plan of a move from `old` to `new` of a volume whose nodes hold
+    /// `span` bytes each, cut into `regions`. `positional` (erasure
+    /// coding): a node holds a chunk's shard *position*, so a node moved
+    /// to another position of the same chunk joins it too.
+    pub fn new(
+        old: &dyn crate::volume::Layout,
+        new: &dyn crate::volume::Layout,
+        span: u64,
+        regions: Regions,
+        positional: bool,
+    ) -> MovePlan {
+        let chunk_bytes = new.chunk_bytes();
+        let mut joining: std::collections::BTreeMap<NodeId, crate::regions::RegionSet> = Default::default();
+        let mut holders = BTreeSet::new();
+        let mut kept = usize::MAX;
+        for chunk in 0..span.div_ceil(chunk_bytes) {
+            let (before, after) = (old.replicas(chunk), new.replicas(chunk));
+            let mut stay = 0;
+            for (pos, &n) in after.iter().enumerate() {
+                holders.insert(n);
+                let held = if positional { before.get(pos) == Some(&n) } else { before.contains(&n) };
+                stay += usize::from(held);
+                if !held {
+                    let set = joining.entry(n).or_default();
+                    for r in regions.touched(chunk * chunk_bytes, chunk_bytes.min(span - chunk * chunk_bytes)) {
+                        set.insert(r);
+                    }
+                }
+            }
+            kept = kept.min(stay);
+        }
+        MovePlan { joining: joining.into_iter().collect(), holders, kept: if kept == usize::MAX { 0 } else { kept } }
+    }
+
+    /// True when the move changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.joining.is_empty()
     }
 }
 

@@ -274,6 +274,46 @@ impl DirtyRegionLog {
         self.persist(version).await
     }
 
+    /// True when `node` misses any of `regions`.
+    pub fn misses(&self, node: NodeId, regions: std::ops::Range<u64>) -> bool {
+        let inner = self.lock();
+        inner.wanted.missed.get(&node).is_some_and(|s| !s.is_empty() && regions.into_iter().any(|r| s.contains(r)))
+    }
+
+    /// The nodes of `nodes` that miss any of `regions`.
+    pub fn missing_among(
+        &self,
+        nodes: &std::collections::BTreeSet<NodeId>,
+        regions: std::ops::Range<u64>,
+    ) -> Vec<NodeId> {
+        let inner = self.lock();
+        if inner.wanted.missed.is_empty() {
+            return Vec::new();
+        }
+        nodes
+            .iter()
+            .copied()
+            .filter(|n| inner.wanted.missed.get(n).is_some_and(|s| regions.clone().any(|r| s.contains(r))))
+            .collect()
+    }
+
+    /// Records that `node` misses `regions` (it joins chunks it never
+    /// held), and persists that.
+    ///
+    /// # Errors
+    ///
+    /// [`DrlError`] when the log could not be saved.
+    pub async fn mark_missing(&self, node: NodeId, regions: &RegionSet) -> Result<(), DrlError> {
+        let version = {
+            let mut inner = self.lock();
+            if inner.wanted.missed.entry(node).or_default().union_with(regions) {
+                inner.wanted_version += 1;
+            }
+            inner.wanted_version
+        };
+        self.persist(version).await
+    }
+
     /// Forgets what `node` missed (it is in sync again, or gone).
     pub fn forget(&self, node: NodeId) {
         let mut inner = self.lock();

@@ -45,6 +45,7 @@ pub mod registry;
 pub mod replica;
 pub mod sim;
 pub mod testing;
+pub mod throttle;
 pub mod volume;
 
 pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId};

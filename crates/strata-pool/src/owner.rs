@@ -17,15 +17,16 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use strata_block::{BlockError, Geometry};
 
 use crate::drl::{DirtyRegionLog, NodeId};
+use crate::regions::RegionSet;
 use crate::replica::{Replica, ReplicaError};
-use crate::volume::{Control, ControlError, Membership, VolumeStats};
+use crate::volume::{Control, ControlError, Layout, Membership, VolumeStats};
 
 /// An I/O error with a message.
 pub(crate) fn io_error(msg: impl Into<String>) -> BlockError {
@@ -37,7 +38,10 @@ pub(crate) fn io_error(msg: impl Into<String>) -> BlockError {
 pub(crate) struct Owner<R: ?Sized> {
     pub(crate) geometry: Geometry,
     pub(crate) local: NodeId,
-    pub(crate) replicas: HashMap<NodeId, Arc<R>>,
+    /// Every node that holds a chunk, by id; grows when a move adds one.
+    replicas: RwLock<HashMap<NodeId, Arc<R>>>,
+    /// Where the chunks live; replaced whole when the volume moves.
+    layout: RwLock<Arc<dyn Layout>>,
     membership: Mutex<Membership>,
     /// Stale nodes being caught up: they get every new write too.
     catching_up: Mutex<BTreeSet<NodeId>>,
@@ -51,6 +55,8 @@ pub(crate) struct Owner<R: ?Sized> {
     /// Marks of the log's write sequence taken by [`Owner::clean_cutoff`].
     clean_marks: Mutex<VecDeque<(Instant, u64)>>,
     pub(crate) stats: VolumeStats,
+    /// The node's limit on rebuild and move bandwidth, once set.
+    pub(crate) throttle: std::sync::OnceLock<Arc<crate::throttle::Throttle>>,
 }
 
 impl<R: ?Sized + Replica + 'static> Owner<R> {
@@ -58,6 +64,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     pub(crate) fn new(
         geometry: Geometry,
         local: NodeId,
+        layout: Arc<dyn Layout>,
         replicas: Vec<Arc<R>>,
         membership: Membership,
         drl: Arc<DirtyRegionLog>,
@@ -66,7 +73,8 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         Owner {
             geometry,
             local,
-            replicas: replicas.into_iter().map(|r| (r.node(), r)).collect(),
+            replicas: RwLock::new(replicas.into_iter().map(|r| (r.node(), r)).collect()),
+            layout: RwLock::new(layout),
             membership: Mutex::new(membership),
             catching_up: Mutex::new(BTreeSet::new()),
             drl,
@@ -77,6 +85,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             running: AtomicUsize::new(0),
             clean_marks: Mutex::new(VecDeque::new()),
             stats: VolumeStats::default(),
+            throttle: std::sync::OnceLock::new(),
         }
     }
 
@@ -142,8 +151,95 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     }
 
     /// The handle of `node`'s copy, if it holds one.
-    pub(crate) fn replica(&self, node: NodeId) -> Option<&Arc<R>> {
-        self.replicas.get(&node)
+    pub(crate) fn replica(&self, node: NodeId) -> Option<Arc<R>> {
+        self.replicas.read().unwrap_or_else(|e| e.into_inner()).get(&node).cloned()
+    }
+
+    /// Where the chunks live now.
+    pub(crate) fn layout(&self) -> Arc<dyn Layout> {
+        self.layout.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// True when `node` may answer reads of `regions`: it is in sync and
+    /// holds every write there. A node that joined a chunk in a move is
+    /// in sync but misses that chunk's older writes until it is filled.
+    pub(crate) fn readable(&self, m: &Membership, node: NodeId, regions: std::ops::Range<u64>) -> bool {
+        m.in_sync.contains(&node) && !self.drl.misses(node, regions)
+    }
+
+    /// The membership as an I/O on `regions` sees it: in-sync nodes that
+    /// miss some of them (being filled) count as catching up there: they
+    /// take the writes and are never read.
+    pub(crate) fn view(&self, regions: std::ops::Range<u64>) -> (Membership, BTreeSet<NodeId>) {
+        let mut m = self.membership().clone();
+        let mut catching = self.catching_up().clone();
+        for n in self.drl.missing_among(&m.in_sync, regions) {
+            m.in_sync.remove(&n);
+            catching.insert(n);
+        }
+        (m, catching)
+    }
+
+    /// In-sync nodes still being filled with chunks they joined, each with
+    /// the regions it misses.
+    pub(crate) fn filling(&self) -> Vec<(NodeId, u64)> {
+        let in_sync = self.membership().in_sync.clone();
+        let missed = self.drl.state().missed;
+        missed.into_iter().filter(|(n, s)| in_sync.contains(n) && !s.is_empty()).map(|(n, s)| (n, s.len())).collect()
+    }
+
+    /// Moves the volume to `layout` (a newer placement map, `map_epoch`):
+    /// every node in `joining` holds chunks it did not, whose regions it
+    /// misses until it is filled; `replicas` are handles of nodes new to
+    /// the volume. Nodes that hold nothing any more leave the in-sync set,
+    /// and new ones enter it (they take writes at once; reads skip what
+    /// they miss).
+    ///
+    /// What each joining node misses is persisted before the metadata
+    /// store learns the new layout, so a new owner never reads a region
+    /// from a node that lacks it. I/O waits for the switch.
+    pub(crate) async fn relayout(
+        self: &Arc<Self>,
+        layout: Arc<dyn Layout>,
+        map_epoch: u64,
+        replicas: Vec<Arc<R>>,
+        joining: Vec<(NodeId, RegionSet)>,
+        holders: BTreeSet<NodeId>,
+    ) -> Result<(), BlockError> {
+        let this = self.clone();
+        run_to_end(self, async move {
+            for (n, regions) in &joining {
+                this.drl.mark_missing(*n, regions).await.map_err(|e| io_error(e.to_string()))?;
+            }
+            let _all = this.gate.write().await;
+            let _one = this.change.lock().await;
+            let current = this.membership().clone();
+            let mut in_sync: BTreeSet<NodeId> = current.in_sync.intersection(&holders).copied().collect();
+            {
+                let mut held = this.replicas.write().unwrap_or_else(|e| e.into_inner());
+                for r in replicas {
+                    // A node new to the volume holds nothing yet: in sync
+                    // for what it will be written, missing the rest.
+                    in_sync.insert(r.node());
+                    held.insert(r.node(), r);
+                }
+            }
+            let m = match this.control.relayout(&current, map_epoch, &in_sync).await {
+                Ok(m) => m,
+                Err(ControlError::NotOwner(why)) => return Err(this.lose(&why)),
+                Err(e) => return Err(io_error(e.to_string())),
+            };
+            tracing::info!(map_epoch, epoch = m.epoch, in_sync = ?m.in_sync, "volume moved to a new placement");
+            *this.membership() = m;
+            *this.layout.write().unwrap_or_else(|e| e.into_inner()) = layout;
+            let gone: Vec<NodeId> = this.drl.state().missed.keys().copied().filter(|n| !holders.contains(n)).collect();
+            for n in gone {
+                this.catching_up().remove(&n);
+                this.drl.forget(n);
+            }
+            this.drl.sync().await.map_err(|e| io_error(e.to_string()))
+        })
+        .await
     }
 
     /// Takes failed `nodes` out of the in-sync set and records what they
@@ -200,6 +296,29 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         self.catching_up().remove(&node);
         self.drl.forget(node);
         self.drl.sync().await.map_err(|e| io_error(e.to_string()))
+    }
+
+    /// Ends the fill of in-sync `node` once it misses nothing: flushes it
+    /// (what was copied is durable before the log says so) and saves the
+    /// log without it. A region a write left it missing meanwhile keeps it
+    /// filling.
+    pub(crate) async fn fill_done(&self, node: NodeId) -> Result<(), BlockError> {
+        let epoch = self.membership().epoch;
+        let rep = self.replica(node).ok_or_else(|| io_error(format!("node {node} holds no chunk")))?;
+        rep.flush(epoch).await.map_err(|e| io_error(format!("node {node} failed the flush after its fill: {e}")))?;
+        if self.drl.missed(node).is_some_and(|s| s.is_empty()) && self.membership().in_sync.contains(&node) {
+            self.drl.forget(node);
+            tracing::info!(node = %node, "node filled with the chunks it joined");
+        }
+        self.drl.sync().await.map_err(|e| io_error(e.to_string()))
+    }
+
+    /// Waits for the rebuild bandwidth to allow `bytes` more.
+    pub(crate) async fn pace(&self, bytes: u64) {
+        if let Some(t) = self.throttle.get() {
+            t.take(bytes).await;
+        }
+        self.stats.bytes_rebuilt.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Flushes every in-sync (and catching-up) node; failed ones leave.

@@ -23,7 +23,7 @@ use strata_meta::etcd::{Compare, EtcdClient, KeyRange, LeaseId, Txn, TxnOp};
 
 use crate::cluster::ClusterError;
 use crate::drl::NodeId;
-use crate::placement::{FailureDomain, Node, PlacementMap, Protection};
+use crate::placement::{FailureDomain, Node, NodeState, PlacementMap, Protection};
 
 /// Placement groups of a new cluster's map. Fixed for the map's life (a
 /// different count would move every chunk); 4096 gives each of up to about
@@ -69,6 +69,10 @@ pub struct NodeRecord {
     /// Bytes each replica it holds allocates, by volume id.
     #[serde(default)]
     pub held_bytes: BTreeMap<u64, u64>,
+    /// Bytes per second its owned volumes copied or decoded onto nodes
+    /// that missed them, lately (resync, rebuild, moves).
+    #[serde(default)]
+    pub rebuild_bytes_per_sec: u64,
 }
 
 /// Bytes one copy of volume `id` allocates: what its holders among `nodes`
@@ -102,6 +106,99 @@ pub struct ResyncProgress {
     pub node: NodeId,
     /// Regions it still misses.
     pub regions_left: u64,
+    /// Bytes it still misses.
+    #[serde(default)]
+    pub bytes_left: u64,
+    /// In sync, being filled with chunks it joined in a move (rebuild,
+    /// drain, rebalance), rather than stale and being caught up.
+    #[serde(default)]
+    pub filling: bool,
+}
+
+/// The pool's settings, under `pool/settings`, changed live with
+/// `strata pool set` and read by every node at each reconcile pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PoolSettings {
+    /// How long a node may stay down before its copies and shards are
+    /// rebuilt on other nodes, seconds.
+    pub rebuild_grace_secs: u64,
+    /// Bandwidth each node gives rebuilds, resyncs and moves, MB/s (0: no
+    /// limit).
+    pub rebuild_mbps: u64,
+    /// Fill of the pool (percent of raw capacity allocated) past which a
+    /// warning is raised, in rising order.
+    pub fill_warn_percent: Vec<u8>,
+}
+
+impl Default for PoolSettings {
+    fn default() -> PoolSettings {
+        PoolSettings { rebuild_grace_secs: 300, rebuild_mbps: 200, fill_warn_percent: vec![75, 85, 95] }
+    }
+}
+
+impl PoolSettings {
+    /// The rebuild bandwidth in bytes per second (0: no limit).
+    pub fn rebuild_bytes_per_sec(&self) -> u64 {
+        self.rebuild_mbps.saturating_mul(1_000_000)
+    }
+}
+
+/// The pool's settings (the defaults when none were set).
+///
+/// # Errors
+///
+/// etcd errors, a value that does not decode.
+pub async fn settings(client: &EtcdClient, prefix: &str) -> Result<PoolSettings, ClusterError> {
+    let k = key(prefix, "settings");
+    match client.get(&k).await? {
+        None => Ok(PoolSettings::default()),
+        Some(kv) => json(&k, &kv.value),
+    }
+}
+
+/// Stores the pool's settings.
+///
+/// # Errors
+///
+/// etcd errors.
+pub async fn set_settings(client: &EtcdClient, prefix: &str, s: &PoolSettings) -> Result<(), ClusterError> {
+    client.put(&key(prefix, "settings"), &serde_json::to_vec(s).unwrap_or_default(), None).await?;
+    Ok(())
+}
+
+/// Changes the current placement map with `change` and stores it as a new
+/// epoch, by compare-and-set; `change` returns `Ok(false)` for a map that
+/// needs no change (nothing is written). Returns the map as stored.
+///
+/// # Errors
+///
+/// What `change` returns, etcd errors, [`ClusterError::NotFound`] when the
+/// cluster has no map, [`ClusterError::Contention`].
+pub async fn update_map(
+    client: &EtcdClient,
+    prefix: &str,
+    change: impl Fn(&PlacementMap) -> Result<Option<PlacementMap>, ClusterError>,
+) -> Result<PlacementMap, ClusterError> {
+    let map_key = key(prefix, "map");
+    for _ in 0..MAX_ATTEMPTS {
+        let (map, rev) = current_map(client, prefix).await?.ok_or(ClusterError::NotFound(0))?;
+        let Some(mut next) = change(&map)? else { return Ok(map) };
+        next.set_epoch(map.epoch() + 1);
+        let value = serde_json::to_vec(&next).unwrap_or_default();
+        let txn = Txn {
+            compare: vec![Compare::mod_revision_is(map_key.clone(), rev)],
+            success: vec![
+                TxnOp::Put { key: map_key.clone(), value: value.clone(), lease: None },
+                TxnOp::Put { key: key(prefix, format!("maps/{}", next.epoch())), value, lease: None },
+            ],
+            failure: vec![],
+        };
+        if client.txn(&txn).await?.succeeded {
+            return Ok(next);
+        }
+    }
+    Err(ClusterError::Contention(0))
 }
 
 fn key(prefix: &str, rest: impl std::fmt::Display) -> Vec<u8> {
@@ -227,11 +324,17 @@ pub async fn join_map(
     for _ in 0..MAX_ATTEMPTS {
         let (map, rev) = match current_map(client, prefix).await? {
             Some((map, rev)) => {
-                if map.node(node.id).is_some_and(|n| n.weight == node.weight && n.labels == node.labels) {
+                // A node marked down comes back up; a drained one stays out.
+                let was = map.node(node.id);
+                let state = match was.map(|n| n.state) {
+                    Some(NodeState::Out) => NodeState::Out,
+                    _ => NodeState::Up,
+                };
+                if was.is_some_and(|n| n.weight == node.weight && n.labels == node.labels && n.state == state) {
                     return Ok(map);
                 }
                 let mut nodes: Vec<Node> = map.nodes().iter().filter(|n| n.id != node.id).cloned().collect();
-                nodes.push(node.clone());
+                nodes.push(Node { state, ..node.clone() });
                 let mut next = PlacementMap::new(map.protection(), map.failure_domain().clone(), map.pg_count(), nodes)
                     .map_err(invalid)?;
                 next.set_epoch(map.epoch() + 1);

@@ -21,6 +21,8 @@ pub struct MemControl {
     pub stored: Mutex<Membership>,
     /// When set, every change fails as if the store were unreachable.
     pub unavailable: AtomicBool,
+    /// The placement map epoch of the last move.
+    pub map_epoch: AtomicU64,
 }
 
 impl MemControl {
@@ -29,6 +31,7 @@ impl MemControl {
         Arc::new(MemControl {
             stored: Mutex::new(Membership { epoch, in_sync: in_sync.into_iter().collect() }),
             unavailable: AtomicBool::new(false),
+            map_epoch: AtomicU64::new(0),
         })
     }
 
@@ -76,6 +79,19 @@ impl Control for MemControl {
         Box::pin(async move {
             tokio::task::yield_now().await;
             let r = self.change(&from, |s| _ = s.insert(node));
+            tokio::task::yield_now().await;
+            r
+        })
+    }
+
+    fn relayout(&self, from: &Membership, map_epoch: u64, in_sync: &BTreeSet<NodeId>) -> ControlFuture<'_, Membership> {
+        let (from, in_sync) = (from.clone(), in_sync.clone());
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            let r = self.change(&from, |s| *s = in_sync);
+            if r.is_ok() {
+                self.map_epoch.store(map_epoch, SeqCst);
+            }
             tokio::task::yield_now().await;
             r
         })

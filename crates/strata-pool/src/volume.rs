@@ -97,6 +97,10 @@ pub trait Control: Send + Sync {
     /// Puts `node` back in the in-sync set, if the stored membership is
     /// still `from`, and returns the new membership (epoch bumped).
     fn rejoin(&self, from: &Membership, node: NodeId) -> ControlFuture<'_, Membership>;
+    /// Moves the volume to placement map `map_epoch` with in-sync set
+    /// `in_sync`, if the stored membership is still `from`, and returns
+    /// the new membership (epoch bumped).
+    fn relayout(&self, from: &Membership, map_epoch: u64, in_sync: &BTreeSet<NodeId>) -> ControlFuture<'_, Membership>;
 }
 
 /// Counters of one replicated volume.
@@ -106,6 +110,8 @@ pub struct VolumeStats {
     pub replicas_dropped: std::sync::atomic::AtomicU64,
     /// Regions copied by resync or repair.
     pub regions_copied: std::sync::atomic::AtomicU64,
+    /// Bytes copied or decoded onto nodes that missed them (resync, fill).
+    pub bytes_rebuilt: std::sync::atomic::AtomicU64,
     /// Bytes one copy of the volume allocates, as the owner last learned
     /// from its replicas' nodes (what [`BlockDevice::usage`] reports).
     pub allocated_bytes: std::sync::atomic::AtomicU64,
@@ -113,7 +119,6 @@ pub struct VolumeStats {
 
 struct Inner {
     owner: Arc<Owner<dyn Replica>>,
-    layout: Arc<dyn Layout>,
 }
 
 impl std::ops::Deref for Inner {
@@ -189,7 +194,7 @@ struct Segment {
 
 impl Inner {
     fn segments(&self, lba: u64, blocks: u64) -> Vec<Segment> {
-        let per_chunk = self.layout.chunk_bytes() / self.bs();
+        let per_chunk = self.layout().chunk_bytes() / self.bs();
         let mut out = Vec::with_capacity(1);
         let (mut lba, end) = (lba, lba + blocks);
         while lba < end {
@@ -224,8 +229,9 @@ impl Inner {
         let mut stale = BTreeSet::new();
         let mut sends = Vec::new();
         for (i, s) in segments.iter().enumerate() {
-            let nodes = self.layout.replicas(s.chunk);
-            if !nodes.iter().any(|n| m.in_sync.contains(n)) {
+            let nodes = self.layout().replicas(s.chunk);
+            let regions = self.regions(s.lba, s.blocks);
+            if !nodes.iter().any(|&n| self.readable(&m, n, regions.clone())) {
                 return Err(io_error(format!("chunk {} has no in-sync replica (replicas {nodes:?})", s.chunk)));
             }
             for n in nodes {
@@ -279,7 +285,9 @@ impl Inner {
         let mut again = false;
         for (&(i, n), r) in sends.iter().zip(results) {
             match r {
-                Ok(()) => ok[i] |= m.in_sync.contains(&n),
+                // A node that misses older writes of the segment does not
+                // make it safe.
+                Ok(()) => ok[i] |= self.readable(m, n, self.regions(segments[i].lba, segments[i].blocks)),
                 // Deposed, unless this owner raised the epoch itself
                 // meanwhile (a node's fence follows the stored epoch):
                 // then the write goes again, whole, at the new epoch.
@@ -307,12 +315,12 @@ impl Inner {
         outcome.map(|()| false)
     }
 
-    /// The in-sync replicas of `chunk` in the order reads try them: the
-    /// local one first, then placement order.
-    fn read_order(&self, chunk: u64) -> Vec<NodeId> {
-        let m = self.membership();
+    /// The replicas of `chunk` that may answer reads of `regions`, in the
+    /// order reads try them: the local one first, then placement order.
+    fn read_order(&self, chunk: u64, regions: std::ops::Range<u64>) -> Vec<NodeId> {
+        let m = self.membership().clone();
         let mut nodes: Vec<NodeId> =
-            self.layout.replicas(chunk).into_iter().filter(|n| m.in_sync.contains(n)).collect();
+            self.layout().replicas(chunk).into_iter().filter(|&n| self.readable(&m, n, regions.clone())).collect();
         if let Some(p) = nodes.iter().position(|&n| n == self.local) {
             nodes[..=p].rotate_right(1);
         }
@@ -328,10 +336,14 @@ impl Inner {
                 let m = self.membership();
                 (m.epoch, m.in_sync.contains(&self.local))
             };
+            let regions = self.regions(lba, buf.len() as u64 / self.bs());
             // The common case, without building the read order.
-            let node = if local_in_sync && self.layout.holds(chunk, self.local) {
+            let node = if local_in_sync
+                && self.layout().holds(chunk, self.local)
+                && !self.drl.misses(self.local, regions.clone())
+            {
                 self.local
-            } else if let Some(&n) = self.read_order(chunk).first() {
+            } else if let Some(&n) = self.read_order(chunk, regions).first() {
                 n
             } else {
                 return Err(io_error(format!("chunk {chunk} has no in-sync replica")));
@@ -362,7 +374,7 @@ impl Inner {
         if let Err(e) = check_range(self.geometry, lba, blocks) {
             return (buf, Err(e));
         }
-        let per_chunk = self.layout.chunk_bytes() / bs;
+        let per_chunk = self.layout().chunk_bytes() / bs;
         if blocks > 0 && lba / per_chunk == (lba + blocks - 1) / per_chunk {
             let len = buf.len();
             return match self.read_segment(lba / per_chunk, lba, buf).await {
@@ -386,12 +398,13 @@ impl Inner {
 
     /// Copies region `r` from an in-sync replica to `targets`, retrying
     /// until no write raced the copy. Returns the targets that failed.
-    async fn copy_region(self: &Arc<Self>, r: u64, targets: &[NodeId]) -> Result<Vec<NodeId>, BlockError> {
+    /// A `paced` copy waits for the node's rebuild bandwidth.
+    async fn copy_region(self: &Arc<Self>, r: u64, targets: &[NodeId], paced: bool) -> Result<Vec<NodeId>, BlockError> {
         let bs = self.bs();
         let size = self.geometry.size_bytes();
         let bytes = self.drl.regions().bytes_of(r, size);
         let (first, end) = (bytes.start / bs, bytes.end / bs);
-        let chunk = first * bs / self.layout.chunk_bytes();
+        let chunk = first * bs / self.layout().chunk_bytes();
         const PIECE: u64 = 1 << 20;
         'again: loop {
             self.check_serving()?;
@@ -407,6 +420,9 @@ impl Inner {
                 let n = (PIECE / bs).min(end - lba);
                 let data = self.read_segment(chunk, lba, IoBuf::recycled((n * bs) as usize)).await?;
                 let data = Bytes::from_owner(data);
+                if paced {
+                    self.pace(data.len() as u64).await;
+                }
                 for &t in targets {
                     if failed.contains(&t) {
                         continue;
@@ -414,7 +430,11 @@ impl Inner {
                     let Some(rep) = self.replica(t) else { continue };
                     match rep.write(epoch, lba, data.clone(), false).await {
                         Ok(()) => {}
-                        Err(ReplicaError::Stale(e)) => return Err(self.stale(e)),
+                        Err(ReplicaError::Stale(_)) => {
+                            // Again at the new epoch, unless deposed.
+                            self.owner.refused(epoch).await?;
+                            continue 'again;
+                        }
                         Err(e) => {
                             tracing::warn!(node = %t, error = %e, region = r, "copy to a replica failed");
                             failed.push(t);
@@ -447,8 +467,8 @@ impl ReplicatedVolume {
     /// volume was taken over again meanwhile.
     pub async fn open(parts: VolumeParts) -> Result<ReplicatedVolume, OpenError> {
         let VolumeParts { geometry, local, layout, replicas, membership, drl, control } = parts;
-        let owner = Arc::new(Owner::new(geometry, local, replicas, membership, drl, control));
-        let inner = Arc::new(Inner { owner, layout });
+        let owner = Arc::new(Owner::new(geometry, local, layout, replicas, membership, drl, control));
+        let inner = Arc::new(Inner { owner });
         let vol = ReplicatedVolume { inner };
         vol.inner.owner.flush().await?;
         vol.check_available()?;
@@ -458,11 +478,13 @@ impl ReplicatedVolume {
 
     fn check_available(&self) -> Result<(), OpenError> {
         let i = &self.inner;
-        let chunks = i.geometry.size_bytes().div_ceil(i.layout.chunk_bytes());
+        let chunks = i.geometry.size_bytes().div_ceil(i.layout().chunk_bytes());
         let m = i.membership().clone();
+        let per_chunk = i.layout().chunk_bytes();
         for chunk in 0..chunks {
-            let replicas = i.layout.replicas(chunk);
-            if !replicas.iter().any(|n| m.in_sync.contains(n)) {
+            let replicas = i.layout().replicas(chunk);
+            let regions = i.drl.regions().touched(chunk * per_chunk, per_chunk);
+            if !replicas.iter().any(|&n| i.readable(&m, n, regions.clone())) {
                 return Err(OpenError::Unavailable { chunk, replicas });
             }
         }
@@ -483,19 +505,19 @@ impl ReplicatedVolume {
         let bs = i.bs();
         for r in dirty.iter() {
             let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
-            let chunk = first_lba * bs / i.layout.chunk_bytes();
+            let chunk = first_lba * bs / i.layout().chunk_bytes();
             let order = {
                 let m = i.membership();
-                i.layout.replicas(chunk).into_iter().filter(|n| m.in_sync.contains(n)).collect::<Vec<_>>()
+                i.layout().replicas(chunk).into_iter().filter(|n| m.in_sync.contains(n)).collect::<Vec<_>>()
             };
             // Reads take the local replica first; repair must copy from
             // the one reads use, so that what a host may have read stays.
-            let source = i.read_order(chunk).first().copied();
+            let source = i.read_order(chunk, r..r + 1).first().copied();
             let targets: Vec<NodeId> = order.into_iter().filter(|&n| Some(n) != source).collect();
             if targets.is_empty() {
                 continue;
             }
-            let failed = i.copy_region(r, &targets).await?;
+            let failed = i.copy_region(r, &targets, false).await?;
             if !failed.is_empty() {
                 i.owner.leave(&failed, r..r + 1).await?;
             }
@@ -503,6 +525,23 @@ impl ReplicatedVolume {
         i.owner.flush().await?;
         i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))?;
         Ok(())
+    }
+
+    /// Moves the volume to `layout`, placement map `map_epoch`, as `plan`
+    /// says; `added` are handles of the nodes new to it. Its joining nodes
+    /// take writes at once and are filled by [`resync`](Self::resync).
+    ///
+    /// # Errors
+    ///
+    /// The log or the metadata store failed, or this owner is fenced.
+    pub async fn relayout(
+        &self,
+        layout: Arc<dyn Layout>,
+        map_epoch: u64,
+        added: Vec<Arc<dyn Replica>>,
+        plan: crate::cluster::MovePlan,
+    ) -> Result<(), BlockError> {
+        self.inner.owner.relayout(layout, map_epoch, added, plan.joining, plan.holders).await
     }
 
     /// The current membership.
@@ -569,7 +608,7 @@ impl ReplicatedVolume {
     pub async fn resync(&self, node: NodeId) -> Result<(), BlockError> {
         let i = &self.inner;
         if i.membership().in_sync.contains(&node) {
-            return Ok(());
+            return self.fill(node).await;
         }
         let Some(rep) = i.replica(node) else {
             return Err(io_error(format!("node {node} holds no chunk of this volume")));
@@ -588,6 +627,30 @@ impl ReplicatedVolume {
         result
     }
 
+    /// Fills in-sync `node` with the chunks it joined in a move: each
+    /// region it misses is copied from a node that holds it, then it is
+    /// read like any other. It takes every write meanwhile.
+    async fn fill(&self, node: NodeId) -> Result<(), BlockError> {
+        let i = &self.inner;
+        let bs = i.bs();
+        let missed = i.drl.missed(node).unwrap_or_default();
+        for r in missed.iter() {
+            let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
+            let chunk = first_lba * bs / i.layout().chunk_bytes();
+            if i.layout().replicas(chunk).contains(&node) {
+                let failed = i.copy_region(r, &[node], true).await?;
+                if !failed.is_empty() {
+                    i.owner.leave(&failed, r..r + 1).await?;
+                }
+                if !i.membership().in_sync.contains(&node) {
+                    return Err(io_error(format!("node {node} failed while being filled")));
+                }
+            }
+            i.drl.copied(node, r);
+        }
+        i.owner.fill_done(node).await
+    }
+
     async fn copy_missed(&self, node: NodeId) -> Result<(), BlockError> {
         let i = &self.inner;
         let bs = i.bs();
@@ -595,9 +658,9 @@ impl ReplicatedVolume {
             let missed = i.drl.missed(node).unwrap_or_default();
             for r in missed.iter() {
                 let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
-                let chunk = first_lba * bs / i.layout.chunk_bytes();
-                if i.layout.replicas(chunk).contains(&node) {
-                    let failed = i.copy_region(r, &[node]).await?;
+                let chunk = first_lba * bs / i.layout().chunk_bytes();
+                if i.layout().replicas(chunk).contains(&node) {
+                    let failed = i.copy_region(r, &[node], true).await?;
                     if !failed.is_empty() {
                         return Err(io_error(format!("node {node} failed during resync")));
                     }
@@ -701,8 +764,15 @@ pub trait PoolVolume: BlockDevice {
     /// Clears quiet dirty regions (and, erasure-coded, commits what has
     /// ended); the owner runs it every second.
     fn clean(&self, quiet_for: Duration) -> BlockFuture<'_, Result<u64, BlockError>>;
-    /// Brings the stale node `node` back in sync.
+    /// Brings the stale node `node` back in sync, or fills in-sync `node`
+    /// with the chunks it joined in a move.
     fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>>;
+    /// In-sync nodes being filled with chunks they joined in a move, each
+    /// with the regions it still misses.
+    fn filling(&self) -> Vec<(NodeId, u64)>;
+    /// Limits what resyncs and fills copy to this node's rebuild
+    /// bandwidth (set once).
+    fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>);
 }
 
 impl PoolVolume for ReplicatedVolume {
@@ -720,5 +790,11 @@ impl PoolVolume for ReplicatedVolume {
     }
     fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
         Box::pin(ReplicatedVolume::resync(self, node))
+    }
+    fn filling(&self) -> Vec<(NodeId, u64)> {
+        self.inner.filling()
+    }
+    fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>) {
+        let _ = self.inner.throttle.set(throttle);
     }
 }

