@@ -24,7 +24,6 @@ use futures_util::future::join_all;
 use strata_block::{BlockError, Geometry};
 
 use crate::drl::{DirtyRegionLog, NodeId};
-use crate::regions::RegionSet;
 use crate::replica::{Replica, ReplicaError};
 use crate::volume::{Control, ControlError, Layout, Membership, VolumeStats};
 
@@ -202,10 +201,11 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         self: &Arc<Self>,
         layout: Arc<dyn Layout>,
         map_epoch: u64,
+        slots: std::collections::BTreeMap<u32, Vec<NodeId>>,
         replicas: Vec<Arc<R>>,
-        joining: Vec<(NodeId, RegionSet)>,
-        holders: BTreeSet<NodeId>,
+        plan: crate::cluster::MovePlan,
     ) -> Result<(), BlockError> {
+        let crate::cluster::MovePlan { joining, holders, .. } = plan;
         let this = self.clone();
         run_to_end(self, async move {
             for (n, regions) in &joining {
@@ -224,7 +224,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
                     held.insert(r.node(), r);
                 }
             }
-            let m = match this.control.relayout(&current, map_epoch, &in_sync).await {
+            let m = match this.control.relayout(&current, map_epoch, &slots, &in_sync).await {
                 Ok(m) => m,
                 Err(ControlError::NotOwner(why)) => return Err(this.lose(&why)),
                 Err(e) => return Err(io_error(e.to_string())),

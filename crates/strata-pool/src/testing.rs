@@ -84,7 +84,13 @@ impl Control for MemControl {
         })
     }
 
-    fn relayout(&self, from: &Membership, map_epoch: u64, in_sync: &BTreeSet<NodeId>) -> ControlFuture<'_, Membership> {
+    fn relayout(
+        &self,
+        from: &Membership,
+        map_epoch: u64,
+        _slots: &std::collections::BTreeMap<u32, Vec<NodeId>>,
+        in_sync: &BTreeSet<NodeId>,
+    ) -> ControlFuture<'_, Membership> {
         let (from, in_sync) = (from.clone(), in_sync.clone());
         Box::pin(async move {
             tokio::task::yield_now().await;

@@ -97,10 +97,17 @@ pub trait Control: Send + Sync {
     /// Puts `node` back in the in-sync set, if the stored membership is
     /// still `from`, and returns the new membership (epoch bumped).
     fn rejoin(&self, from: &Membership, node: NodeId) -> ControlFuture<'_, Membership>;
-    /// Moves the volume to placement map `map_epoch` with in-sync set
+    /// Moves the volume to placement map `map_epoch` (with erasure-coded
+    /// `slots`, see [`crate::cluster::VolumeState::slots`]) and in-sync set
     /// `in_sync`, if the stored membership is still `from`, and returns
     /// the new membership (epoch bumped).
-    fn relayout(&self, from: &Membership, map_epoch: u64, in_sync: &BTreeSet<NodeId>) -> ControlFuture<'_, Membership>;
+    fn relayout(
+        &self,
+        from: &Membership,
+        map_epoch: u64,
+        slots: &std::collections::BTreeMap<u32, Vec<NodeId>>,
+        in_sync: &BTreeSet<NodeId>,
+    ) -> ControlFuture<'_, Membership>;
 }
 
 /// Counters of one replicated volume.
@@ -541,7 +548,7 @@ impl ReplicatedVolume {
         added: Vec<Arc<dyn Replica>>,
         plan: crate::cluster::MovePlan,
     ) -> Result<(), BlockError> {
-        self.inner.owner.relayout(layout, map_epoch, added, plan.joining, plan.holders).await
+        self.inner.owner.relayout(layout, map_epoch, Default::default(), added, plan).await
     }
 
     /// The current membership.

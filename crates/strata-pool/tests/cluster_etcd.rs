@@ -33,7 +33,13 @@ fn regions() -> Regions {
 
 async fn new_volume(etcd: &EtcdProcess) -> VolumeKeys {
     let keys = VolumeKeys::new("/strata/", VOL);
-    let state = VolumeState { protection: "rep:3".into(), map_epoch: 1, epoch: 0, in_sync: ids(&[1, 2, 3]) };
+    let state = VolumeState {
+        protection: "rep:3".into(),
+        map_epoch: 1,
+        epoch: 0,
+        in_sync: ids(&[1, 2, 3]),
+        slots: Default::default(),
+    };
     create_state(&etcd.client(), &keys, VOL, &state).await.unwrap();
     keys
 }

@@ -195,7 +195,9 @@ async fn an_erasure_coded_volume_rebuilds_a_position_on_a_new_node_while_written
     assert_eq!(plan.joining.iter().map(|(n, _)| *n).collect::<Vec<_>>(), nodes(&[4]));
     write_all(&*vol, BLOCKS).await;
     let want = write_during(&vol, BLOCKS, async {
-        vol.relayout(after.clone(), 3, vec![handles[3].clone() as Arc<dyn Shard>], plan.clone()).await.expect("move");
+        vol.relayout(after.clone(), 3, Default::default(), vec![handles[3].clone() as Arc<dyn Shard>], plan.clone())
+            .await
+            .expect("move");
         vol.resync(NodeId(4)).await.expect("rebuild node 4");
     })
     .await;

@@ -368,14 +368,21 @@ impl ClusterNode {
             let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
             let table = self.table(&mut st, state.map_epoch).await?;
             let protection = protection_of(&state.protection)?;
-            let layout = Arc::new(PlacementLayout::new(rec.id, protection.width(), table));
+            let layout =
+                Arc::new(PlacementLayout::new(rec.id, protection.width(), table).with_slots(state.slots.clone()));
             let holders = holders_of(&*layout, &rec, protection);
             // Where the volume is going, when the map changed since it was
             // placed: its new holders serve it before the owner moves it.
             let next = match current_epoch {
                 Some(e) if e > state.map_epoch => {
                     let table = self.table(&mut st, e).await?;
-                    let next = Arc::new(PlacementLayout::new(rec.id, protection.width(), table));
+                    let next = Arc::new(match stripes_of(protection, rec.block_size) {
+                        // Shards keep their slots where they stay.
+                        Some(st) => {
+                            layout.moved_to(table, st.shard_bytes(rec.size_bytes).div_ceil(layout.chunk_bytes()))
+                        }
+                        None => PlacementLayout::new(rec.id, protection.width(), table),
+                    });
                     let next_holders = holders_of(&*next, &rec, protection);
                     Some((e, next, next_holders))
                 }
@@ -617,7 +624,10 @@ impl ClusterNode {
                 let Move { map_epoch, layout, plan, added } = mv;
                 let moved = match (&kind, added) {
                     (Kind::Replicated(v), Added::Replicas(a)) => v.relayout(layout, map_epoch, a, plan).await,
-                    (Kind::Erasure(v), Added::Shards(a)) => v.relayout(layout, map_epoch, a, plan).await,
+                    (Kind::Erasure(v), Added::Shards(a)) => {
+                        let slots = layout.slots().clone();
+                        v.relayout(layout, map_epoch, slots, a, plan).await
+                    }
                     _ => Ok(()),
                 };
                 if let Err(e) = moved {
@@ -879,6 +889,7 @@ impl ClusterNode {
             map_epoch: map.epoch(),
             epoch: 0,
             in_sync: holders_of(&layout, &rec, wanted),
+            slots: Default::default(),
         };
         let keys = VolumeKeys::new(&self.prefix, rec.id);
         if let Err(e) = strata_pool::cluster::create_state(&self.etcd, &keys, rec.id, &state).await {

@@ -31,16 +31,15 @@ fn ids(v: &Value, field: &str) -> Vec<u64> {
     v[field].as_array().map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
 }
 
-/// The replicated volume healthy on the current map, not placed on
-/// `without`. (The erasure-coded one of this five-node cluster stays
-/// degraded: with fewer nodes than the map's twelve slots a failure shifts
-/// its shards' positions, and it moves only when K keep theirs.)
+/// Both volumes healthy on the current map, neither placed on `without`.
 fn settled(via: &NodeProc, without: &[u64]) -> Option<Value> {
     let s = status(via)?;
-    let v = volume(&s, "r")?;
-    let placed = ids(v, "replicas");
-    if v["state"] != "healthy" || v["map_epoch"] != s["map_epoch"] || placed.iter().any(|n| without.contains(n)) {
-        return None;
+    for (name, _, _) in VOLUMES {
+        let v = volume(&s, name)?;
+        let placed = ids(v, "replicas");
+        if v["state"] != "healthy" || v["map_epoch"] != s["map_epoch"] || placed.iter().any(|n| without.contains(n)) {
+            return None;
+        }
     }
     Some(s)
 }
@@ -106,9 +105,7 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
             .expect("create answered");
         nqns.insert(name, v["nqn"].as_str().expect("nqn").to_string());
     }
-    let s = wait_for("both volumes healthy", Duration::from_secs(60), &nodes, || {
-        settled(&nodes[0], &[]).filter(|s| volume(s, "e").is_some_and(|e| e["state"] == "healthy"))
-    });
+    let s = wait_for("both volumes healthy", Duration::from_secs(60), &nodes, || settled(&nodes[0], &[]));
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     // Blocks in every 64 MiB chunk of each volume.
@@ -137,16 +134,16 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
     let vi = (1..=5).position(|i| node_id(&s, &format!("n{i}")) == victim).unwrap();
     nodes[vi].kill9();
     let via = (0..5).find(|&i| i != vi).unwrap();
-    let s = wait_for("the rep volume rebuilt without the dead node", Duration::from_secs(120), &nodes, || {
+    let s = wait_for("both volumes rebuilt without the dead node", Duration::from_secs(120), &nodes, || {
         settled(&nodes[via], &[victim])
     });
     let dead = s["nodes"].as_array().unwrap().iter().find(|n| n["id"] == victim).unwrap();
     assert_eq!(dead["placement"], "down", "{dead}");
-    let v = volume(&s, "r").unwrap();
-    assert!(ids(v, "replicas").len() >= 3, "{v}");
-    assert!(!ids(v, "in_sync").contains(&victim), "{v}");
-    let e = volume(&s, "e").unwrap()["state"].as_str().unwrap().to_string();
-    assert!(e == "degraded" || e == "moving", "ec: {e}");
+    for (name, _, protect) in VOLUMES {
+        let v = volume(&s, name).unwrap();
+        assert!(ids(v, "replicas").len() >= 3, "{protect}: {v}");
+        assert!(!ids(v, "in_sync").contains(&victim), "{v}");
+    }
     rt.block_on(async {
         for (name, _, _) in VOLUMES {
             let c = connect_when_served(owner_addr(&s, name).unwrap(), &nqns[name]).await;
@@ -154,14 +151,13 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
         }
     });
 
-    // Removing an up node is refused, and so is the dead one while the ec
-    // volume still has a shard on it.
+    // Removing an up node is refused; the dead, rebuilt one goes.
     let up_name = &nodes[via].name.clone();
     let refused = nodes[via].api("DELETE", &format!("/api/v1/nodes/{up_name}"), None).unwrap();
     assert!(refused["error"].as_str().is_some_and(|e| e.contains("drain it first")), "{refused}");
     let victim_name = nodes[vi].name.clone();
-    let refused = nodes[via].api("DELETE", &format!("/api/v1/nodes/{victim_name}"), None).unwrap();
-    assert!(refused["error"].as_str().is_some_and(|e| e.contains("still holds data")), "{refused}");
+    let removed = nodes[via].api("DELETE", &format!("/api/v1/nodes/{victim_name}"), None).unwrap();
+    assert_eq!(removed["removed"], true, "{removed}");
 
     // Drain a node that holds the volumes and owns neither, under writes.
     let owners: Vec<u64> = VOLUMES.iter().map(|(n, _, _)| volume(&s, n).unwrap()["owner"].as_u64().unwrap()).collect();
@@ -184,7 +180,7 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
             write_some(&c, expect.get_mut(name).unwrap(), &blocks(sizes[name])[..32], 2).await;
         }
     });
-    let s = wait_for("the rep volume moved off the drained node", Duration::from_secs(120), &nodes, || {
+    let s = wait_for("both volumes moved off the drained node", Duration::from_secs(120), &nodes, || {
         settled(&nodes[via], &[victim, drained])
     });
     rt.block_on(async {
@@ -193,31 +189,22 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
             verify(&c, &expect[name], &format!("{name}: after the drain")).await;
         }
     });
-    // Drop the ec volume, so that nothing is left on the two nodes.
-    let deleted = nodes[via].api("DELETE", "/api/v1/volumes/e", None).unwrap();
-    assert!(deleted.get("error").is_none(), "{deleted}");
-    expect.remove("e");
-    wait_for("the drained node removed", Duration::from_secs(60), &nodes, || {
-        let r = nodes[via].api("DELETE", &format!("/api/v1/nodes/{drain_name}"), None)?;
-        (r["removed"] == true).then_some(())
-    });
-    wait_for("the dead node removed", Duration::from_secs(60), &nodes, || {
-        let r = nodes[via].api("DELETE", &format!("/api/v1/nodes/{victim_name}"), None)?;
-        (r["removed"] == true).then_some(())
-    });
+    let removed = nodes[via].api("DELETE", &format!("/api/v1/nodes/{drain_name}"), None).unwrap();
+    assert_eq!(removed["removed"], true, "{removed}");
+    // Drained and removed, it holds nothing: the volumes do without it.
     nodes[di].kill9();
 
-    // A new node joins: the volume's data moves onto it.
+    // A new node joins: data moves onto it.
     nodes.push(start(6));
     let s = wait_for("data moved onto the new node", Duration::from_secs(120), &nodes, || {
-        let s = status(&nodes[via])?;
-        let r = volume(&s, "r")?;
+        let s = settled(&nodes[via], &[victim, drained])?;
         let n6 = s["nodes"].as_array()?.iter().find(|n| n["name"] == "n6")?["id"].as_u64()?;
-        (r["state"] == "healthy" && r["map_epoch"] == s["map_epoch"] && ids(r, "replicas").contains(&n6)).then_some(s)
+        VOLUMES.iter().any(|(n, _, _)| volume(&s, n).is_some_and(|v| ids(v, "replicas").contains(&n6))).then_some(s)
     });
-
     rt.block_on(async {
-        let c = connect_when_served(owner_addr(&s, "r").unwrap(), &nqns["r"]).await;
-        verify(&c, &expect["r"], "r: after the new node joined").await;
+        for (name, _, _) in VOLUMES {
+            let c = connect_when_served(owner_addr(&s, name).unwrap(), &nqns[name]).await;
+            verify(&c, &expect[name], &format!("{name}: after the new node joined")).await;
+        }
     });
 }

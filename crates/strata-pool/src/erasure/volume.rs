@@ -837,14 +837,17 @@ impl ErasureVolume {
     /// # Errors
     ///
     /// The log or the metadata store failed, or this owner is fenced.
+    /// `slots` are the groups whose shards keep slots other than the
+    /// map's order (see [`crate::cluster::PlacementLayout::moved_to`]).
     pub async fn relayout(
         &self,
         layout: Arc<dyn Layout>,
         map_epoch: u64,
+        slots: std::collections::BTreeMap<u32, Vec<NodeId>>,
         added: Vec<Arc<dyn Shard>>,
         plan: crate::cluster::MovePlan,
     ) -> Result<(), BlockError> {
-        self.inner.owner.relayout(layout, map_epoch, added, plan.joining, plan.holders).await
+        self.inner.owner.relayout(layout, map_epoch, slots, added, plan).await
     }
 
     /// The current membership.
