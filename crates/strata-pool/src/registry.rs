@@ -180,21 +180,11 @@ pub async fn update_map(
     prefix: &str,
     change: impl Fn(&PlacementMap) -> Result<Option<PlacementMap>, ClusterError>,
 ) -> Result<PlacementMap, ClusterError> {
-    let map_key = key(prefix, "map");
     for _ in 0..MAX_ATTEMPTS {
         let (map, rev) = current_map(client, prefix).await?.ok_or(ClusterError::NotFound(0))?;
         let Some(mut next) = change(&map)? else { return Ok(map) };
         next.set_epoch(map.epoch() + 1);
-        let value = serde_json::to_vec(&next).unwrap_or_default();
-        let txn = Txn {
-            compare: vec![Compare::mod_revision_is(map_key.clone(), rev)],
-            success: vec![
-                TxnOp::Put { key: map_key.clone(), value: value.clone(), lease: None },
-                TxnOp::Put { key: key(prefix, format!("maps/{}", next.epoch())), value, lease: None },
-            ],
-            failure: vec![],
-        };
-        if client.txn(&txn).await?.succeeded {
+        if store_map(client, prefix, &next, rev).await? {
             return Ok(next);
         }
     }
@@ -353,18 +343,25 @@ pub async fn join_map(
                 (map, 0)
             }
         };
-        let value = serde_json::to_vec(&map).unwrap_or_default();
-        let txn = Txn {
-            compare: vec![Compare::mod_revision_is(map_key.clone(), rev)],
-            success: vec![
-                TxnOp::Put { key: map_key.clone(), value: value.clone(), lease: None },
-                TxnOp::Put { key: key(prefix, format!("maps/{}", map.epoch())), value, lease: None },
-            ],
-            failure: vec![],
-        };
-        if client.txn(&txn).await?.succeeded {
+        if store_map(client, prefix, &map, rev).await? {
             return Ok(map);
         }
     }
     Err(ClusterError::Contention(0))
+}
+
+/// Stores `map` as the current map and as its epoch's, if the current map
+/// is still at revision `rev` (0: none yet); false when it is not.
+async fn store_map(client: &EtcdClient, prefix: &str, map: &PlacementMap, rev: i64) -> Result<bool, ClusterError> {
+    let map_key = key(prefix, "map");
+    let value = serde_json::to_vec(map).unwrap_or_default();
+    let txn = Txn {
+        compare: vec![Compare::mod_revision_is(map_key.clone(), rev)],
+        success: vec![
+            TxnOp::Put { key: map_key, value: value.clone(), lease: None },
+            TxnOp::Put { key: key(prefix, format!("maps/{}", map.epoch())), value, lease: None },
+        ],
+        failure: vec![],
+    };
+    Ok(client.txn(&txn).await?.succeeded)
 }

@@ -615,7 +615,7 @@ impl ReplicatedVolume {
     pub async fn resync(&self, node: NodeId) -> Result<(), BlockError> {
         let i = &self.inner;
         if i.membership().in_sync.contains(&node) {
-            return self.fill(node).await;
+            return self.copy_missed(node, false).await;
         }
         let Some(rep) = i.replica(node) else {
             return Err(io_error(format!("node {node} holds no chunk of this volume")));
@@ -627,40 +627,22 @@ impl ReplicatedVolume {
             let _all = i.gate.write().await;
             i.catching_up().insert(node);
         }
-        let result = self.copy_missed(node).await;
+        let result = self.copy_missed(node, true).await;
         if result.is_err() {
             i.catching_up().remove(&node);
         }
         result
     }
 
-    /// Fills in-sync `node` with the chunks it joined in a move: each
-    /// region it misses is copied from a node that holds it, then it is
-    /// read like any other. It takes every write meanwhile.
-    async fn fill(&self, node: NodeId) -> Result<(), BlockError> {
+    /// Copies every region `node` missed onto it from a node that holds
+    /// it; then it rejoins (`rejoin`: it was stale) or is read again there
+    /// (it was in sync, filling the chunks it joined in a move). It takes
+    /// every write meanwhile.
+    async fn copy_missed(&self, node: NodeId, rejoin: bool) -> Result<(), BlockError> {
         let i = &self.inner;
         let bs = i.bs();
-        let missed = i.drl.missed(node).unwrap_or_default();
-        for r in missed.iter() {
-            let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
-            let chunk = first_lba * bs / i.layout().chunk_bytes();
-            if i.layout().replicas(chunk).contains(&node) {
-                let failed = i.copy_region(r, &[node], true).await?;
-                if !failed.is_empty() {
-                    i.owner.leave(&failed, r..r + 1).await?;
-                }
-                if !i.membership().in_sync.contains(&node) {
-                    return Err(io_error(format!("node {node} failed while being filled")));
-                }
-            }
-            i.drl.copied(node, r);
-        }
-        i.owner.fill_done(node).await
-    }
-
-    async fn copy_missed(&self, node: NodeId) -> Result<(), BlockError> {
-        let i = &self.inner;
-        let bs = i.bs();
+        let still =
+            |i: &Inner| if rejoin { i.catching_up().contains(&node) } else { i.membership().in_sync.contains(&node) };
         loop {
             let missed = i.drl.missed(node).unwrap_or_default();
             for r in missed.iter() {
@@ -669,13 +651,16 @@ impl ReplicatedVolume {
                 if i.layout().replicas(chunk).contains(&node) {
                     let failed = i.copy_region(r, &[node], true).await?;
                     if !failed.is_empty() {
-                        return Err(io_error(format!("node {node} failed during resync")));
+                        i.owner.leave(&failed, r..r + 1).await?;
                     }
-                    if !i.catching_up().contains(&node) {
-                        return Err(io_error(format!("node {node} failed a write during resync")));
+                    if !still(i) {
+                        return Err(io_error(format!("node {node} failed a write while being copied to")));
                     }
                 }
                 i.drl.copied(node, r);
+            }
+            if !rejoin {
+                return i.owner.fill_done(node).await;
             }
             let rep = i.replica(node).ok_or_else(|| io_error("replica vanished"))?;
             let epoch = i.membership().epoch;
@@ -686,7 +671,7 @@ impl ReplicatedVolume {
             if i.drl.missed(node).is_some_and(|s| !s.is_empty()) {
                 continue; // a write failed on it meanwhile, or raced
             }
-            if !i.catching_up().contains(&node) {
+            if !still(i) {
                 return Err(io_error(format!("node {node} failed a write during resync")));
             }
             i.rejoin(node).await?;
