@@ -765,6 +765,8 @@ pub trait PoolVolume: BlockDevice {
     /// Limits what resyncs and fills copy to this node's rebuild
     /// bandwidth (set once).
     fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>);
+    /// True once this owner has been fenced: it serves nothing more.
+    fn is_fenced(&self) -> bool;
 }
 
 impl PoolVolume for ReplicatedVolume {
@@ -788,5 +790,8 @@ impl PoolVolume for ReplicatedVolume {
     }
     fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>) {
         let _ = self.inner.throttle.set(throttle);
+    }
+    fn is_fenced(&self) -> bool {
+        self.inner.is_fenced()
     }
 }

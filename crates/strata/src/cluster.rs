@@ -187,6 +187,11 @@ impl ClusterNode {
             io_queues: 2,
             io_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(3),
+            // A peer that dies closes the connection, and one that hangs
+            // fails its I/O after `io_timeout`: the keep-alive only has to
+            // keep an idle link, and must not drop a busy one whose
+            // keep-alive waits behind large writes on a slow machine.
+            kato: Duration::from_secs(30),
             ..HostConfig::default()
         };
         Arc::new(ClusterNode {
@@ -402,7 +407,28 @@ impl ClusterNode {
                 Some(kv) => serde_json::from_slice(&kv.value).ok(),
                 None => None,
             };
+            // Not (or no longer) the owner: stop serving at once, rather
+            // than answer Namespace Not Ready until another node shows up.
+            if owner.as_ref().is_none_or(|t| t.node != self.me.id)
+                && let Some(o) = st.owned.remove(&rec.id)
+            {
+                let by = owner.as_ref().map(|t| t.node);
+                tracing::warn!(volume = %rec.name, owner = ?by, "no longer the owner: not serving the volume");
+                self.target.remove_subsystem(&o.nqn);
+            }
             match owner {
+                Some(t) if t.node == self.me.id && st.owned.get(&rec.id).is_some_and(|o| o.vol.is_fenced()) => {
+                    // Deposed while the key still names us (a change of
+                    // the volume's state we did not make): stop serving,
+                    // and give the key up so that a holder takes it over.
+                    if let Some(o) = st.owned.remove(&rec.id) {
+                        self.target.remove_subsystem(&o.nqn);
+                    }
+                    tracing::warn!(volume = %rec.name, "this owner was fenced: giving the volume up");
+                    if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
+                        tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
+                    }
+                }
                 Some(t) if t.node == self.me.id => {
                     let mv = match next {
                         Some((epoch, next, next_holders)) if st.owned.contains_key(&rec.id) => {
@@ -417,10 +443,6 @@ impl ClusterNode {
                     }
                 }
                 Some(t) => {
-                    if let Some(o) = st.owned.remove(&rec.id) {
-                        tracing::warn!(volume = %rec.name, owner = %t.node, "another node owns the volume now");
-                        self.target.remove_subsystem(&o.nqn);
-                    }
                     if let Some(n) = nodes.get(&t.node) {
                         remote.push(RemoteSubsystem {
                             nqn: rec.nqn.clone(),
@@ -434,9 +456,6 @@ impl ClusterNode {
                 None if state.epoch == 0
                     && holders.iter().any(|h| nodes.get(h).is_some_and(|n| !n.held.contains(&rec.id))) => {}
                 None if holders.contains(&self.me.id) && state.in_sync.contains(&self.me.id) => {
-                    if let Some(o) = st.owned.remove(&rec.id) {
-                        self.target.remove_subsystem(&o.nqn);
-                    }
                     let claim = Claim { rec: &rec, keys: &keys, layout, protection, holders: &holders, nodes: &nodes };
                     match self.take_over(&mut st, claim).await {
                         Ok(o) => {

@@ -1108,4 +1108,7 @@ impl crate::volume::PoolVolume for ErasureVolume {
     fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>) {
         let _ = self.inner.throttle.set(throttle);
     }
+    fn is_fenced(&self) -> bool {
+        self.inner.is_fenced()
+    }
 }
