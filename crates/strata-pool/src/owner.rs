@@ -32,6 +32,17 @@ pub(crate) fn io_error(msg: impl Into<String>) -> BlockError {
     BlockError::Io(std::io::Error::other(msg.into()))
 }
 
+/// True when every byte of `b` is zero (what a rebuild sends as a
+/// deallocate, keeping the target thin).
+pub(crate) fn is_zero(b: &[u8]) -> bool {
+    let (head, words, tail) = {
+        // SAFETY: every bit pattern is a valid u64; align_to only splits
+        // the slice at the first and last aligned word.
+        unsafe { b.align_to::<u64>() }
+    };
+    head.iter().all(|&x| x == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&x| x == 0)
+}
+
 /// The owner's state of one volume; `R` is what its nodes hold (a
 /// replica, a shard).
 pub(crate) struct Owner<R: ?Sized> {
@@ -404,4 +415,25 @@ pub(crate) async fn run_to_end<R: ?Sized + Send + Sync + 'static, T: Send + 'sta
         work.await
     });
     task.await.unwrap_or_else(|e| Err(io_error(format!("write task failed: {e}"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_zero;
+
+    #[test]
+    fn is_zero_sees_a_set_byte_anywhere_at_any_alignment() {
+        let buf = vec![0u8; 4096 + 16];
+        for start in 0..9 {
+            for len in [0, 1, 7, 8, 9, 63, 4096] {
+                let s = &buf[start..start + len];
+                assert!(is_zero(s));
+                for at in [0, len / 2, len.saturating_sub(1)].into_iter().filter(|&at| at < len) {
+                    let mut v = s.to_vec();
+                    v[at] = 1;
+                    assert!(!is_zero(&v), "start {start} len {len} byte {at}");
+                }
+            }
+        }
+    }
 }

@@ -42,7 +42,7 @@ use futures_util::future::join_all;
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, check_range};
 
 use crate::drl::{DirtyRegionLog, NodeId};
-use crate::owner::{Owner, io_error, run_to_end};
+use crate::owner::{Owner, io_error, is_zero, run_to_end};
 use crate::replica::{Replica, ReplicaError};
 
 /// Where a volume's chunks live: the placement, seen from one volume.
@@ -426,8 +426,11 @@ impl Inner {
             while lba < end {
                 let n = (PIECE / bs).min(end - lba);
                 let data = self.read_segment(chunk, lba, IoBuf::recycled((n * bs) as usize)).await?;
+                // Never-written (or zeroed) space stays thin on the target:
+                // zeros are sent as a deallocate.
+                let zero = is_zero(&data);
                 let data = Bytes::from_owner(data);
-                if paced {
+                if paced && !zero {
                     self.pace(data.len() as u64).await;
                 }
                 for &t in targets {
@@ -435,7 +438,12 @@ impl Inner {
                         continue;
                     }
                     let Some(rep) = self.replica(t) else { continue };
-                    match rep.write(epoch, lba, data.clone(), false).await {
+                    let sent = if zero {
+                        rep.write_zeroes(epoch, lba, n, true).await
+                    } else {
+                        rep.write(epoch, lba, data.clone(), false).await
+                    };
+                    match sent {
                         Ok(()) => {}
                         Err(ReplicaError::Stale(_)) => {
                             // Again at the new epoch, unless deposed.

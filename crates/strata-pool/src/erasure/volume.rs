@@ -40,7 +40,7 @@ use super::codec::{Codec, xor_into};
 use super::shard::Shard;
 use super::stripe::{StripePiece, Stripes};
 use crate::drl::{DirtyRegionLog, NodeId};
-use crate::owner::{Owner, io_error, run_to_end};
+use crate::owner::{Owner, io_error, is_zero, run_to_end};
 use crate::replica::ReplicaError;
 use crate::volume::{Control, Layout, Membership, OpenError, VolumeStats};
 
@@ -745,7 +745,13 @@ impl Inner {
         loop {
             let strip = self.strip_locked(g, pos).await?;
             let epoch = self.membership().epoch;
-            match shard.write(epoch, lba, Bytes::from(strip), false).await {
+            // Zeros stay thin on the shard: sent as a deallocate.
+            let sent = if is_zero(&strip) {
+                shard.write_zeroes(epoch, lba, self.stripes.strip / self.bs(), true).await
+            } else {
+                shard.write(epoch, lba, Bytes::from(strip), false).await
+            };
+            match sent {
                 Ok(()) => return Ok(()),
                 Err(e) => self.settle(g, self.judge(shard.node(), e), epoch).await?,
             }
