@@ -19,20 +19,8 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
     let etcd = EtcdProcess::start();
     let tmp = tempfile::tempdir().unwrap();
     let ports = free_ports(12);
-    let mut nodes: Vec<NodeProc> = (1..=3)
-        .map(|i| {
-            let dir = tmp.path().join(format!("n{i}"));
-            NodeProc::start(
-                &dir,
-                &format!("n{i}"),
-                &format!("r{i}"),
-                &etcd.url(),
-                "512M",
-                loopback(&ports[(i - 1) * 4..i * 4]),
-                &[],
-            )
-        })
-        .collect();
+    let mut nodes: Vec<NodeProc> =
+        (1..=3).map(|i| common::loopback_node(tmp.path(), i, &etcd.url(), "512M", &ports)).collect();
     wait_for("three nodes up", Duration::from_secs(30), &nodes, || {
         let s = nodes[0].api("GET", "/api/v1/pool", None)?;
         (s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count() == 3).then_some(())

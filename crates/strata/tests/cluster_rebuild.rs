@@ -4,7 +4,9 @@
 //! rebuilt on the others until both volumes are healthy without it; a
 //! node drained under writes hands everything over and is then removed
 //! (an up node is refused); a new node joins and data moves onto it.
-//! Every flushed write reads back after each step.
+//! Every flushed write reads back after each step. And the owner, the
+//! source of a rebuild's copies, killed with -9 in the middle of it: the
+//! next owner finishes it from the persisted log.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,7 +17,7 @@ use strata_host::Controller;
 use strata_meta::testing::EtcdProcess;
 
 mod common;
-use common::{NodeProc, connect_when_served, free_ports, loopback, pattern, wait_for};
+use common::{NodeProc, connect_when_served, free_ports, pattern, wait_for};
 
 const VOLUMES: [(&str, &str, &str); 2] = [("r", "192M", "rep:3"), ("e", "128M", "ec:2+1")];
 
@@ -82,18 +84,7 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
     let etcd = EtcdProcess::start();
     let tmp = tempfile::tempdir().unwrap();
     let ports = free_ports(4 * 6);
-    let start = |i: usize| {
-        let dir = tmp.path().join(format!("n{i}"));
-        NodeProc::start(
-            &dir,
-            &format!("n{i}"),
-            &format!("r{i}"),
-            &etcd.url(),
-            "768M",
-            loopback(&ports[(i - 1) * 4..i * 4]),
-            &[],
-        )
-    };
+    let start = |i: usize| common::loopback_node(tmp.path(), i, &etcd.url(), "768M", &ports);
     let mut nodes: Vec<NodeProc> = (1..=5).map(start).collect();
     wait_for("five nodes up", Duration::from_secs(40), &nodes, || (common::nodes_up(&nodes[0])? == 5).then_some(()));
     let set = nodes[0]
@@ -217,6 +208,69 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
         for (name, _, _) in VOLUMES {
             let c = connect_when_served(owner_addr(&s, name).unwrap(), &nqns[name]).await;
             verify(&c, &expect[name], &format!("{name}: after the new node joined")).await;
+        }
+    });
+}
+
+#[test]
+fn the_owner_killed_in_the_middle_of_a_rebuild_leaves_it_to_the_next_owner() {
+    let etcd = EtcdProcess::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = free_ports(4 * 5);
+    let mut nodes: Vec<NodeProc> =
+        (1..=5).map(|i| common::loopback_node(tmp.path(), i, &etcd.url(), "512M", &ports)).collect();
+    wait_for("five nodes up", Duration::from_secs(40), &nodes, || (common::nodes_up(&nodes[0])? == 5).then_some(()));
+    // Slow enough that the rebuild is still running when the owner dies.
+    let set = nodes[0].api("PATCH", "/api/v1/pool/settings", Some(json!({"rebuild_grace_secs": 1, "rebuild_mbps": 8})));
+    assert_eq!(set.expect("settings")["rebuild_mbps"], 8);
+    let v = nodes[0].api("POST", "/api/v1/volumes", Some(json!({"name": "r", "size": "128M", "protect": "rep:3"})));
+    let nqn = v.expect("create")["nqn"].as_str().unwrap().to_string();
+    let healthy = |via: &NodeProc| status(via).filter(|s| volume(s, "r").is_some_and(|v| v["state"] == "healthy"));
+    let s = wait_for("the volume healthy", Duration::from_secs(60), &nodes, || healthy(&nodes[0]));
+
+    // Every MiB written, so that the rebuild copies real bytes.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mib = |m: u64| -> Vec<u8> { (0..256).flat_map(|b| pattern(m << 16 | b)).collect() };
+    rt.block_on(async {
+        let c = connect_when_served(owner_addr(&s, "r").unwrap(), &nqn).await;
+        for m in 0..128 {
+            c.write(1, m * 256, mib(m), false).await.expect("write");
+        }
+        c.flush(1).await.expect("flush");
+    });
+
+    let v = volume(&s, "r").unwrap();
+    let owner = v["owner"].as_u64().unwrap();
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let index_of = |id: u64| names.iter().position(|n| node_id(&s, n) == id).unwrap();
+    let victim = ids(v, "replicas").into_iter().find(|&n| n != owner).unwrap();
+    let (vi, oi) = (index_of(victim), index_of(owner));
+    nodes[vi].kill9();
+    let via = (0..5).find(|&i| i != vi && i != oi).unwrap();
+    wait_for("the rebuild under way", Duration::from_secs(60), &nodes, || {
+        let s = status(&nodes[via])?;
+        let r = volume(&s, "r")?;
+        (r["state"] == "rebuilding" && r["resync"].as_array()?.iter().any(|p| p["bytes_left"].as_u64() > Some(8 << 20)))
+            .then_some(())
+    });
+    // The owner, which is also the source of the copies, dies mid-rebuild.
+    nodes[oi].kill9();
+    let s = wait_for("the volume rebuilt by a new owner", Duration::from_secs(180), &nodes, || {
+        let s = status(&nodes[via])?;
+        let r = volume(&s, "r")?;
+        let placed = ids(r, "replicas");
+        (r["state"] == "healthy"
+            && r["map_epoch"] == s["map_epoch"]
+            && r["owner"].as_u64() != Some(owner)
+            && !placed.contains(&victim)
+            && !placed.contains(&owner))
+        .then_some(s)
+    });
+    rt.block_on(async {
+        let c = connect_when_served(owner_addr(&s, "r").unwrap(), &nqn).await;
+        for m in 0..128 {
+            let got = c.read(1, m * 256, 256).await.unwrap_or_else(|e| panic!("read of MiB {m}: {e}"));
+            assert!(got[..] == mib(m)[..], "MiB {m} differs after the rebuild and the takeover");
         }
     });
 }

@@ -201,6 +201,15 @@ pub fn loopback(ports: &[u16]) -> NodeAddrs {
     NodeAddrs { http: a(0), fabric: a(1), listen: a(2), discovery: a(3) }
 }
 
+/// Node `n{i}` (i from 1) in rack `r{i}` on loopback, its data under
+/// `root/n{i}`, one drive of `drive_size`, on the i-th four of `ports`.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn loopback_node(root: &Path, i: usize, etcd: &str, drive_size: &str, ports: &[u16]) -> NodeProc {
+    let dir = root.join(format!("n{i}"));
+    let addrs = loopback(&ports[(i - 1) * 4..i * 4]);
+    NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), etcd, drive_size, addrs, &[])
+}
+
 /// 4 KiB of pseudo-random bytes, named by `seed`.
 pub fn pattern(seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
