@@ -429,6 +429,27 @@ impl ClusterNode {
                         tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
                     }
                 }
+                // Drained off this node and settled: hand the volume to a
+                // node that holds it (after a flush, so nothing is lost;
+                // hosts reconnect through discovery to the new owner).
+                Some(t)
+                    if t.node == self.me.id
+                        && next.is_none()
+                        && !holders.contains(&self.me.id)
+                        && holders.iter().any(|h| state.in_sync.contains(h) && nodes.contains_key(h))
+                        && st.owned.get(&rec.id).is_some_and(|o| o.vol.filling().is_empty()) =>
+                {
+                    if let Some(o) = st.owned.remove(&rec.id) {
+                        if let Err(e) = o.vol.flush().await {
+                            tracing::warn!(volume = %rec.name, "flush before handing the volume over: {e}");
+                        }
+                        self.target.remove_subsystem(&o.nqn);
+                    }
+                    tracing::info!(volume = %rec.name, "this node holds none of the volume: handing it to a holder");
+                    if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
+                        tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
+                    }
+                }
                 Some(t) if t.node == self.me.id => {
                     let mv = match next {
                         Some((epoch, next, next_holders)) if st.owned.contains_key(&rec.id) => {
@@ -1067,6 +1088,16 @@ impl ClusterNode {
                 self.table(&mut st, state.map_epoch).await.map_err(internal)?
             };
             let on = holders_of(&PlacementLayout::new(rec.id, protection.width(), table), &rec, protection);
+            let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await.map_err(|e| internal(e.into()))? {
+                Some(kv) => serde_json::from_slice(&kv.value).ok(),
+                None => None,
+            };
+            if owner.is_some_and(|o| o.node == node.id) {
+                return Err(NodeError::Conflict(format!(
+                    "node {name} still owns volume {}: it hands it to a holder once the volume has moved off it",
+                    rec.name
+                )));
+            }
             if state.map_epoch < map.epoch() || on.contains(&node.id) {
                 return Err(NodeError::Conflict(format!(
                     "node {name} still holds data of volume {} (placed by map {}, current {}): wait until its move \

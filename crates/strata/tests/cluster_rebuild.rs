@@ -162,16 +162,10 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
     let removed = nodes[via].api("DELETE", &format!("/api/v1/nodes/{victim_name}"), None).unwrap();
     assert_eq!(removed["removed"], true, "{removed}");
 
-    // Drain a node that holds the volumes and owns neither, under writes.
-    let owners: Vec<u64> = VOLUMES.iter().map(|(n, _, _)| volume(&s, n).unwrap()["owner"].as_u64().unwrap()).collect();
-    let di = (0..5)
-        .filter(|&i| i != vi)
-        .find(|&i| {
-            let id = node_id(&s, &nodes[i].name);
-            !owners.contains(&id)
-                && VOLUMES.iter().any(|(n, _, _)| ids(volume(&s, n).unwrap(), "replicas").contains(&id))
-        })
-        .expect("a node to drain");
+    // Drain the rep volume's owner, under writes: the volume moves off it,
+    // then it hands the volume to a node that holds it.
+    let r_owner = volume(&s, "r").unwrap()["owner"].as_u64().unwrap();
+    let di = (0..5).find(|&i| i != vi && node_id(&s, &nodes[i].name) == r_owner).expect("the owner of r");
     let drained = node_id(&s, &nodes[di].name);
     let drain_name = nodes[di].name.clone();
     let via = (0..5).find(|&i| i != vi && i != di).unwrap();
@@ -183,18 +177,27 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
             write_some(&c, expect.get_mut(name).unwrap(), &blocks(sizes[name])[..32], 2).await;
         }
     });
-    let s = wait_for("both volumes moved off the drained node", Duration::from_secs(120), &nodes, || {
-        settled(&nodes[via], &[victim, drained])
-    });
+    let s = wait_for(
+        "both volumes moved off the drained node, and r to a new owner",
+        Duration::from_secs(120),
+        &nodes,
+        || {
+            settled(&nodes[via], &[victim, drained])
+                .filter(|s| volume(s, "r").is_some_and(|r| r["owner"].as_u64().is_some_and(|o| o != drained)))
+        },
+    );
     rt.block_on(async {
         for (name, _, _) in VOLUMES {
             let c = connect_when_served(owner_addr(&s, name).unwrap(), &nqns[name]).await;
             verify(&c, &expect[name], &format!("{name}: after the drain")).await;
         }
     });
-    let removed = nodes[via].api("DELETE", &format!("/api/v1/nodes/{drain_name}"), None).unwrap();
-    assert_eq!(removed["removed"], true, "{removed}");
-    // Drained and removed, it holds nothing: the volumes do without it.
+    wait_for("the drained node removed", Duration::from_secs(30), &nodes, || {
+        let r = nodes[via].api("DELETE", &format!("/api/v1/nodes/{drain_name}"), None)?;
+        (r["removed"] == true).then_some(())
+    });
+    // Drained and removed, it holds and owns nothing: the volumes do
+    // without it.
     nodes[di].kill9();
 
     // A new node joins: data moves onto it.
