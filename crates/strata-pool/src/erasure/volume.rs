@@ -554,12 +554,6 @@ impl Inner {
     /// lock.
     async fn degraded_strip(&self, g: u64, pos: usize) -> Result<Vec<u8>, BlockError> {
         let _stripe = self.lock(g).await;
-        self.strip_locked(g, pos).await
-    }
-
-    /// [`degraded_strip`](Self::degraded_strip) for a caller that holds
-    /// the stripe's lock.
-    async fn strip_locked(&self, g: u64, pos: usize) -> Result<Vec<u8>, BlockError> {
         loop {
             self.check_serving()?;
             let (m, _) = self.view(self.regions_of(g));
@@ -734,26 +728,82 @@ impl Inner {
         }
     }
 
-    /// Decodes strip `pos` of stripe `g` from the other shards and writes
-    /// it to `shard`, under the stripe's lock (so no update lands between
-    /// the two), at the node's rebuild pace. A shard that fails the write
-    /// leaves the in-sync set.
-    async fn rebuild_strip(&self, g: u64, pos: usize, shard: &Arc<dyn Shard>) -> Result<(), BlockError> {
-        self.pace(self.stripes.strip).await;
-        let _stripe = self.lock(g).await;
-        let lba = self.stripes.shard_offset(g) / self.bs();
+    /// Decodes the strips `node` holds in `stripes` (one dirty-log region,
+    /// inside one chunk) from K other shards and writes them to `shard`:
+    /// one read per source shard and one write for the whole run, under
+    /// the locks of every stripe in it (so no update lands between the
+    /// read and the write), at the node's rebuild pace. A shard that fails
+    /// leaves the in-sync set and the run is tried again.
+    async fn rebuild_region(
+        &self,
+        stripes: std::ops::Range<u64>,
+        node: NodeId,
+        shard: &Arc<dyn Shard>,
+    ) -> Result<(), BlockError> {
+        let (first, n) = (stripes.start, stripes.end - stripes.start);
+        let slots = self.slots(first)?;
+        let Some(pos) = slots.iter().position(|&s| s == node) else { return Ok(()) };
+        let (k, strip) = (self.k(), self.strip());
+        let (at, len) = (self.stripes.shard_offset(first), n as usize * strip);
+        self.pace(len as u64).await;
+        // Every stripe lock of the run, each once, in index order: a
+        // writer holds one at a time, so this order cannot deadlock.
+        let locks: BTreeSet<usize> = stripes.clone().map(|g| (g % STRIPE_LOCKS as u64) as usize).collect();
+        let mut _held = Vec::with_capacity(locks.len());
+        for l in locks {
+            _held.push(self.locks[l].lock().await);
+        }
         loop {
-            let strip = self.strip_locked(g, pos).await?;
-            let epoch = self.membership().epoch;
+            self.check_serving()?;
+            let (m, _) = self.view(self.regions_of(first));
+            let mut sources: Vec<usize> =
+                (0..self.width()).filter(|&p| p != pos && m.in_sync.contains(&slots[p])).collect();
+            if sources.len() < k {
+                return Err(io_error(format!(
+                    "stripes {first}..{} have {} of their {} shards in sync; {k} are needed",
+                    stripes.end,
+                    sources.len(),
+                    self.width()
+                )));
+            }
+            sources.truncate(k);
+            let read = join_all(sources.iter().map(|&p| self.read_at(slots[p], m.epoch, at, len))).await;
+            let mut got = Vec::with_capacity(k);
+            let mut fault = None;
+            for r in read {
+                match r {
+                    Ok(b) => got.push(b),
+                    Err(f) => fault = Some(f),
+                }
+            }
+            if let Some(f) = fault {
+                self.settle(first, f, m.epoch).await?;
+                continue;
+            }
+            let mut out = vec![0u8; len];
+            for (i, piece) in out.chunks_mut(strip).enumerate() {
+                let mut have: Vec<Option<&[u8]>> = vec![None; self.width()];
+                for (&p, b) in sources.iter().zip(&got) {
+                    have[p] = Some(&b[i * strip..(i + 1) * strip]);
+                }
+                let data = self.codec.decode(&have).map_err(|e| io_error(e.to_string()))?;
+                if pos < k {
+                    piece.copy_from_slice(&data[pos]);
+                } else {
+                    let parity = self.codec.encode(&data).map_err(|e| io_error(e.to_string()))?;
+                    piece.copy_from_slice(&parity[pos - k]);
+                }
+            }
+            let lba = at / self.bs();
             // Zeros stay thin on the shard: sent as a deallocate.
-            let sent = if is_zero(&strip) {
-                shard.write_zeroes(epoch, lba, self.stripes.strip / self.bs(), true).await
+            let sent = if is_zero(&out) {
+                shard.write_zeroes(m.epoch, lba, len as u64 / self.bs(), true).await
             } else {
-                shard.write(epoch, lba, Bytes::from(strip), false).await
+                shard.write(m.epoch, lba, Bytes::from(out), false).await
             };
             match sent {
                 Ok(()) => return Ok(()),
-                Err(e) => self.settle(g, self.judge(shard.node(), e), epoch).await?,
+                Err(e) => self.settle(first, self.judge(node, e), m.epoch).await?,
             }
         }
     }
@@ -957,10 +1007,9 @@ impl ErasureVolume {
         loop {
             let missed = i.drl.missed(node).unwrap_or_default();
             for r in missed.iter() {
-                for g in i.stripes_of_region(r) {
-                    let slots = i.slots(g)?;
-                    let Some(pos) = slots.iter().position(|&n| n == node) else { continue };
-                    i.rebuild_strip(g, pos, shard).await?;
+                let stripes = i.stripes_of_region(r);
+                if !stripes.is_empty() {
+                    i.rebuild_region(stripes, node, shard).await?;
                     if !still(i) {
                         return Err(io_error(format!("node {node} failed a write during its rebuild")));
                     }
