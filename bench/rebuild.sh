@@ -24,7 +24,8 @@
 #   GRACE       `--rebuild-grace`, seconds (default 3)
 #   RUNTIME     seconds per foreground run (default 4)
 #   WORKLOAD    strata bench arguments of the foreground workload (default
-#               "--rw randread --bs 4k --iodepth 8")
+#               "--rw randrw --rwmixread 70 --bs 4k --iodepth 8": writes
+#               go to every copy, the joining node included)
 #   OUT         JSON result (default bench/results/rebuild-YYYYMMDD-HHMMSS.json)
 #
 # Prints the rebuild's bytes, seconds and MB/s (bytes: what the dead node
@@ -41,7 +42,7 @@ SIZE=${SIZE:-1G}
 MBPS=${MBPS:-50}
 GRACE=${GRACE:-3}
 RUNTIME=${RUNTIME:-4}
-WORKLOAD=${WORKLOAD:---rw randread --bs 4k --iodepth 8}
+WORKLOAD=${WORKLOAD:---rw randrw --rwmixread 70 --bs 4k --iodepth 8}
 OUT=${OUT:-$root/bench/results/rebuild-$(date +%Y%m%d-%H%M%S).json}
 [ -x "$STRATA_BIN" ] || { echo "no strata binary at $STRATA_BIN: cargo build --release, or set STRATA_BIN" >&2; exit 2; }
 [ -x "$ETCD" ] || { echo "no etcd at $ETCD: apt-get install etcd-server, or set ETCD" >&2; exit 2; }
@@ -104,7 +105,9 @@ wait_until 60 "the volume healthy" q "v and v['state']=='healthy' and v['owner']
 target=tcp://$(q "next(n['listen'] for n in s['nodes'] if n['id']==v['owner'])")/nqn.2026-11.io.strata:vol
 echo "$PROTECT volume of $SIZE on $NODES nodes, rebuild at $MBPS MB/s per node, grace ${GRACE}s; $target" >&2
 wait_until 60 "the prefill" "$STRATA_BIN" bench --target "$target" --rw write --bs 128k --iodepth 8 --size "$SIZE" -q
-sleep 2.5 # the node records catch up with what each node holds
+# The node records catch up with what each node holds, and the owner
+# cleans the dirty regions the prefill left (5 s after their last write).
+sleep 7
 
 run() { # run NAME: the foreground workload, its JSON result in $tmp/NAME.json
     # shellcheck disable=SC2086

@@ -185,6 +185,9 @@ pub enum OpenError {
     Io(#[from] BlockError),
 }
 
+/// Tries a region copy makes while writes go on before it holds them off.
+const COPY_TRIES_UNLOCKED: u32 = 8;
+
 /// An operation fanned out to replicas.
 #[derive(Clone)]
 enum Op {
@@ -413,7 +416,12 @@ impl Inner {
         let (first, end) = (bytes.start / bs, bytes.end / bs);
         let chunk = first * bs / self.layout().chunk_bytes();
         const PIECE: u64 = 1 << 20;
+        let mut tries = 0u32;
         'again: loop {
+            tries += 1;
+            // Writes that keep racing the copy would starve it: after a
+            // few tries, copy with the volume's I/O held off (one region).
+            let _quiet = if tries > COPY_TRIES_UNLOCKED { Some(self.gate.write().await) } else { None };
             self.check_serving()?;
             let seq = self.drl.sequence();
             if !self.drl.region_quiet_since(r, seq) {

@@ -55,6 +55,15 @@ const STRIPE_LOCKS: usize = 1024;
 /// 1,024 x 8 KiB, 8 MiB, against the 128 MiB a node gives each shard.
 const COMMIT_STRIPES: u64 = 1024;
 
+/// Stripes a rebuild decodes and writes at once, under their locks: 64
+/// strips of 4 KiB, a 256 KiB read per source shard, short enough that a
+/// host write to one of them waits little.
+const REBUILD_RUN_STRIPES: u64 = 64;
+
+/// Dirty-log regions a rebuild writes before the commit that must come
+/// before it marks them done (a flush and a commit on every shard).
+const REBUILD_COMMIT_REGIONS: usize = 16;
+
 /// What an erasure-coded volume needs to open.
 pub struct EcParts {
     /// Block size and count of the volume.
@@ -728,8 +737,8 @@ impl Inner {
         }
     }
 
-    /// Decodes the strips `node` holds in `stripes` (one dirty-log region,
-    /// inside one chunk) from K other shards and writes them to `shard`:
+    /// Decodes the strips `node` holds in `stripes` (a run inside one
+    /// dirty-log region, so inside one chunk) from K other shards and writes them to `shard`:
     /// one read per source shard and one write for the whole run, under
     /// the locks of every stripe in it (so no update lands between the
     /// read and the write), at the node's rebuild pace. A shard that fails
@@ -1005,23 +1014,30 @@ impl ErasureVolume {
             if rejoin { i.catching_up().contains(&node) } else { i.membership().in_sync.contains(&node) }
         };
         loop {
-            let missed = i.drl.missed(node).unwrap_or_default();
-            for r in missed.iter() {
-                let stripes = i.stripes_of_region(r);
-                if !stripes.is_empty() {
-                    i.rebuild_region(stripes, node, shard).await?;
-                    if !still(i) {
-                        return Err(io_error(format!("node {node} failed a write during its rebuild")));
+            let missed: Vec<u64> = i.drl.missed(node).unwrap_or_default().iter().collect();
+            for batch in missed.chunks(REBUILD_COMMIT_REGIONS) {
+                for &r in batch {
+                    let stripes = i.stripes_of_region(r);
+                    let mut g = stripes.start;
+                    while g < stripes.end {
+                        let run = g..(g + REBUILD_RUN_STRIPES).min(stripes.end);
+                        g = run.end;
+                        i.rebuild_region(run, node, shard).await?;
+                        if !still(i) {
+                            return Err(io_error(format!("node {node} failed a write during its rebuild")));
+                        }
                     }
                 }
                 // The node's undo records of updates older than these
                 // strips hold bytes from before they were rebuilt: commit
                 // those updates (never to be rolled back) before the log
-                // says the node holds the region.
+                // says the node holds the regions.
                 let through = i.seqs().next - 1;
                 i.commit_through(through).await?;
-                i.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
-                i.drl.copied(node, r);
+                for &r in batch {
+                    i.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
+                    i.drl.copied(node, r);
+                }
             }
             if !rejoin {
                 return i.owner.fill_done(node).await;
