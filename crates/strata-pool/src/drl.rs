@@ -30,6 +30,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::regions::{RegionSet, RegionSetError, Regions};
@@ -143,6 +144,11 @@ struct Inner {
 pub struct DirtyRegionLog {
     regions: Regions,
     inner: Mutex<Inner>,
+    /// True while some node misses regions: reads and stripe updates skip
+    /// the lock when it is false, which is almost always. Written under
+    /// `inner`'s lock, before the membership that makes a missing node
+    /// readable changes.
+    missing: AtomicBool,
     /// One save at a time; later callers find their version saved.
     saving: tokio::sync::Mutex<()>,
     store: Arc<dyn DrlStore>,
@@ -180,8 +186,10 @@ impl DirtyRegionLog {
     /// The log of a volume cut into `regions`, starting from `persisted`
     /// (what the store holds: after a takeover, what the old owner left).
     pub fn new(regions: Regions, persisted: DrlState, store: Arc<dyn DrlStore>) -> Arc<DirtyRegionLog> {
+        let missing = persisted.missed.values().any(|s| !s.is_empty());
         Arc::new(DirtyRegionLog {
             regions,
+            missing: AtomicBool::new(missing),
             inner: Mutex::new(Inner { wanted: persisted, ..Inner::default() }),
             saving: tokio::sync::Mutex::new(()),
             store,
@@ -190,6 +198,11 @@ impl DirtyRegionLog {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps `missing` true to `inner` after a change of what nodes miss.
+    fn note_missing(&self, inner: &Inner) {
+        self.missing.store(inner.wanted.missed.values().any(|s| !s.is_empty()), Ordering::SeqCst);
     }
 
     /// How the volume is cut.
@@ -240,6 +253,9 @@ impl DirtyRegionLog {
             }
             if changed {
                 inner.wanted_version += 1;
+                if !stale.is_empty() {
+                    self.note_missing(&inner);
+                }
             }
             changed.then_some(inner.wanted_version)
         };
@@ -269,6 +285,7 @@ impl DirtyRegionLog {
             if changed {
                 inner.wanted_version += 1;
             }
+            self.note_missing(&inner);
             inner.wanted_version
         };
         self.persist(version).await
@@ -276,6 +293,9 @@ impl DirtyRegionLog {
 
     /// True when `node` misses any of `regions`.
     pub fn misses(&self, node: NodeId, regions: std::ops::Range<u64>) -> bool {
+        if !self.missing.load(Ordering::SeqCst) {
+            return false;
+        }
         let inner = self.lock();
         inner.wanted.missed.get(&node).is_some_and(|s| !s.is_empty() && regions.into_iter().any(|r| s.contains(r)))
     }
@@ -286,10 +306,10 @@ impl DirtyRegionLog {
         nodes: &std::collections::BTreeSet<NodeId>,
         regions: std::ops::Range<u64>,
     ) -> Vec<NodeId> {
-        let inner = self.lock();
-        if inner.wanted.missed.is_empty() {
+        if !self.missing.load(Ordering::SeqCst) {
             return Vec::new();
         }
+        let inner = self.lock();
         nodes
             .iter()
             .copied()
@@ -309,6 +329,7 @@ impl DirtyRegionLog {
             if inner.wanted.missed.entry(node).or_default().union_with(regions) {
                 inner.wanted_version += 1;
             }
+            self.note_missing(&inner);
             inner.wanted_version
         };
         self.persist(version).await
@@ -319,6 +340,7 @@ impl DirtyRegionLog {
         let mut inner = self.lock();
         if inner.wanted.missed.remove(&node).is_some() {
             inner.wanted_version += 1;
+            self.note_missing(&inner);
         }
     }
 
@@ -327,6 +349,7 @@ impl DirtyRegionLog {
         let mut inner = self.lock();
         if inner.wanted.missed.get_mut(&node).is_some_and(|s| s.remove(r)) {
             inner.wanted_version += 1;
+            self.note_missing(&inner);
         }
     }
 

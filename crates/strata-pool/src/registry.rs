@@ -129,11 +129,21 @@ pub struct PoolSettings {
     /// Fill of the pool (percent of raw capacity allocated) past which a
     /// warning is raised, in rising order.
     pub fill_warn_percent: Vec<u8>,
+    /// The protection whose copies the balancer evens out over the nodes:
+    /// the map lists 12 nodes a group, and a volume uses the first
+    /// `width` of them, so the balancer counts the first `width` (that of
+    /// the protection holding most of the pool's data).
+    pub balance_for: Protection,
 }
 
 impl Default for PoolSettings {
     fn default() -> PoolSettings {
-        PoolSettings { rebuild_grace_secs: 300, rebuild_mbps: 200, fill_warn_percent: vec![75, 85, 95] }
+        PoolSettings {
+            rebuild_grace_secs: 300,
+            rebuild_mbps: 200,
+            fill_warn_percent: vec![75, 85, 95],
+            balance_for: Protection::default(),
+        }
     }
 }
 
@@ -182,7 +192,11 @@ pub async fn update_map(
 ) -> Result<PlacementMap, ClusterError> {
     for _ in 0..MAX_ATTEMPTS {
         let (map, rev) = current_map(client, prefix).await?.ok_or(ClusterError::NotFound(0))?;
-        let Some(mut next) = change(&map)? else { return Ok(map) };
+        let Some(next) = change(&map)? else { return Ok(map) };
+        let mut next = balanced(&map, next, &settings(client, prefix).await?)?;
+        if next.nodes() == map.nodes() && next.remaps() == map.remaps() {
+            return Ok(map); // the change changed nothing
+        }
         next.set_epoch(map.epoch() + 1);
         if store_map(client, prefix, &next, rev).await? {
             return Ok(next);
@@ -325,8 +339,9 @@ pub async fn join_map(
                 }
                 let mut nodes: Vec<Node> = map.nodes().iter().filter(|n| n.id != node.id).cloned().collect();
                 nodes.push(Node { state, ..node.clone() });
-                let mut next = PlacementMap::new(map.protection(), map.failure_domain().clone(), map.pg_count(), nodes)
+                let next = PlacementMap::new(map.protection(), map.failure_domain().clone(), map.pg_count(), nodes)
                     .map_err(invalid)?;
+                let mut next = balanced(&map, next, &settings(client, prefix).await?)?;
                 next.set_epoch(map.epoch() + 1);
                 (next, rev)
             }
@@ -348,6 +363,32 @@ pub async fn join_map(
         }
     }
     Err(ClusterError::Contention(0))
+}
+
+/// Rebalances the current map under the pool's settings (after a change of
+/// [`PoolSettings::balance_for`]); a map already balanced stays as it is.
+///
+/// # Errors
+///
+/// As [`update_map`].
+pub async fn rebalance(client: &EtcdClient, prefix: &str) -> Result<PlacementMap, ClusterError> {
+    update_map(client, prefix, |m| Ok(Some(m.clone()))).await
+}
+
+/// `next` (the map after a change of `prev`) with the remaps that even out
+/// the copies of `settings.balance_for` over its nodes, moving as little
+/// of what `prev` placed as the balancer can.
+fn balanced(
+    prev: &PlacementMap,
+    mut next: PlacementMap,
+    settings: &PoolSettings,
+) -> Result<PlacementMap, ClusterError> {
+    use crate::placement::{BalanceOptions, Placer, balance};
+    let before = Placer::new(prev).table();
+    let opts = BalanceOptions { slots: settings.balance_for.width(), ..BalanceOptions::default() };
+    let b = balance(&next, Some(&before), &opts);
+    next.set_remaps(b.remaps).map_err(|e| ClusterError::Corrupt { key: "pool/map".into(), reason: e.to_string() })?;
+    Ok(next)
 }
 
 /// Stores `map` as the current map and as its epoch's, if the current map

@@ -93,3 +93,69 @@ async fn a_node_whose_lease_ends_is_no_longer_live() {
     c.lease_revoke(lease.id).await.unwrap();
     assert!(live_nodes(&c, P).await.unwrap().is_empty());
 }
+
+/// Copies per node in the first `k` slots of every group, over the mean:
+/// lowest and highest.
+fn prefix_spread(map: &strata_pool::placement::PlacementMap, k: usize) -> (f64, f64) {
+    let table = strata_pool::placement::Placer::new(map).table();
+    let mut per = std::collections::BTreeMap::new();
+    for pg in 0..table.pg_count() {
+        for n in table.nodes(pg).iter().take(k) {
+            *per.entry(*n).or_insert(0u64) += 1;
+        }
+    }
+    let mean = per.values().sum::<u64>() as f64 / map.nodes().len() as f64;
+    let r = map.nodes().iter().map(|n| per.get(&n.id).copied().unwrap_or(0) as f64 / mean);
+    r.fold((f64::INFINITY, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setting_change_rebalances() {
+    use strata_pool::registry::{PoolSettings, rebalance, set_settings, update_map};
+    let etcd = EtcdProcess::start();
+    let c = etcd.client();
+    let join = |i: u32| {
+        join_map(
+            &c,
+            P,
+            Node::new(i, format!("n{i}"), 1 << 40).with_label("rack", format!("r{i}")),
+            FailureDomain::default(),
+        )
+    };
+    for i in 1..=24u32 {
+        join(i).await.unwrap();
+    }
+    let (map, _) = current_map(&c, P).await.unwrap().unwrap();
+    assert!(!map.remaps().is_empty(), "the balancer made no move");
+    // rep:3 (the default): 512 copies a node in the first 3 slots, 1% is 5.
+    let (lo, hi) = prefix_spread(&map, 3);
+    assert!(lo >= 0.99 && hi <= 1.01, "rep:3 copies per node over the mean: {lo}..{hi}");
+
+    // Balancing for ec:4+2 instead evens out the first 6 slots.
+    let s = PoolSettings { balance_for: "ec:4+2".parse().unwrap(), ..PoolSettings::default() };
+    set_settings(&c, P, &s).await.unwrap();
+    let six = rebalance(&c, P).await.unwrap();
+    assert_eq!(six.epoch(), map.epoch() + 1);
+    let (lo, hi) = prefix_spread(&six, 6);
+    assert!(lo >= 0.99 && hi <= 1.01, "ec:4+2 shards per node over the mean: {lo}..{hi}");
+    assert_eq!(rebalance(&c, P).await.unwrap().epoch(), six.epoch(), "a balanced map stays as it is");
+
+    // A node going down: its copies move, and the rest stay even.
+    let down = update_map(&c, P, |m| {
+        let mut next = m.clone();
+        next.set_state(NodeId(5), strata_pool::placement::NodeState::Down).unwrap();
+        Ok(Some(next))
+    })
+    .await
+    .unwrap();
+    let table = strata_pool::placement::Placer::new(&down).table();
+    assert!((0..table.pg_count()).all(|pg| !table.nodes(pg)[..6].contains(&NodeId(5))), "the down node holds shards");
+    let before = strata_pool::placement::Placer::new(&six).table();
+    let held = (0..4096).filter(|&pg| before.nodes(pg)[..6].contains(&NodeId(5))).count();
+    let moved: usize =
+        (0..4096).map(|pg| table.nodes(pg)[..6].iter().filter(|n| !before.nodes(pg)[..6].contains(n)).count()).sum();
+    assert!(
+        moved >= held && (moved as f64) <= held as f64 * 1.15,
+        "{moved} shards moved for the {held} the down node held"
+    );
+}

@@ -813,17 +813,11 @@ impl ClusterNode {
             let mut next = m.clone();
             let mut changed = false;
             for &id in dead.iter().filter(|&&id| m.node(id).is_some_and(|n| n.state == NodeState::Up)) {
-                next.set_state(id, NodeState::Down).map_err(|e| strata_pool::cluster::ClusterError::Corrupt {
-                    key: "pool/map".into(),
-                    reason: e.to_string(),
-                })?;
+                next.set_state(id, NodeState::Down).map_err(map_refused)?;
                 changed = true;
             }
             if m.node(me).is_some_and(|n| n.state == NodeState::Down) {
-                next.set_state(me, NodeState::Up).map_err(|e| strata_pool::cluster::ClusterError::Corrupt {
-                    key: "pool/map".into(),
-                    reason: e.to_string(),
-                })?;
+                next.set_state(me, NodeState::Up).map_err(map_refused)?;
                 changed = true;
             }
             Ok(changed.then_some(next))
@@ -863,6 +857,8 @@ pub struct SettingsPatch {
     pub rebuild_mbps: Option<u64>,
     /// Fill warning thresholds, percent.
     pub fill_warn_percent: Option<Vec<u8>>,
+    /// The protection the balancer evens out, e.g. `rep:3`, `ec:4+2`.
+    pub balance_for: Option<String>,
 }
 
 /// The host NQN a node connects to its peers' fabric with.
@@ -986,11 +982,6 @@ impl ClusterNode {
             .ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))
     }
 
-    /// The pool: nodes, volumes and totals.
-    ///
-    /// # Errors
-    ///
-    /// etcd or metadata errors.
     /// Changes the pool's settings: each field given replaces the stored
     /// one. Every node applies them at its next pass.
     pub async fn update_settings(&self, patch: SettingsPatch) -> Result<serde_json::Value, NodeError> {
@@ -1010,8 +1001,19 @@ impl ClusterNode {
             f.dedup();
             s.fill_warn_percent = f;
         }
+        let rebalance = match patch.balance_for {
+            Some(p) => {
+                let p: Protection = p.parse().map_err(|e| NodeError::Invalid(format!("balance_for: {e}")))?;
+                std::mem::replace(&mut s.balance_for, p) != p
+            }
+            None => false,
+        };
         strata_pool::registry::set_settings(&self.etcd, &self.prefix, &s).await.map_err(internal)?;
         tracing::info!(?s, "pool settings changed");
+        if rebalance {
+            let map = strata_pool::registry::rebalance(&self.etcd, &self.prefix).await.map_err(internal)?;
+            tracing::info!(epoch = map.epoch(), remaps = map.remaps().len(), "placement map rebalanced");
+        }
         Ok(serde_json::to_value(&s).unwrap_or_default())
     }
 
@@ -1041,10 +1043,7 @@ impl ClusterNode {
                 return Ok(None);
             }
             let mut next = m.clone();
-            next.set_state(n.id, state).map_err(|e| strata_pool::cluster::ClusterError::Corrupt {
-                key: "pool/map".into(),
-                reason: e.to_string(),
-            })?;
+            next.set_state(n.id, state).map_err(map_refused)?;
             Ok(Some(next))
         })
         .await
@@ -1112,6 +1111,11 @@ impl ClusterNode {
         Ok(serde_json::json!({ "node": name, "removed": true, "map_epoch": map.epoch() }))
     }
 
+    /// The pool: nodes, volumes and totals.
+    ///
+    /// # Errors
+    ///
+    /// etcd or metadata errors.
     pub async fn status(&self) -> anyhow::Result<serde_json::Value> {
         use serde_json::json;
         let live: BTreeMap<NodeId, NodeRecord> =
@@ -1215,4 +1219,9 @@ impl ClusterNode {
                        "free_bytes": raw.saturating_sub(allocated), "fill_percent": fill_percent},
         }))
     }
+}
+
+/// A change the pool map refused, as the error of an update of it.
+fn map_refused(e: strata_pool::placement::MapError) -> strata_pool::cluster::ClusterError {
+    strata_pool::cluster::ClusterError::Corrupt { key: "pool/map".into(), reason: e.to_string() }
 }

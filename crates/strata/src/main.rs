@@ -91,6 +91,10 @@ enum PoolCommand {
         /// Fill warning thresholds, percent of raw capacity, e.g. 75,85,95.
         #[arg(long, value_delimiter = ',')]
         fill_warn: Option<Vec<u8>>,
+        /// The protection whose copies the balancer evens out over the
+        /// nodes (that of most of the pool's data), e.g. rep:3, ec:4+2.
+        #[arg(long)]
+        balance_for: Option<String>,
     },
 }
 
@@ -209,8 +213,14 @@ fn main() -> std::process::ExitCode {
             quiet_on_broken_pipe();
             pool_status(&api, as_json)
         }
-        Command::Pool { api, command: PoolCommand::Set { rebuild_grace, rebuild_mbps, fill_warn } } => {
-            pool_set(&api, rebuild_grace, rebuild_mbps, fill_warn)
+        Command::Pool { api, command: PoolCommand::Set { rebuild_grace, rebuild_mbps, fill_warn, balance_for } } => {
+            let body = serde_json::json!({
+                "rebuild_grace_secs": rebuild_grace,
+                "rebuild_mbps": rebuild_mbps,
+                "fill_warn_percent": fill_warn,
+                "balance_for": balance_for,
+            });
+            pool_set(&api, body)
         }
         Command::Volume { api, command } => {
             quiet_on_broken_pipe();
@@ -268,16 +278,13 @@ fn node_action(action: NodeAction) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn pool_set(api: &str, grace: Option<u64>, mbps: Option<u64>, fill_warn: Option<Vec<u8>>) -> anyhow::Result<()> {
-    let v = if grace.is_none() && mbps.is_none() && fill_warn.is_none() {
+/// Shows the pool's settings, or changes those `patch` gives (fields that
+/// are not null).
+fn pool_set(api: &str, patch: serde_json::Value) -> anyhow::Result<()> {
+    let v = if patch.as_object().is_some_and(|o| o.values().all(serde_json::Value::is_null)) {
         client::request(api, "GET", "/api/v1/pool/settings", None)?
     } else {
-        let body = serde_json::json!({
-            "rebuild_grace_secs": grace,
-            "rebuild_mbps": mbps,
-            "fill_warn_percent": fill_warn,
-        });
-        client::request(api, "PATCH", "/api/v1/pool/settings", Some(&body))?
+        client::request(api, "PATCH", "/api/v1/pool/settings", Some(&patch))?
     };
     println!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())

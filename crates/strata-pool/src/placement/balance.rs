@@ -43,7 +43,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
-use super::map::{PlacementMap, Remap};
+use super::map::{NodeId, PlacementMap, Remap};
 use super::placer::{NONE, Placer, Scratch, Slots};
 use super::table::PlacementTable;
 
@@ -59,11 +59,16 @@ pub struct BalanceOptions {
     /// Threads for placing every group (the result does not depend on
     /// it). Default: 1.
     pub threads: usize,
+    /// Count only the first `slots` nodes of every group: the copies a
+    /// protection narrower than the map takes (a pool's map lists 12
+    /// nodes a group, a `rep:3` volume uses the first 3). Moves are made
+    /// in those slots only. Default: every slot.
+    pub slots: usize,
 }
 
 impl Default for BalanceOptions {
     fn default() -> BalanceOptions {
-        BalanceOptions { tolerance: 0.01, max_moves: usize::MAX, threads: 1 }
+        BalanceOptions { tolerance: 0.01, max_moves: usize::MAX, threads: 1, slots: usize::MAX }
     }
 }
 
@@ -144,6 +149,8 @@ struct State<'a> {
     placer: Placer,
     previous: Option<&'a PlacementTable>,
     width: usize,
+    /// The slots counted and moved: the first `counted` of `width`.
+    counted: usize,
     tolerance: f64,
     /// Per group: its remaps (being edited).
     remaps: Vec<Vec<Remap>>,
@@ -176,7 +183,7 @@ struct State<'a> {
 /// Deterministic: the same inputs give the same remaps. Cost: one
 /// placement of every group, plus one per move.
 pub fn balance(map: &PlacementMap, previous: Option<&PlacementTable>, opts: &BalanceOptions) -> Balanced {
-    let mut st = State::new(map, previous, opts.tolerance);
+    let mut st = State::new(map, previous, opts.tolerance, opts.slots);
     let dropped = st.load_map(map, opts.threads);
     st.set_targets();
     let before = st.table(map.pg_count());
@@ -190,7 +197,7 @@ pub fn balance(map: &PlacementMap, previous: Option<&PlacementTable>, opts: &Bal
 }
 
 impl<'a> State<'a> {
-    fn new(map: &PlacementMap, previous: Option<&'a PlacementTable>, tolerance: f64) -> State<'a> {
+    fn new(map: &PlacementMap, previous: Option<&'a PlacementTable>, tolerance: f64, slots: usize) -> State<'a> {
         let placer = Placer::new(map);
         let groups = map.pg_count() as usize;
         let width = placer.width();
@@ -199,6 +206,7 @@ impl<'a> State<'a> {
             placer,
             previous,
             width,
+            counted: slots.clamp(1, width.max(1)),
             tolerance: tolerance.max(0.0),
             remaps: vec![Vec::new(); groups],
             rows: vec![NONE; groups * width],
@@ -232,20 +240,20 @@ impl<'a> State<'a> {
         self.rows = rows.nodes;
         for pg in 0..map.pg_count() {
             let at = pg as usize * self.width;
-            for &n in &self.rows[at..at + self.width] {
+            for &n in &self.rows[at..at + self.counted] {
                 if n != NONE {
                     self.load[n as usize] += 1;
                     self.holds[n as usize].push(pg);
                 }
             }
             if let Some(prev) = self.previous {
-                for id in prev.nodes(pg) {
+                for id in self.held_before(prev, pg) {
                     if let Some(i) = self.placer.index(*id) {
                         self.held[i as usize].push(pg);
                     }
                 }
-                for &n in &self.rows[at..at + self.width] {
-                    if n != NONE && !prev.holds(pg, self.placer.id(n)) {
+                for &n in &self.rows[at..at + self.counted] {
+                    if n != NONE && !self.held_before(prev, pg).contains(&self.placer.id(n)) {
                         self.arrivals.insert((pg, n));
                     }
                 }
@@ -316,12 +324,23 @@ impl<'a> State<'a> {
         &self.rows[at..at + self.width]
     }
 
+    /// The slots of group `pg` that are counted and moved.
+    fn counted_row(&self, pg: u32) -> &[u32] {
+        &self.row(pg)[..self.counted]
+    }
+
+    /// The nodes that held the counted slots of `pg` in the previous table.
+    fn held_before<'t>(&self, prev: &'t PlacementTable, pg: u32) -> &'t [NodeId] {
+        let nodes = prev.nodes(pg);
+        &nodes[..nodes.len().min(self.counted)]
+    }
+
     /// -1, 0 or +1: see the module doc.
     fn cost(&self, pg: u32, from: u32, to: u32) -> i32 {
         let Some(prev) = self.previous else {
             return 0;
         };
-        let had = |i: u32| prev.holds(pg, self.placer.id(i));
+        let had = |i: u32| self.held_before(prev, pg).contains(&self.placer.id(i));
         i32::from(!had(to)) - i32::from(!had(from))
     }
 
@@ -366,7 +385,7 @@ impl<'a> State<'a> {
     fn best_move_from(&self, a: u32) -> Option<Move> {
         let mut best: Option<Move> = None;
         for &pg in &self.holds[a as usize] {
-            let Some(slot) = self.row(pg).iter().position(|&n| n == a) else { continue };
+            let Some(slot) = self.counted_row(pg).iter().position(|&n| n == a) else { continue };
             let mut consider = |to: u32| {
                 if to == a || self.load[to as usize] as f64 + 1.0 > self.target[to as usize] + self.aim(to) {
                     return; // `to` would pass its aim
@@ -381,7 +400,7 @@ impl<'a> State<'a> {
             };
             // Nodes that held the group before: sending it back is cheap.
             if let Some(prev) = self.previous {
-                for id in prev.nodes(pg) {
+                for id in self.held_before(prev, pg) {
                     if let Some(i) = self.placer.index(*id) {
                         consider(i);
                     }
@@ -408,7 +427,7 @@ impl<'a> State<'a> {
             if a == NONE || a == b || (self.load[a as usize] as f64) - 1.0 < self.target[a as usize] - self.aim(a) {
                 return; // `a` would pass its aim
             }
-            let Some(slot) = self.row(pg).iter().position(|&n| n == a) else { return };
+            let Some(slot) = self.counted_row(pg).iter().position(|&n| n == a) else { return };
             if !self.improves(a, b) || !self.can_take(pg, slot, b) {
                 return;
             }
@@ -419,7 +438,7 @@ impl<'a> State<'a> {
         };
         for &pg in &self.held[b as usize] {
             if !self.row(pg).contains(&b) {
-                for &a in self.row(pg) {
+                for &a in self.counted_row(pg) {
                     consider(pg, a, &mut best);
                 }
             }
@@ -481,7 +500,7 @@ impl<'a> State<'a> {
         self.holds[m.to as usize].push(m.pg);
         if let Some(prev) = self.previous {
             self.arrivals.remove(&(m.pg, from));
-            if !prev.holds(m.pg, self.placer.id(m.to)) {
+            if !self.held_before(prev, m.pg).contains(&self.placer.id(m.to)) {
                 self.arrivals.insert((m.pg, m.to));
             }
         }
@@ -612,6 +631,56 @@ mod tests {
         assert!(moved <= fair * 1.1 && moved >= fair * 0.9, "{moved} moved, fair share {fair}");
         let (lo, hi) = spread(&after, &b2.table);
         assert!(hi <= 1.0 + band(117.0) && lo >= 1.0 - band(117.0), "{lo}..{hi}");
+    }
+
+    /// Copies per node in the first `k` slots of every group, over the
+    /// mean: lowest and highest.
+    fn prefix_spread(map: &PlacementMap, table: &PlacementTable, k: usize) -> (f64, f64) {
+        let mut per = std::collections::BTreeMap::new();
+        for pg in 0..table.pg_count() {
+            for n in table.nodes(pg).iter().take(k) {
+                *per.entry(*n).or_insert(0u64) += 1;
+            }
+        }
+        let up: Vec<_> = map.nodes().iter().filter(|n| n.state.holds_data()).map(|n| n.id).collect();
+        let mean = per.values().sum::<u64>() as f64 / up.len() as f64;
+        let r = up.iter().map(|n| per.get(n).copied().unwrap_or(0) as f64 / mean);
+        r.fold((f64::INFINITY, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
+    }
+
+    #[test]
+    fn a_wide_map_balances_the_slots_a_narrow_protection_takes() {
+        // A pool's map lists 12 nodes a group; rep:3 volumes use the first 3.
+        let ec = crate::placement::Protection::erasure_coded(8, 4).expect("valid");
+        let map = crate::placement::test_utils::cluster_with(ec, 40, 1, 4096, |_| TIB);
+        let hashed = prefix_spread(&map, &Placer::new(&map).table(), 3);
+        assert!(hashed.1 > 1.05, "hashing alone leaves the first 3 slots uneven: {hashed:?}");
+        let opts = BalanceOptions { slots: 3, ..BalanceOptions::default() };
+        let b = balance(&map, None, &opts);
+        let mut next = map.clone();
+        next.set_remaps(b.remaps.clone()).expect("valid remaps");
+        assert_eq!(b.table, Placer::new(&next).table());
+        let t = 3.0 * 4096.0 / 40.0;
+        let (lo, hi) = prefix_spread(&next, &b.table, 3);
+        assert!(hi <= 1.0 + band(t) && lo >= 1.0 - band(t), "first 3 slots after balancing: {lo}..{hi}");
+        assert_eq!((lo, hi), (b.min_over_target, b.max_over_target));
+
+        // A node added: the first 3 slots stay even, and about its share moves.
+        let mut grown = next.clone();
+        grown.add_nodes([node(40, 1, TIB)]).expect("new node");
+        let b2 = balance(&grown, Some(&b.table), &opts);
+        let mut after = grown.clone();
+        after.set_remaps(b2.remaps.clone()).expect("valid remaps");
+        let (lo, hi) = prefix_spread(&after, &b2.table, 3);
+        let t = 3.0 * 4096.0 / 41.0;
+        assert!(hi <= 1.0 + band(t) && lo >= 1.0 - band(t), "after the add: {lo}..{hi}");
+        let moved: usize = (0..4096)
+            .map(|pg| {
+                let before = &b.table.nodes(pg)[..3];
+                b2.table.nodes(pg)[..3].iter().filter(|n| !before.contains(n)).count()
+            })
+            .sum();
+        assert!((moved as f64) < t * 1.3, "{moved} copies of the first 3 slots moved, the new node's share is {t}");
     }
 
     #[test]
