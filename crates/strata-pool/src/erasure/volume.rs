@@ -48,6 +48,10 @@ use crate::volume::{Control, Layout, Membership, OpenError, VolumeStats};
 /// one of these.
 const STRIPE_LOCKS: usize = 1024;
 
+/// Tries of a rebuild run whose reads raced updates before the run is read
+/// with its stripes locked.
+const REBUILD_TRIES_UNLOCKED: u32 = 8;
+
 /// Stripe updates left uncommitted before a write commits what has ended
 /// (between the owner's once-a-second commits and the host's flushes).
 /// Each leaves at most one undo record (a strip and a header block) on
@@ -737,33 +741,45 @@ impl Inner {
         }
     }
 
-    /// Decodes the strips `node` holds in `stripes` (a run inside one
-    /// dirty-log region, so inside one chunk) from K other shards and writes them to `shard`:
-    /// one read per source shard and one write for the whole run, under
-    /// the locks of every stripe in it (so no update lands between the
-    /// read and the write), at the node's rebuild pace. A shard that fails
+    /// Decodes the strips `node` holds in `stripes` (a run inside
+    /// dirty-log region `r`, so inside one chunk) from K other shards and
+    /// writes them to `shard`: one read per source shard and one write for
+    /// the whole run, at the node's rebuild pace. A shard that fails
     /// leaves the in-sync set and the run is tried again.
+    ///
+    /// The reads run without the stripe locks, so that foreground updates
+    /// of the run wait only for the write: the run is read when no update
+    /// of region `r` is running, and written under the locks of every
+    /// stripe in it only if none started since and the membership is the
+    /// one read under (no source left meanwhile); otherwise it is read
+    /// again. After [`REBUILD_TRIES_UNLOCKED`] raced tries the locks are
+    /// held across the read too, so that a busy region cannot starve the
+    /// rebuild.
     async fn rebuild_region(
         &self,
+        r: u64,
         stripes: std::ops::Range<u64>,
         node: NodeId,
         shard: &Arc<dyn Shard>,
     ) -> Result<(), BlockError> {
         let (first, n) = (stripes.start, stripes.end - stripes.start);
-        let slots = self.slots(first)?;
-        let Some(pos) = slots.iter().position(|&s| s == node) else { return Ok(()) };
         let (k, strip) = (self.k(), self.strip());
         let (at, len) = (self.stripes.shard_offset(first), n as usize * strip);
         self.pace(len as u64).await;
-        // Every stripe lock of the run, each once, in index order: a
-        // writer holds one at a time, so this order cannot deadlock.
-        let locks: BTreeSet<usize> = stripes.clone().map(|g| (g % STRIPE_LOCKS as u64) as usize).collect();
-        let mut _held = Vec::with_capacity(locks.len());
-        for l in locks {
-            _held.push(self.locks[l].lock().await);
-        }
+        let mut tries = 0u32;
         loop {
+            tries += 1;
+            let locked = tries > REBUILD_TRIES_UNLOCKED;
+            let mut held = if locked { self.lock_run(&stripes).await } else { Vec::new() };
             self.check_serving()?;
+            let seq = self.drl.sequence();
+            if !locked && !self.drl.region_quiet_since(r, seq) {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                continue;
+            }
+            // Again each try: a move may have changed the slots.
+            let slots = self.slots(first)?;
+            let Some(pos) = slots.iter().position(|&s| s == node) else { return Ok(()) };
             let (m, _) = self.view(self.regions_of(first));
             let mut sources: Vec<usize> =
                 (0..self.width()).filter(|&p| p != pos && m.in_sync.contains(&slots[p])).collect();
@@ -786,6 +802,7 @@ impl Inner {
                 }
             }
             if let Some(f) = fault {
+                drop(held);
                 self.settle(first, f, m.epoch).await?;
                 continue;
             }
@@ -803,6 +820,12 @@ impl Inner {
                     piece.copy_from_slice(&parity[pos - k]);
                 }
             }
+            if !locked {
+                held = self.lock_run(&stripes).await;
+                if !self.drl.region_quiet_since(r, seq) || self.membership().epoch != m.epoch {
+                    continue; // an update or a membership change raced the read
+                }
+            }
             let lba = at / self.bs();
             // Zeros stay thin on the shard: sent as a deallocate.
             let sent = if is_zero(&out) {
@@ -810,11 +833,23 @@ impl Inner {
             } else {
                 shard.write(m.epoch, lba, Bytes::from(out), false).await
             };
+            drop(held);
             match sent {
                 Ok(()) => return Ok(()),
                 Err(e) => self.settle(first, self.judge(node, e), m.epoch).await?,
             }
         }
+    }
+
+    /// The locks of every stripe of `stripes`, each once, in index order:
+    /// a writer holds one at a time, so this order cannot deadlock.
+    async fn lock_run(&self, stripes: &std::ops::Range<u64>) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let locks: BTreeSet<usize> = stripes.clone().map(|g| (g % STRIPE_LOCKS as u64) as usize).collect();
+        let mut held = Vec::with_capacity(locks.len());
+        for l in locks {
+            held.push(self.locks[l].lock().await);
+        }
+        held
     }
 
     /// The stripes of dirty-log region `r` that exist.
@@ -1022,7 +1057,7 @@ impl ErasureVolume {
                     while g < stripes.end {
                         let run = g..(g + REBUILD_RUN_STRIPES).min(stripes.end);
                         g = run.end;
-                        i.rebuild_region(run, node, shard).await?;
+                        i.rebuild_region(r, run, node, shard).await?;
                         if !still(i) {
                             return Err(io_error(format!("node {node} failed a write during its rebuild")));
                         }
