@@ -48,6 +48,10 @@ use crate::volume::{Control, Layout, Membership, OpenError, VolumeStats};
 /// one of these.
 const STRIPE_LOCKS: usize = 1024;
 
+/// The most whole stripes one update writes (a logged write of this many
+/// strips per shard).
+const WRITE_RUN_STRIPES: u64 = 32;
+
 /// Tries of a rebuild run whose reads raced updates before the run is read
 /// with its stripes locked.
 const REBUILD_TRIES_UNLOCKED: u32 = 8;
@@ -232,7 +236,12 @@ impl Inner {
 
     /// The dirty-log regions of stripe `g`.
     fn regions_of(&self, g: u64) -> std::ops::Range<u64> {
-        self.drl.regions().touched(self.stripes.shard_offset(g), self.stripes.strip)
+        self.regions_of_run(&(g..g + 1))
+    }
+
+    /// The dirty-log regions of the stripes of `run` (inside one chunk).
+    fn regions_of_run(&self, run: &std::ops::Range<u64>) -> std::ops::Range<u64> {
+        self.drl.regions().touched(self.stripes.shard_offset(run.start), (run.end - run.start) * self.stripes.strip)
     }
 
     async fn lock(&self, g: u64) -> tokio::sync::MutexGuard<'_, ()> {
@@ -255,8 +264,13 @@ impl Inner {
     /// `sent`: a failed node leaves (what it missed recorded), and the
     /// caller tries again.
     async fn settle(&self, g: u64, fault: Fault, sent: u64) -> Result<(), BlockError> {
+        self.settle_in(self.regions_of(g), fault, sent).await
+    }
+
+    /// [`settle`](Self::settle) for an operation on dirty-log `regions`.
+    async fn settle_in(&self, regions: std::ops::Range<u64>, fault: Fault, sent: u64) -> Result<(), BlockError> {
         match fault {
-            Fault::Node(n) => self.owner.leave(&[n], self.regions_of(g)).await,
+            Fault::Node(n) => self.owner.leave(&[n], regions).await,
             Fault::Stale => self.owner.refused(sent).await,
             Fault::Volume(e) => Err(e),
         }
@@ -378,29 +392,64 @@ impl Inner {
         Ok(out)
     }
 
-    /// Writes `new` at `within` of stripe `g` as one update.
+    /// The new contents of whole stripes written with `new` (their data,
+    /// stripe after stripe): `(position, strips)` for every position, the
+    /// strips of consecutive stripes one after the other, as they lie on
+    /// the shard.
+    fn plan_full(&self, new: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, Fault> {
+        let (k, strip, sb) = (self.k(), self.strip(), self.stripes.stripe_bytes() as usize);
+        let n = new.len() / sb;
+        let mut out: Vec<Vec<u8>> = (0..self.width()).map(|_| Vec::with_capacity(n * strip)).collect();
+        for stripe in new.chunks(sb) {
+            let data: Vec<&[u8]> = stripe.chunks(strip).collect();
+            let parity = self.codec.encode(&data).map_err(|e| Fault::Volume(io_error(e.to_string())))?;
+            for (p, d) in data.iter().enumerate() {
+                out[p].extend_from_slice(d);
+            }
+            for (j, par) in parity.iter().enumerate() {
+                out[k + j].extend_from_slice(par);
+            }
+        }
+        Ok(out.into_iter().enumerate().collect())
+    }
+
+    /// Writes `new` at `within` of stripe `run.start` as one update, or,
+    /// for a run of more than one stripe (consecutive, in one chunk),
+    /// `new` over the whole stripes of the run: one logged write per shard
+    /// for the run, its parity encoded without reading anything.
     ///
-    /// The update's sequence number is taken under the stripe's lock, so
-    /// that a stripe's updates land in the order of their numbers: a
-    /// commit up to `n` (every update up to `n` ended) then never leaves
-    /// an older update of a stripe undone under a newer one it keeps, nor
-    /// a newer one to roll back over an older one it keeps. Returns it.
-    async fn write_stripe(&self, g: u64, within: std::ops::Range<u64>, new: &[u8]) -> Result<u64, BlockError> {
-        let _stripe = self.lock(g).await;
+    /// The update's sequence number is taken under the locks of its
+    /// stripes, so that a stripe's updates land in the order of their
+    /// numbers: a commit up to `n` (every update up to `n` ended) then
+    /// never leaves an older update of a stripe undone under a newer one
+    /// it keeps, nor a newer one to roll back over an older one it keeps.
+    /// Returns it.
+    async fn write_run(
+        &self,
+        run: std::ops::Range<u64>,
+        within: std::ops::Range<u64>,
+        new: &[u8],
+    ) -> Result<u64, BlockError> {
+        let g = run.start;
+        let whole = run.end - run.start > 1;
+        let _stripes = if whole { self.lock_run(&run).await } else { vec![self.lock(g).await] };
         let running = self.begin_update();
         let seq = running.1;
+        let regions = self.regions_of_run(&run);
         loop {
             self.check_serving()?;
-            let (m, catching) = self.view(self.regions_of(g));
+            let (m, catching) = self.view(regions.clone());
             let slots = self.slots(g)?;
             let live = slots.iter().filter(|n| m.in_sync.contains(n)).count();
             if live < self.k() {
                 return Err(io_error(format!("stripe {g} has {live} of {} shards in sync", self.width())));
             }
-            let plan = match self.plan(g, &within, new, &slots, &m, &catching).await {
+            let plan =
+                if whole { self.plan_full(new) } else { self.plan(g, &within, new, &slots, &m, &catching).await };
+            let plan = match plan {
                 Ok(p) => p,
                 Err(f) => {
-                    self.settle(g, f, m.epoch).await?;
+                    self.settle_in(regions.clone(), f, m.epoch).await?;
                     continue;
                 }
             };
@@ -422,14 +471,14 @@ impl Inner {
                 // keeps a second record of the same update, and rolling
                 // back newest first still ends at the bytes before it.
                 if !failed.is_empty() {
-                    self.owner.leave(&failed, self.regions_of(g)).await?;
+                    self.owner.leave(&failed, regions.clone()).await?;
                 }
                 self.owner.refused(m.epoch).await?;
                 continue;
             }
             if !failed.is_empty() {
-                self.owner.leave(&failed, self.regions_of(g)).await?;
-                let (now, _) = self.view(self.regions_of(g));
+                self.owner.leave(&failed, regions.clone()).await?;
+                let (now, _) = self.view(regions.clone());
                 let live = slots.iter().filter(|n| now.in_sync.contains(n)).count();
                 if live < self.k() {
                     return Err(io_error(format!("stripe {g} has {live} of {} shards in sync", self.width())));
@@ -466,11 +515,9 @@ impl Inner {
             let regions = self.drl.regions().touched(self.stripes.shard_offset(first), (last - first + 1) * strip);
             self.stripes_since_commit.fetch_add(last - first + 1, Ordering::AcqRel);
             let _dirty = self.drl.begin(regions, &stale).await.map_err(|e| io_error(e.to_string()))?;
-            let results = join_all(pieces.into_iter().map(|p| {
-                let at = p.at as usize;
-                let len = (p.within.end - p.within.start) as usize;
-                let piece = &data[at..at + len];
-                self.write_stripe(p.stripe, p.within, piece)
+            let results = join_all(self.runs(pieces).into_iter().map(|(run, within, at)| {
+                let (at, len) = (at as usize, (within.end - within.start) as usize);
+                self.write_run(run, within, &data[at..at + len])
             }))
             .await;
             results.into_iter().collect::<Result<Vec<u64>, _>>()?.into_iter().max().unwrap_or(0)
@@ -850,6 +897,34 @@ impl Inner {
             held.push(self.locks[l].lock().await);
         }
         held
+    }
+
+    /// The updates a write of `pieces` makes: each partial stripe alone,
+    /// and consecutive whole stripes of one chunk together, up to
+    /// [`WRITE_RUN_STRIPES`]. Each is `(stripes, bytes within them, where
+    /// they are in the write's buffer)`.
+    fn runs(&self, pieces: Vec<StripePiece>) -> Vec<(std::ops::Range<u64>, std::ops::Range<u64>, u64)> {
+        let sb = self.stripes.stripe_bytes();
+        let chunk_stripes = (self.layout().chunk_bytes() / self.stripes.strip).max(1);
+        let mut runs: Vec<(std::ops::Range<u64>, std::ops::Range<u64>, u64)> = Vec::new();
+        for p in pieces {
+            let whole = p.within == (0..sb);
+            if let Some((run, within, _)) = runs.last_mut() {
+                let joins = whole
+                    && within.start == 0
+                    && within.end == (run.end - run.start) * sb
+                    && run.end == p.stripe
+                    && run.start / chunk_stripes == p.stripe / chunk_stripes
+                    && run.end - run.start < WRITE_RUN_STRIPES;
+                if joins {
+                    run.end += 1;
+                    within.end += sb;
+                    continue;
+                }
+            }
+            runs.push((p.stripe..p.stripe + 1, p.within, p.at));
+        }
+        runs
     }
 
     /// The stripes of dirty-log region `r` that exist.
