@@ -3,7 +3,8 @@
 //! node, then of its owner as well (M = 2 nodes down: reads decode from
 //! the four left), writes go on degraded, and the two nodes come back and
 //! are rebuilt from the others until the volume is healthy again, after
-//! which the shards of two other nodes are not needed to read it.
+//! which the shards of two other nodes are not needed to read it. First,
+//! space written and deallocated is freed on the shards.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,6 +25,12 @@ fn owner_of(via: &NodeProc) -> Option<(u64, SocketAddr, Value)> {
     let owner = v["owner"].as_u64()?;
     let n = s["nodes"].as_array()?.iter().find(|n| n["id"] == owner && n["state"] == "up")?;
     Some((owner, n["listen"].as_str()?.parse().ok()?, v))
+}
+
+/// The volume's data as its shards hold it (allocated bytes x K / width),
+/// as `via` reports.
+fn allocated(via: &NodeProc) -> Option<u64> {
+    owner_of(via)?.2["allocated_bytes"].as_u64()
 }
 
 fn name_of(via: &NodeProc, id: u64) -> String {
@@ -62,6 +69,35 @@ fn an_ec_4_2_volume_keeps_flushed_writes_through_two_kill_9s_and_rebuilds_the_no
     });
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+
+    // Deallocated space is freed on the shards: 32 MiB written and
+    // deallocated read as zeros, and the volume's shards (its data, not
+    // the undo logs) hold what they held before.
+    let before = allocated(&nodes[0]).expect("status");
+    rt.block_on(async {
+        let c = connect_when_served(addr, &nqn).await;
+        for start in (0..8192u64).step_by(256) {
+            let data: Vec<u8> = (start..start + 256).flat_map(|b| pattern(b << 8 | 9)).collect();
+            c.write(1, start, data, false).await.expect("fill write");
+        }
+        c.flush(1).await.expect("flush");
+    });
+    let filled = wait_for("the shards' space allocated", Duration::from_secs(30), &nodes, || {
+        allocated(&nodes[0]).filter(|&a| a >= before + (30 << 20))
+    });
+    rt.block_on(async {
+        let c = connect_when_served(addr, &nqn).await;
+        let ranges: Vec<(u64, u32)> = (0..8192u64).step_by(1024).map(|b| (b, 1024)).collect();
+        c.deallocate(1, &ranges).await.expect("deallocate");
+        for b in [0u64, 1, 4095, 8191] {
+            let got = c.read(1, b, 1).await.expect("read");
+            assert!(got.iter().all(|&x| x == 0), "block {b} reads as data after the deallocate");
+        }
+    });
+    wait_for("the shards' space freed", Duration::from_secs(30), &nodes, || {
+        allocated(&nodes[0]).filter(|&a| a + (30 << 20) <= filled)
+    });
+
     let mut expect = std::collections::BTreeMap::new();
     // Single blocks (partial stripes) and 64 KiB runs (full stripes).
     let singles: Vec<u64> = (0..48).map(|i| i * 977 % 16384).collect();

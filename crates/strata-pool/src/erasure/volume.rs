@@ -52,6 +52,10 @@ const STRIPE_LOCKS: usize = 1024;
 /// strips per shard).
 const WRITE_RUN_STRIPES: u64 = 32;
 
+/// The most whole stripes one freeing update zeroes and deallocates: with
+/// 4 KiB strips, 4 MiB of each shard, whole extents of the store.
+const FREE_RUN_STRIPES: u64 = 1024;
+
 /// Tries of a rebuild run whose reads raced updates before the run is read
 /// with its stripes locked.
 const REBUILD_TRIES_UNLOCKED: u32 = 8;
@@ -399,6 +403,10 @@ impl Inner {
     fn plan_full(&self, new: &[u8]) -> Result<Vec<(usize, Vec<u8>)>, Fault> {
         let (k, strip, sb) = (self.k(), self.strip(), self.stripes.stripe_bytes() as usize);
         let n = new.len() / sb;
+        if is_zero(new) {
+            // Zeros encode to zeros: nothing to compute.
+            return Ok((0..self.width()).map(|p| (p, vec![0; n * strip])).collect());
+        }
         let mut out: Vec<Vec<u8>> = (0..self.width()).map(|_| Vec::with_capacity(n * strip)).collect();
         for stripe in new.chunks(sb) {
             let data: Vec<&[u8]> = stripe.chunks(strip).collect();
@@ -430,12 +438,77 @@ impl Inner {
         within: std::ops::Range<u64>,
         new: &[u8],
     ) -> Result<u64, BlockError> {
+        let _stripes = self.lock_stripes(&run).await;
+        let running = self.begin_update();
+        self.update(&run, &within, new, running.1).await
+    }
+
+    /// Writes zeros over whole stripes `run` (`new`, all zero) as
+    /// [`write_run`](Self::write_run) does, then frees their space on
+    /// every shard: once the update is committed (no roll back can bring
+    /// back what it overwrote), each shard deallocates the run, which
+    /// reads as the zeros just written. The stripes stay locked
+    /// throughout, so no later update can land in between and be freed.
+    async fn zero_run(self: &Arc<Self>, run: std::ops::Range<u64>, new: &[u8]) -> Result<u64, BlockError> {
+        let _stripes = self.lock_stripes(&run).await;
+        let within = 0..new.len() as u64;
+        let seq = {
+            let running = self.begin_update();
+            self.update(&run, &within, new, running.1).await?
+        };
+        self.commit_through(seq).await?;
+        self.free_stripes(&run).await?;
+        Ok(seq)
+    }
+
+    /// Deallocates the strips of `run` on every shard that takes writes.
+    /// The caller holds the run's locks, and its content is zeros,
+    /// committed.
+    async fn free_stripes(&self, run: &std::ops::Range<u64>) -> Result<(), BlockError> {
+        let lba = self.stripes.shard_offset(run.start) / self.bs();
+        let blocks = (run.end - run.start) * self.stripes.strip / self.bs();
+        let regions = self.regions_of_run(run);
+        loop {
+            self.check_serving()?;
+            let epoch = self.membership().epoch;
+            let nodes: Vec<NodeId> = self.writable().into_iter().collect();
+            let results = join_all(nodes.iter().map(|&n| async move {
+                let shard = self.shard(n)?;
+                shard.write_zeroes(epoch, lba, blocks, true).await.map_err(|e| self.judge(n, e))
+            }))
+            .await;
+            let Answers { failed, refused, error, .. } = Answers::sort(results);
+            if let Some(e) = error {
+                return Err(e);
+            }
+            if !failed.is_empty() {
+                self.owner.leave(&failed, regions.clone()).await?;
+            }
+            if refused {
+                self.owner.refused(epoch).await?;
+                continue;
+            }
+            return Ok(());
+        }
+    }
+
+    /// The locks of `run`: one, or every stripe's in index order.
+    async fn lock_stripes(&self, run: &std::ops::Range<u64>) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        if run.end - run.start == 1 { vec![self.lock(run.start).await] } else { self.lock_run(run).await }
+    }
+
+    /// The update `seq` of `run` (see [`write_run`](Self::write_run)),
+    /// whose locks the caller holds.
+    async fn update(
+        &self,
+        run: &std::ops::Range<u64>,
+        within: &std::ops::Range<u64>,
+        new: &[u8],
+        seq: u64,
+    ) -> Result<u64, BlockError> {
         let g = run.start;
         let whole = run.end - run.start > 1;
-        let _stripes = if whole { self.lock_run(&run).await } else { vec![self.lock(g).await] };
-        let running = self.begin_update();
-        let seq = running.1;
-        let regions = self.regions_of_run(&run);
+        let regions = self.regions_of_run(run);
         loop {
             self.check_serving()?;
             let (m, catching) = self.view(regions.clone());
@@ -444,8 +517,7 @@ impl Inner {
             if live < self.k() {
                 return Err(io_error(format!("stripe {g} has {live} of {} shards in sync", self.width())));
             }
-            let plan =
-                if whole { self.plan_full(new) } else { self.plan(g, &within, new, &slots, &m, &catching).await };
+            let plan = if whole { self.plan_full(new) } else { self.plan(g, within, new, &slots, &m, &catching).await };
             let plan = match plan {
                 Ok(p) => p,
                 Err(f) => {
@@ -490,6 +562,13 @@ impl Inner {
 
     /// Writes `data` at `lba` (whole blocks, in range) as one update.
     async fn write(self: Arc<Self>, lba: u64, data: Bytes, fua: bool) -> Result<(), BlockError> {
+        self.write_or_free(lba, data, fua, false).await
+    }
+
+    /// [`write`](Self::write); with `free`, `data` is zeros and the space
+    /// of the whole stripes it covers is freed on the shards
+    /// ([`zero_run`](Self::zero_run)).
+    async fn write_or_free(self: Arc<Self>, lba: u64, data: Bytes, fua: bool, free: bool) -> Result<(), BlockError> {
         self.check_serving()?;
         let seq = {
             let _io = self.gate.read().await;
@@ -515,9 +594,19 @@ impl Inner {
             let regions = self.drl.regions().touched(self.stripes.shard_offset(first), (last - first + 1) * strip);
             self.stripes_since_commit.fetch_add(last - first + 1, Ordering::AcqRel);
             let _dirty = self.drl.begin(regions, &stale).await.map_err(|e| io_error(e.to_string()))?;
-            let results = join_all(self.runs(pieces).into_iter().map(|(run, within, at)| {
+            let sb = self.stripes.stripe_bytes();
+            let most = if free { FREE_RUN_STRIPES } else { WRITE_RUN_STRIPES };
+            let results = join_all(self.runs(pieces, most).into_iter().map(|(run, within, at)| {
                 let (at, len) = (at as usize, (within.end - within.start) as usize);
-                self.write_run(run, within, &data[at..at + len])
+                let (this, data) = (&self, &data);
+                async move {
+                    let new = &data[at..at + len];
+                    if free && within.start == 0 && within.end == (run.end - run.start) * sb {
+                        this.zero_run(run, new).await
+                    } else {
+                        this.write_run(run, within, new).await
+                    }
+                }
             }))
             .await;
             results.into_iter().collect::<Result<Vec<u64>, _>>()?.into_iter().max().unwrap_or(0)
@@ -602,27 +691,82 @@ impl Inner {
                 Err(f) => self.settle(first.0, f, epoch).await?,
             }
         }
+        // The parts lie in consecutive stripes of one chunk: decoded a
+        // run of stripes at a time, one read per source shard.
         let mut out = Vec::with_capacity(parts.len());
-        for (g, r, at) in &parts {
-            let strip_now = self.degraded_strip(*g, d).await?;
-            out.push((*at, strip_now[r.start as usize..r.end as usize].to_vec()));
+        for run in parts.chunks(REBUILD_RUN_STRIPES as usize) {
+            let (g0, g1) = (run[0].0, run[run.len() - 1].0);
+            let strips = self.degraded_strips(g0..g1 + 1, d).await?;
+            for (g, r, at) in run {
+                let from = ((g - g0) * strip) as usize;
+                out.push((*at, strips[from + r.start as usize..from + r.end as usize].to_vec()));
+            }
         }
         Ok(out)
     }
 
-    /// Strip `pos` of stripe `g`, from in-sync shards, under the stripe's
-    /// lock.
-    async fn degraded_strip(&self, g: u64, pos: usize) -> Result<Vec<u8>, BlockError> {
-        let _stripe = self.lock(g).await;
+    /// Strip `pos` of every stripe of `run` (consecutive, in one chunk),
+    /// one after the other, from in-sync shards under the run's locks:
+    /// read where `pos`'s shard is readable, else decoded from K in-sync
+    /// shards, one read of the run per source.
+    async fn degraded_strips(&self, run: std::ops::Range<u64>, pos: usize) -> Result<Vec<u8>, BlockError> {
+        let _stripes = self.lock_stripes(&run).await;
+        let (at, len) = (self.stripes.shard_offset(run.start), (run.end - run.start) as usize * self.strip());
+        let regions = self.regions_of_run(&run);
         loop {
             self.check_serving()?;
-            let (m, _) = self.view(self.regions_of(g));
-            let slots = self.slots(g)?;
-            match self.strips(g, &slots, &m, &[pos]).await {
-                Ok(mut s) => return Ok(s.swap_remove(0)),
-                Err(f) => self.settle(g, f, m.epoch).await?,
+            let (m, _) = self.view(regions.clone());
+            let slots = self.slots(run.start)?;
+            let sources: Vec<usize> = if m.in_sync.contains(&slots[pos]) {
+                vec![pos]
+            } else {
+                let live: Vec<usize> = (0..self.width()).filter(|&p| m.in_sync.contains(&slots[p])).collect();
+                if live.len() < self.k() {
+                    return Err(self.too_few(&run, live.len()));
+                }
+                live[..self.k()].to_vec()
+            };
+            let read = join_all(sources.iter().map(|&p| self.read_at(slots[p], m.epoch, at, len))).await;
+            match read.into_iter().collect::<Result<Vec<IoBuf>, Fault>>() {
+                Ok(got) if sources == [pos] => return Ok(got[0].to_vec()),
+                Ok(got) => return self.decode_run(&sources, &got, pos),
+                Err(f) => self.settle_in(regions.clone(), f, m.epoch).await?,
             }
         }
+    }
+
+    /// The error of a run of stripes with only `live` shards in sync.
+    fn too_few(&self, run: &std::ops::Range<u64>, live: usize) -> BlockError {
+        io_error(format!(
+            "stripes {}..{} have {live} of their {} shards in sync; {} are needed",
+            run.start,
+            run.end,
+            self.width(),
+            self.k()
+        ))
+    }
+
+    /// Strip `pos` of each stripe of a run, from the run's strips at
+    /// positions `sources` (K of them, each the run's strips one after
+    /// the other).
+    fn decode_run(&self, sources: &[usize], got: &[IoBuf], pos: usize) -> Result<Vec<u8>, BlockError> {
+        let (k, strip) = (self.k(), self.strip());
+        let len = got.first().map_or(0, |b| b.len());
+        let mut out = vec![0u8; len];
+        for (i, piece) in out.chunks_mut(strip).enumerate() {
+            let mut have: Vec<Option<&[u8]>> = vec![None; self.width()];
+            for (&p, b) in sources.iter().zip(got) {
+                have[p] = Some(&b[i * strip..(i + 1) * strip]);
+            }
+            let data = self.codec.decode(&have).map_err(|e| io_error(e.to_string()))?;
+            if pos < k {
+                piece.copy_from_slice(&data[pos]);
+            } else {
+                let parity = self.codec.encode(&data).map_err(|e| io_error(e.to_string()))?;
+                piece.copy_from_slice(&parity[pos - k]);
+            }
+        }
+        Ok(out)
     }
 
     /// Makes every update up to `seq` durable on every in-sync shard and
@@ -831,42 +975,19 @@ impl Inner {
             let mut sources: Vec<usize> =
                 (0..self.width()).filter(|&p| p != pos && m.in_sync.contains(&slots[p])).collect();
             if sources.len() < k {
-                return Err(io_error(format!(
-                    "stripes {first}..{} have {} of their {} shards in sync; {k} are needed",
-                    stripes.end,
-                    sources.len(),
-                    self.width()
-                )));
+                return Err(self.too_few(&stripes, sources.len()));
             }
             sources.truncate(k);
             let read = join_all(sources.iter().map(|&p| self.read_at(slots[p], m.epoch, at, len))).await;
-            let mut got = Vec::with_capacity(k);
-            let mut fault = None;
-            for r in read {
-                match r {
-                    Ok(b) => got.push(b),
-                    Err(f) => fault = Some(f),
+            let got = match read.into_iter().collect::<Result<Vec<IoBuf>, Fault>>() {
+                Ok(got) => got,
+                Err(f) => {
+                    drop(held);
+                    self.settle(first, f, m.epoch).await?;
+                    continue;
                 }
-            }
-            if let Some(f) = fault {
-                drop(held);
-                self.settle(first, f, m.epoch).await?;
-                continue;
-            }
-            let mut out = vec![0u8; len];
-            for (i, piece) in out.chunks_mut(strip).enumerate() {
-                let mut have: Vec<Option<&[u8]>> = vec![None; self.width()];
-                for (&p, b) in sources.iter().zip(&got) {
-                    have[p] = Some(&b[i * strip..(i + 1) * strip]);
-                }
-                let data = self.codec.decode(&have).map_err(|e| io_error(e.to_string()))?;
-                if pos < k {
-                    piece.copy_from_slice(&data[pos]);
-                } else {
-                    let parity = self.codec.encode(&data).map_err(|e| io_error(e.to_string()))?;
-                    piece.copy_from_slice(&parity[pos - k]);
-                }
-            }
+            };
+            let out = self.decode_run(&sources, &got, pos)?;
             if !locked {
                 held = self.lock_run(&stripes).await;
                 if !self.drl.region_quiet_since(r, seq) || self.membership().epoch != m.epoch {
@@ -900,10 +1021,9 @@ impl Inner {
     }
 
     /// The updates a write of `pieces` makes: each partial stripe alone,
-    /// and consecutive whole stripes of one chunk together, up to
-    /// [`WRITE_RUN_STRIPES`]. Each is `(stripes, bytes within them, where
+    /// and consecutive whole stripes of one chunk together, up to `most`. Each is `(stripes, bytes within them, where
     /// they are in the write's buffer)`.
-    fn runs(&self, pieces: Vec<StripePiece>) -> Vec<(std::ops::Range<u64>, std::ops::Range<u64>, u64)> {
+    fn runs(&self, pieces: Vec<StripePiece>, most: u64) -> Vec<(std::ops::Range<u64>, std::ops::Range<u64>, u64)> {
         let sb = self.stripes.stripe_bytes();
         let chunk_stripes = (self.layout().chunk_bytes() / self.stripes.strip).max(1);
         let mut runs: Vec<(std::ops::Range<u64>, std::ops::Range<u64>, u64)> = Vec::new();
@@ -915,7 +1035,7 @@ impl Inner {
                     && within.end == (run.end - run.start) * sb
                     && run.end == p.stripe
                     && run.start / chunk_stripes == p.stripe / chunk_stripes
-                    && run.end - run.start < WRITE_RUN_STRIPES;
+                    && run.end - run.start < most;
                 if joins {
                     run.end += 1;
                     within.end += sb;
@@ -1169,7 +1289,7 @@ impl ErasureVolume {
 
 /// Zeros for write-zeroes and deallocate, which an erasure-coded volume
 /// writes as data (their parity is zero too).
-static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+static ZEROS: [u8; 16 << 20] = [0; 16 << 20];
 
 impl BlockDevice for ErasureVolume {
     fn geometry(&self) -> Geometry {
@@ -1260,7 +1380,7 @@ impl Inner {
         while lba < end {
             let n = per.min(end - lba);
             let data = Bytes::from_static(&ZEROS[..(n * self.bs()) as usize]);
-            self.clone().write(lba, data, false).await?;
+            self.clone().write_or_free(lba, data, false, true).await?;
             lba += n;
         }
         Ok(())
