@@ -20,8 +20,7 @@
 //! Needs root (CAP_NET_ADMIN) and iproute2, as in CI (`.ci/run` runs as
 //! root); it fails, saying so, without them.
 
-use std::net::{Ipv4Addr, SocketAddr};
-use std::process::Command;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -34,7 +33,10 @@ use strata_chaos::rng::Rng;
 use strata_meta::testing::EtcdProcess;
 
 mod common;
-use common::{NodeAddrs, NodeProc, nodes_up, volume_status, wait_for};
+#[path = "common/netns.rs"]
+mod netns;
+use common::{NodeProc, nodes_up, volume_status, wait_for};
+use netns::{Net, addrs, load_runs, owner_index, replica_not_owner, watch_states, written};
 
 const NODES: usize = 4;
 const SEED: u64 = 20261201;
@@ -42,150 +44,6 @@ const VOLUME: &str = "v1";
 /// Blocks the hosts write: the whole 512 MiB volume, every chunk. Each
 /// node has a 1 GiB drive: a node may hold a copy of every chunk.
 const BLOCKS: u64 = 512 << 20 >> 12;
-
-/// Runs `ip ARGS...`, panicking with its stderr on failure.
-fn ip(args: &[&str]) {
-    let out =
-        Command::new("ip").args(args).output().unwrap_or_else(|e| panic!("cannot run ip(8): {e}; install iproute2"));
-    assert!(
-        out.status.success(),
-        "ip {} failed: {}(this test needs root, or CAP_NET_ADMIN, to build network namespaces)",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A bridge in the test's namespace and one namespace per node, each with
-/// a veth on the bridge and its own address. Torn down on drop.
-struct Net {
-    tag: String,
-    subnet: [u8; 3],
-}
-
-impl Net {
-    fn new(nodes: usize) -> Net {
-        let pid = std::process::id();
-        let net = Net { tag: format!("{:x}", pid & 0xf_ffff), subnet: [10, 100 + (pid >> 8) as u8 % 100, pid as u8] };
-        net.teardown(nodes); // leftovers of an earlier run with this pid
-        let br = net.bridge();
-        ip(&["link", "add", &br, "type", "bridge"]);
-        ip(&["addr", "add", &format!("{}/24", net.gateway()), "dev", &br]);
-        ip(&["link", "set", &br, "up"]);
-        for i in 0..nodes {
-            let (ns, veth) = (net.ns(i), net.veth(i));
-            ip(&["netns", "add", &ns]);
-            ip(&["link", "add", &veth, "type", "veth", "peer", "name", &format!("{veth}p")]);
-            ip(&["link", "set", &format!("{veth}p"), "netns", &ns]);
-            ip(&["-n", &ns, "link", "set", &format!("{veth}p"), "name", "eth0"]);
-            ip(&["-n", &ns, "addr", "add", &format!("{}/24", net.addr(i)), "dev", "eth0"]);
-            ip(&["-n", &ns, "link", "set", "eth0", "up"]);
-            ip(&["-n", &ns, "link", "set", "lo", "up"]);
-            ip(&["link", "set", &veth, "master", &br]);
-            ip(&["link", "set", &veth, "up"]);
-        }
-        net
-    }
-
-    fn bridge(&self) -> String {
-        format!("sb{}", self.tag)
-    }
-    fn ns(&self, i: usize) -> String {
-        format!("st{}n{i}", self.tag)
-    }
-    fn veth(&self, i: usize) -> String {
-        format!("sv{}n{i}", self.tag)
-    }
-    fn gateway(&self) -> Ipv4Addr {
-        let [a, b, c] = self.subnet;
-        Ipv4Addr::new(a, b, c, 1)
-    }
-    fn addr(&self, i: usize) -> Ipv4Addr {
-        let [a, b, c] = self.subnet;
-        Ipv4Addr::new(a, b, c, 10 + i as u8)
-    }
-
-    /// Node `i`'s link goes down (`up == false`) or comes back.
-    fn link(&self, i: usize, up: bool) {
-        ip(&["-n", &self.ns(i), "link", "set", "eth0", if up { "up" } else { "down" }]);
-    }
-
-    fn teardown(&self, nodes: usize) {
-        for i in 0..nodes {
-            let _ = Command::new("ip").args(["netns", "del", &self.ns(i)]).output();
-        }
-        let _ = Command::new("ip").args(["link", "del", &self.bridge()]).output();
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        self.teardown(NODES);
-    }
-}
-
-fn addrs(ip: Ipv4Addr) -> NodeAddrs {
-    NodeAddrs {
-        fabric: format!("{ip}:4430"),
-        listen: format!("{ip}:4420"),
-        discovery: format!("{ip}:8009"),
-        http: format!("{ip}:7420"),
-    }
-}
-
-/// The volume's state names seen from `via` until `until` returns true
-/// of the status, or `limit` passes (then panics with the logs).
-fn watch_states(
-    what: &str,
-    nodes: &[NodeProc],
-    via: usize,
-    limit: Duration,
-    mut until: impl FnMut(&serde_json::Value) -> bool,
-) -> Vec<String> {
-    let mut seen: Vec<String> = Vec::new();
-    wait_for(what, limit, nodes, || {
-        let v = volume_status(&nodes[via], VOLUME)?;
-        let state = v["state"].as_str()?.to_string();
-        if seen.last() != Some(&state) {
-            seen.push(state);
-        }
-        until(&v).then_some(())
-    });
-    seen
-}
-
-/// A node of the volume's replicas other than its owner, and not `not`.
-fn replica_not_owner(nodes: &[NodeProc], via: usize, not: Option<usize>) -> usize {
-    let v = volume_status(&nodes[via], VOLUME).expect("status");
-    let owner = v["owner"].as_u64().expect("an owner");
-    let replicas: Vec<u64> = v["replicas"].as_array().unwrap().iter().filter_map(|r| r.as_u64()).collect();
-    let index = |id: u64| {
-        let name = common::node_name(&nodes[via], id).expect("node name");
-        nodes.iter().position(|n| n.name == name).expect("a node of ours")
-    };
-    replicas
-        .into_iter()
-        .filter(|&r| r != owner)
-        .map(index)
-        .find(|&i| Some(i) != not)
-        .expect("a replica other than the owner")
-}
-
-fn owner_index(nodes: &[NodeProc], via: usize) -> usize {
-    let v = volume_status(&nodes[via], VOLUME).expect("status");
-    let name = common::node_name(&nodes[via], v["owner"].as_u64().expect("an owner")).expect("name");
-    nodes.iter().position(|n| n.name == name).unwrap()
-}
-
-fn written(ctx: &Ctx) -> u64 {
-    ctx.snapshot().bytes_written
-}
-
-/// Lets the load run for `d` and checks it wrote meanwhile.
-fn load_runs(ctx: &Ctx, d: Duration, during: &str) {
-    let before = written(ctx);
-    std::thread::sleep(d);
-    assert!(written(ctx) > before, "the hosts wrote nothing {during}\n{}", ctx.snapshot().summary());
-}
 
 #[test]
 fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in_network_namespaces() {
@@ -246,45 +104,47 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
     let mut resyncing_seen = 0;
 
     // 1. kill -9 of a replica node: the owner drops it, I/O goes on.
-    let victim = replica_not_owner(&nodes, 0, None);
+    let victim = replica_not_owner(VOLUME, &nodes, 0, None);
     let watcher = (0..NODES).find(|&i| i != victim).unwrap();
     nodes[victim].kill9();
-    watch_states("degraded after a replica's kill -9", &nodes, watcher, Duration::from_secs(40), |v| {
+    watch_states(VOLUME, "degraded after a replica's kill -9", &nodes, watcher, Duration::from_secs(40), |v| {
         v["state"] == "degraded"
     });
     load_runs(&ctx, Duration::from_secs(3), "while a replica node was dead");
     nodes[victim].restart();
-    let seen = watch_states("healthy after the node came back", &nodes, watcher, Duration::from_secs(90), |v| {
-        v["state"] == "healthy"
-    });
+    let seen =
+        watch_states(VOLUME, "healthy after the node came back", &nodes, watcher, Duration::from_secs(90), |v| {
+            v["state"] == "healthy"
+        });
     resyncing_seen += seen.iter().filter(|s| *s == "resyncing").count();
 
     // 2. A cut link, for longer than the lease: the node is cut off from
     // etcd and from the owner, then joins again with a new lease.
-    let cut = replica_not_owner(&nodes, watcher, Some(victim));
+    let cut = replica_not_owner(VOLUME, &nodes, watcher, Some(victim));
     let watcher = (0..NODES).find(|&i| i != cut).unwrap();
     net.link(cut, false);
-    watch_states("degraded while a link is cut", &nodes, watcher, Duration::from_secs(40), |v| {
+    watch_states(VOLUME, "degraded while a link is cut", &nodes, watcher, Duration::from_secs(40), |v| {
         v["state"] == "degraded"
     });
     load_runs(&ctx, Duration::from_secs(5), "while a replica's link was cut");
     net.link(cut, true);
-    let seen = watch_states("healthy after the link came back", &nodes, watcher, Duration::from_secs(90), |v| {
-        v["state"] == "healthy"
-    });
+    let seen =
+        watch_states(VOLUME, "healthy after the link came back", &nodes, watcher, Duration::from_secs(90), |v| {
+            v["state"] == "healthy"
+        });
     resyncing_seen += seen.iter().filter(|s| *s == "resyncing").count();
 
     // 3. kill -9 of the owner: another node takes the volume over after
     // the lease, the hosts find it through discovery and go on. What was
     // acknowledged but not flushed may be lost; flushed data may not, and
     // a block once read after the crash never changes by itself.
-    let owner = owner_index(&nodes, watcher);
+    let owner = owner_index(VOLUME, &nodes, watcher);
     let watcher = (0..NODES).find(|&i| i != owner).unwrap();
     ctx.set_disrupted(true);
     nodes[owner].kill9();
     ctx.oracle(|o| o.crash());
     let old_owner = volume_status(&nodes[watcher], VOLUME).unwrap()["owner"].clone();
-    watch_states("a new owner", &nodes, watcher, Duration::from_secs(60), |v| {
+    watch_states(VOLUME, "a new owner", &nodes, watcher, Duration::from_secs(60), |v| {
         v["owner"].is_u64() && v["owner"] != old_owner && v["state"] == "degraded"
     });
     let took_over = Instant::now();
@@ -297,9 +157,10 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
     eprintln!("hosts back {:.1}s after the takeover", took_over.elapsed().as_secs_f64());
     load_runs(&ctx, Duration::from_secs(3), "after the takeover");
     nodes[owner].restart();
-    let seen = watch_states("healthy after the old owner came back", &nodes, watcher, Duration::from_secs(90), |v| {
-        v["state"] == "healthy"
-    });
+    let seen =
+        watch_states(VOLUME, "healthy after the old owner came back", &nodes, watcher, Duration::from_secs(90), |v| {
+            v["state"] == "healthy"
+        });
     resyncing_seen += seen.iter().filter(|s| *s == "resyncing").count();
     load_runs(&ctx, Duration::from_secs(2), "once healthy again");
 
@@ -308,13 +169,13 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
     // in flight and hosts' commands in its sockets. The fence refuses
     // them everywhere but on its own replica, which is out of the in-sync
     // set and resynced; the hosts see no block flip.
-    let owner = owner_index(&nodes, watcher);
+    let owner = owner_index(VOLUME, &nodes, watcher);
     let watcher = (0..NODES).find(|&i| i != owner).unwrap();
     let old_owner = volume_status(&nodes[watcher], VOLUME).unwrap()["owner"].clone();
     ctx.set_disrupted(true);
     nodes[owner].signal("-STOP");
     ctx.oracle(|o| o.crash());
-    watch_states("a new owner while the old one is frozen", &nodes, watcher, Duration::from_secs(60), |v| {
+    watch_states(VOLUME, "a new owner while the old one is frozen", &nodes, watcher, Duration::from_secs(60), |v| {
         v["owner"].is_u64() && v["owner"] != old_owner
     });
     nodes[owner].signal("-CONT");
@@ -324,9 +185,10 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
         (written(&ctx) > before).then_some(())
     });
     ctx.set_disrupted(false);
-    let seen = watch_states("healthy after the old owner woke", &nodes, watcher, Duration::from_secs(90), |v| {
-        v["state"] == "healthy"
-    });
+    let seen =
+        watch_states(VOLUME, "healthy after the old owner woke", &nodes, watcher, Duration::from_secs(90), |v| {
+            v["state"] == "healthy"
+        });
     resyncing_seen += seen.iter().filter(|s| *s == "resyncing").count();
     load_runs(&ctx, Duration::from_secs(2), "after the frozen owner woke up");
     let woke = nodes[owner].log_text();

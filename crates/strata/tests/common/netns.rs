@@ -1,0 +1,159 @@
+//! Network namespaces for multi-node tests: a bridge, one namespace per
+//! node with its own address, links to cut; and the helpers the tests
+//! that use them share. Included with `#[path]` by those tests only.
+
+#![allow(dead_code)] // each test that includes it uses a different part
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::Duration;
+
+use strata_chaos::ctx::Ctx;
+
+use super::common::{NodeAddrs, NodeProc, volume_status, wait_for};
+
+/// Runs `ip ARGS...`, panicking with its stderr on failure.
+fn ip(args: &[&str]) {
+    let out =
+        Command::new("ip").args(args).output().unwrap_or_else(|e| panic!("cannot run ip(8): {e}; install iproute2"));
+    assert!(
+        out.status.success(),
+        "ip {} failed: {}(this test needs root, or CAP_NET_ADMIN, to build network namespaces)",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A bridge in the test's namespace and one namespace per node, each with
+/// a veth on the bridge and its own address. Torn down on drop.
+pub struct Net {
+    tag: String,
+    subnet: [u8; 3],
+    nodes: usize,
+}
+
+impl Net {
+    pub fn new(nodes: usize) -> Net {
+        let pid = std::process::id();
+        let net =
+            Net { tag: format!("{:x}", pid & 0xf_ffff), subnet: [10, 100 + (pid >> 8) as u8 % 100, pid as u8], nodes };
+        net.teardown(); // leftovers of an earlier run with this pid
+        let br = net.bridge();
+        ip(&["link", "add", &br, "type", "bridge"]);
+        ip(&["addr", "add", &format!("{}/24", net.gateway()), "dev", &br]);
+        ip(&["link", "set", &br, "up"]);
+        for i in 0..nodes {
+            let (ns, veth) = (net.ns(i), net.veth(i));
+            ip(&["netns", "add", &ns]);
+            ip(&["link", "add", &veth, "type", "veth", "peer", "name", &format!("{veth}p")]);
+            ip(&["link", "set", &format!("{veth}p"), "netns", &ns]);
+            ip(&["-n", &ns, "link", "set", &format!("{veth}p"), "name", "eth0"]);
+            ip(&["-n", &ns, "addr", "add", &format!("{}/24", net.addr(i)), "dev", "eth0"]);
+            ip(&["-n", &ns, "link", "set", "eth0", "up"]);
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+            ip(&["link", "set", &veth, "master", &br]);
+            ip(&["link", "set", &veth, "up"]);
+        }
+        net
+    }
+
+    fn bridge(&self) -> String {
+        format!("sb{}", self.tag)
+    }
+    pub fn ns(&self, i: usize) -> String {
+        format!("st{}n{i}", self.tag)
+    }
+    fn veth(&self, i: usize) -> String {
+        format!("sv{}n{i}", self.tag)
+    }
+    pub fn gateway(&self) -> Ipv4Addr {
+        let [a, b, c] = self.subnet;
+        Ipv4Addr::new(a, b, c, 1)
+    }
+    pub fn addr(&self, i: usize) -> Ipv4Addr {
+        let [a, b, c] = self.subnet;
+        Ipv4Addr::new(a, b, c, 10 + i as u8)
+    }
+
+    /// Node `i`'s link goes down (`up == false`) or comes back.
+    pub fn link(&self, i: usize, up: bool) {
+        ip(&["-n", &self.ns(i), "link", "set", "eth0", if up { "up" } else { "down" }]);
+    }
+
+    fn teardown(&self) {
+        for i in 0..self.nodes {
+            let _ = Command::new("ip").args(["netns", "del", &self.ns(i)]).output();
+        }
+        let _ = Command::new("ip").args(["link", "del", &self.bridge()]).output();
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+pub fn addrs(ip: Ipv4Addr) -> NodeAddrs {
+    NodeAddrs {
+        fabric: format!("{ip}:4430"),
+        listen: format!("{ip}:4420"),
+        discovery: format!("{ip}:8009"),
+        http: format!("{ip}:7420"),
+    }
+}
+
+/// The volume's state names seen from `via` until `until` returns true
+/// of the status, or `limit` passes (then panics with the logs).
+pub fn watch_states(
+    volume: &str,
+    what: &str,
+    nodes: &[NodeProc],
+    via: usize,
+    limit: Duration,
+    mut until: impl FnMut(&serde_json::Value) -> bool,
+) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    wait_for(what, limit, nodes, || {
+        let v = volume_status(&nodes[via], volume)?;
+        let state = v["state"].as_str()?.to_string();
+        if seen.last() != Some(&state) {
+            seen.push(state);
+        }
+        until(&v).then_some(())
+    });
+    seen
+}
+
+/// A node of the volume's replicas other than its owner, and not `not`.
+pub fn replica_not_owner(volume: &str, nodes: &[NodeProc], via: usize, not: Option<usize>) -> usize {
+    let v = volume_status(&nodes[via], volume).expect("status");
+    let owner = v["owner"].as_u64().expect("an owner");
+    let replicas: Vec<u64> = v["replicas"].as_array().unwrap().iter().filter_map(|r| r.as_u64()).collect();
+    let index = |id: u64| {
+        let name = super::common::node_name(&nodes[via], id).expect("node name");
+        nodes.iter().position(|n| n.name == name).expect("a node of ours")
+    };
+    replicas
+        .into_iter()
+        .filter(|&r| r != owner)
+        .map(index)
+        .find(|&i| Some(i) != not)
+        .expect("a replica other than the owner")
+}
+
+pub fn owner_index(volume: &str, nodes: &[NodeProc], via: usize) -> usize {
+    let v = volume_status(&nodes[via], volume).expect("status");
+    let name = super::common::node_name(&nodes[via], v["owner"].as_u64().expect("an owner")).expect("name");
+    nodes.iter().position(|n| n.name == name).unwrap()
+}
+
+pub fn written(ctx: &Ctx) -> u64 {
+    ctx.snapshot().bytes_written
+}
+
+/// Lets the load run for `d` and checks it wrote meanwhile.
+pub fn load_runs(ctx: &Ctx, d: Duration, during: &str) {
+    let before = written(ctx);
+    std::thread::sleep(d);
+    assert!(written(ctx) > before, "the hosts wrote nothing {during}\n{}", ctx.snapshot().summary());
+}
