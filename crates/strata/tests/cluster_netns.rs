@@ -20,23 +20,16 @@
 //! Needs root (CAP_NET_ADMIN) and iproute2, as in CI (`.ci/run` runs as
 //! root); it fails, saying so, without them.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use strata_chaos::ctx::{Ctx, VolumeRef};
-use strata_chaos::host::{self, HostPlan};
-use strata_chaos::report::Report;
-use strata_chaos::rng::Rng;
 use strata_meta::testing::EtcdProcess;
 
 mod common;
 #[path = "common/netns.rs"]
 mod netns;
 use common::{NodeProc, nodes_up, volume_status, wait_for};
-use netns::{Net, addrs, load_runs, owner_index, replica_not_owner, watch_states, written};
+use netns::{Load, Net, addrs, load_runs, owner_index, replica_not_owner, watch_states};
 
 const NODES: usize = 4;
 const SEED: u64 = 20261201;
@@ -78,28 +71,8 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
     });
 
     // Verified hosts, finding the owner through any node's discovery.
-    let discovery: Vec<SocketAddr> = (0..NODES).map(|i| SocketAddr::from((net.addr(i), 8009))).collect();
-    let ctx = Arc::new(
-        Ctx::new(discovery[0], Duration::from_secs(40), Duration::from_secs(40), Report::default())
-            .with_discovery(discovery),
-    );
-    let vol = VolumeRef { id: 1, name: VOLUME.into(), nqn };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let mut rng = Rng::new(SEED);
-    let hosts: Vec<_> = (0..2u64)
-        .map(|h| {
-            let plan = HostPlan {
-                name: format!("host{h}"),
-                scenario: "cluster",
-                volume: vol.clone(),
-                range: h * BLOCKS / 2..(h + 1) * BLOCKS / 2,
-                workers: 4,
-                expect_errors: Arc::new(AtomicBool::new(false)),
-            };
-            rt.spawn(host::run(ctx.clone(), plan, rng.fork(), stop_rx.clone()))
-        })
-        .collect();
+    let load = Load::start(&net, NODES, VOLUME, nqn, BLOCKS, SEED);
+    let ctx = load.ctx.clone();
     load_runs(&ctx, Duration::from_secs(3), "before any fault");
     let mut resyncing_seen = 0;
 
@@ -148,11 +121,7 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
         v["owner"].is_u64() && v["owner"] != old_owner && v["state"] == "degraded"
     });
     let took_over = Instant::now();
-    wait_for("the hosts writing again", Duration::from_secs(60), &nodes, || {
-        let before = written(&ctx);
-        std::thread::sleep(Duration::from_millis(500));
-        (written(&ctx) > before).then_some(())
-    });
+    load.writing_again(&nodes);
     ctx.set_disrupted(false);
     eprintln!("hosts back {:.1}s after the takeover", took_over.elapsed().as_secs_f64());
     load_runs(&ctx, Duration::from_secs(3), "after the takeover");
@@ -179,11 +148,7 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
         v["owner"].is_u64() && v["owner"] != old_owner
     });
     nodes[owner].signal("-CONT");
-    wait_for("the hosts writing again", Duration::from_secs(90), &nodes, || {
-        let before = written(&ctx);
-        std::thread::sleep(Duration::from_millis(500));
-        (written(&ctx) > before).then_some(())
-    });
+    load.writing_again(&nodes);
     ctx.set_disrupted(false);
     let seen =
         watch_states(VOLUME, "healthy after the old owner woke", &nodes, watcher, Duration::from_secs(90), |v| {
@@ -201,19 +166,10 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
         eprintln!("old owner: {line}");
     }
 
-    // Stop the load and read every block back through the new owner.
-    let _ = stop.send(true);
-    rt.block_on(async {
-        for h in hosts {
-            tokio::time::timeout(Duration::from_secs(60), h).await.expect("a host did not stop").unwrap();
-        }
-        host::verify_volume(&ctx, &vol, None, &|_| "cluster", &mut rng).await;
+    // Stop the load and read every block back through the owner.
+    load.finish(&nodes);
+    assert!(resyncing_seen > 0, "pool status never showed a volume resyncing\n{}", {
+        let logs: Vec<String> = nodes.iter().map(NodeProc::log_tail).collect();
+        logs.join("\n")
     });
-    let report = ctx.snapshot();
-    let summary = report.summary();
-    eprintln!("{summary}");
-    let logs: Vec<String> = nodes.iter().map(NodeProc::log_tail).collect();
-    assert!(report.bytes_verified > 0, "nothing was verified\n{summary}");
-    assert!(report.is_clean(), "the cluster lost, flipped or hung something:\n{summary}\n{}", logs.join("\n"));
-    assert!(resyncing_seen > 0, "pool status never showed a volume resyncing\n{}", logs.join("\n"));
 }

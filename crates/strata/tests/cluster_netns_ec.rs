@@ -21,23 +21,16 @@
 //! Needs root (CAP_NET_ADMIN) and iproute2, as in CI (`.ci/run` runs as
 //! root); it fails, saying so, without them.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use strata_chaos::ctx::{Ctx, VolumeRef};
-use strata_chaos::host::{self, HostPlan};
-use strata_chaos::report::Report;
-use strata_chaos::rng::Rng;
 use strata_meta::testing::EtcdProcess;
 
 mod common;
 #[path = "common/netns.rs"]
 mod netns;
 use common::{NodeProc, nodes_up, volume_status, wait_for};
-use netns::{Net, addrs, load_runs, owner_index, replica_not_owner, watch_states, written};
+use netns::{Load, Net, addrs, load_runs, owner_index, replica_not_owner, watch_states};
 
 /// Namespaces: seven nodes at first, an eighth joins in step 2.
 const NODES: usize = 8;
@@ -69,15 +62,6 @@ fn settings(via: &NodeProc, patch: Value) {
     assert!(s.get("error").is_none(), "settings {patch} refused: {s}");
 }
 
-/// Waits until the hosts write again (after a takeover).
-fn hosts_write_again(ctx: &Ctx, nodes: &[NodeProc]) {
-    wait_for("the hosts writing again", Duration::from_secs(90), nodes, || {
-        let before = written(ctx);
-        std::thread::sleep(Duration::from_millis(500));
-        (written(ctx) > before).then_some(())
-    });
-}
-
 #[test]
 fn an_ec_4_2_volume_under_verified_load_survives_m_kills_an_add_a_drain_and_a_rebuild_in_network_namespaces() {
     let began = Instant::now();
@@ -107,28 +91,8 @@ fn an_ec_4_2_volume_under_verified_load_survives_m_kills_an_add_a_drain_and_a_re
     });
 
     // Verified hosts, finding the owner through any node's discovery.
-    let discovery: Vec<SocketAddr> = (0..NODES).map(|i| SocketAddr::from((net.addr(i), 8009))).collect();
-    let ctx = Arc::new(
-        Ctx::new(discovery[0], Duration::from_secs(40), Duration::from_secs(40), Report::default())
-            .with_discovery(discovery),
-    );
-    let vol = VolumeRef { id: 1, name: VOLUME.into(), nqn };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let mut rng = Rng::new(SEED);
-    let hosts: Vec<_> = (0..2u64)
-        .map(|h| {
-            let plan = HostPlan {
-                name: format!("host{h}"),
-                scenario: "cluster",
-                volume: vol.clone(),
-                range: h * BLOCKS / 2..(h + 1) * BLOCKS / 2,
-                workers: 4,
-                expect_errors: Arc::new(AtomicBool::new(false)),
-            };
-            rt.spawn(host::run(ctx.clone(), plan, rng.fork(), stop_rx.clone()))
-        })
-        .collect();
+    let load = Load::start(&net, NODES, VOLUME, nqn, BLOCKS, SEED);
+    let ctx = load.ctx.clone();
     load_runs(&ctx, Duration::from_secs(3), "before any fault");
 
     step("load running");
@@ -145,7 +109,7 @@ fn an_ec_4_2_volume_under_verified_load_survives_m_kills_an_add_a_drain_and_a_re
     watch_states(VOLUME, "a new owner, two shards down", &nodes, watcher, Duration::from_secs(60), |v| {
         v["owner"].is_u64() && v["owner"] != old_owner && v["state"] == "degraded"
     });
-    hosts_write_again(&ctx, &nodes);
+    load.writing_again(&nodes);
     ctx.set_disrupted(false);
     load_runs(&ctx, Duration::from_secs(3), "with two of six shards down");
     nodes[other].restart();
@@ -214,7 +178,7 @@ fn an_ec_4_2_volume_under_verified_load_survives_m_kills_an_add_a_drain_and_a_re
     watch_states(VOLUME, "a new owner in the middle of the rebuild", &nodes, watcher, Duration::from_secs(60), |v| {
         v["owner"].is_u64() && v["owner"] != old_owner
     });
-    hosts_write_again(&ctx, &nodes);
+    load.writing_again(&nodes);
     ctx.set_disrupted(false);
     nodes[owner].restart();
     settings(&nodes[watcher], json!({"rebuild_mbps": 0}));
@@ -228,18 +192,6 @@ fn an_ec_4_2_volume_under_verified_load_survives_m_kills_an_add_a_drain_and_a_re
 
     step("step 4 done: rebuild, owner killed mid-rebuild");
     // Stop the load and read every block back through the owner.
-    let _ = stop.send(true);
-    rt.block_on(async {
-        for h in hosts {
-            tokio::time::timeout(Duration::from_secs(60), h).await.expect("a host did not stop").unwrap();
-        }
-        host::verify_volume(&ctx, &vol, None, &|_| "cluster", &mut rng).await;
-    });
+    load.finish(&nodes);
     step("verified");
-    let report = ctx.snapshot();
-    let summary = report.summary();
-    eprintln!("{summary}");
-    let logs: Vec<String> = nodes.iter().map(NodeProc::log_tail).collect();
-    assert!(report.bytes_verified > 0, "nothing was verified\n{summary}");
-    assert!(report.is_clean(), "the cluster lost, flipped or hung something:\n{summary}\n{}", logs.join("\n"));
 }

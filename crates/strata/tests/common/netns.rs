@@ -3,11 +3,16 @@
 //! that use them share. Included with `#[path]` by those tests only.
 
 #![allow(dead_code)] // each test that includes it uses a different part
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use strata_chaos::ctx::Ctx;
+use strata_chaos::ctx::{Ctx, VolumeRef};
+use strata_chaos::host::{self, HostPlan};
+use strata_chaos::report::Report;
+use strata_chaos::rng::Rng;
 
 use super::common::{NodeAddrs, NodeProc, volume_status, wait_for};
 
@@ -156,4 +161,75 @@ pub fn load_runs(ctx: &Ctx, d: Duration, during: &str) {
     let before = written(ctx);
     std::thread::sleep(d);
     assert!(written(ctx) > before, "the hosts wrote nothing {during}\n{}", ctx.snapshot().summary());
+}
+
+/// The chaos suite's verified hosts on one volume: two hosts of four
+/// workers, each on half of its blocks, finding its owner through the
+/// discovery of every node's namespace.
+pub struct Load {
+    pub ctx: Arc<Ctx>,
+    vol: VolumeRef,
+    rt: tokio::runtime::Runtime,
+    stop: tokio::sync::watch::Sender<bool>,
+    hosts: Vec<tokio::task::JoinHandle<()>>,
+    rng: Rng,
+}
+
+impl Load {
+    /// Starts the hosts on volume `name` (`nqn`, `blocks` blocks) of the
+    /// nodes in `net`'s `nodes` namespaces.
+    pub fn start(net: &Net, nodes: usize, name: &str, nqn: String, blocks: u64, seed: u64) -> Load {
+        let discovery: Vec<SocketAddr> = (0..nodes).map(|i| SocketAddr::from((net.addr(i), 8009))).collect();
+        let ctx = Arc::new(
+            Ctx::new(discovery[0], Duration::from_secs(40), Duration::from_secs(40), Report::default())
+                .with_discovery(discovery),
+        );
+        let vol = VolumeRef { id: 1, name: name.into(), nqn };
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let mut rng = Rng::new(seed);
+        let hosts = (0..2u64)
+            .map(|h| {
+                let plan = HostPlan {
+                    name: format!("host{h}"),
+                    scenario: "cluster",
+                    volume: vol.clone(),
+                    range: h * blocks / 2..(h + 1) * blocks / 2,
+                    workers: 4,
+                    expect_errors: Arc::new(AtomicBool::new(false)),
+                };
+                rt.spawn(host::run(ctx.clone(), plan, rng.fork(), stop_rx.clone()))
+            })
+            .collect();
+        Load { ctx, vol, rt, stop, hosts, rng }
+    }
+
+    /// Waits until the hosts write again (after a takeover).
+    pub fn writing_again(&self, nodes: &[NodeProc]) {
+        wait_for("the hosts writing again", Duration::from_secs(90), nodes, || {
+            let before = written(&self.ctx);
+            std::thread::sleep(Duration::from_millis(500));
+            (written(&self.ctx) > before).then_some(())
+        });
+    }
+
+    /// Stops the hosts, reads every block back, and asserts that nothing
+    /// was lost, flipped or hung (with the nodes' logs if so).
+    pub fn finish(mut self, nodes: &[NodeProc]) {
+        let _ = self.stop.send(true);
+        let (ctx, vol, rng) = (&self.ctx, &self.vol, &mut self.rng);
+        let hosts = std::mem::take(&mut self.hosts);
+        self.rt.block_on(async {
+            for h in hosts {
+                tokio::time::timeout(Duration::from_secs(60), h).await.expect("a host did not stop").unwrap();
+            }
+            host::verify_volume(ctx, vol, None, &|_| "cluster", rng).await;
+        });
+        let report = self.ctx.snapshot();
+        let summary = report.summary();
+        eprintln!("{summary}");
+        let logs: Vec<String> = nodes.iter().map(NodeProc::log_tail).collect();
+        assert!(report.bytes_verified > 0, "nothing was verified\n{summary}");
+        assert!(report.is_clean(), "the cluster lost, flipped or hung something:\n{summary}\n{}", logs.join("\n"));
+    }
 }
