@@ -495,6 +495,9 @@ pub struct MovePlan {
     pub joining: Vec<(NodeId, crate::regions::RegionSet)>,
     /// Every node that holds a chunk under the new layout.
     pub holders: BTreeSet<NodeId>,
+    /// Nodes that keep holding some chunks but leave others, each with the
+    /// byte ranges of its device those others took (to free).
+    pub leaving: Vec<(NodeId, Vec<std::ops::Range<u64>>)>,
     /// The fewest nodes of any chunk that keep holding it (in the same
     /// position, erasure-coded) through the move: what its joining nodes
     /// are filled from.
@@ -515,6 +518,7 @@ impl MovePlan {
     ) -> MovePlan {
         let chunk_bytes = new.chunk_bytes();
         let mut joining: std::collections::BTreeMap<NodeId, crate::regions::RegionSet> = Default::default();
+        let mut left: std::collections::BTreeMap<NodeId, Vec<std::ops::Range<u64>>> = Default::default();
         let mut holders = BTreeSet::new();
         let mut kept = usize::MAX;
         for chunk in 0..span.div_ceil(chunk_bytes) {
@@ -532,8 +536,20 @@ impl MovePlan {
                 }
             }
             kept = kept.min(stay);
+            // A node that moves to another position of the chunk keeps
+            // using the chunk's range of its device.
+            let at = chunk * chunk_bytes;
+            for &n in before.iter().filter(|n| !after.contains(n)) {
+                left.entry(n).or_default().push(at..(at + chunk_bytes).min(span));
+            }
         }
-        MovePlan { joining: joining.into_iter().collect(), holders, kept: if kept == usize::MAX { 0 } else { kept } }
+        let leaving = left.into_iter().filter(|(n, _)| holders.contains(n)).collect();
+        MovePlan {
+            joining: joining.into_iter().collect(),
+            holders,
+            leaving,
+            kept: if kept == usize::MAX { 0 } else { kept },
+        }
     }
 
     /// True when the move changes nothing.

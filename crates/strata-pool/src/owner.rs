@@ -216,7 +216,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         replicas: Vec<Arc<R>>,
         plan: crate::cluster::MovePlan,
     ) -> Result<(), BlockError> {
-        let crate::cluster::MovePlan { joining, holders, .. } = plan;
+        let crate::cluster::MovePlan { joining, holders, leaving, .. } = plan;
         let this = self.clone();
         run_to_end(self, async move {
             for (n, regions) in &joining {
@@ -241,12 +241,34 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
                 Err(e) => return Err(io_error(e.to_string())),
             };
             tracing::info!(map_epoch, epoch = m.epoch, in_sync = ?m.in_sync, "volume moved to a new placement");
+            let epoch = m.epoch;
             *this.membership() = m;
             *this.layout.write().unwrap_or_else(|e| e.into_inner()) = layout;
             let gone: Vec<NodeId> = this.drl.state().missed.keys().copied().filter(|n| !holders.contains(n)).collect();
             for n in gone {
                 this.catching_up().remove(&n);
                 this.drl.forget(n);
+            }
+            // Nodes that keep other chunks free the ones they left: nothing
+            // reads or writes them there any more, and a later move that
+            // brings a chunk back (under the change lock, held here) marks
+            // it missing and fills it.
+            drop(_all);
+            let bs = u64::from(this.geometry.block_size);
+            for (n, ranges) in &leaving {
+                for range in ranges {
+                    for r in this.drl.regions().touched(range.start, range.end - range.start) {
+                        this.drl.copied(*n, r);
+                    }
+                }
+                let Some(rep) = this.replica(*n) else { continue };
+                for range in ranges {
+                    let (lba, blocks) = (range.start / bs, (range.end - range.start) / bs);
+                    if let Err(e) = rep.write_zeroes(epoch, lba, blocks, true).await {
+                        tracing::warn!(node = %n, error = %e, "could not free the chunks a node left");
+                        break;
+                    }
+                }
             }
             this.drl.sync().await.map_err(|e| io_error(e.to_string()))
         })

@@ -148,6 +148,23 @@ async fn a_replicated_volume_moves_off_a_node_while_written() {
             assert!(b[..] == block(lba, version)[..], "node 4, block {lba}: want version {version}");
         }
     }
+    // A second move: node 1 leaves the third group's chunks to node 4
+    // and keeps the first group's. Their space on node 1 is freed.
+    let last =
+        Arc::new(TableLayout { chunk_bytes: CHUNK, table: vec![nodes(&[1, 4]), nodes(&[4, 3]), nodes(&[3, 4])] });
+    let plan2 = MovePlan::new(&*after, &*last, geometry.size_bytes(), regions, false);
+    let left: Vec<_> = plan2.leaving.iter().map(|(n, r)| (*n, r.len())).collect();
+    assert_eq!(left, vec![(NodeId(1), 2)], "node 1 leaves chunks 2 and 5 and keeps 0, 3 and 6");
+    vol.relayout(last.clone(), 8, Vec::new(), plan2).await.expect("second move");
+    vol.resync(NodeId(4)).await.expect("fill node 4 again");
+    for chunk in (0..8u64).filter(|c| c % 3 != 1) {
+        let (b, r) = devices[0].read(chunk * CHUNK / u64::from(BS), IoBuf::recycled(BS as usize)).await;
+        r.expect("device read");
+        let freed = b.iter().all(|&x| x == 0);
+        assert_eq!(freed, chunk % 3 == 2, "node 1, chunk {chunk} (group {}): freed {freed}", chunk % 3);
+    }
+    check_reads(&*vol, &want).await;
+
     // And serves it with the other copy gone.
     handles[0].down.store(true, SeqCst);
     let via4: BTreeMap<u64, u64> =
