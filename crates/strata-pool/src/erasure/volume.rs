@@ -407,17 +407,16 @@ impl Inner {
             // Zeros encode to zeros: nothing to compute.
             return Ok((0..self.width()).map(|p| (p, vec![0; n * strip])).collect());
         }
-        let mut out: Vec<Vec<u8>> = (0..self.width()).map(|_| Vec::with_capacity(n * strip)).collect();
+        // Each data position's strips, one after the other, then the
+        // parity of those runs in one encode (see `Codec::encode`).
+        let mut out: Vec<Vec<u8>> = (0..k).map(|_| Vec::with_capacity(n * strip)).collect();
         for stripe in new.chunks(sb) {
-            let data: Vec<&[u8]> = stripe.chunks(strip).collect();
-            let parity = self.codec.encode(&data).map_err(|e| Fault::Volume(io_error(e.to_string())))?;
-            for (p, d) in data.iter().enumerate() {
+            for (p, d) in stripe.chunks(strip).enumerate() {
                 out[p].extend_from_slice(d);
             }
-            for (j, par) in parity.iter().enumerate() {
-                out[k + j].extend_from_slice(par);
-            }
         }
+        let parity = self.codec.encode(&out).map_err(|e| Fault::Volume(io_error(e.to_string())))?;
+        out.extend(parity);
         Ok(out.into_iter().enumerate().collect())
     }
 
@@ -749,24 +748,23 @@ impl Inner {
     /// Strip `pos` of each stripe of a run, from the run's strips at
     /// positions `sources` (K of them, each the run's strips one after
     /// the other).
+    ///
+    /// The run decodes as one (the code works symbol by symbol): one setup
+    /// of the decoder, which is most of what a decode costs, not one per
+    /// stripe.
     fn decode_run(&self, sources: &[usize], got: &[IoBuf], pos: usize) -> Result<Vec<u8>, BlockError> {
-        let (k, strip) = (self.k(), self.strip());
-        let len = got.first().map_or(0, |b| b.len());
-        let mut out = vec![0u8; len];
-        for (i, piece) in out.chunks_mut(strip).enumerate() {
-            let mut have: Vec<Option<&[u8]>> = vec![None; self.width()];
-            for (&p, b) in sources.iter().zip(got) {
-                have[p] = Some(&b[i * strip..(i + 1) * strip]);
-            }
-            let data = self.codec.decode(&have).map_err(|e| io_error(e.to_string()))?;
-            if pos < k {
-                piece.copy_from_slice(&data[pos]);
-            } else {
-                let parity = self.codec.encode(&data).map_err(|e| io_error(e.to_string()))?;
-                piece.copy_from_slice(&parity[pos - k]);
-            }
+        let k = self.k();
+        let codec_err = |e: super::codec::CodecError| io_error(e.to_string());
+        let mut have: Vec<Option<&[u8]>> = vec![None; self.width()];
+        for (&p, b) in sources.iter().zip(got) {
+            have[p] = Some(&b[..]);
         }
-        Ok(out)
+        let mut data = self.codec.decode(&have).map_err(codec_err)?;
+        if pos < k {
+            return Ok(data.swap_remove(pos));
+        }
+        let mut parity = self.codec.encode(&data).map_err(codec_err)?;
+        Ok(parity.swap_remove(pos - k))
     }
 
     /// Makes every update up to `seq` durable on every in-sync shard and
