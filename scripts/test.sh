@@ -46,15 +46,8 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     step "kernel initiator against a three-node cluster in a VM (etcd, rep:3, kill -9, resync; bookworm)"
     # 2-5 minutes under TCG on 2 cores, depending on the load.
     VM_TIMEOUT=1500 tests/vm/run.sh cluster-kernel.sh
-    # The kernel initiator on an ec:2+1 volume: run by hand for now
-    # (VM_EC=1). Under TCG a fabric link of the VM's nodes can drop
-    # (keep-alive) during 128 KiB writes; the shard leaves, and the kill
-    # -9 that follows leaves ec:2+1 one shard short. Not in CI until the
-    # script tolerates that or the rebuild brings the shard back first.
-    if [ "${VM_EC:-0}" = 1 ]; then
-        step "kernel initiator against an erasure-coded volume (ec:2+1, kill -9, rebuild, decode; bookworm)"
-        VM_TIMEOUT=1500 tests/vm/run.sh cluster-ec-kernel.sh
-    fi
+    step "kernel initiator against an erasure-coded volume (ec:2+1, kill -9, resync, decode; bookworm)"
+    VM_TIMEOUT=1500 tests/vm/run.sh cluster-ec-kernel.sh
     step "kernel initiator in a VM (Debian trixie, Linux 6.12)"
     tests/vm/run.sh kernel-initiator.sh --suite trixie
 fi
