@@ -167,6 +167,21 @@ pub async fn settings(client: &EtcdClient, prefix: &str) -> Result<PoolSettings,
     }
 }
 
+/// Stores `s` as the pool's settings if it has none yet; true if stored.
+///
+/// # Errors
+///
+/// etcd errors.
+pub async fn init_settings(client: &EtcdClient, prefix: &str, s: &PoolSettings) -> Result<bool, ClusterError> {
+    let k = key(prefix, "settings");
+    let txn = Txn {
+        compare: vec![Compare::mod_revision_is(k.clone(), 0)],
+        success: vec![TxnOp::Put { key: k, value: serde_json::to_vec(s).unwrap_or_default(), lease: None }],
+        failure: vec![],
+    };
+    Ok(client.txn(&txn).await?.succeeded)
+}
+
 /// Stores the pool's settings.
 ///
 /// # Errors

@@ -159,3 +159,16 @@ async fn every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setti
         "{moved} shards moved for the {held} the down node held"
     );
 }
+
+#[tokio::test]
+async fn the_first_settings_stored_win_and_later_seeds_change_nothing() {
+    use strata_pool::registry::{PoolSettings, init_settings, settings};
+    let etcd = EtcdProcess::start();
+    let c = etcd.client();
+    assert_eq!(settings(&c, P).await.unwrap(), PoolSettings::default(), "no settings yet: the defaults");
+    let first = PoolSettings { rebuild_mbps: 80, ..PoolSettings::default() };
+    assert!(init_settings(&c, P, &first).await.unwrap(), "the first seed is stored");
+    let second = PoolSettings { rebuild_mbps: 10, ..PoolSettings::default() };
+    assert!(!init_settings(&c, P, &second).await.unwrap(), "a later seed is not");
+    assert_eq!(settings(&c, P).await.unwrap(), first);
+}

@@ -861,6 +861,50 @@ pub struct SettingsPatch {
     pub balance_for: Option<String>,
 }
 
+impl SettingsPatch {
+    /// The patch of a config file's `[pool]` table.
+    ///
+    /// # Errors
+    ///
+    /// A duration that does not parse.
+    pub fn from_file(f: crate::config::PoolFile) -> Result<SettingsPatch, NodeError> {
+        let grace = f.rebuild_grace.as_deref().map(crate::config::parse_duration_secs).transpose();
+        Ok(SettingsPatch {
+            rebuild_grace_secs: grace.map_err(|e| NodeError::Invalid(format!("[pool] rebuild_grace: {e}")))?,
+            rebuild_mbps: f.rebuild_mbps,
+            fill_warn_percent: f.fill_warn,
+            balance_for: f.balance_for,
+        })
+    }
+
+    /// Puts the fields given into `s`, checked.
+    ///
+    /// # Errors
+    ///
+    /// [`NodeError::Invalid`] naming the bad field.
+    pub fn apply(&self, s: &mut PoolSettings) -> Result<(), NodeError> {
+        if let Some(g) = self.rebuild_grace_secs {
+            s.rebuild_grace_secs = g;
+        }
+        if let Some(m) = self.rebuild_mbps {
+            s.rebuild_mbps = m;
+        }
+        if let Some(f) = &self.fill_warn_percent {
+            if f.iter().any(|&p| p == 0 || p > 100) {
+                return Err(NodeError::Invalid("fill warning thresholds are percentages from 1 to 100".into()));
+            }
+            let mut f = f.clone();
+            f.sort_unstable();
+            f.dedup();
+            s.fill_warn_percent = f;
+        }
+        if let Some(p) = &self.balance_for {
+            s.balance_for = p.parse().map_err(|e| NodeError::Invalid(format!("balance_for: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
 /// The host NQN a node connects to its peers' fabric with.
 pub fn node_nqn(name: &str) -> String {
     format!("nqn.2026-11.io.strata:node:{name}")
@@ -987,27 +1031,9 @@ impl ClusterNode {
     pub async fn update_settings(&self, patch: SettingsPatch) -> Result<serde_json::Value, NodeError> {
         let internal = |e: strata_pool::cluster::ClusterError| NodeError::Internal(e.into());
         let mut s = strata_pool::registry::settings(&self.etcd, &self.prefix).await.map_err(internal)?;
-        if let Some(g) = patch.rebuild_grace_secs {
-            s.rebuild_grace_secs = g;
-        }
-        if let Some(m) = patch.rebuild_mbps {
-            s.rebuild_mbps = m;
-        }
-        if let Some(mut f) = patch.fill_warn_percent {
-            if f.iter().any(|&p| p == 0 || p > 100) {
-                return Err(NodeError::Invalid("fill warning thresholds are percentages from 1 to 100".into()));
-            }
-            f.sort_unstable();
-            f.dedup();
-            s.fill_warn_percent = f;
-        }
-        let rebalance = match patch.balance_for {
-            Some(p) => {
-                let p: Protection = p.parse().map_err(|e| NodeError::Invalid(format!("balance_for: {e}")))?;
-                std::mem::replace(&mut s.balance_for, p) != p
-            }
-            None => false,
-        };
+        let before = s.balance_for;
+        patch.apply(&mut s)?;
+        let rebalance = s.balance_for != before;
         strata_pool::registry::set_settings(&self.etcd, &self.prefix, &s).await.map_err(internal)?;
         tracing::info!(?s, "pool settings changed");
         if rebalance {
@@ -1015,6 +1041,35 @@ impl ClusterNode {
             tracing::info!(epoch = map.epoch(), remaps = map.remaps().len(), "placement map rebalanced");
         }
         Ok(serde_json::to_value(&s).unwrap_or_default())
+    }
+
+    /// Stores `wanted` (the config file's `[pool]` table) as the pool's
+    /// settings if the pool has none yet; otherwise warns about each one
+    /// the pool holds otherwise (the pool's hold: `strata pool set`
+    /// changes them).
+    ///
+    /// # Errors
+    ///
+    /// Invalid values ([`NodeError::Invalid`]), etcd errors.
+    pub async fn seed_settings(&self, wanted: SettingsPatch) -> Result<(), NodeError> {
+        let internal = |e: strata_pool::cluster::ClusterError| NodeError::Internal(e.into());
+        let mut seed = PoolSettings::default();
+        wanted.apply(&mut seed)?;
+        if strata_pool::registry::init_settings(&self.etcd, &self.prefix, &seed).await.map_err(internal)? {
+            tracing::info!(?seed, "pool settings stored from the config file");
+            return Ok(());
+        }
+        let held = strata_pool::registry::settings(&self.etcd, &self.prefix).await.map_err(internal)?;
+        let mut mine = held.clone();
+        wanted.apply(&mut mine)?;
+        if mine != held {
+            tracing::warn!(
+                config = ?mine,
+                pool = ?held,
+                "the config file's [pool] settings differ from the pool's, which hold (strata pool set changes them)"
+            );
+        }
+        Ok(())
     }
 
     /// The pool's settings.

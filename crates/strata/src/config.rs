@@ -76,6 +76,58 @@ pub struct FileConfig {
     pub drain_timeout: Option<String>,
     /// `[node]`: settings of `strata node`; `strata serve` ignores them.
     pub node: Option<NodeFile>,
+    /// `[pool]`: the pool's settings a new cluster starts with (see
+    /// [`PoolFile`]); `strata serve` ignores them.
+    pub pool: Option<PoolFile>,
+}
+
+/// The `[pool]` table: the pool's settings, as `strata pool set` takes
+/// them. They live in etcd, shared by every node: the first node to start
+/// in a new cluster stores these; later, a node whose file differs from
+/// what the pool holds logs a warning, and `strata pool set` changes them.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolFile {
+    /// How long a node may stay down before its data is rebuilt
+    /// elsewhere, e.g. "5m".
+    pub rebuild_grace: Option<String>,
+    /// Rebuild bandwidth per node, MB/s (0: no limit).
+    pub rebuild_mbps: Option<u64>,
+    /// Fill warning thresholds, percent of raw capacity.
+    pub fill_warn: Option<Vec<u8>>,
+    /// The protection the balancer evens out, e.g. "rep:3".
+    pub balance_for: Option<String>,
+}
+
+/// The `[pool]` table of the config file at `path` (empty when absent).
+///
+/// # Errors
+///
+/// The file cannot be read or is not valid.
+pub fn pool_file(path: Option<&Path>) -> anyhow::Result<PoolFile> {
+    match path {
+        Some(p) => Ok(read_file(p)?.pool.unwrap_or_default()),
+        None => Ok(PoolFile::default()),
+    }
+}
+
+/// Seconds of a duration such as `90s`, `5m` or `1h` (bare numbers are
+/// seconds).
+///
+/// # Errors
+///
+/// Text that is not such a duration, with why.
+pub fn parse_duration_secs(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration such as 90s, 5m or 1h"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{text:?}: the unit must be s, m or h")),
+    };
+    n.checked_mul(scale).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 /// The `[node]` table: the options of `strata node`, same names.

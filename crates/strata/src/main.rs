@@ -82,7 +82,7 @@ enum PoolCommand {
     Set {
         /// How long a node may stay down before its data is rebuilt on
         /// other nodes, e.g. 5m, 90s, 1h.
-        #[arg(long, value_parser = parse_duration_secs)]
+        #[arg(long, value_parser = config::parse_duration_secs)]
         rebuild_grace: Option<u64>,
         /// Bandwidth each node gives rebuilds, resyncs and moves, MB/s
         /// (0: no limit).
@@ -118,20 +118,6 @@ enum NodeAction {
         #[arg(long, env = "STRATA_API", default_value = DEFAULT_API)]
         api: String,
     },
-}
-
-/// Seconds from `90`, `90s`, `5m` or `1h`.
-fn parse_duration_secs(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration such as 90s, 5m or 1h"))?;
-    let scale = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        _ => return Err(format!("{text:?}: the unit must be s, m or h")),
-    };
-    n.checked_mul(scale).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 #[derive(Subcommand)]

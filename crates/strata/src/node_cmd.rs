@@ -142,6 +142,9 @@ fn host_name() -> String {
 /// opened.
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let settings = NodeSettings::resolve(&args, crate::config::node_file(args.serve.config.as_deref())?)?;
+    let pool = crate::cluster::SettingsPatch::from_file(crate::config::pool_file(args.serve.config.as_deref())?)?;
+    // Checked now: a bad [pool] table stops the node before it joins.
+    pool.apply(&mut strata_pool::registry::PoolSettings::default())?;
     let NodeSettings { name, labels, .. } = settings.clone();
     let domain =
         FailureDomain::parse(&settings.failure_domain).map_err(|e| anyhow::anyhow!("--failure-domain: {e}"))?;
@@ -207,6 +210,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         lease: keeper,
         discovery: cfg.discovery.first().copied(),
     });
+    cluster.seed_settings(pool).await.context("the config file's [pool] settings")?;
     tokio::spawn(cluster.clone().run());
     let http = crate::api::serve_http(cfg.http, {
         let cluster = cluster.clone();
@@ -334,6 +338,34 @@ mod tests {
         assert_eq!((both.name.as_str(), both.lease_ttl), ("n8", 3));
         assert_eq!(both.labels.get("rack").map(String::as_str), Some("r2"), "a label given twice: the flag wins");
         assert_eq!(both.labels.get("pod").map(String::as_str), Some("p1"), "the file's other labels stay");
+    }
+
+    /// The settings a `[pool]` table gives a new pool, or its error.
+    fn pool(text: &str) -> Result<strata_pool::registry::PoolSettings, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strata.toml");
+        std::fs::write(&path, text).unwrap();
+        let f = crate::config::pool_file(Some(&path)).map_err(|e| format!("{e:#}"))?;
+        let patch = crate::cluster::SettingsPatch::from_file(f).map_err(|e| e.to_string())?;
+        let mut s = strata_pool::registry::PoolSettings::default();
+        patch.apply(&mut s).map_err(|e| e.to_string())?;
+        Ok(s)
+    }
+
+    #[test]
+    fn the_pool_table_gives_a_new_pool_its_settings_and_bad_ones_are_named() {
+        let s = pool(
+            "[pool]\nrebuild_grace = \"10m\"\nrebuild_mbps = 80\nfill_warn = [90, 70]\nbalance_for = \"ec:4+2\"\n",
+        )
+        .unwrap();
+        assert_eq!((s.rebuild_grace_secs, s.rebuild_mbps), (600, 80));
+        assert_eq!(s.fill_warn_percent, vec![70, 90]);
+        assert_eq!(s.balance_for.to_string(), "ec:4+2");
+        assert_eq!(pool("data_dir = \"/x\"\n").unwrap(), strata_pool::registry::PoolSettings::default());
+        assert!(pool("[pool]\nrebuild_grace = \"soon\"\n").unwrap_err().contains("rebuild_grace"));
+        assert!(pool("[pool]\nbalance_for = \"rep:0\"\n").unwrap_err().contains("balance_for"));
+        assert!(pool("[pool]\nfill_warn = [0]\n").unwrap_err().contains("fill warning"));
+        assert!(pool("[pool]\nrebuild_gracetime = 3\n").unwrap_err().contains("rebuild_gracetime"));
     }
 
     #[test]
