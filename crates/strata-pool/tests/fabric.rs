@@ -45,7 +45,20 @@ impl Node {
         let sub = Subsystem::internal(fabric_nqn(&format!("n{id}")), "STRATAFABRIC", vec![]);
         sub.add_namespace(Namespace::fenced(VOLUME, IDS, dev.clone() as Arc<dyn BlockDevice>, fence.clone())).unwrap();
         target.add_subsystem(sub).unwrap();
-        let addr = target.listen(SocketAddr::from(([127, 0, 0, 1], port)), PortRole::Fabric).await.unwrap().addr;
+        // A restart binds the port it had: a connection of another test
+        // (or the owner's reconnect, which on loopback can connect to
+        // itself while nothing listens) may hold it for a moment.
+        let began = std::time::Instant::now();
+        let addr = loop {
+            match target.listen(SocketAddr::from(([127, 0, 0, 1], port)), PortRole::Fabric).await {
+                Ok(l) => break l.addr,
+                Err(e) if port != 0 && began.elapsed() < Duration::from_secs(10) => {
+                    eprintln!("port {port} busy ({e}); again");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("listen on port {port}: {e}"),
+            }
+        };
         Node { id, dev, fence, target: Some(target), addr }
     }
 
