@@ -22,14 +22,13 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use strata_meta::testing::EtcdProcess;
 
 mod common;
 #[path = "common/netns.rs"]
 mod netns;
 use common::{NodeProc, nodes_up, volume_status, wait_for};
-use netns::{Load, Net, addrs, load_runs, owner_index, replica_not_owner, watch_states};
+use netns::{Load, Net, addrs, create_healthy, load_runs, owner_index, replica_not_owner, watch_states};
 
 const NODES: usize = 4;
 const SEED: u64 = 20261201;
@@ -60,15 +59,7 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
         })
         .collect();
     wait_for("four nodes up", Duration::from_secs(30), &nodes, || (nodes_up(&nodes[0])? == NODES).then_some(()));
-    let created =
-        nodes[0].api("POST", "/api/v1/volumes", Some(json!({"name": VOLUME, "size": "512M", "protect": "rep:3"})));
-    let created = created.expect("create answered");
-    assert_eq!(created["protection"], "rep:3", "{created}");
-    let nqn = created["nqn"].as_str().unwrap().to_string();
-    wait_for("the volume healthy, with an owner", Duration::from_secs(30), &nodes, || {
-        let v = volume_status(&nodes[1], VOLUME)?;
-        (v["state"] == "healthy" && v["owner"].is_u64()).then_some(())
-    });
+    let nqn = create_healthy(&nodes, VOLUME, "512M", "rep:3");
 
     // Verified hosts, finding the owner through any node's discovery.
     let load = Load::start(&net, NODES, VOLUME, nqn, BLOCKS, SEED);

@@ -30,7 +30,7 @@ mod common;
 #[path = "common/netns.rs"]
 mod netns;
 use common::{NodeProc, nodes_up, volume_status, wait_for};
-use netns::{Load, Net, addrs, load_runs, owner_index, replica_not_owner, watch_states};
+use netns::{Load, Net, addrs, create_healthy, load_runs, owner_index, replica_not_owner, watch_states};
 
 /// Namespaces: seven nodes at first, an eighth joins in step 2.
 const NODES: usize = 8;
@@ -80,15 +80,7 @@ fn an_ec_4_2_volume_under_verified_load_survives_m_kills_an_add_a_drain_and_a_re
     wait_for("seven nodes up", Duration::from_secs(30), &nodes, || (nodes_up(&nodes[0])? == NODES - 1).then_some(()));
     // No rebuild until step 4; resyncs and moves at full speed.
     settings(&nodes[0], json!({"rebuild_grace_secs": 3600, "rebuild_mbps": 0}));
-    let created =
-        nodes[0].api("POST", "/api/v1/volumes", Some(json!({"name": VOLUME, "size": "256M", "protect": "ec:4+2"})));
-    let created = created.expect("create answered");
-    assert_eq!(created["protection"], "ec:4+2", "{created}");
-    let nqn = created["nqn"].as_str().unwrap().to_string();
-    wait_for("the volume healthy, with an owner", Duration::from_secs(30), &nodes, || {
-        let v = volume_status(&nodes[1], VOLUME)?;
-        (v["state"] == "healthy" && v["owner"].is_u64()).then_some(())
-    });
+    let nqn = create_healthy(&nodes, VOLUME, "256M", "ec:4+2");
 
     // Verified hosts, finding the owner through any node's discovery.
     let load = Load::start(&net, NODES, VOLUME, nqn, BLOCKS, SEED);

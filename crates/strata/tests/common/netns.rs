@@ -233,3 +233,21 @@ impl Load {
         assert!(report.is_clean(), "the cluster lost, flipped or hung something:\n{summary}\n{}", logs.join("\n"));
     }
 }
+
+/// Creates volume `name` of `size` with `protect` through `nodes[0]` and
+/// waits until it is healthy with an owner; returns its NQN.
+pub fn create_healthy(nodes: &[NodeProc], name: &str, size: &str, protect: &str) -> String {
+    let created = nodes[0].api(
+        "POST",
+        "/api/v1/volumes",
+        Some(serde_json::json!({"name": name, "size": size, "protect": protect})),
+    );
+    let created = created.expect("create answered");
+    assert_eq!(created["protection"], protect, "{created}");
+    let nqn = created["nqn"].as_str().unwrap().to_string();
+    wait_for("the volume healthy, with an owner", Duration::from_secs(30), nodes, || {
+        let v = volume_status(&nodes[1], name)?;
+        (v["state"] == "healthy" && v["owner"].is_u64()).then_some(())
+    });
+    nqn
+}
