@@ -47,6 +47,7 @@ mod format;
 #[cfg(any(test, fuzzing))]
 pub mod fuzzing;
 mod io;
+mod raw;
 mod spec;
 mod store;
 mod sys;
@@ -62,6 +63,7 @@ mod tests;
 pub use drive::DriveClass;
 pub use error::StoreError;
 pub use format::FORMAT_VERSION;
+pub use raw::{RAW_BLOCK, RawDevice};
 pub use spec::{DEFAULT_EXTENT_SIZE, DriveKind, DriveSpec, MAX_EXTENT_SIZE, MIN_EXTENT_SIZE, StoreConfig};
 pub use store::{DriveStats, Store, StoreStats};
 pub use volume::Volume;

@@ -195,7 +195,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Opens a drive file or device, with `O_DIRECT` unless refused and
 /// allowed to fall back. Returns the file and whether it is direct.
-fn open_direct(path: &Path, create: bool, allow_buffered: bool) -> Result<File, StoreError> {
+pub(crate) fn open_direct(path: &Path, create: bool, allow_buffered: bool) -> Result<File, StoreError> {
     let label = path.display().to_string();
     let mut o = OpenOptions::new();
     o.read(true).write(true).create(create);
@@ -260,7 +260,7 @@ fn open_backend(spec: &DriveSpec, cfg: &StoreConfig) -> Result<(String, DriveCla
 /// gone; a restart right after a kill -9 must not fail because of that.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn lock_drive(file: &File, label: &str) -> Result<(), StoreError> {
+pub(crate) fn lock_drive(file: &File, label: &str) -> Result<(), StoreError> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
         match file.try_lock() {
@@ -279,7 +279,7 @@ fn lock_drive(file: &File, label: &str) -> Result<(), StoreError> {
 }
 
 /// Some file systems accept `O_DIRECT` at open and refuse it at I/O time.
-fn probe_direct(file: &File, path: &Path, len: u64) -> Result<(), StoreError> {
+pub(crate) fn probe_direct(file: &File, path: &Path, len: u64) -> Result<(), StoreError> {
     use std::os::unix::fs::FileExt;
     if len < crate::format::BLOCK as u64 {
         return Ok(());

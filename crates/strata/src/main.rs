@@ -2,13 +2,14 @@
 //! single-machine by default); `strata volume ...` manages volumes through
 //! the node's HTTP API; `strata bench ...` measures an NVMe/TCP target
 //! (see `bench_cmd`); `strata sim` runs the pool's scale simulator (see
-//! `sim_cmd`).
+//! `sim_cmd`); `strata kv serve` runs the KV-cache store (see `kv_cmd`).
 
 mod api;
 mod bench_cmd;
 mod client;
 mod cluster;
 mod config;
+mod kv_cmd;
 mod node;
 mod node_cmd;
 mod sim_cmd;
@@ -66,6 +67,9 @@ enum Command {
     /// Simulate placement on a modelled cluster: balance, fill until the
     /// first drive is full, data moved when nodes join or fail.
     Sim(sim_cmd::SimArgs),
+    /// The tiered KV-cache store (DRAM, SSD) for LLM inference, over the
+    /// Redis protocol.
+    Kv(kv_cmd::KvArgs),
 }
 
 #[derive(Subcommand)]
@@ -214,6 +218,7 @@ fn main() -> std::process::ExitCode {
         }
         Command::Bench(args) => return bench_cmd::main(*args),
         Command::Sim(args) => return sim_cmd::main(args),
+        Command::Kv(args) => kv_cmd::main(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,308 @@
+//! The on-device format of a log tier (local SSD or pool volume).
+//!
+//! # Format
+//!
+//! All integers little-endian. The device is a superblock and a ring of
+//! equal segments:
+//!
+//! ```text
+//! offset 0                  superblock (4096 bytes)
+//! 4096 + i * segment_bytes  segment i: header (4096 bytes), then records
+//! ```
+//!
+//! Superblock:
+//!
+//! | offset | len | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `STRATAKV` |
+//! | 8 | 4 | version (1) |
+//! | 12 | 4 | CRC32C of bytes 16..64 |
+//! | 16 | 8 | log id (random at format) |
+//! | 24 | 8 | segment bytes |
+//! | 32 | 8 | segment count |
+//!
+//! Segment header:
+//!
+//! | offset | len | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `STKVSEG1` |
+//! | 8 | 4 | version (1) |
+//! | 12 | 4 | CRC32C of bytes 16..64 |
+//! | 16 | 8 | log id |
+//! | 24 | 8 | sequence: higher is newer; 0 never appears |
+//!
+//! Record, at 8-byte aligned offsets after the header; a record never
+//! crosses its segment's end:
+//!
+//! | offset | len | field |
+//! |---|---|---|
+//! | 0 | 4 | magic `KVR1` |
+//! | 4 | 4 | CRC32C of bytes 8..end (header rest, key and value) |
+//! | 8 | 8 | the segment's sequence when written |
+//! | 16 | 1 | kind: 1 put, 2 delete (a tombstone, no value) |
+//! | 17 | 3 | unused, zero |
+//! | 20 | 4 | key length |
+//! | 24 | 8 | value length |
+//! | 32 | 8 | expiry, Unix milliseconds; 0: none |
+//! | 40 | key length | key |
+//! | .. | value length | value |
+//!
+//! A scan of a segment reads records from offset 4096 until one fails its
+//! checks (magic, sequence, lengths, CRC). Where a write buffer ended the
+//! next record starts at the next 4096-byte boundary, so a failed check
+//! at an unaligned offset is retried once there. The sequence in each
+//! record is what keeps a reused segment's older records (still on the
+//! device past the new ones) from being read as current, and a torn
+//! record fails its CRC: either way the scan ends, and what follows is a
+//! miss, never wrong bytes.
+//!
+//! Compatibility: a device with another magic or version is formatted
+//! afresh (it is a cache); the version is bumped for any layout change.
+
+/// Unit of device I/O and alignment of segment starts.
+pub const BLOCK: u64 = 4096;
+
+/// Superblock magic.
+pub const SUPER_MAGIC: &[u8; 8] = b"STRATAKV";
+/// Segment header magic.
+pub const SEG_MAGIC: &[u8; 8] = b"STKVSEG1";
+/// Record magic.
+pub const REC_MAGIC: &[u8; 4] = b"KVR1";
+/// Format version.
+pub const VERSION: u32 = 1;
+
+const MAGIC_OFFSET: usize = 0;
+const VERSION_OFFSET: usize = MAGIC_OFFSET + 8;
+const CRC_OFFSET: usize = VERSION_OFFSET + 4;
+const ID_OFFSET: usize = CRC_OFFSET + 4;
+const SUPER_SEG_BYTES_OFFSET: usize = ID_OFFSET + 8;
+const SUPER_SEGS_OFFSET: usize = SUPER_SEG_BYTES_OFFSET + 8;
+const SEG_SEQ_OFFSET: usize = ID_OFFSET + 8;
+/// Bytes covered by the superblock's and a segment header's CRC end here.
+const HEADER_END: usize = 64;
+
+const REC_CRC_OFFSET: usize = 4;
+const REC_SEQ_OFFSET: usize = REC_CRC_OFFSET + 4;
+const REC_KIND_OFFSET: usize = REC_SEQ_OFFSET + 8;
+const REC_KEY_LEN_OFFSET: usize = REC_KIND_OFFSET + 4;
+const REC_VALUE_LEN_OFFSET: usize = REC_KEY_LEN_OFFSET + 4;
+const REC_EXPIRES_OFFSET: usize = REC_VALUE_LEN_OFFSET + 8;
+/// Bytes of a record before its key.
+pub const REC_HEADER: usize = REC_EXPIRES_OFFSET + 8;
+
+/// Longest key a record holds (a namespace prefix and the key).
+pub const MAX_KEY: usize = 64 << 10;
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// A log device's shape, from its superblock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Super {
+    /// Random id written at format; segment headers must carry it.
+    pub log_id: u64,
+    /// Bytes per segment, a multiple of [`BLOCK`].
+    pub segment_bytes: u64,
+    /// Segments on the device.
+    pub segments: u64,
+}
+
+impl Super {
+    /// The 4096-byte superblock.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; BLOCK as usize];
+        b[..8].copy_from_slice(SUPER_MAGIC);
+        b[VERSION_OFFSET..CRC_OFFSET].copy_from_slice(&VERSION.to_le_bytes());
+        b[ID_OFFSET..ID_OFFSET + 8].copy_from_slice(&self.log_id.to_le_bytes());
+        b[SUPER_SEG_BYTES_OFFSET..SUPER_SEGS_OFFSET].copy_from_slice(&self.segment_bytes.to_le_bytes());
+        b[SUPER_SEGS_OFFSET..SUPER_SEGS_OFFSET + 8].copy_from_slice(&self.segments.to_le_bytes());
+        let crc = crc32c::crc32c(&b[ID_OFFSET..HEADER_END]);
+        b[CRC_OFFSET..ID_OFFSET].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Reads a superblock; `None` when it is not one of this version.
+    pub fn decode(b: &[u8]) -> Option<Super> {
+        if b.len() < HEADER_END
+            || &b[..8] != SUPER_MAGIC
+            || le32(b, VERSION_OFFSET) != VERSION
+            || le32(b, CRC_OFFSET) != crc32c::crc32c(&b[ID_OFFSET..HEADER_END])
+        {
+            return None;
+        }
+        let s = Super {
+            log_id: le64(b, ID_OFFSET),
+            segment_bytes: le64(b, SUPER_SEG_BYTES_OFFSET),
+            segments: le64(b, SUPER_SEGS_OFFSET),
+        };
+        (s.segment_bytes >= 2 * BLOCK && s.segment_bytes.is_multiple_of(BLOCK) && s.segments > 0).then_some(s)
+    }
+
+    /// Device offset where segment `i` starts.
+    pub fn segment_start(&self, i: u32) -> u64 {
+        BLOCK + u64::from(i) * self.segment_bytes
+    }
+}
+
+/// A segment header for `seq`.
+pub fn encode_segment_header(log_id: u64, seq: u64, out: &mut [u8]) {
+    out[..BLOCK as usize].fill(0);
+    out[..8].copy_from_slice(SEG_MAGIC);
+    out[VERSION_OFFSET..CRC_OFFSET].copy_from_slice(&VERSION.to_le_bytes());
+    out[ID_OFFSET..ID_OFFSET + 8].copy_from_slice(&log_id.to_le_bytes());
+    out[SEG_SEQ_OFFSET..SEG_SEQ_OFFSET + 8].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32c::crc32c(&out[ID_OFFSET..HEADER_END]);
+    out[CRC_OFFSET..ID_OFFSET].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A segment header's sequence, when it is a valid header of `log_id`.
+pub fn decode_segment_header(log_id: u64, b: &[u8]) -> Option<u64> {
+    if b.len() < HEADER_END
+        || &b[..8] != SEG_MAGIC
+        || le32(b, VERSION_OFFSET) != VERSION
+        || le32(b, CRC_OFFSET) != crc32c::crc32c(&b[ID_OFFSET..HEADER_END])
+        || le64(b, ID_OFFSET) != log_id
+    {
+        return None;
+    }
+    Some(le64(b, SEG_SEQ_OFFSET)).filter(|&s| s != 0)
+}
+
+/// What a record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A value for the key.
+    Put,
+    /// The key was deleted.
+    Delete,
+}
+
+/// A record's header fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHead {
+    /// The segment sequence it was written under.
+    pub seq: u64,
+    /// Put or delete.
+    pub kind: Kind,
+    /// Key bytes.
+    pub key_len: usize,
+    /// Value bytes.
+    pub value_len: u64,
+    /// Expiry in Unix milliseconds; 0: none.
+    pub expires_ms: u64,
+}
+
+impl RecordHead {
+    /// Whole record length, header included.
+    pub fn total(&self) -> u64 {
+        REC_HEADER as u64 + self.key_len as u64 + self.value_len
+    }
+}
+
+/// Length of a record with this key and value.
+pub fn record_len(key_len: usize, value_len: usize) -> u64 {
+    (REC_HEADER + key_len + value_len) as u64
+}
+
+/// Writes a record into `out`, which is exactly [`record_len`] long.
+pub fn encode_record(out: &mut [u8], seq: u64, kind: Kind, key: &[u8], value: &[u8], expires_ms: u64) {
+    debug_assert_eq!(out.len() as u64, record_len(key.len(), value.len()));
+    out[..4].copy_from_slice(REC_MAGIC);
+    out[REC_SEQ_OFFSET..REC_KIND_OFFSET].copy_from_slice(&seq.to_le_bytes());
+    out[REC_KIND_OFFSET..REC_KEY_LEN_OFFSET].copy_from_slice(&[
+        match kind {
+            Kind::Put => 1,
+            Kind::Delete => 2,
+        },
+        0,
+        0,
+        0,
+    ]);
+    out[REC_KEY_LEN_OFFSET..REC_VALUE_LEN_OFFSET].copy_from_slice(&(key.len() as u32).to_le_bytes());
+    out[REC_VALUE_LEN_OFFSET..REC_EXPIRES_OFFSET].copy_from_slice(&(value.len() as u64).to_le_bytes());
+    out[REC_EXPIRES_OFFSET..REC_HEADER].copy_from_slice(&expires_ms.to_le_bytes());
+    out[REC_HEADER..REC_HEADER + key.len()].copy_from_slice(key);
+    out[REC_HEADER + key.len()..].copy_from_slice(value);
+    let crc = crc32c::crc32c(&out[REC_SEQ_OFFSET..]);
+    out[REC_CRC_OFFSET..REC_SEQ_OFFSET].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Reads a record header from the first [`REC_HEADER`] bytes of `b`,
+/// checking what can be checked without the body: magic, sequence,
+/// kind, and that the record fits in `room` bytes. `None`: no record.
+pub fn decode_record_head(b: &[u8], seq: u64, room: u64) -> Option<RecordHead> {
+    if b.len() < REC_HEADER || &b[..4] != REC_MAGIC || le64(b, REC_SEQ_OFFSET) != seq {
+        return None;
+    }
+    let kind = match b[REC_KIND_OFFSET] {
+        1 => Kind::Put,
+        2 => Kind::Delete,
+        _ => return None,
+    };
+    let h = RecordHead {
+        seq,
+        kind,
+        key_len: le32(b, REC_KEY_LEN_OFFSET) as usize,
+        value_len: le64(b, REC_VALUE_LEN_OFFSET),
+        expires_ms: le64(b, REC_EXPIRES_OFFSET),
+    };
+    (h.key_len <= MAX_KEY && h.value_len <= room && h.total() <= room).then_some(h)
+}
+
+/// Checks a whole record's CRC; `b` is exactly the record.
+pub fn record_crc_ok(b: &[u8]) -> bool {
+    b.len() >= REC_HEADER && le32(b, REC_CRC_OFFSET) == crc32c::crc32c(&b[REC_SEQ_OFFSET..])
+}
+
+/// Rounds `n` up to a multiple of `to` (a power of two).
+pub fn align_up(n: u64, to: u64) -> u64 {
+    n.div_ceil(to) * to
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_pinned() {
+        assert_eq!(REC_HEADER, 40);
+        assert_eq!(HEADER_END, 64);
+        assert_eq!(record_len(3, 5), 48);
+    }
+
+    #[test]
+    fn records_round_trip_and_damage_is_caught() {
+        let mut b = vec![0u8; record_len(3, 5) as usize];
+        encode_record(&mut b, 7, Kind::Put, b"key", b"value", 99);
+        let h = decode_record_head(&b, 7, 1 << 20).unwrap();
+        assert_eq!((h.kind, h.key_len, h.value_len, h.expires_ms, h.total()), (Kind::Put, 3, 5, 99, 48));
+        assert!(record_crc_ok(&b));
+        assert!(decode_record_head(&b, 8, 1 << 20).is_none(), "another sequence is not current");
+        assert!(decode_record_head(&b, 7, 47).is_none(), "a record past the segment's end");
+        for i in 8..b.len() {
+            let mut d = b.clone();
+            d[i] ^= 0x20;
+            assert!(!record_crc_ok(&d), "flip at {i} passed");
+        }
+    }
+
+    #[test]
+    fn headers_round_trip_and_belong_to_their_log() {
+        let s = Super { log_id: 5, segment_bytes: 1 << 20, segments: 9 };
+        assert_eq!(Super::decode(&s.encode()), Some(s));
+        let mut e = s.encode();
+        e[30] ^= 1;
+        assert_eq!(Super::decode(&e), None);
+        let mut h = vec![0u8; BLOCK as usize];
+        encode_segment_header(5, 3, &mut h);
+        assert_eq!(decode_segment_header(5, &h), Some(3));
+        assert_eq!(decode_segment_header(6, &h), None);
+    }
+}

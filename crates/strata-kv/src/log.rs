@@ -1,0 +1,510 @@
+//! A log tier: records appended to a ring of segments on a block device
+//! (a local SSD file, or a pool volume reached over NVMe/TCP), reclaimed a
+//! whole segment at a time, oldest first.
+//!
+//! The bookkeeping ([`LogState`]: where the head is, which keys each
+//! segment holds, the open write buffer) is plain data that the store
+//! keeps under its own lock, so that the index and the log never disagree.
+//! The I/O ([`LogDev`]) happens outside that lock: a writer task takes
+//! sealed buffers in order and writes them with `O_DIRECT`; readers read
+//! a record's aligned range and check it (magic, the segment's sequence,
+//! the key, the CRC) before they trust a byte of it.
+//!
+//! Invariants:
+//! - segments are filled in ring order, so sequences grow around the ring
+//!   from the one after the head; the next segment to reclaim is always
+//!   `head + 1`;
+//! - buffers reach the device in the order they were sealed (one writer),
+//!   so a reused segment's new header lands before anything later;
+//! - a record's bytes are readable from the moment it is appended: from
+//!   the open buffer (copied out under the lock) or, once sealed, from
+//!   the device after its write completes ([`LogDev::read`] waits);
+//! - `inflight_bytes` bounds the memory of sealed, unwritten buffers:
+//!   writers wait in [`LogDev::ready`] (backpressure), they do not queue
+//!   without end.
+//!
+//! The format and its crash cases are in the `format` module.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use strata_block::{BlockDevice, IoBuf};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::format::{self, BLOCK, Kind, RecordHead, Super};
+
+/// The largest write buffer; records larger than it get a buffer of
+/// their own size.
+pub const MAX_WRITE_BUFFER: u64 = 4 << 20;
+
+/// Where a record lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loc {
+    /// Segment index.
+    pub seg: u32,
+    /// The segment's sequence when the record was written.
+    pub seq: u64,
+    /// Offset of the record within its segment.
+    pub off: u64,
+    /// Key length.
+    pub key_len: u32,
+    /// Value length.
+    pub value_len: u64,
+}
+
+impl Loc {
+    /// Whole record length.
+    pub fn len(&self) -> u64 {
+        format::record_len(self.key_len as usize, self.value_len as usize)
+    }
+}
+
+/// Why a log operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogError {
+    /// The record is larger than a segment can hold.
+    #[error("a {len}-byte record does not fit in a {segment}-byte segment")]
+    TooBig {
+        /// Record length.
+        len: u64,
+        /// Segment size.
+        segment: u64,
+    },
+    /// An earlier write failed; the tier is off until restart.
+    #[error("the log device failed earlier; the tier is disabled until restart")]
+    Failed,
+    /// The device is too small for two segments.
+    #[error("the device ({bytes} bytes) is too small for a log of {segment}-byte segments")]
+    TooSmall {
+        /// Device bytes.
+        bytes: u64,
+        /// Segment size asked for.
+        segment: u64,
+    },
+    /// A device I/O failed.
+    #[error("log device I/O: {0}")]
+    Io(#[from] strata_block::BlockError),
+}
+
+struct OpenBuf {
+    /// Offset within the head segment where the buffer starts (aligned).
+    start: u64,
+    data: IoBuf,
+    /// Bytes filled.
+    len: u64,
+}
+
+/// A write for the writer task.
+enum Job {
+    Write { dev_off: u64, buf: IoBuf, sync: bool },
+    Sync(oneshot::Sender<Result<(), LogError>>),
+}
+
+/// The log's bookkeeping, kept under the store's lock.
+pub struct LogState<K> {
+    sb: Super,
+    seg_seq: Vec<u64>,
+    seg_keys: Vec<Vec<K>>,
+    head: u32,
+    head_off: u64,
+    next_seq: u64,
+    buf: Option<OpenBuf>,
+    wbuf: u64,
+    dev: Arc<LogDev>,
+    /// The writer task's queue; the task ends when the state is dropped.
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+/// The log's device side, shared with the writer task and readers.
+pub struct LogDev {
+    dev: Arc<dyn BlockDevice>,
+    sb: Super,
+    /// Device ranges `[start, end)` sealed and not yet written.
+    inflight: Mutex<VecDeque<(u64, u64)>>,
+    inflight_bytes: AtomicU64,
+    max_inflight: u64,
+    written: Notify,
+    failed: AtomicBool,
+}
+
+/// A record found by the recovery scan.
+#[derive(Debug)]
+pub struct Found {
+    /// Its key.
+    pub key: Bytes,
+    /// Where it is.
+    pub loc: Loc,
+    /// Its header.
+    pub head: RecordHead,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain queue updates; a panic cannot leave one half done.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl LogDev {
+    /// Writes `bytes` at `dev_off` (both aligned) and waits.
+    async fn write_at(&self, dev_off: u64, buf: IoBuf) -> Result<(), LogError> {
+        let (_, r) = self.dev.write(dev_off / BLOCK, buf, false).await;
+        Ok(r?)
+    }
+
+    async fn read_at(&self, dev_off: u64, len: u64) -> Result<IoBuf, LogError> {
+        let (buf, r) = self.dev.read(dev_off / BLOCK, IoBuf::zeroed(len as usize)).await;
+        r?;
+        Ok(buf)
+    }
+
+    /// Waits until sealed buffers take less than their share of memory.
+    pub async fn ready(&self) {
+        loop {
+            let notified = self.written.notified();
+            if self.inflight_bytes.load(Ordering::Acquire) < self.max_inflight || self.is_failed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// True after a write failed.
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Reads the value of the record at `loc`, whose key is `key`, once
+    /// any write of its range has completed. `None`: the bytes there are
+    /// not that record any more (the segment was reused) or are damaged.
+    pub async fn read(&self, key: &[u8], loc: Loc) -> Result<Option<Bytes>, LogError> {
+        let start = self.sb.segment_start(loc.seg) + loc.off;
+        let end = start + loc.len();
+        loop {
+            let notified = self.written.notified();
+            let busy = lock(&self.inflight).iter().any(|&(s, e)| s < end && start < e);
+            if !busy {
+                break;
+            }
+            notified.await;
+        }
+        let a = start / BLOCK * BLOCK;
+        let buf = self.read_at(a, format::align_up(end, BLOCK) - a).await?;
+        let skip = (start - a) as usize;
+        let rec = &buf[skip..skip + loc.len() as usize];
+        let ok = format::decode_record_head(rec, loc.seq, loc.len())
+            .is_some_and(|h| h.kind == Kind::Put && h.key_len == key.len() && h.value_len == loc.value_len)
+            && &rec[format::REC_HEADER..format::REC_HEADER + key.len()] == key
+            && format::record_crc_ok(rec);
+        if !ok {
+            return Ok(None);
+        }
+        let from = skip + format::REC_HEADER + key.len();
+        let to = from + loc.value_len as usize;
+        Ok(Some(Bytes::from_owner(buf).slice(from..to)))
+    }
+
+    /// The writer task: sealed buffers in order.
+    async fn run(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<Job>) {
+        while let Some(job) = rx.recv().await {
+            match job {
+                Job::Write { dev_off, buf, sync } => {
+                    let len = buf.len() as u64;
+                    let mut r =
+                        if self.is_failed() { Err(LogError::Failed) } else { self.write_at(dev_off, buf).await };
+                    if r.is_ok() && sync {
+                        r = self.dev.flush().await.map_err(LogError::from);
+                    }
+                    if let Err(e) = r
+                        && !self.failed.swap(true, Ordering::AcqRel)
+                    {
+                        tracing::error!(error = %e, "KV log write failed; the tier is off until restart");
+                    }
+                    let mut q = lock(&self.inflight);
+                    if let Some(i) = q.iter().position(|&(s, _)| s == dev_off) {
+                        q.remove(i);
+                    }
+                    drop(q);
+                    self.inflight_bytes.fetch_sub(len, Ordering::AcqRel);
+                    self.written.notify_waiters();
+                }
+                Job::Sync(done) => {
+                    let r = if self.is_failed() {
+                        Err(LogError::Failed)
+                    } else {
+                        self.dev.flush().await.map_err(Into::into)
+                    };
+                    let _ = done.send(r);
+                }
+            }
+        }
+    }
+}
+
+impl<K: Clone> LogState<K> {
+    /// Opens the log on `dev`: reads its superblock (formatting the device
+    /// when it has none of this version, with segments of
+    /// `segment_bytes`), then scans every segment. Returns the state and
+    /// the records found, oldest first: replaying them in order rebuilds
+    /// the index. Starts the writer task on the current runtime.
+    ///
+    /// # Errors
+    ///
+    /// The device is too small, or an I/O error.
+    pub async fn open(dev: Arc<dyn BlockDevice>, segment_bytes: u64) -> Result<(LogState<K>, Vec<Found>), LogError> {
+        let size = dev.geometry().size_bytes();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let probe = LogDev {
+            dev: dev.clone(),
+            sb: Super { log_id: 0, segment_bytes: 0, segments: 0 },
+            inflight: Mutex::new(VecDeque::new()),
+            inflight_bytes: AtomicU64::new(0),
+            max_inflight: 0,
+            written: Notify::new(),
+            failed: AtomicBool::new(false),
+        };
+        let first = probe.read_at(0, BLOCK).await?;
+        let sb = match Super::decode(&first).filter(|s| BLOCK + s.segment_bytes * s.segments <= size) {
+            Some(sb) => {
+                if sb.segment_bytes != segment_bytes {
+                    tracing::info!(
+                        on_device = sb.segment_bytes,
+                        asked = segment_bytes,
+                        "KV log keeps the segment size it was formatted with"
+                    );
+                }
+                sb
+            }
+            None => {
+                let segment_bytes = segment_bytes / BLOCK * BLOCK;
+                let segments = size.saturating_sub(BLOCK) / segment_bytes.max(1);
+                if segment_bytes < 2 * BLOCK || segments < 2 {
+                    return Err(LogError::TooSmall { bytes: size, segment: segment_bytes });
+                }
+                let mut id = [0u8; 8];
+                getrandom::fill(&mut id).map_err(|e| LogError::Io(std::io::Error::other(e.to_string()).into()))?;
+                let sb = Super { log_id: u64::from_le_bytes(id) | 1, segment_bytes, segments };
+                probe.write_at(0, IoBuf::from_slice(&sb.encode())).await?;
+                dev.flush().await?;
+                tracing::info!(segments, segment_bytes, "KV log formatted");
+                sb
+            }
+        };
+        let wbuf = (sb.segment_bytes / 4).clamp(BLOCK, MAX_WRITE_BUFFER) / BLOCK * BLOCK;
+        let ldev = Arc::new(LogDev { sb, max_inflight: 4 * wbuf, ..probe });
+        let n = sb.segments as u32;
+        let mut seg_seq = vec![0u64; n as usize];
+        for (i, s) in seg_seq.iter_mut().enumerate() {
+            let h = ldev.read_at(sb.segment_start(i as u32), BLOCK).await?;
+            *s = format::decode_segment_header(sb.log_id, &h).unwrap_or(0);
+        }
+        let mut order: Vec<u32> = (0..n).filter(|&i| seg_seq[i as usize] != 0).collect();
+        order.sort_by_key(|&i| seg_seq[i as usize]);
+        let mut found = Vec::new();
+        let seg_keys: Vec<Vec<K>> = (0..n).map(|_| Vec::new()).collect();
+        // No segment yet: the head is "full" at the last one, so the first
+        // append opens segment 0.
+        let (mut head, mut head_off) = (n - 1, sb.segment_bytes);
+        for &i in &order {
+            let end = scan_segment(&ldev, i, seg_seq[i as usize], &mut found).await?;
+            head = i;
+            head_off = format::align_up(end, BLOCK);
+        }
+        let next_seq = order.last().map(|&i| seg_seq[i as usize] + 1).unwrap_or(1);
+        tokio::spawn(ldev.clone().run(rx));
+        Ok((LogState { sb, seg_seq, seg_keys, head, head_off, next_seq, buf: None, wbuf, dev: ldev, jobs: tx }, found))
+    }
+
+    /// The device side, for reads, syncs and backpressure.
+    pub fn dev(&self) -> &Arc<LogDev> {
+        &self.dev
+    }
+
+    /// Bytes of the device the ring uses.
+    pub fn capacity(&self) -> u64 {
+        self.sb.segment_bytes * self.sb.segments
+    }
+
+    /// The largest record a segment holds.
+    pub fn max_record(&self) -> u64 {
+        self.sb.segment_bytes - BLOCK
+    }
+
+    /// Notes that the record of `key` at `loc` (found by the scan) lives
+    /// in its segment, so that reclaiming the segment finds it.
+    pub fn track(&mut self, key: K, loc: Loc) {
+        self.seg_keys[loc.seg as usize].push(key);
+    }
+
+    /// True when the record at `loc` is still on the device (its segment
+    /// has not been reused since).
+    pub fn is_current(&self, loc: Loc) -> bool {
+        self.seg_seq.get(loc.seg as usize) == Some(&loc.seq)
+    }
+
+    /// The value at `loc` when its record is still in the open buffer
+    /// (copied); `None` when it is on the device or on its way there.
+    pub fn buffered(&self, loc: Loc) -> Option<Bytes> {
+        let b = self.buf.as_ref()?;
+        if loc.seg != self.head || loc.seq != self.seg_seq[self.head as usize] || loc.off < b.start {
+            return None;
+        }
+        let from = (loc.off - b.start) as usize + format::REC_HEADER + loc.key_len as usize;
+        let to = from + loc.value_len as usize;
+        (to as u64 <= b.len).then(|| Bytes::copy_from_slice(&b.data[from..to]))
+    }
+
+    /// Appends a record. Returns where it went and the keys of a segment
+    /// reclaimed to make room (whose records are gone: the caller drops
+    /// their locations).
+    ///
+    /// # Errors
+    ///
+    /// The record is larger than a segment, or the device failed.
+    pub fn append(
+        &mut self,
+        key: K,
+        raw_key: &[u8],
+        value: &[u8],
+        kind: Kind,
+        expires_ms: u64,
+    ) -> Result<(Loc, Vec<K>), LogError> {
+        if self.dev.is_failed() {
+            return Err(LogError::Failed);
+        }
+        let len = format::record_len(raw_key.len(), value.len());
+        if len > self.max_record() {
+            return Err(LogError::TooBig { len, segment: self.sb.segment_bytes });
+        }
+        let mut reclaimed = Vec::new();
+        let mut pos = format::align_up(self.head_off, 8);
+        if !self.fits(pos, len) {
+            // A new buffer starts on a block boundary.
+            pos = format::align_up(pos, BLOCK);
+        }
+        if pos + len > self.sb.segment_bytes {
+            self.seal(true);
+            self.head = (self.head + 1) % self.sb.segments as u32;
+            reclaimed = std::mem::take(&mut self.seg_keys[self.head as usize]);
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.seg_seq[self.head as usize] = seq;
+            let mut data = IoBuf::zeroed(self.wbuf.max(BLOCK) as usize);
+            format::encode_segment_header(self.sb.log_id, seq, &mut data);
+            self.buf = Some(OpenBuf { start: 0, data, len: BLOCK });
+            pos = BLOCK;
+        }
+        if !self.fits(pos, len) {
+            self.seal(false);
+            pos = format::align_up(pos, BLOCK);
+            let cap = format::align_up(len, BLOCK).max(self.wbuf).min(self.sb.segment_bytes - pos);
+            self.buf = Some(OpenBuf { start: pos, data: IoBuf::zeroed(cap as usize), len: 0 });
+        }
+        let seq = self.seg_seq[self.head as usize];
+        let b = self.buf.as_mut().expect("opened above");
+        let at = (pos - b.start) as usize;
+        format::encode_record(&mut b.data[at..at + len as usize], seq, kind, raw_key, value, expires_ms);
+        b.len = pos - b.start + len;
+        self.head_off = pos + len;
+        let loc = Loc { seg: self.head, seq, off: pos, key_len: raw_key.len() as u32, value_len: value.len() as u64 };
+        self.seg_keys[self.head as usize].push(key);
+        Ok((loc, reclaimed))
+    }
+
+    fn fits(&self, pos: u64, len: u64) -> bool {
+        self.buf.as_ref().is_some_and(|b| pos >= b.start && pos + len <= b.start + b.data.len() as u64)
+    }
+
+    /// Hands the open buffer to the writer (rounded up to whole blocks);
+    /// the next record starts at the next block boundary. `sync`: make
+    /// it durable once written.
+    pub fn seal(&mut self, sync: bool) {
+        let Some(mut b) = self.buf.take() else { return };
+        if b.len == 0 {
+            return;
+        }
+        let len = format::align_up(b.len, BLOCK);
+        b.data.set_len(len as usize);
+        self.head_off = b.start + len;
+        let dev_off = self.sb.segment_start(self.head) + b.start;
+        lock(&self.dev.inflight).push_back((dev_off, dev_off + len));
+        self.dev.inflight_bytes.fetch_add(len, Ordering::AcqRel);
+        if self.jobs.send(Job::Write { dev_off, buf: b.data, sync }).is_err() {
+            self.dev.failed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Asks the writer to sync once everything sealed so far is written;
+    /// the answer comes on the returned channel (awaited outside the
+    /// store's lock).
+    pub fn request_sync(&self) -> oneshot::Receiver<Result<(), LogError>> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.jobs.send(Job::Sync(tx));
+        rx
+    }
+}
+
+/// Reads the records of segment `i` (sequence `seq`) into `found`;
+/// returns the offset after the last one.
+async fn scan_segment(dev: &LogDev, i: u32, seq: u64, found: &mut Vec<Found>) -> Result<u64, LogError> {
+    let seg = dev.sb.segment_bytes;
+    let base = dev.sb.segment_start(i);
+    // A window of the segment read at once; records outside it are read
+    // with a window of their own.
+    let mut win = (0u64, IoBuf::zeroed(0));
+    let mut pos = BLOCK;
+    let mut retried = false;
+    loop {
+        if pos + format::REC_HEADER as u64 > seg {
+            return Ok(pos);
+        }
+        let head = {
+            let b = window(dev, base, seg, &mut win, pos, format::REC_HEADER as u64).await?;
+            format::decode_record_head(b, seq, seg - pos)
+        };
+        let rec = match head {
+            Some(h) => {
+                let b = window(dev, base, seg, &mut win, pos, h.total()).await?;
+                format::record_crc_ok(b)
+                    .then(|| (h, Bytes::copy_from_slice(&b[format::REC_HEADER..format::REC_HEADER + h.key_len])))
+            }
+            None => None,
+        };
+        match rec {
+            Some((h, key)) => {
+                let loc = Loc { seg: i, seq, off: pos, key_len: h.key_len as u32, value_len: h.value_len };
+                found.push(Found { key, loc, head: h });
+                pos = format::align_up(pos + h.total(), 8);
+                retried = false;
+            }
+            None if !retried && !pos.is_multiple_of(BLOCK) => {
+                pos = format::align_up(pos, BLOCK);
+                retried = true;
+            }
+            None => return Ok(pos),
+        }
+    }
+}
+
+/// The bytes `[pos, pos + len)` of a segment, from the window when it
+/// holds them, else after reading a new window from `pos`.
+async fn window<'w>(
+    dev: &LogDev,
+    base: u64,
+    seg: u64,
+    win: &'w mut (u64, IoBuf),
+    pos: u64,
+    len: u64,
+) -> Result<&'w [u8], LogError> {
+    const WINDOW: u64 = 8 << 20;
+    let have = pos >= win.0 && pos + len <= win.0 + win.1.len() as u64;
+    if !have {
+        let start = pos / BLOCK * BLOCK;
+        let want = format::align_up(pos + len, BLOCK).max(start + WINDOW).min(seg) - start;
+        win.1 = dev.read_at(base + start, want).await?;
+        win.0 = start;
+    }
+    let at = (pos - win.0) as usize;
+    Ok(&win.1[at..at + len as usize])
+}

@@ -1,0 +1,373 @@
+//! The Redis-protocol server over TCP: one task per connection, reading
+//! requests into one buffer, answering every complete request in it, and
+//! writing the replies together (so pipelined requests cost one write).
+//!
+//! A connection that sends bytes that are not RESP gets the error and is
+//! closed; the others go on. Each connection has its protocol version
+//! (`HELLO 3` switches to RESP3) and its namespace (`KV.NS name`; the
+//! empty namespace by default).
+
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::command::{Command, Expiry};
+use crate::resp::{Limits, Out, Reply, parse_request};
+use crate::store::{KvError, KvStore, PutOpts, unix_ms};
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Most connections at once; more are answered with an error and
+    /// closed.
+    pub max_clients: usize,
+    /// Protocol limits (largest value, most arguments).
+    pub limits: Limits,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig { max_clients: 10_000, limits: Limits::default() }
+    }
+}
+
+/// Replies are written once this many bytes are waiting, even in the
+/// middle of a pipeline.
+const WRITE_AT: usize = 1 << 20;
+/// Bytes read per call when the buffer has no request in progress.
+const READ_CHUNK: usize = 64 << 10;
+
+struct Shared {
+    store: Arc<KvStore>,
+    cfg: ServerConfig,
+    clients: AtomicUsize,
+    next_id: AtomicU64,
+    started: std::time::Instant,
+    addr: SocketAddr,
+}
+
+/// Serves `listener` until the future `stop` completes.
+///
+/// # Errors
+///
+/// Accepting fails for a reason other than a transient one.
+pub async fn serve(
+    store: Arc<KvStore>,
+    listener: TcpListener,
+    cfg: ServerConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let shared = Arc::new(Shared {
+        store,
+        cfg,
+        clients: AtomicUsize::new(0),
+        next_id: AtomicU64::new(1),
+        started: std::time::Instant::now(),
+        addr: listener.local_addr()?,
+    });
+    tokio::pin!(stop);
+    loop {
+        let (sock, peer) = tokio::select! {
+            _ = &mut stop => return Ok(()),
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends pass; back off a little.
+                    tracing::warn!(error = %e, "KV accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let n = shared.clients.fetch_add(1, Ordering::AcqRel);
+            if let Err(e) = connection(&shared, sock, n >= shared.cfg.max_clients).await {
+                tracing::debug!(%peer, error = %e, "KV connection ended");
+            }
+            shared.clients.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}
+
+struct Conn {
+    id: u64,
+    proto: u8,
+    ns: Bytes,
+    quit: bool,
+}
+
+async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> std::io::Result<()> {
+    let _ = sock.set_nodelay(true);
+    if over_limit {
+        sock.write_all(b"-ERR max number of clients reached\r\n").await?;
+        return Ok(());
+    }
+    let mut conn = Conn { id: shared.next_id.fetch_add(1, Ordering::Relaxed), proto: 2, ns: Bytes::new(), quit: false };
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut out = Out::default();
+    loop {
+        loop {
+            match parse_request(&mut buf, &shared.cfg.limits) {
+                Ok(Some(args)) => {
+                    let reply = match Command::parse(args) {
+                        Ok(cmd) => exec(shared, &mut conn, cmd).await,
+                        Err(e) => e,
+                    };
+                    reply.encode(conn.proto, &mut out);
+                    if conn.quit {
+                        return write_chunks(&mut sock, out.take()).await;
+                    }
+                    if out.len() >= WRITE_AT {
+                        write_chunks(&mut sock, out.take()).await?;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    Reply::err(e).encode(conn.proto, &mut out);
+                    write_chunks(&mut sock, out.take()).await?;
+                    return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "protocol error"));
+                }
+            }
+        }
+        if !out.is_empty() {
+            write_chunks(&mut sock, out.take()).await?;
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        if sock.read_buf(&mut buf).await? == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// Writes the chunks in order with vectored writes.
+async fn write_chunks(sock: &mut TcpStream, mut chunks: Vec<Bytes>) -> std::io::Result<()> {
+    let mut i = 0;
+    while i < chunks.len() {
+        let slices: Vec<IoSlice<'_>> = chunks[i..].iter().take(64).map(|c| IoSlice::new(c)).collect();
+        let mut n = sock.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 && i < chunks.len() {
+            let l = chunks[i].len();
+            if n >= l {
+                n -= l;
+                i += 1;
+            } else {
+                chunks[i].advance(n);
+                n = 0;
+            }
+        }
+        while i < chunks.len() && chunks[i].is_empty() {
+            i += 1;
+        }
+    }
+    Ok(())
+}
+
+fn kv_err(e: KvError) -> Reply {
+    match e {
+        KvError::Full { .. } | KvError::TooLarge { .. } => Reply::Error(format!("OOM {e}")),
+        e => Reply::err(e),
+    }
+}
+
+fn opt_bulk(v: Option<Bytes>) -> Reply {
+    v.map(Reply::Bulk).unwrap_or(Reply::Nil)
+}
+
+async fn exec(shared: &Shared, conn: &mut Conn, cmd: Command) -> Reply {
+    match run(shared, conn, cmd).await {
+        Ok(r) => r,
+        Err(e) => kv_err(e),
+    }
+}
+
+async fn run(shared: &Shared, conn: &mut Conn, cmd: Command) -> Result<Reply, KvError> {
+    let store = &shared.store;
+    let ns = conn.ns.clone();
+    Ok(match cmd {
+        Command::Ping(None) => Reply::Simple("PONG".into()),
+        Command::Ping(Some(m)) | Command::Echo(m) => Reply::Bulk(m),
+        Command::Hello(proto) => {
+            if let Some(p) = proto {
+                conn.proto = p;
+            }
+            Reply::Map(vec![
+                (Reply::text("server"), Reply::text("redis")),
+                (Reply::text("version"), Reply::text("7.2.0")),
+                (Reply::text("proto"), Reply::Int(i64::from(conn.proto))),
+                (Reply::text("id"), Reply::Int(conn.id as i64)),
+                (Reply::text("mode"), Reply::text("standalone")),
+                (Reply::text("role"), Reply::text("master")),
+                (Reply::text("modules"), Reply::Array(vec![])),
+            ])
+        }
+        Command::Quit => {
+            conn.quit = true;
+            Reply::Ok
+        }
+        Command::Select(0) => Reply::Ok,
+        Command::Select(_) => Reply::err("DB index is out of range"),
+        Command::NoOp => Reply::Ok,
+        Command::ClientId => Reply::Int(conn.id as i64),
+        Command::Info => Reply::text(info(shared)),
+        Command::ConfigGet(pattern) => config_get(shared, &pattern),
+        Command::CommandDocs => Reply::Array(vec![]),
+        Command::DbSize => Reply::Int(store.stats().keys as i64),
+        Command::Flush => {
+            store.clear();
+            Reply::Ok
+        }
+        Command::Save => {
+            store.flush(true).await?;
+            Reply::Ok
+        }
+        Command::KvFlush(all) => {
+            store.flush(all).await?;
+            Reply::Ok
+        }
+        Command::Get(k) => opt_bulk(store.get(&ns, &k).await?),
+        Command::Set { key, value, expiry, nx, xx, get } => {
+            let old = if get { store.get(&ns, &key).await? } else { None };
+            let present = if get { old.is_some() } else { store.exists(&ns, &key)? };
+            if (nx && present) || (xx && !present) {
+                return Ok(if get { opt_bulk(old) } else { Reply::Nil });
+            }
+            let expires_ms = match expiry {
+                Expiry::None => 0,
+                Expiry::In(ms) => unix_ms().saturating_add(ms),
+                Expiry::At(ms) => ms,
+                Expiry::Keep => store.expiry(&ns, &key)?.unwrap_or(0),
+            };
+            store.put(&ns, &key, value, PutOpts { expires_ms, ..PutOpts::default() }).await?;
+            if get { opt_bulk(old) } else { Reply::Ok }
+        }
+        Command::MGet(keys) => {
+            let gets = keys.iter().map(|k| store.get(&ns, k));
+            let got = futures_util::future::join_all(gets).await;
+            Reply::Array(got.into_iter().map(|r| r.map(opt_bulk)).collect::<Result<_, _>>()?)
+        }
+        Command::MSet(pairs) => {
+            for (k, v) in pairs {
+                store.put(&ns, &k, v, PutOpts::default()).await?;
+            }
+            Reply::Ok
+        }
+        Command::Exists(keys) => {
+            let mut n = 0;
+            for k in &keys {
+                n += i64::from(store.exists(&ns, k)?);
+            }
+            Reply::Int(n)
+        }
+        Command::Del(keys) => {
+            let mut n = 0;
+            for k in &keys {
+                n += i64::from(store.delete(&ns, k)?);
+            }
+            Reply::Int(n)
+        }
+        Command::StrLen(k) => Reply::Int(store.get(&ns, &k).await?.map(|v| v.len() as i64).unwrap_or(0)),
+        Command::Ttl(k, ms) => match store.expiry(&ns, &k)? {
+            None => Reply::Int(-2),
+            Some(0) => Reply::Int(-1),
+            Some(at) => {
+                let left = at.saturating_sub(unix_ms());
+                Reply::Int(if ms { left as i64 } else { left.div_ceil(1000) as i64 })
+            }
+        },
+        Command::Expire(k, ms) => {
+            let at = ms.map(|m| unix_ms().saturating_add(m)).unwrap_or(0);
+            Reply::Int(i64::from(store.set_expiry(&ns, &k, at)?))
+        }
+        Command::Lookup(keys) => Reply::Int(store.lookup(&ns, &keys)? as i64),
+        Command::Prefetch { deadline_ms, lease_ms, keys } => {
+            Reply::Int(store.prefetch(&ns, &keys, Duration::from_millis(deadline_ms), lease_ms).await? as i64)
+        }
+        Command::Lease(ms, keys) => {
+            Reply::Int(store.prefetch(&ns, &keys, Duration::from_secs(5), ms.max(1)).await? as i64)
+        }
+        Command::Release(keys) => Reply::Int(store.release(&ns, &keys)? as i64),
+        Command::Pin(pin, keys) => Reply::Int(store.pin(&ns, &keys, pin)? as i64),
+        Command::Stats => stats_reply(store),
+        Command::Namespace(None) => Reply::Bulk(conn.ns.clone()),
+        Command::Namespace(Some(name)) => {
+            if name.len() > 255 {
+                return Err(KvError::BadNamespace(name.len()));
+            }
+            conn.ns = name;
+            Reply::Ok
+        }
+        Command::DelNamespace(name) => Reply::Int(store.delete_namespace(&name)? as i64),
+    })
+}
+
+/// The store's statistics as name/value pairs.
+pub fn stats_pairs(store: &KvStore) -> Vec<(&'static str, u64)> {
+    let s = store.stats();
+    vec![
+        ("keys", s.keys),
+        ("dram_keys", s.dram_keys),
+        ("dram_used_bytes", s.dram_used),
+        ("dram_capacity_bytes", s.dram_capacity),
+        ("ssd_keys", s.ssd_keys),
+        ("ssd_live_bytes", s.ssd_live),
+        ("ssd_capacity_bytes", s.ssd_capacity),
+        ("gets", s.gets),
+        ("hits_dram", s.hits_dram),
+        ("hits_ssd", s.hits_ssd),
+        ("misses", s.misses),
+        ("puts", s.puts),
+        ("evicted", s.evicted),
+        ("demoted", s.demoted),
+        ("demoted_bytes", s.demoted_bytes),
+        ("not_admitted", s.not_admitted),
+        ("dropped_ssd", s.dropped_ssd),
+        ("promoted", s.promoted),
+        ("corrupt", s.corrupt),
+        ("expired", s.expired),
+    ]
+}
+
+fn stats_reply(store: &KvStore) -> Reply {
+    Reply::Map(stats_pairs(store).into_iter().map(|(k, v)| (Reply::text(k), Reply::Int(v as i64))).collect())
+}
+
+fn info(shared: &Shared) -> String {
+    let mut s = format!(
+        "# Server\r\nredis_version:7.2.0\r\nstrata_version:{}\r\nredis_mode:standalone\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\
+         # Clients\r\nconnected_clients:{}\r\n# Keyspace\r\n",
+        env!("CARGO_PKG_VERSION"),
+        shared.addr.port(),
+        shared.started.elapsed().as_secs(),
+        shared.clients.load(Ordering::Relaxed),
+    );
+    let st = shared.store.stats();
+    if st.keys > 0 {
+        s.push_str(&format!("db0:keys={},expires=0,avg_ttl=0\r\n", st.keys));
+    }
+    s.push_str("# Strata KV\r\n");
+    for (k, v) in stats_pairs(&shared.store) {
+        s.push_str(&format!("{k}:{v}\r\n"));
+    }
+    s
+}
+
+fn config_get(shared: &Shared, pattern: &[u8]) -> Reply {
+    let max = shared.store.stats().dram_capacity.to_string();
+    let known = [("maxmemory", max.as_str()), ("save", ""), ("appendonly", "no"), ("databases", "1")];
+    let p = String::from_utf8_lossy(pattern).to_ascii_lowercase();
+    let pairs =
+        known.iter().filter(|(k, _)| p == "*" || p == *k).map(|(k, v)| (Reply::text(*k), Reply::text(*v))).collect();
+    Reply::Map(pairs)
+}

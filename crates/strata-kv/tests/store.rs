@@ -1,0 +1,328 @@
+//! The tiered store through its public API: capacity, eviction order,
+//! demotion and promotion, admission, recovery, corruption, pins, TTLs
+//! and concurrency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_block::{BlockDevice, IoBuf, MemDevice};
+use strata_kv::store::{ENTRY_OVERHEAD, dram_size};
+use strata_kv::{Admit, KvConfig, KvError, KvStore, Pin, PutOpts};
+
+const SEG: u64 = 256 << 10;
+
+/// A value that says which key and version it belongs to.
+fn value(key: u64, version: u64, len: usize) -> Bytes {
+    let mut v = vec![0u8; len];
+    for (i, chunk) in v.chunks_mut(8).enumerate() {
+        let w = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.rotate_left(17) ^ i as u64;
+        chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
+    }
+    Bytes::from(v)
+}
+
+fn k(i: u64) -> Vec<u8> {
+    format!("block-{i:06}").into_bytes()
+}
+
+fn cfg(dram: u64, admit: Admit) -> KvConfig {
+    KvConfig { dram_bytes: dram, admit, segment_bytes: SEG }
+}
+
+fn mem(bytes: u64) -> Arc<MemDevice> {
+    Arc::new(MemDevice::new(4096, bytes / 4096))
+}
+
+async fn open(c: KvConfig, dev: &Arc<MemDevice>) -> Arc<KvStore> {
+    KvStore::open(c, Some(dev.clone() as Arc<dyn BlockDevice>)).await.unwrap()
+}
+
+#[tokio::test]
+async fn dram_only_capacity_holds_and_values_come_back_whole() {
+    let s = KvStore::open(cfg(1 << 20, Admit::Reused), None).await.unwrap();
+    for i in 0..2000u64 {
+        s.put(b"", &k(i), value(i, 0, 1000 + (i as usize % 3000)), PutOpts::default()).await.unwrap();
+        assert!(s.stats().dram_used <= 1 << 20);
+    }
+    let mut present = 0;
+    for i in 0..2000u64 {
+        if let Some(v) = s.get(b"", &k(i)).await.unwrap() {
+            assert_eq!(v, value(i, 0, 1000 + (i as usize % 3000)));
+            present += 1;
+        }
+    }
+    assert!(present > 100, "only {present} blocks kept in 1 MiB");
+    let st = s.stats();
+    assert_eq!(st.keys, present);
+    assert_eq!(st.ssd_keys, 0);
+    s.check_invariants();
+    // A value larger than DRAM is refused, not half stored.
+    assert!(matches!(
+        s.put(b"", b"huge", Bytes::from(vec![0; 2 << 20]), PutOpts::default()).await,
+        Err(KvError::TooLarge { .. })
+    ));
+}
+
+#[tokio::test]
+async fn blocks_move_down_when_dram_is_full_and_back_up_when_read() {
+    let dev = mem(8 << 20);
+    let s = open(cfg(256 << 10, Admit::All), &dev).await;
+    for i in 0..100u64 {
+        s.put(b"", &k(i), value(i, 0, 8192), PutOpts::default()).await.unwrap();
+    }
+    let st = s.stats();
+    assert!(st.dram_used <= 256 << 10);
+    assert!(st.demoted > 60, "{st:?}");
+    assert_eq!(st.keys, 100, "every block is in some tier");
+    s.flush(false).await.unwrap();
+    // The first block left DRAM long ago: it is read from SSD, checked,
+    // and promoted.
+    assert_eq!(s.get(b"", &k(0)).await.unwrap().unwrap(), value(0, 0, 8192));
+    let st = s.stats();
+    assert_eq!((st.hits_ssd, st.promoted), (1, 1));
+    assert_eq!(s.get(b"", &k(0)).await.unwrap().unwrap(), value(0, 0, 8192));
+    assert_eq!(s.stats().hits_dram, 1);
+    // Every block reads back right from whichever tier holds it.
+    for i in 0..100u64 {
+        assert_eq!(s.get(b"", &k(i)).await.unwrap().unwrap(), value(i, 0, 8192), "block {i}");
+    }
+    s.check_invariants();
+}
+
+#[tokio::test]
+async fn one_hit_blocks_do_not_wear_the_drive() {
+    let dev = mem(8 << 20);
+    let s = open(cfg(128 << 10, Admit::Reused), &dev).await;
+    // Blocks 0..8 are read back while in DRAM; the rest are put once.
+    for i in 0..8u64 {
+        s.put(b"", &k(i), value(i, 0, 4096), PutOpts::default()).await.unwrap();
+        s.get(b"", &k(i)).await.unwrap().unwrap();
+    }
+    for i in 8..200u64 {
+        s.put(b"", &k(i), value(i, 0, 4096), PutOpts::default()).await.unwrap();
+    }
+    let st = s.stats();
+    assert!(st.not_admitted > 100, "{st:?}");
+    // The reused blocks were kept in DRAM's main queue or written down:
+    // either way they are all still there.
+    for i in 0..8u64 {
+        assert_eq!(s.get(b"", &k(i)).await.unwrap().unwrap(), value(i, 0, 4096));
+    }
+    assert!(st.demoted <= 8, "one-hit blocks were written: {st:?}");
+    s.check_invariants();
+}
+
+#[tokio::test]
+async fn the_ssd_tier_holds_its_capacity_and_drops_its_oldest_segment() {
+    let dev = mem(4 << 20);
+    let s = open(cfg(64 << 10, Admit::All), &dev).await;
+    for i in 0..1000u64 {
+        s.put(b"", &k(i), value(i, 0, 16 << 10), PutOpts::default()).await.unwrap();
+    }
+    s.flush(false).await.unwrap();
+    let st = s.stats();
+    assert!(st.ssd_live <= st.ssd_capacity, "{st:?}");
+    assert!(st.ssd_live > st.ssd_capacity / 2, "the log is mostly live: {st:?}");
+    assert!(st.dropped_ssd > 500, "{st:?}");
+    assert!(s.get(b"", &k(0)).await.unwrap().is_none(), "the oldest blocks are gone");
+    assert_eq!(s.get(b"", &k(990)).await.unwrap().unwrap(), value(990, 0, 16 << 10));
+    s.check_invariants();
+}
+
+#[tokio::test]
+async fn a_restart_finds_the_ssd_tier_with_its_accounting() {
+    let dev = mem(8 << 20);
+    let s = open(cfg(128 << 10, Admit::All), &dev).await;
+    for i in 0..200u64 {
+        s.put(b"ns1", &k(i), value(i, 0, 6000), PutOpts::default()).await.unwrap();
+    }
+    // A newer version of a demoted key, and a deletion of one: neither
+    // may come back as the old value.
+    s.put(b"ns1", &k(3), value(3, 1, 6000), PutOpts::default()).await.unwrap();
+    assert!(s.delete(b"ns1", &k(4)).unwrap());
+    s.flush(true).await.unwrap();
+    let before = s.stats();
+    drop(s);
+    let s = open(cfg(128 << 10, Admit::All), &dev).await;
+    let after = s.stats();
+    assert_eq!(
+        (after.keys, after.ssd_keys, after.ssd_live),
+        (before.keys, before.keys, before.ssd_live),
+        "{before:?} {after:?}"
+    );
+    s.check_invariants();
+    assert_eq!(s.get(b"ns1", &k(3)).await.unwrap().unwrap(), value(3, 1, 6000));
+    assert!(s.get(b"ns1", &k(4)).await.unwrap().is_none());
+    for i in (0..200u64).filter(|&i| i != 3 && i != 4) {
+        assert_eq!(s.get(b"ns1", &k(i)).await.unwrap().unwrap(), value(i, 0, 6000), "block {i}");
+    }
+    assert_eq!(s.namespace_len(b"ns1"), 199);
+    assert!(s.get(b"other", &k(5)).await.unwrap().is_none(), "namespaces are apart");
+}
+
+/// Reads the whole device.
+async fn image(dev: &MemDevice) -> Vec<u8> {
+    let n = dev.geometry().num_blocks;
+    let (b, r) = dev.read(0, IoBuf::zeroed((n * 4096) as usize)).await;
+    r.unwrap();
+    b.to_vec()
+}
+
+#[tokio::test]
+async fn damaged_records_are_misses_never_wrong_bytes() {
+    let dev = mem(8 << 20);
+    let s = open(cfg(64 << 10, Admit::All), &dev).await;
+    for i in 0..40u64 {
+        s.put(b"", &k(i), value(i, 0, 8192), PutOpts::default()).await.unwrap();
+    }
+    s.flush(false).await.unwrap();
+    // Flip one byte inside block 2's value on the device.
+    let img = image(&dev).await;
+    let needle = &value(2, 0, 8192)[100..132];
+    let at = img.windows(needle.len()).position(|w| w == needle).expect("block 2 is on the device");
+    let blk = at as u64 / 4096;
+    let (mut b, r) = dev.read(blk, IoBuf::zeroed(4096)).await;
+    r.unwrap();
+    b[at % 4096] ^= 0xff;
+    let (_, r) = dev.write(blk, b, false).await;
+    r.unwrap();
+    assert!(s.get(b"", &k(2)).await.unwrap().is_none());
+    assert_eq!(s.stats().corrupt, 1);
+    assert_eq!(s.get(b"", &k(1)).await.unwrap().unwrap(), value(1, 0, 8192));
+    s.check_invariants();
+    // A restart's scan stops at the damaged record: what follows it in
+    // its segment is a miss, what precedes it is intact.
+    drop(s);
+    let s = open(cfg(64 << 10, Admit::All), &dev).await;
+    assert!(s.get(b"", &k(2)).await.unwrap().is_none());
+    assert_eq!(s.get(b"", &k(1)).await.unwrap().unwrap(), value(1, 0, 8192));
+    s.check_invariants();
+}
+
+#[tokio::test]
+async fn hard_pins_and_leases_stay_in_dram_soft_pins_go_last() {
+    let s = KvStore::open(cfg(64 << 10, Admit::Reused), None).await.unwrap();
+    let size = dram_size(k(0).len() + 1, 4096);
+    s.put(b"", &k(0), value(0, 0, 4096), PutOpts { pin: Pin::Hard, ..Default::default() }).await.unwrap();
+    s.put(b"", &k(1), value(1, 0, 4096), PutOpts::default()).await.unwrap();
+    assert_eq!(s.pin(b"", &[k(1)], Pin::Soft).unwrap(), 1);
+    s.put(b"", &k(2), value(2, 0, 4096), PutOpts::default()).await.unwrap();
+    assert_eq!(s.prefetch(b"", &[k(2)], Duration::from_secs(1), 60_000).await.unwrap(), 1);
+    for i in 3..100u64 {
+        s.put(b"", &k(i), value(i, 0, 4096), PutOpts::default()).await.unwrap();
+    }
+    for i in 0..3u64 {
+        assert!(s.lookup(b"", &[k(i)]).unwrap() == 1, "block {i} was evicted");
+    }
+    // Fill DRAM with hard pins: the soft pin goes, then puts fail.
+    let mut i = 100;
+    let err = loop {
+        match s.put(b"", &k(i), value(i, 0, 4096), PutOpts { pin: Pin::Hard, ..Default::default() }).await {
+            Ok(()) => i += 1,
+            Err(e) => break e,
+        }
+        assert!(i < 200);
+    };
+    assert!(matches!(err, KvError::Full { .. }), "{err}");
+    assert_eq!(s.lookup(b"", &[k(1)]).unwrap(), 0, "the soft pin went first");
+    assert_eq!(s.lookup(b"", &[k(0)]).unwrap(), 1);
+    assert!(s.stats().dram_used <= 64 << 10);
+    assert!(size > ENTRY_OVERHEAD);
+    // Unpinned and released, they can go.
+    s.pin(b"", &(0..200).map(k).collect::<Vec<_>>(), Pin::None).unwrap();
+    assert_eq!(s.release(b"", &[k(2)]).unwrap(), 1);
+    s.put(b"", b"after", value(9, 9, 4096), PutOpts::default()).await.unwrap();
+    s.check_invariants();
+}
+
+#[tokio::test]
+async fn lookup_counts_the_present_prefix_without_side_effects() {
+    let s = KvStore::open(cfg(1 << 20, Admit::Reused), None).await.unwrap();
+    for i in [0u64, 1, 2, 4] {
+        s.put(b"m", &k(i), value(i, 0, 100), PutOpts::default()).await.unwrap();
+    }
+    let chain: Vec<Vec<u8>> = (0..6).map(k).collect();
+    assert_eq!(s.lookup(b"m", &chain).unwrap(), 3);
+    assert_eq!(s.lookup(b"other", &chain).unwrap(), 0);
+    let st = s.stats();
+    assert_eq!((st.gets, st.hits_dram), (0, 0), "a lookup is not a use");
+}
+
+#[tokio::test]
+async fn expired_blocks_are_misses() {
+    let now = Arc::new(AtomicU64::new(1_000_000));
+    let clock = now.clone();
+    let s =
+        KvStore::open_with_clock(cfg(1 << 20, Admit::Reused), None, Box::new(move || clock.load(Ordering::Relaxed)))
+            .await
+            .unwrap();
+    s.put(b"", b"a", Bytes::from_static(b"x"), PutOpts { expires_ms: 1_000_500, ..Default::default() }).await.unwrap();
+    s.put(b"", b"b", Bytes::from_static(b"y"), PutOpts::default()).await.unwrap();
+    assert_eq!(s.expiry(b"", b"a").unwrap(), Some(1_000_500));
+    now.store(1_000_499, Ordering::Relaxed);
+    assert!(s.get(b"", b"a").await.unwrap().is_some());
+    now.store(1_000_500, Ordering::Relaxed);
+    assert!(s.get(b"", b"a").await.unwrap().is_none());
+    assert_eq!(s.lookup(b"", &[b"b"]).unwrap(), 1);
+    assert_eq!(s.stats().expired, 1);
+    s.check_invariants();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_never_see_lost_or_mixed_values() {
+    let dev = mem(16 << 20);
+    let s = open(cfg(512 << 10, Admit::All), &dev).await;
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut version = vec![0u64; 64];
+            for round in 0..400u64 {
+                let i = (round * 7 + t) % 64;
+                let key = t * 1000 + i;
+                if round % 3 == 0 {
+                    version[i as usize] += 1;
+                    s.put(
+                        b"",
+                        &k(key),
+                        value(key, version[i as usize], 3000 + (key as usize % 5000)),
+                        PutOpts::default(),
+                    )
+                    .await
+                    .unwrap();
+                } else if let Some(v) = s.get(b"", &k(key)).await.unwrap() {
+                    // Each task owns its keys: what comes back is the
+                    // version it wrote last, never another key's bytes.
+                    assert_eq!(v, value(key, version[i as usize], 3000 + (key as usize % 5000)), "key {key}");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    s.check_invariants();
+    let st = s.stats();
+    assert!(st.dram_used <= 512 << 10 && st.ssd_live <= st.ssd_capacity);
+    assert!(st.hits_ssd > 0 && st.demoted > 0, "both tiers were used: {st:?}");
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_leaves_the_others() {
+    let dev = mem(8 << 20);
+    let s = open(cfg(64 << 10, Admit::All), &dev).await;
+    for i in 0..50u64 {
+        s.put(b"a", &k(i), value(i, 0, 4000), PutOpts::default()).await.unwrap();
+        s.put(b"b", &k(i), value(i, 1, 4000), PutOpts::default()).await.unwrap();
+    }
+    assert_eq!(s.delete_namespace(b"a").unwrap(), 50);
+    assert_eq!(s.namespace_len(b"a"), 0);
+    assert_eq!(s.namespace_len(b"b"), 50);
+    s.flush(false).await.unwrap();
+    drop(s);
+    let s = open(cfg(64 << 10, Admit::All), &dev).await;
+    assert_eq!(s.namespace_len(b"a"), 0, "tombstones keep the namespace deleted");
+    s.check_invariants();
+}

@@ -1,0 +1,133 @@
+//! `strata kv serve`: the tiered KV-cache store behind a Redis-protocol
+//! listener. With no arguments: 127.0.0.1:6380, 1 GiB of DRAM and a
+//! 4 GiB SSD tier file under `./strata-data/kv`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use strata_block::{BlockDevice, parse_size};
+use strata_kv::server::ServerConfig;
+use strata_kv::{Admit, KvConfig, KvStore};
+
+/// `strata kv ...`
+#[derive(clap::Args)]
+pub struct KvArgs {
+    #[command(subcommand)]
+    command: KvCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum KvCommand {
+    /// Serve the KV-cache store over the Redis protocol (RESP2/RESP3).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:6380")]
+    listen: std::net::SocketAddr,
+    /// DRAM tier capacity (keys, values and per-entry overhead).
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    dram: u64,
+    /// SSD tier: a file (created at SIZE when missing) or a block device,
+    /// as PATH[:SIZE]; `none` for DRAM only.
+    #[arg(long, default_value = "./strata-data/kv/ssd.log:4G")]
+    ssd: String,
+    /// Segment size of a newly formatted SSD tier (the largest value it
+    /// holds). Default: a sixteenth of the device, 1M..256M.
+    #[arg(long, value_parser = parse_size)]
+    ssd_segment: Option<u64>,
+    /// Which blocks leaving DRAM are written to SSD: `reused` (read again
+    /// while in DRAM; one-hit blocks never touch the drive) or `all`.
+    #[arg(long, default_value = "reused")]
+    admit: String,
+    /// Accept a file system without O_DIRECT (tmpfs) for the SSD tier.
+    #[arg(long)]
+    allow_buffered: bool,
+    /// Most client connections at once.
+    #[arg(long, default_value_t = 10_000)]
+    max_clients: usize,
+}
+
+/// Splits `PATH[:SIZE]`; a suffix that is not a size stays in the path.
+fn parse_ssd(spec: &str) -> anyhow::Result<(PathBuf, Option<u64>)> {
+    if let Some((path, size)) = spec.rsplit_once(':')
+        && let Ok(n) = parse_size(size)
+    {
+        anyhow::ensure!(!path.is_empty(), "--ssd {spec:?}: no path");
+        return Ok((PathBuf::from(path), Some(n)));
+    }
+    Ok((PathBuf::from(spec), None))
+}
+
+/// Runs `strata kv ...`.
+pub fn main(args: KvArgs) -> anyhow::Result<()> {
+    let KvCommand::Serve(args) = args.command;
+    let admit = match args.admit.as_str() {
+        "reused" => Admit::Reused,
+        "all" => Admit::All,
+        other => anyhow::bail!("--admit {other:?}: expected reused or all"),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    rt.block_on(serve(args, admit))
+}
+
+async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
+    let ssd: Option<Arc<dyn BlockDevice>> = if args.ssd == "none" {
+        None
+    } else {
+        let (path, size) = parse_ssd(&args.ssd)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let dev = strata_store::RawDevice::open(&path, size, args.allow_buffered)
+            .with_context(|| format!("SSD tier {}", path.display()))?;
+        tracing::info!(path = %path.display(), bytes = dev.geometry().size_bytes(), io_uring = dev.is_uring(), "SSD tier");
+        Some(dev)
+    };
+    let segment_bytes = args.ssd_segment.unwrap_or_else(|| {
+        strata_kv::store::segment_size_for(ssd.as_ref().map(|d| d.geometry().size_bytes()).unwrap_or(0))
+    });
+    let cfg = KvConfig { dram_bytes: args.dram, admit, segment_bytes };
+    let store = KvStore::open(cfg, ssd).await.context("opening the KV store")?;
+    let st = store.stats();
+    tracing::info!(keys = st.keys, ssd_live_bytes = st.ssd_live, "KV store recovered");
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(listen = %args.listen, dram = args.dram, "strata kv serving (RESP2/RESP3)");
+    let server_cfg = ServerConfig { max_clients: args.max_clients, ..ServerConfig::default() };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let stop = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        }
+    };
+    strata_kv::server::serve(store.clone(), listener, server_cfg, stop).await?;
+    // A clean stop writes every DRAM block to the SSD tier, so that the
+    // next start is warm.
+    store.flush(true).await.context("writing DRAM blocks to the SSD tier at shutdown")?;
+    let st = store.stats();
+    tracing::info!(keys = st.keys, ssd_live_bytes = st.ssd_live, "KV store flushed");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssd_specs_split_at_a_size_only() {
+        assert_eq!(parse_ssd("a/b.log:4G").unwrap(), (PathBuf::from("a/b.log"), Some(4 << 30)));
+        assert_eq!(parse_ssd("/dev/nvme0n1").unwrap(), (PathBuf::from("/dev/nvme0n1"), None));
+        assert_eq!(parse_ssd("x:y").unwrap(), (PathBuf::from("x:y"), None));
+        assert!(parse_ssd(":4G").is_err());
+    }
+}
