@@ -471,13 +471,16 @@ fn reply_at(buf: &BytesMut, at: &mut usize, limits: &Limits, depth: usize) -> Re
     }
     let Some(&marker) = buf.get(*at) else { return Ok(None) };
     let Some(end) = line_end(buf, *at)? else { return Ok(None) };
+    if end == *at {
+        return Err(RespError::UnexpectedByte { expected: "a RESP type", got: marker });
+    }
     let body = &buf[*at + 1..end];
     let text = || String::from_utf8_lossy(body).into_owned();
     let next = end + 2;
     let count = |what| -> Result<i64, RespError> { parse_i64(body).ok_or(RespError::BadLength { what }) };
     let reply = match marker {
         b'+' => Reply::Simple(text()),
-        b'-' | b'!' if marker == b'-' => Reply::Error(text()),
+        b'-' => Reply::Error(text()),
         b':' => Reply::Int(parse_i64(body).ok_or(RespError::BadNumber)?),
         b'_' => Reply::Nil,
         b'#' => Reply::Bool(body == b"t"),
@@ -668,6 +671,7 @@ mod tests {
                 assert_eq!(back, r);
             }
         }
+        assert!(parse_reply(&mut BytesMut::from(&b"\r\n"[..]), &Limits::default()).is_err());
         let deep = "*1\r\n".repeat(MAX_DEPTH + 2);
         assert_eq!(parse_reply(&mut BytesMut::from(deep.as_bytes()), &Limits::default()), Err(RespError::TooDeep));
     }

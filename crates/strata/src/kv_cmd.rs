@@ -101,7 +101,9 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(listen = %args.listen, dram = args.dram, "strata kv serving (RESP2/RESP3)");
+    // The bound address (port 0 picks one), for people and for scripts.
+    let bound = listener.local_addr()?;
+    tracing::info!(dram = args.dram, "strata kv serving (RESP2/RESP3) on {bound}");
     let server_cfg = ServerConfig { max_clients: args.max_clients, ..ServerConfig::default() };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stop = async move {

@@ -1,0 +1,120 @@
+//! The RESP server over real sockets: concurrency, pipelining, large
+//! values, RESP3, and peers that misbehave.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use strata_block::{BlockDevice, MemDevice};
+use strata_kv::client::Client;
+use strata_kv::resp::{Limits, Reply, parse_reply};
+use strata_kv::server::{ServerConfig, serve};
+use strata_kv::{Admit, KvConfig, KvStore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn start(dram: u64, ssd: Option<u64>) -> (SocketAddr, Arc<KvStore>) {
+    let dev = ssd.map(|b| Arc::new(MemDevice::new(4096, b / 4096)) as Arc<dyn BlockDevice>);
+    let cfg = KvConfig { dram_bytes: dram, admit: Admit::All, segment_bytes: 1 << 20 };
+    let store = KvStore::open(cfg, dev).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(store.clone(), listener, ServerConfig::default(), std::future::pending()));
+    (addr, store)
+}
+
+fn value(key: &str, len: usize) -> Vec<u8> {
+    key.bytes().cycle().take(len).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_pipelined_clients_get_their_own_values() {
+    let (addr, store) = start(2 << 20, Some(32 << 20)).await;
+    let mut tasks = Vec::new();
+    for c in 0..16 {
+        tasks.push(tokio::spawn(async move {
+            let mut cl = Client::connect(addr).await.unwrap();
+            for round in 0..10 {
+                let keys: Vec<String> = (0..20).map(|i| format!("c{c}-r{round}-k{i}")).collect();
+                let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+                    keys.iter().map(|k| (k.clone().into_bytes(), value(k, 1000 + round * 500))).collect();
+                cl.mset(&pairs).await.unwrap();
+                // Pipelined GETs of this round and the first round.
+                let reqs: Vec<Vec<&[u8]>> = keys.iter().map(|k| vec![&b"GET"[..], k.as_bytes()]).collect();
+                let replies = cl.pipeline(&reqs).await.unwrap();
+                for (k, r) in keys.iter().zip(replies) {
+                    assert_eq!(r, Reply::Bulk(Bytes::from(value(k, 1000 + round * 500))), "{k}");
+                }
+                let first: Vec<String> = (0..20).map(|i| format!("c{c}-r0-k{i}")).collect();
+                for (k, v) in first.iter().zip(cl.mget(&first).await.unwrap()) {
+                    // Still stored in some tier, never another key's bytes.
+                    assert_eq!(v.as_deref(), Some(&value(k, 1000)[..]), "{k}");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let st = store.stats();
+    assert!(st.demoted > 0 && st.hits_ssd > 0, "{st:?}");
+    assert!(st.dram_used <= 2 << 20);
+    store.check_invariants();
+}
+
+#[tokio::test]
+async fn a_peer_sending_garbage_is_answered_and_closed_without_harming_others() {
+    let (addr, _store) = start(1 << 20, None).await;
+    let mut good = Client::connect(addr).await.unwrap();
+    good.set(b"k", b"v").await.unwrap();
+    for garbage in [&b"*2\r\n$3\r\nGET\r\n:12\r\n"[..], b"*1\r\n$-7\r\n", b"GET \"abc\r\n", b"*1\r\n$3\r\nGETxx\r\n"] {
+        let mut bad = TcpStream::connect(addr).await.unwrap();
+        bad.write_all(garbage).await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), bad.read_to_end(&mut got)).await.unwrap().unwrap();
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("-ERR Protocol error"), "{garbage:?} -> {text:?}");
+    }
+    // A peer that leaves halfway through a large value.
+    let mut half = TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nh\r\n$1000000\r\nabc").await.unwrap();
+    drop(half);
+    assert_eq!(good.get(b"k").await.unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(good.get(b"h").await.unwrap(), None);
+    // Unknown commands and bad arguments are replies, not disconnects.
+    assert!(matches!(good.call(&["NOSUCH"]).await.unwrap(), Reply::Error(e) if e.starts_with("ERR unknown command")));
+    assert!(matches!(good.call(&["GET"]).await.unwrap(), Reply::Error(_)));
+    assert_eq!(good.call(&["PING"]).await.unwrap(), Reply::Simple("PONG".into()));
+}
+
+#[tokio::test]
+async fn resp3_clients_get_resp3_types() {
+    let (addr, _store) = start(1 << 20, None).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"HELLO 3\r\nGET missing\r\nKV.STATS\r\n").await.unwrap();
+    let mut buf = BytesMut::new();
+    let mut replies = Vec::new();
+    while replies.len() < 3 {
+        s.read_buf(&mut buf).await.unwrap();
+        while let Some(r) = parse_reply(&mut buf, &Limits::default()).unwrap() {
+            replies.push(r);
+        }
+    }
+    assert!(
+        matches!(&replies[0], Reply::Map(p) if p.iter().any(|(k, v)| *k == Reply::text("proto") && *v == Reply::Int(3)))
+    );
+    assert_eq!(replies[1], Reply::Nil);
+    assert!(matches!(&replies[2], Reply::Map(p) if p.len() > 10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_of_128_mib_round_trip() {
+    let (addr, store) = start(512 << 20, None).await;
+    let mut c = Client::connect(addr).await.unwrap();
+    let big: Vec<u8> = (0..128u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    c.set(b"big", &big).await.unwrap();
+    let back = c.get(b"big").await.unwrap().unwrap();
+    assert!(back.len() == big.len() && back[..] == big[..]);
+    assert!(store.stats().dram_used >= 128 << 20);
+}

@@ -1,0 +1,211 @@
+//! `strata kv serve` as a process, driven by the real `redis-cli` and
+//! `redis-benchmark` (Debian's redis-tools; CI installs them) and by
+//! strata's own client: the Redis commands users type, a short load, and
+//! kill -9 with recovery of everything flushed.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use strata_kv::client::Client;
+
+const BIN: &str = env!("CARGO_BIN_EXE_strata");
+
+fn tool(name: &str) -> String {
+    let found = Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().expect("sh");
+    assert!(found.status.success(), "{name} is not installed: apt-get install redis-tools (CI's .ci/run does)");
+    name.to_string()
+}
+
+struct Kv {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Kv {
+    /// Starts `strata kv serve` on a port it picks (port 0: no race with
+    /// other tests for a free port) and reads the port from its log.
+    fn start(dir: &Path, dram: &str, extra: &[&str]) -> Kv {
+        let ssd = format!("{}:64M", dir.join("ssd.log").display());
+        let mut args = vec!["kv", "serve", "--dram", dram, "--ssd", &ssd, "--ssd-segment", "4M"];
+        args.extend(["--listen", "127.0.0.1:0"]);
+        args.extend(extra);
+        let log_path = dir.join(format!("kv-{}.log", std::process::id()));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut child = Command::new(BIN)
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn strata");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            if let Some(addr) = text
+                .lines()
+                .find_map(|l| l.split_once("serving (RESP2/RESP3) on ").and_then(|(_, a)| a.split_whitespace().next()))
+            {
+                return Kv { child, addr: addr.parse().expect("address in the log") };
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("strata kv serve exited ({status}): {text}");
+            }
+            assert!(Instant::now() < deadline, "strata kv serve did not listen: {text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(tool("redis-cli"))
+            .args(["-h", "127.0.0.1", "-p", &self.addr.port().to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Kv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn block(i: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i as usize * 31 + j * 7 + (j >> 9)) as u8).collect()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+#[test]
+fn redis_cli_drives_the_commands_users_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = Kv::start(dir.path(), "4M", &[]);
+    assert_eq!(kv.cli(&["PING"]), "PONG");
+    assert_eq!(kv.cli(&["SET", "greeting", "hello world"]), "OK");
+    assert_eq!(kv.cli(&["GET", "greeting"]), "hello world");
+    assert_eq!(kv.cli(&["MSET", "a", "1", "b", "2"]), "OK");
+    assert_eq!(kv.cli(&["MGET", "a", "b", "nope"]), "1\n2"); // nil prints as an empty line
+    assert_eq!(kv.cli(&["EXISTS", "a", "b", "nope"]), "2");
+    assert_eq!(kv.cli(&["KV.LOOKUP", "a", "b", "nope", "greeting"]), "2");
+    assert_eq!(kv.cli(&["DEL", "a", "nope"]), "1");
+    assert_eq!(kv.cli(&["SET", "t", "v", "EX", "100"]), "OK");
+    let ttl: i64 = kv.cli(&["TTL", "t"]).parse().unwrap();
+    assert!((99..=100).contains(&ttl));
+    assert_eq!(kv.cli(&["TTL", "greeting"]), "-1");
+    assert_eq!(kv.cli(&["SET", "t", "w", "NX"]), "");
+    assert_eq!(kv.cli(&["DBSIZE"]), "3");
+    assert!(kv.cli(&["NOSUCH"]).starts_with("ERR unknown command"));
+    assert_eq!(kv.cli(&["KV.PIN", "HARD", "greeting"]), "1");
+    let stats = kv.cli(&["KV.STATS"]);
+    assert!(stats.contains("dram_capacity_bytes\n4194304"), "{stats}");
+    // Binary-safe values through -x (stdin as the last argument).
+    let bin: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let mut child = Command::new(tool("redis-cli"))
+        .args(["-p", &kv.addr.port().to_string(), "-x", "SET", "bin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&bin).unwrap();
+    assert!(child.wait_with_output().unwrap().status.success());
+    let back = rt().block_on(async { Client::connect(kv.addr).await.unwrap().get(b"bin").await.unwrap() });
+    assert_eq!(back.as_deref(), Some(&bin[..]));
+    // RESP3.
+    let hello = kv.cli(&["-3", "HELLO", "3"]);
+    assert!(hello.contains("proto") && hello.contains('3'), "{hello}");
+}
+
+#[test]
+fn redis_benchmark_runs_a_short_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = Kv::start(dir.path(), "64M", &[]);
+    let port = kv.addr.port().to_string();
+    for extra in [&["-d", "4096"][..], &["-d", "4096", "-P", "16"], &["-d", "1048576", "-n", "200"]] {
+        // A bound on the run: redis-benchmark spins forever on a server
+        // that went away.
+        let out = Command::new("timeout")
+            .args(["120", &tool("redis-benchmark")])
+            .args(["-p", &port, "-t", "set,get,mset", "-n", "2000", "-r", "1000", "-c", "8", "--csv"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let csv = String::from_utf8_lossy(&out.stdout);
+        // "test","rps",...: every test ran with a positive rate.
+        let rows: Vec<&str> = csv.lines().skip(1).collect();
+        assert_eq!(rows.len(), 3, "{csv}");
+        for row in rows {
+            let rps: f64 = row.split(',').nth(1).unwrap().trim_matches('"').parse().unwrap();
+            assert!(rps > 0.0, "{row}");
+        }
+    }
+    // Every SET and MSET key arrived, and DRAM held its capacity (the
+    // 1 MiB values overflow 64 MiB: most left without being reused).
+    let stats = kv.cli(&["KV.STATS"]);
+    let stat = |name: &str| -> u64 {
+        let mut it = stats.lines();
+        it.find(|l| *l == name).and_then(|_| it.next()).and_then(|v| v.parse().ok()).unwrap()
+    };
+    // Two runs of 2,000 SETs and 2,000 MSETs of 10 keys, one of 200 and 200.
+    assert_eq!(stat("puts"), 2 * (2000 + 2000 * 10) + (200 + 200 * 10), "{stats}");
+    assert!(stat("dram_used_bytes") <= 64 << 20);
+    assert!(stat("not_admitted") > 0);
+}
+
+#[test]
+fn kill_9_keeps_every_flushed_block_and_its_accounting() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = Kv::start(dir.path(), "4M", &["--admit", "all"]);
+    // 24 MiB of 64 KiB blocks through 4 MiB of DRAM: most go to the SSD.
+    let n = 384u32;
+    let stats = rt().block_on(async {
+        let mut c = Client::connect(kv.addr).await.unwrap();
+        for i in 0..n {
+            c.set(format!("blk{i}").as_bytes(), &block(i, 64 << 10)).await.unwrap();
+        }
+        assert_eq!(c.call(&["KV.FLUSH"]).await.unwrap(), strata_kv::resp::Reply::Simple("OK".into()));
+        c.stats().await.unwrap()
+    });
+    let get = |k: &str| stats.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap();
+    let (ssd_keys, ssd_live) = (get("ssd_keys"), get("ssd_live_bytes"));
+    assert!(ssd_keys > 300, "{stats:?}");
+    // Blocks written after the flush may or may not survive; none may
+    // come back wrong.
+    rt().block_on(async {
+        let mut c = Client::connect(kv.addr).await.unwrap();
+        for i in n..n + 20 {
+            c.set(format!("blk{i}").as_bytes(), &block(i, 64 << 10)).await.unwrap();
+        }
+    });
+    kv.kill9();
+    let kv = Kv::start(dir.path(), "4M", &["--admit", "all"]);
+    rt().block_on(async {
+        let mut c = Client::connect(kv.addr).await.unwrap();
+        let st = c.stats().await.unwrap();
+        let get = |k: &str| st.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap();
+        assert!(get("ssd_keys") >= ssd_keys, "before {ssd_keys} after {st:?}");
+        assert!(get("ssd_live_bytes") >= ssd_live);
+        assert_eq!(get("keys"), get("ssd_keys"), "after a restart everything is on SSD");
+        let mut present = 0;
+        for i in 0..n + 20 {
+            if let Some(v) = c.get(format!("blk{i}").as_bytes()).await.unwrap() {
+                assert_eq!(&v[..], &block(i, 64 << 10)[..], "blk{i} came back wrong");
+                present += 1;
+            }
+        }
+        assert!(present as i64 >= ssd_keys, "{present} of {ssd_keys} flushed blocks");
+    });
+}
