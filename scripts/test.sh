@@ -26,9 +26,9 @@ if [ "$fuzz_seconds" != 0 ] && command -v cargo-fuzz >/dev/null 2>&1; then
     # Network parsers first, then the store's on-disk decoders, whole-drive
     # recovery from damaged images, the metadata store's records, and the
     # etcd client's response parsers, an erasure-coded shard's undo log,
-    # and the KV server's RESP parsers.
+    # the KV server's RESP parsers and its SSD log's recovery from damage.
     for t in pdu_decode target_transport host_parsers store_format store_recovery meta_records etcd_responses undo_log \
-        kv_resp; do
+        kv_resp kv_recovery; do
         (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 2>&1 |
             grep -E "^(Done|==|.*(panicked|ERROR|SUMMARY))" || true)
         # A crash leaves an artifact; fail on it.

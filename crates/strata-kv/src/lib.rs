@@ -20,6 +20,7 @@ mod log;
 pub mod policy;
 pub mod resp;
 pub mod server;
+pub mod sim;
 pub mod store;
 
 pub use log::LogError;

@@ -50,6 +50,12 @@ pub trait Policy<K> {
     fn evict(&mut self, capacity: u64, need: u64, keep: &mut dyn FnMut(&K) -> bool) -> Vec<Evicted<K>>;
     /// True when `key` is cached.
     fn contains(&self, key: &K) -> bool;
+    /// Keys cached.
+    fn len(&self) -> usize;
+    /// True when nothing is cached.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +88,15 @@ pub struct S3Fifo<K: Hash + Eq + Clone> {
     small_bytes: u64,
     main_bytes: u64,
     next_gen: u64,
+    small_percent: u64,
+    ghost_factor: usize,
+    /// Adaptive sizing: the small queue's target in bytes (`None` until
+    /// the first eviction tells the capacity), and a ghost of keys that
+    /// left main.
+    adaptive: bool,
+    small_target: Option<u64>,
+    ghost_main: VecDeque<K>,
+    ghost_main_set: HashMap<K, u32>,
 }
 
 /// Reads that make a block "used again"; the count saturates at 3.
@@ -98,11 +113,31 @@ impl<K: Hash + Eq + Clone> Default for S3Fifo<K> {
             small_bytes: 0,
             main_bytes: 0,
             next_gen: 0,
+            small_percent: 10,
+            ghost_factor: 1,
+            adaptive: false,
+            small_target: None,
+            ghost_main: VecDeque::new(),
+            ghost_main_set: HashMap::new(),
         }
     }
 }
 
 impl<K: Hash + Eq + Clone> S3Fifo<K> {
+    /// S3-FIFO with a small queue of `small_percent` of the bytes and a
+    /// ghost queue of `ghost_factor` times as many keys as are cached.
+    pub fn with_shape(small_percent: u64, ghost_factor: usize) -> Self {
+        S3Fifo { small_percent: small_percent.min(100), ghost_factor: ghost_factor.max(1), ..Self::default() }
+    }
+
+    /// Adaptive S3-FIFO: the small queue starts at 10% and moves like
+    /// ARC's target, growing when keys come back from the small queue's
+    /// ghost (new blocks left too soon) and shrinking when they come back
+    /// from main's (reused blocks left too soon), between 1% and 90%.
+    pub fn adaptive(ghost_factor: usize) -> Self {
+        S3Fifo { adaptive: true, ..Self::with_shape(10, ghost_factor) }
+    }
+
     fn push(&mut self, key: K, q: Queue) -> u64 {
         self.next_gen += 1;
         let g = self.next_gen;
@@ -113,22 +148,23 @@ impl<K: Hash + Eq + Clone> S3Fifo<K> {
         g
     }
 
-    fn add_ghost(&mut self, key: K) {
-        *self.ghost_set.entry(key.clone()).or_insert(0) += 1;
-        self.ghost.push_back(key);
-        // The ghost queue remembers about as many keys as are cached.
-        while self.ghost.len() > self.meta.len().max(16) {
-            self.pop_ghost();
-        }
-    }
-
-    fn pop_ghost(&mut self) {
-        if let Some(k) = self.ghost.pop_front()
-            && let Some(n) = self.ghost_set.get_mut(&k)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.ghost_set.remove(&k);
+    fn add_ghost(&mut self, key: K, from_main: bool) {
+        let limit = (self.meta.len() * self.ghost_factor).max(16);
+        let (q, set) = if from_main {
+            (&mut self.ghost_main, &mut self.ghost_main_set)
+        } else {
+            (&mut self.ghost, &mut self.ghost_set)
+        };
+        *set.entry(key.clone()).or_insert(0) += 1;
+        q.push_back(key);
+        while q.len() > limit {
+            if let Some(k) = q.pop_front()
+                && let Some(n) = set.get_mut(&k)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    set.remove(&k);
+                }
             }
         }
     }
@@ -165,7 +201,18 @@ impl<K: Hash + Eq + Clone> Policy<K> for S3Fifo<K> {
             return;
         }
         let from_ghost = self.ghost_set.contains_key(&key);
-        let q = if from_ghost { Queue::Main } else { Queue::Small };
+        let from_main_ghost = self.adaptive && self.ghost_main_set.contains_key(&key);
+        if let Some(t) = self.small_target.as_mut() {
+            // ARC's step: larger when the other ghost is the longer one.
+            if from_ghost {
+                let ratio = (self.ghost_main.len() / self.ghost.len().max(1)).max(1) as u64;
+                *t = t.saturating_add(size * ratio);
+            } else if from_main_ghost {
+                let ratio = (self.ghost.len() / self.ghost_main.len().max(1)).max(1) as u64;
+                *t = t.saturating_sub(size * ratio);
+            }
+        }
+        let q = if from_ghost || from_main_ghost { Queue::Main } else { Queue::Small };
         let slot = self.push(key.clone(), q);
         self.meta.insert(key, Meta { size, freq: 0, queue: q, slot, reused: from_ghost });
         self.account(q, size, true);
@@ -196,6 +243,10 @@ impl<K: Hash + Eq + Clone> Policy<K> for S3Fifo<K> {
         self.meta.contains_key(key)
     }
 
+    fn len(&self) -> usize {
+        self.meta.len()
+    }
+
     fn evict(&mut self, capacity: u64, need: u64, keep: &mut dyn FnMut(&K) -> bool) -> Vec<Evicted<K>> {
         let mut out = Vec::new();
         // Kept blocks are put back at the tail; after a whole lap of both
@@ -205,7 +256,20 @@ impl<K: Hash + Eq + Clone> Policy<K> for S3Fifo<K> {
             if kept_in_a_row > self.meta.len() * 2 + 2 {
                 break;
             }
-            let from_small = self.small_bytes > 0 && (self.small_bytes * 10 >= capacity || self.main_bytes == 0);
+            let target = match self.small_target.as_mut() {
+                Some(t) if self.adaptive => {
+                    *t = (*t).clamp(capacity / 100, capacity / 10 * 9);
+                    *t
+                }
+                _ => {
+                    let t = capacity / 100 * self.small_percent;
+                    if self.adaptive {
+                        self.small_target = Some(t);
+                    }
+                    t
+                }
+            };
+            let from_small = self.small_bytes > 0 && (self.small_bytes >= target || self.main_bytes == 0);
             let q = if from_small { Queue::Small } else { Queue::Main };
             let Some(k) = self.pop(q) else {
                 // Stale slots only: the byte counts say otherwise, which
@@ -251,7 +315,9 @@ impl<K: Hash + Eq + Clone> Policy<K> for S3Fifo<K> {
                     let m = self.meta.remove(&k).expect("popped keys are live (checked in pop)");
                     self.account(m.queue, m.size, false);
                     if q == Queue::Small {
-                        self.add_ghost(k.clone());
+                        self.add_ghost(k.clone(), false);
+                    } else if self.adaptive {
+                        self.add_ghost(k.clone(), true);
                     }
                     out.push(Evicted { key: k, size: m.size, reused: m.reused });
                 }
@@ -323,6 +389,10 @@ impl<K: Hash + Eq + Clone> Policy<K> for Lru<K> {
 
     fn contains(&self, key: &K) -> bool {
         self.meta.contains_key(key)
+    }
+
+    fn len(&self) -> usize {
+        self.meta.len()
     }
 
     fn evict(&mut self, capacity: u64, need: u64, keep: &mut dyn FnMut(&K) -> bool) -> Vec<Evicted<K>> {
@@ -422,7 +492,29 @@ mod tests {
 
     #[test]
     fn capacity_holds_under_random_load() {
-        let mut p = S3Fifo::default();
+        for p in [S3Fifo::default(), S3Fifo::with_shape(30, 4), S3Fifo::adaptive(2)] {
+            random_load(p);
+        }
+    }
+
+    #[test]
+    fn the_adaptive_small_queue_grows_when_new_blocks_leave_too_soon() {
+        let mut p = S3Fifo::adaptive(2);
+        // A cycle of 150 blocks through room for 100: a small queue of 10
+        // drops each before it returns, and the ghost (200 keys) sees it
+        // come back.
+        for _ in 0..20u64 {
+            for key in 0..150u64 {
+                if !p.touch(&key) {
+                    p.evict(100, 1, &mut never);
+                    p.insert(key, 1);
+                }
+            }
+        }
+        assert!(p.small_target.unwrap() > 10, "{:?}", p.small_target);
+    }
+
+    fn random_load(mut p: S3Fifo<u64>) {
         let mut x = 1u64;
         for _ in 0..20_000 {
             x ^= x << 13;

@@ -764,7 +764,7 @@ impl KvStore {
         let g = lock(&self.inner);
         Stats {
             keys: g.map.len() as u64,
-            dram_keys: g.map.values().filter(|e| e.value.is_some()).count() as u64,
+            dram_keys: g.dram.len() as u64,
             dram_used: g.dram.used(),
             dram_capacity: self.cfg.dram_bytes,
             ssd_keys: g.ssd_keys,

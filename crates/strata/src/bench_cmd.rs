@@ -66,6 +66,9 @@ enum BenchCommand {
         /// Where to write the secret key; never overwritten.
         keyfile: PathBuf,
     },
+    /// Hit rate against capacity of the KV store's eviction policy and
+    /// LRU, replaying a prefix-cache trace (e.g. the Mooncake trace).
+    KvTrace(crate::kv_bench::TraceArgs),
     /// Check that a signed report is unchanged since it was signed.
     Verify {
         /// The report.
@@ -194,6 +197,13 @@ pub fn main(args: BenchArgs) -> ExitCode {
         Some(BenchCommand::Suite { jobfile, target, baseline, out }) => run_suite_cmd(&jobfile, target, baseline, out),
         Some(BenchCommand::Keygen { keyfile }) => keygen(&keyfile),
         Some(BenchCommand::Verify { report, pubkey }) => verify(&report, pubkey.as_deref()),
+        Some(BenchCommand::KvTrace(args)) => match crate::kv_bench::trace(&args) {
+            Ok(()) => return ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("strata bench kv-trace: {e:#}");
+                return ExitCode::from(2);
+            }
+        },
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

@@ -49,6 +49,9 @@ struct ServeArgs {
     /// Most client connections at once.
     #[arg(long, default_value_t = 10_000)]
     max_clients: usize,
+    /// Runtime worker threads (default: one per CPU).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 /// Splits `PATH[:SIZE]`; a suffix that is not a size stays in the path.
@@ -74,7 +77,12 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.threads {
+        anyhow::ensure!(n > 0, "--threads must be at least 1");
+        builder.worker_threads(n);
+    }
+    let rt = builder.enable_all().build().context("cannot start the runtime")?;
     rt.block_on(serve(args, admit))
 }
 

@@ -9,6 +9,7 @@ mod bench_cmd;
 mod client;
 mod cluster;
 mod config;
+mod kv_bench;
 mod kv_cmd;
 mod node;
 mod node_cmd;

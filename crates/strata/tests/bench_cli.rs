@@ -267,3 +267,26 @@ fn poll_us_and_disable_sqflow_reach_the_run_and_its_report() {
     assert_eq!(code(&o), 2);
     assert!(text(&o.stderr).contains("poll_us = 1000001"), "{}", text(&o.stderr));
 }
+
+#[test]
+fn kv_trace_replays_hit_rates_and_refuses_a_bad_trace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("t.jsonl");
+    // Block 0..3 asked for, then 0,1 again with a new tail, then all again:
+    // 2 + 3 of 9 blocks hit with room for everything.
+    std::fs::write(&trace, "{\"hash_ids\":[0,1,2]}\n{\"hash_ids\":[0,1,3]}\n\n{\"hash_ids\":[0,1,2]}\n").unwrap();
+    let out = bench(&["kv-trace", path(&trace), "--capacity", "100,1", "--small-percent", "0,50"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains("3 requests, 9 blocks asked for, 4 distinct"), "{table}");
+    assert!(table.contains("unbounded capacity 55.6%"), "{table}");
+    let row100 = table.lines().find(|l| l.trim_start().starts_with("100 ")).expect("row for 100");
+    assert_eq!(row100.matches("55.6%").count(), 4, "every policy holds it all: {row100}");
+    let json = bench(&["kv-trace", path(&trace), "--capacity", "1", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(v["rows"][0]["capacity_blocks"], 1);
+    std::fs::write(&trace, "{\"hash_ids\":[0,\"x\"]}\n").unwrap();
+    let bad = bench(&["kv-trace", path(&trace)]);
+    assert_eq!(code(&bad), 2);
+    assert!(text(&bad.stderr).contains("t.jsonl:1: a hash id is not an integer"), "{}", text(&bad.stderr));
+}
