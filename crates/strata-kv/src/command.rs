@@ -107,6 +107,9 @@ pub enum Command {
     Namespace(Option<Bytes>),
     /// `KV.DELNS name`
     DelNamespace(Bytes),
+    /// `KV.QUOTA name [bytes]`: show a namespace's usage and quota, or
+    /// set the quota (0: none).
+    Quota(Bytes, Option<u64>),
     /// `KV.FLUSH [ALL]`: make demoted blocks durable (ALL: every block).
     KvFlush(bool),
 }
@@ -289,6 +292,11 @@ impl Command {
             "KV.DELNS" => {
                 arity(n == 1)?;
                 Command::DelNamespace(one(&rest))
+            }
+            "KV.QUOTA" => {
+                arity(n == 1 || n == 2)?;
+                let bytes = rest.get(1).map(|b| non_neg(b)).transpose()?;
+                Command::Quota(one(&rest), bytes)
             }
             "KV.FLUSH" => match rest.first() {
                 None => Command::KvFlush(false),

@@ -176,7 +176,7 @@ async fn write_chunks(sock: &mut TcpStream, mut chunks: Vec<Bytes>) -> std::io::
 
 fn kv_err(e: KvError) -> Reply {
     match e {
-        KvError::Full { .. } | KvError::TooLarge { .. } => Reply::Error(format!("OOM {e}")),
+        KvError::Full { .. } | KvError::TooLarge { .. } | KvError::Quota { .. } => Reply::Error(format!("OOM {e}")),
         e => Reply::err(e),
     }
 }
@@ -309,6 +309,18 @@ async fn run(shared: &Shared, conn: &mut Conn, cmd: Command) -> Result<Reply, Kv
             Reply::Ok
         }
         Command::DelNamespace(name) => Reply::Int(store.delete_namespace(&name)? as i64),
+        Command::Quota(name, Some(bytes)) => {
+            store.set_quota(&name, bytes)?;
+            Reply::Ok
+        }
+        Command::Quota(name, None) => {
+            let (keys, used, quota) = store.namespace_usage(&name);
+            Reply::Map(vec![
+                (Reply::text("keys"), Reply::Int(keys as i64)),
+                (Reply::text("used_bytes"), Reply::Int(used as i64)),
+                (Reply::text("quota_bytes"), Reply::Int(quota as i64)),
+            ])
+        }
     })
 }
 
@@ -336,6 +348,7 @@ pub fn stats_pairs(store: &KvStore) -> Vec<(&'static str, u64)> {
         ("promoted", s.promoted),
         ("corrupt", s.corrupt),
         ("expired", s.expired),
+        ("quota_evicted", s.quota_evicted),
     ]
 }
 

@@ -32,7 +32,7 @@
 //!   newer record after it in the log, so a restart does not bring the
 //!   old value back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -120,6 +120,19 @@ pub enum KvError {
     /// A namespace name is longer than 255 bytes.
     #[error("namespace name is {0} bytes; at most 255")]
     BadNamespace(usize),
+    /// The namespace's quota cannot take the value: it is larger than the
+    /// quota, or the rest is pinned or leased.
+    #[error(
+        "namespace quota of {quota} bytes cannot take {need} more bytes ({used} in use, the rest pinned or leased)"
+    )]
+    Quota {
+        /// Bytes asked for.
+        need: u64,
+        /// Bytes in use.
+        used: u64,
+        /// The quota.
+        quota: u64,
+    },
     /// The SSD log failed to open or to write.
     #[error(transparent)]
     Log(#[from] LogError),
@@ -141,6 +154,30 @@ struct Entry {
     expires_ms: u64,
     pin: Pin,
     lease_until_ms: u64,
+    /// [`dram_size`] of its key and value, whichever tier holds it: what
+    /// its namespace's quota is charged.
+    size: u64,
+    /// When it was stored, for its namespace's oldest-first order.
+    stamp: u64,
+}
+
+impl Entry {
+    fn new(size: u64) -> Entry {
+        Entry { value: None, ssd: None, expires_ms: 0, pin: Pin::None, lease_until_ms: 0, size, stamp: 0 }
+    }
+}
+
+/// A namespace's usage and quota.
+#[derive(Debug, Default)]
+struct NsState {
+    /// Bytes of its entries in every tier ([`Entry::size`]).
+    bytes: u64,
+    keys: u64,
+    /// 0: no quota.
+    quota: u64,
+    /// Keys oldest first, with their stamps; a slot whose stamp is not
+    /// the entry's is stale and skipped.
+    order: VecDeque<(Bytes, u64)>,
 }
 
 impl Entry {
@@ -170,6 +207,7 @@ struct Counters {
     promoted: AtomicU64,
     corrupt: AtomicU64,
     expired: AtomicU64,
+    quota_evicted: AtomicU64,
 }
 
 /// A snapshot of the store's state and counters.
@@ -215,6 +253,8 @@ pub struct Stats {
     pub corrupt: u64,
     /// Blocks found expired.
     pub expired: u64,
+    /// Blocks deleted to keep a namespace within its quota.
+    pub quota_evicted: u64,
 }
 
 struct Inner {
@@ -223,6 +263,39 @@ struct Inner {
     log: Option<LogState<Bytes>>,
     ssd_live: u64,
     ssd_keys: u64,
+    ns: HashMap<Bytes, NsState>,
+    next_stamp: u64,
+}
+
+impl Inner {
+    /// Inserts an entry, charging its namespace; returns the one it
+    /// replaced (whose charge is taken off).
+    fn insert_entry(&mut self, k: Bytes, mut e: Entry) -> Option<Entry> {
+        let old = self.take_entry(&k);
+        self.next_stamp += 1;
+        e.stamp = self.next_stamp;
+        let st = self.ns.entry(Bytes::copy_from_slice(ns_of(&k))).or_default();
+        st.bytes += e.size;
+        st.keys += 1;
+        st.order.push_back((k.clone(), e.stamp));
+        if st.order.len() as u64 > st.keys * 2 + 64 {
+            let map = &self.map;
+            st.order.retain(|(k, stamp)| map.get(k).is_some_and(|e| e.stamp == *stamp));
+        }
+        self.map.insert(k, e);
+        old
+    }
+
+    /// Removes an entry from the map and its namespace's charge (not from
+    /// the DRAM policy or the log: the caller does that).
+    fn take_entry(&mut self, k: &Bytes) -> Option<Entry> {
+        let e = self.map.remove(k)?;
+        if let Some(st) = self.ns.get_mut(ns_of(k)) {
+            st.bytes -= e.size;
+            st.keys -= 1;
+        }
+        Some(e)
+    }
 }
 
 /// The tiered KV-block store. Cheap to share: wrap it in an [`Arc`].
@@ -289,7 +362,15 @@ impl KvStore {
         ssd: Option<Arc<dyn BlockDevice>>,
         clock: Box<dyn Fn() -> u64 + Send + Sync>,
     ) -> Result<Arc<KvStore>, KvError> {
-        let mut inner = Inner { map: HashMap::new(), dram: S3Fifo::default(), log: None, ssd_live: 0, ssd_keys: 0 };
+        let mut inner = Inner {
+            map: HashMap::new(),
+            dram: S3Fifo::default(),
+            log: None,
+            ssd_live: 0,
+            ssd_keys: 0,
+            ns: HashMap::new(),
+            next_stamp: 0,
+        };
         let mut log_dev = None;
         if let Some(dev) = ssd {
             let (mut log, found) = LogState::open(dev, cfg.segment_bytes).await?;
@@ -298,18 +379,13 @@ impl KvStore {
                 let old = match f.head.kind {
                     Kind::Put if f.head.expires_ms == 0 || f.head.expires_ms > now => {
                         log.track(f.key.clone(), f.loc);
-                        let e = Entry {
-                            value: None,
-                            ssd: Some(f.loc),
-                            expires_ms: f.head.expires_ms,
-                            pin: Pin::None,
-                            lease_until_ms: 0,
-                        };
+                        let size = dram_size(f.key.len(), f.loc.value_len as usize);
+                        let e = Entry { ssd: Some(f.loc), expires_ms: f.head.expires_ms, ..Entry::new(size) };
                         inner.ssd_live += f.loc.len();
                         inner.ssd_keys += 1;
-                        inner.map.insert(f.key, e)
+                        inner.insert_entry(f.key, e)
                     }
-                    _ => inner.map.remove(&f.key),
+                    _ => inner.take_entry(&f.key),
                 };
                 if let Some(loc) = old.and_then(|e| e.ssd) {
                     inner.ssd_live -= loc.len();
@@ -352,7 +428,7 @@ impl KvStore {
         let mut g = lock(&self.inner);
         let inner = &mut *g;
         // The old copy goes first, so that its bytes count as free.
-        let old = inner.map.remove(&k);
+        let old = inner.take_entry(&k);
         let mut pin = opts.pin;
         if let Some(old) = old {
             inner.dram.remove(&k);
@@ -361,12 +437,69 @@ impl KvStore {
                 self.forget_ssd(inner, &k, loc);
             }
         }
+        self.enforce_quota(inner, ns, size, now)?;
         self.make_room(inner, size, now)?;
         inner.dram.insert(k.clone(), size);
-        inner
-            .map
-            .insert(k, Entry { value: Some(value), ssd: None, expires_ms: opts.expires_ms, pin, lease_until_ms: 0 });
+        inner.insert_entry(k, Entry { value: Some(value), expires_ms: opts.expires_ms, pin, ..Entry::new(size) });
         Ok(())
+    }
+
+    /// Deletes namespace `ns`'s oldest blocks until `need` more bytes fit
+    /// in its quota; soft-pinned ones go last, hard-pinned and leased ones
+    /// stay.
+    fn enforce_quota(&self, inner: &mut Inner, ns: &[u8], need: u64, now: u64) -> Result<(), KvError> {
+        let Some(st) = inner.ns.get(ns).filter(|st| st.quota > 0) else { return Ok(()) };
+        let quota = st.quota;
+        if need > quota {
+            // Nothing to delete for: it can never fit.
+            return Err(KvError::Quota { need, used: st.bytes, quota });
+        }
+        for soft_too in [false, true] {
+            let mut kept = Vec::new();
+            loop {
+                let st = inner.ns.get_mut(ns).expect("checked above");
+                if st.bytes + need <= quota {
+                    break;
+                }
+                let Some((k, stamp)) = st.order.pop_front() else { break };
+                let Some(e) = inner.map.get(&k).filter(|e| e.stamp == stamp) else { continue };
+                if e.pin == Pin::Hard || e.lease_until_ms > now || (!soft_too && e.pin == Pin::Soft) {
+                    kept.push((k, stamp));
+                    continue;
+                }
+                self.remove_entry(inner, &k);
+                self.counters.quota_evicted.fetch_add(1, Ordering::Relaxed);
+            }
+            let st = inner.ns.get_mut(ns).expect("checked above");
+            for slot in kept.into_iter().rev() {
+                st.order.push_front(slot);
+            }
+            if st.bytes + need <= quota {
+                return Ok(());
+            }
+        }
+        let used = inner.ns.get(ns).map(|st| st.bytes).unwrap_or(0);
+        Err(KvError::Quota { need, used, quota })
+    }
+
+    /// Sets namespace `ns`'s quota in bytes (0: none). Takes effect on the
+    /// namespace's next put.
+    ///
+    /// # Errors
+    ///
+    /// A bad namespace.
+    pub fn set_quota(&self, ns: &[u8], bytes: u64) -> Result<(), KvError> {
+        full_key(ns, b"")?;
+        let mut g = lock(&self.inner);
+        g.ns.entry(Bytes::copy_from_slice(ns)).or_default().quota = bytes;
+        Ok(())
+    }
+
+    /// Namespace `ns`'s usage: `(keys, bytes, quota)`, bytes as its quota
+    /// counts them (keys, values and [`ENTRY_OVERHEAD`], in any tier).
+    pub fn namespace_usage(&self, ns: &[u8]) -> (u64, u64, u64) {
+        let g = lock(&self.inner);
+        g.ns.get(ns).map(|st| (st.keys, st.bytes, st.quota)).unwrap_or((0, 0, 0))
     }
 
     /// Drops `k`'s SSD record from the index, leaving a tombstone so a
@@ -386,16 +519,17 @@ impl KvStore {
 
     /// Drops the SSD locations of reclaimed keys whose records are gone.
     fn reclaim(inner: &mut Inner, counters: &Counters, keys: Vec<Bytes>) {
-        let Some(log) = inner.log.as_ref() else { return };
         for k in keys {
+            let Some(log) = inner.log.as_ref() else { return };
             let Some(e) = inner.map.get_mut(&k) else { continue };
             let Some(loc) = e.ssd.filter(|&l| !log.is_current(l)) else { continue };
             e.ssd = None;
+            let gone = e.value.is_none();
             inner.ssd_live -= loc.len();
             inner.ssd_keys -= 1;
             counters.dropped_ssd.fetch_add(1, Ordering::Relaxed);
-            if e.value.is_none() {
-                inner.map.remove(&k);
+            if gone {
+                inner.take_entry(&k);
             }
         }
     }
@@ -432,7 +566,7 @@ impl KvStore {
         let Some(value) = e.value.take() else { return };
         if e.expired(now) {
             self.counters.expired.fetch_add(1, Ordering::Relaxed);
-            let e = inner.map.remove(&k).expect("looked up above");
+            let e = inner.take_entry(&k).expect("looked up above");
             if let Some(loc) = e.ssd {
                 inner.ssd_live -= loc.len();
                 inner.ssd_keys -= 1;
@@ -467,7 +601,7 @@ impl KvStore {
             }
             None => {
                 self.counters.not_admitted.fetch_add(1, Ordering::Relaxed);
-                inner.map.remove(&k);
+                inner.take_entry(&k);
             }
         }
     }
@@ -553,7 +687,7 @@ impl KvStore {
 
     /// Removes `k` from every tier's index (tombstone on SSD).
     fn remove_entry(&self, inner: &mut Inner, k: &Bytes) -> bool {
-        let Some(e) = inner.map.remove(k) else { return false };
+        let Some(e) = inner.take_entry(k) else { return false };
         if e.value.is_some() {
             inner.dram.remove(k);
         }
@@ -702,8 +836,7 @@ impl KvStore {
 
     /// Keys of namespace `ns` (every tier).
     pub fn namespace_len(&self, ns: &[u8]) -> u64 {
-        let g = lock(&self.inner);
-        g.map.keys().filter(|k| ns_of(k) == ns).count() as u64
+        self.namespace_usage(ns).0
     }
 
     /// Makes what has left DRAM durable on the SSD tier. With
@@ -783,6 +916,7 @@ impl KvStore {
             promoted: r(&c.promoted),
             corrupt: r(&c.corrupt),
             expired: r(&c.expired),
+            quota_evicted: r(&c.quota_evicted),
         }
     }
 
@@ -804,6 +938,11 @@ impl KvStore {
             }
         }
         assert_eq!(g.dram.used(), dram);
+        for (name, st) in &g.ns {
+            let mine = g.map.iter().filter(|(k, _)| ns_of(k) == &name[..]);
+            let (keys, bytes) = mine.fold((0, 0), |(n, b), (_, e)| (n + 1, b + e.size));
+            assert_eq!((st.keys, st.bytes), (keys, bytes), "namespace accounting");
+        }
         assert_eq!(g.ssd_live, live);
         assert_eq!(g.ssd_keys, g.map.values().filter(|e| e.ssd.is_some()).count() as u64);
     }

@@ -49,6 +49,11 @@ struct ServeArgs {
     /// Most client connections at once.
     #[arg(long, default_value_t = 10_000)]
     max_clients: usize,
+    /// A namespace's quota over every tier, as NAME=SIZE (repeatable;
+    /// `=SIZE` for the default, empty namespace). Over it, the
+    /// namespace's oldest blocks are deleted first.
+    #[arg(long = "quota", value_parser = parse_quota)]
+    quotas: Vec<(String, u64)>,
     /// Runtime worker threads (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
@@ -63,6 +68,14 @@ fn parse_ssd(spec: &str) -> anyhow::Result<(PathBuf, Option<u64>)> {
         return Ok((PathBuf::from(path), Some(n)));
     }
     Ok((PathBuf::from(spec), None))
+}
+
+fn parse_quota(s: &str) -> Result<(String, u64), String> {
+    let (name, size) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected NAME=SIZE"))?;
+    if name.len() > 255 {
+        return Err(format!("namespace {name:?} is longer than 255 bytes"));
+    }
+    Ok((name.to_string(), parse_size(size).map_err(|e| format!("{s:?}: {e}"))?))
 }
 
 /// Runs `strata kv ...`.
@@ -104,6 +117,9 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     });
     let cfg = KvConfig { dram_bytes: args.dram, admit, segment_bytes };
     let store = KvStore::open(cfg, ssd).await.context("opening the KV store")?;
+    for (ns, bytes) in &args.quotas {
+        store.set_quota(ns.as_bytes(), *bytes)?;
+    }
     let st = store.stats();
     tracing::info!(keys = st.keys, ssd_live_bytes = st.ssd_live, "KV store recovered");
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -139,5 +155,8 @@ mod tests {
         assert_eq!(parse_ssd("/dev/nvme0n1").unwrap(), (PathBuf::from("/dev/nvme0n1"), None));
         assert_eq!(parse_ssd("x:y").unwrap(), (PathBuf::from("x:y"), None));
         assert!(parse_ssd(":4G").is_err());
+        assert_eq!(parse_quota("llama=2G").unwrap(), ("llama".to_string(), 2 << 30));
+        assert_eq!(parse_quota("=1M").unwrap(), (String::new(), 1 << 20));
+        assert!(parse_quota("llama").is_err() && parse_quota("a=lots").is_err());
     }
 }

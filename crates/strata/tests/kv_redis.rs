@@ -109,6 +109,26 @@ fn redis_cli_drives_the_commands_users_type() {
     assert_eq!(kv.cli(&["DBSIZE"]), "3");
     assert!(kv.cli(&["NOSUCH"]).starts_with("ERR unknown command"));
     assert_eq!(kv.cli(&["KV.PIN", "HARD", "greeting"]), "1");
+    // Namespaces are per connection: redis-cli sends stdin's commands on
+    // one.
+    let mut child = Command::new(tool("redis-cli"))
+        .args(["-p", &kv.addr.port().to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"KV.NS tenant1\nKV.QUOTA tenant1 1000000\nSET greeting other\nGET greeting\nKV.QUOTA tenant1\n")
+        .unwrap();
+    let out = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap();
+    // One entry: 96 bytes of overhead, the namespaced key (1 + 7 + 8) and
+    // the value (5).
+    let used = 96 + (1 + 7 + 8) + 5;
+    assert_eq!(out, format!("OK\nOK\nOK\nother\nkeys\n1\nused_bytes\n{used}\nquota_bytes\n1000000\n"));
+    assert_eq!(kv.cli(&["GET", "greeting"]), "hello world", "the default namespace is apart");
     let stats = kv.cli(&["KV.STATS"]);
     assert!(stats.contains("dram_capacity_bytes\n4194304"), "{stats}");
     // Binary-safe values through -x (stdin as the last argument).
