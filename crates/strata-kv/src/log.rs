@@ -14,8 +14,10 @@
 //! - segments are filled in ring order, so sequences grow around the ring
 //!   from the one after the head; the next segment to reclaim is always
 //!   `head + 1`;
-//! - buffers reach the device in the order they were sealed (one writer),
-//!   so a reused segment's new header lands before anything later;
+//! - up to [`WRITES_IN_FLIGHT`] sealed buffers are written at once and may
+//!   land out of order; a sync covers every buffer sealed before it. A
+//!   segment is reused a whole ring after it was written, long after its
+//!   last write completed;
 //! - a record's bytes are readable from the moment it is appended: from
 //!   the open buffer (copied out under the lock) or, once sealed, from
 //!   the device after its write completes ([`LogDev::read`] waits);
@@ -38,6 +40,9 @@ use crate::format::{self, BLOCK, Kind, RecordHead, Super};
 /// The largest write buffer; records larger than it get a buffer of
 /// their own size.
 pub const MAX_WRITE_BUFFER: u64 = 4 << 20;
+
+/// Sealed buffers written at once.
+pub const WRITES_IN_FLIGHT: usize = 4;
 
 /// Where a record lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,31 +210,50 @@ impl LogDev {
         Ok(Some(Bytes::from_owner(buf).slice(from..to)))
     }
 
-    /// The writer task: sealed buffers in order.
+    /// Writes one sealed buffer and retires it from the in-flight set.
+    async fn write_one(&self, dev_off: u64, buf: IoBuf, sync: bool) {
+        let len = buf.len() as u64;
+        let mut r = if self.is_failed() { Err(LogError::Failed) } else { self.write_at(dev_off, buf).await };
+        if r.is_ok() && sync {
+            r = self.dev.flush().await.map_err(LogError::from);
+        }
+        if let Err(e) = r
+            && !self.failed.swap(true, Ordering::AcqRel)
+        {
+            tracing::error!(error = %e, "KV log write failed; the tier is off until restart");
+        }
+        let mut q = lock(&self.inflight);
+        if let Some(i) = q.iter().position(|&(s, _)| s == dev_off) {
+            q.remove(i);
+        }
+        drop(q);
+        self.inflight_bytes.fetch_sub(len, Ordering::AcqRel);
+        self.written.notify_waiters();
+    }
+
+    /// The writer task: sealed buffers, up to [`WRITES_IN_FLIGHT`] at
+    /// once (a drive needs depth to reach its bandwidth). A sync waits
+    /// for every write submitted before it, then flushes.
+    ///
+    /// Writes may land out of order. After a crash a scan stops at the
+    /// first buffer that did not land (its blocks hold another sequence
+    /// or a bad CRC), so records after such a gap are lost, never read
+    /// wrong; what a completed sync covered has all landed.
     async fn run(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<Job>) {
-        while let Some(job) = rx.recv().await {
+        use futures_util::StreamExt;
+        let mut writes = futures_util::stream::FuturesUnordered::new();
+        loop {
+            let job = tokio::select! {
+                job = rx.recv(), if writes.len() < WRITES_IN_FLIGHT => match job {
+                    Some(job) => job,
+                    None => break,
+                },
+                Some(()) = writes.next(), if !writes.is_empty() => continue,
+            };
             match job {
-                Job::Write { dev_off, buf, sync } => {
-                    let len = buf.len() as u64;
-                    let mut r =
-                        if self.is_failed() { Err(LogError::Failed) } else { self.write_at(dev_off, buf).await };
-                    if r.is_ok() && sync {
-                        r = self.dev.flush().await.map_err(LogError::from);
-                    }
-                    if let Err(e) = r
-                        && !self.failed.swap(true, Ordering::AcqRel)
-                    {
-                        tracing::error!(error = %e, "KV log write failed; the tier is off until restart");
-                    }
-                    let mut q = lock(&self.inflight);
-                    if let Some(i) = q.iter().position(|&(s, _)| s == dev_off) {
-                        q.remove(i);
-                    }
-                    drop(q);
-                    self.inflight_bytes.fetch_sub(len, Ordering::AcqRel);
-                    self.written.notify_waiters();
-                }
+                Job::Write { dev_off, buf, sync } => writes.push(self.write_one(dev_off, buf, sync)),
                 Job::Sync(done) => {
+                    while writes.next().await.is_some() {}
                     let r = if self.is_failed() {
                         Err(LogError::Failed)
                     } else {
@@ -239,6 +263,7 @@ impl LogDev {
                 }
             }
         }
+        while writes.next().await.is_some() {}
     }
 }
 
@@ -292,7 +317,7 @@ impl<K: Clone> LogState<K> {
             }
         };
         let wbuf = (sb.segment_bytes / 4).clamp(BLOCK, MAX_WRITE_BUFFER) / BLOCK * BLOCK;
-        let ldev = Arc::new(LogDev { sb, max_inflight: 4 * wbuf, ..probe });
+        let ldev = Arc::new(LogDev { sb, max_inflight: 2 * WRITES_IN_FLIGHT as u64 * wbuf, ..probe });
         let n = sb.segments as u32;
         let mut seg_seq = vec![0u64; n as usize];
         for (i, s) in seg_seq.iter_mut().enumerate() {

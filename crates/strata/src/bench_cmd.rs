@@ -69,6 +69,10 @@ enum BenchCommand {
     /// Hit rate against capacity of the KV store's eviction policy and
     /// LRU, replaying a prefix-cache trace (e.g. the Mooncake trace).
     KvTrace(crate::kv_bench::TraceArgs),
+    /// Put and get throughput and latency of the KV store's DRAM and SSD
+    /// tiers, through its API (compare with fio on the same file:
+    /// bench/kv-tiers.sh).
+    KvTier(crate::kv_bench::TierArgs),
     /// Check that a signed report is unchanged since it was signed.
     Verify {
         /// The report.
@@ -190,6 +194,17 @@ fn usage(e: impl std::fmt::Display) -> Failure {
     Failure::Usage(e.to_string())
 }
 
+/// The exit status of a KV benchmark: 0, or 2 with the error.
+fn kv_outcome(name: &str, r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata bench {name}: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Runs `strata bench ...`; returns the process exit status.
 pub fn main(args: BenchArgs) -> ExitCode {
     let outcome = match args.command {
@@ -197,13 +212,8 @@ pub fn main(args: BenchArgs) -> ExitCode {
         Some(BenchCommand::Suite { jobfile, target, baseline, out }) => run_suite_cmd(&jobfile, target, baseline, out),
         Some(BenchCommand::Keygen { keyfile }) => keygen(&keyfile),
         Some(BenchCommand::Verify { report, pubkey }) => verify(&report, pubkey.as_deref()),
-        Some(BenchCommand::KvTrace(args)) => match crate::kv_bench::trace(&args) {
-            Ok(()) => return ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("strata bench kv-trace: {e:#}");
-                return ExitCode::from(2);
-            }
-        },
+        Some(BenchCommand::KvTrace(args)) => return kv_outcome("kv-trace", crate::kv_bench::trace(&args)),
+        Some(BenchCommand::KvTier(args)) => return kv_outcome("kv-tier", crate::kv_bench::tier(&args)),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

@@ -127,3 +127,175 @@ pub fn trace(args: &TraceArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `strata bench kv-tier` arguments.
+#[derive(clap::Args, Debug)]
+pub struct TierArgs {
+    /// The SSD tier's file or device, PATH[:SIZE] (its contents are lost).
+    #[arg(long, default_value = "./strata-data/kv/bench.log:2G")]
+    ssd: String,
+    /// Value size.
+    #[arg(long, default_value = "1M", value_parser = strata_block::parse_size)]
+    value: u64,
+    /// Bytes of values to put and get in each tier.
+    #[arg(long, default_value = "1G", value_parser = strata_block::parse_size)]
+    total: u64,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 8)]
+    qd: usize,
+    /// Accept a file system without O_DIRECT (tmpfs).
+    #[arg(long)]
+    allow_buffered: bool,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One phase's throughput and latency.
+struct Phase {
+    name: &'static str,
+    bytes: u64,
+    secs: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+/// Runs `ops` (indices 0..n) with `qd` in flight; returns the phase.
+async fn phase<F, Fut>(name: &'static str, n: u64, size: u64, qd: usize, op: F) -> anyhow::Result<Phase>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use futures_util::StreamExt;
+    let start = std::time::Instant::now();
+    let lat: Vec<u64> = futures_util::stream::iter(0..n)
+        .map(|i| {
+            let f = op(i);
+            async move {
+                let t = std::time::Instant::now();
+                f.await.map(|()| t.elapsed().as_micros() as u64)
+            }
+        })
+        .buffer_unordered(qd.max(1))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<_>>()?;
+    let secs = start.elapsed().as_secs_f64();
+    let mut lat = lat;
+    lat.sort_unstable();
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0) as f64
+    };
+    Ok(Phase { name, bytes: n * size, secs, p50_us: pct(0.50), p99_us: pct(0.99) })
+}
+
+fn fill(i: u64, size: u64) -> bytes::Bytes {
+    let mut v = vec![0u8; size as usize];
+    for (j, c) in v.chunks_mut(8).enumerate() {
+        c.copy_from_slice(&(i * 0x9E37_79B9 + j as u64).to_le_bytes()[..c.len()]);
+    }
+    bytes::Bytes::from(v)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("blk{i:09}").into_bytes()
+}
+
+/// Puts `n` blocks, then (after a flush, so that what left DRAM is on the
+/// drive) gets each back, checking its length.
+async fn put_then_get(
+    store: &std::sync::Arc<strata_kv::KvStore>,
+    tier: &str,
+    n: u64,
+    args: &TierArgs,
+    values: &[bytes::Bytes],
+) -> anyhow::Result<[Phase; 2]> {
+    let names: (&'static str, &'static str) =
+        if tier == "dram" { ("dram put", "dram get") } else { ("ssd put", "ssd get") };
+    let put = phase(names.0, n, args.value, args.qd, |i| {
+        let (s, k, v) = (store.clone(), key(i), values[(i % values.len() as u64) as usize].clone());
+        async move { Ok(s.put(b"", &k, v, strata_kv::PutOpts::default()).await?) }
+    })
+    .await?;
+    store.flush(false).await?;
+    let get = phase(names.1, n, args.value, args.qd, |i| {
+        let (s, k) = (store.clone(), key(i));
+        async move {
+            let got = s.get(b"", &k).await?.with_context(|| format!("a block is missing from the {tier} tier"))?;
+            anyhow::ensure!(got.len() as u64 == args.value, "short value");
+            Ok(())
+        }
+    })
+    .await?;
+    Ok([put, get])
+}
+
+/// Measures put and get through the store's API, DRAM tier then SSD tier.
+pub fn tier(args: &TierArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(tier_run(args))
+}
+
+async fn tier_run(args: &TierArgs) -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use strata_block::BlockDevice;
+    use strata_kv::{Admit, KvConfig, KvStore};
+    let n = (args.total / args.value.max(1)).max(1);
+    let mut phases = Vec::new();
+    // DRAM: room for everything.
+    let dram = KvStore::open(
+        KvConfig { dram_bytes: args.total * 2 + (64 << 20), admit: Admit::All, segment_bytes: 1 << 20 },
+        None,
+    )
+    .await?;
+    let values: Vec<bytes::Bytes> = (0..n.min(64)).map(|i| fill(i, args.value)).collect();
+    phases.extend(put_then_get(&dram, "dram", n, args, &values).await?);
+    drop(dram);
+    // SSD: a DRAM tier of 64 MiB, so nearly every block is written down,
+    // then read back from the drive.
+    let (path, size) = crate::kv_cmd::parse_ssd(&args.ssd)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let dev = strata_store::RawDevice::open(&path, size, args.allow_buffered)?;
+    let dev_bytes = dev.geometry().size_bytes();
+    anyhow::ensure!(
+        args.total * 5 / 4 <= dev_bytes,
+        "--total {} does not fit in the SSD tier ({dev_bytes} bytes)",
+        args.total
+    );
+    let seg = strata_kv::store::segment_size_for(dev_bytes).max(args.value * 2);
+    let ssd = KvStore::open(
+        KvConfig { dram_bytes: (64 << 20).max(args.value * 4), admit: Admit::All, segment_bytes: seg },
+        Some(dev as Arc<dyn BlockDevice>),
+    )
+    .await?;
+    ssd.clear();
+    let [put, get] = put_then_get(&ssd, "ssd", n, args, &values).await?;
+    let on_ssd = ssd.stats().ssd_keys;
+    phases.extend([put, get]);
+    let st = ssd.stats();
+    if args.json {
+        let rows: Vec<serde_json::Value> = phases
+            .iter()
+            .map(|p| {
+                serde_json::json!({"phase": p.name, "bytes": p.bytes, "secs": p.secs,
+                    "gb_per_s": p.bytes as f64 / p.secs / 1e9, "p50_us": p.p50_us, "p99_us": p.p99_us})
+            })
+            .collect();
+        let v = serde_json::json!({"value_bytes": args.value, "qd": args.qd, "blocks": n,
+            "blocks_on_ssd": on_ssd, "hits_ssd": st.hits_ssd, "phases": rows});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{n} blocks of {} bytes, {} in flight; {on_ssd} were on the SSD tier, {} gets read from it",
+        args.value, args.qd, st.hits_ssd
+    );
+    println!("{:<10} {:>10} {:>10} {:>10}", "phase", "GB/s", "p50 us", "p99 us");
+    for p in &phases {
+        println!("{:<10} {:>10.3} {:>10.0} {:>10.0}", p.name, p.bytes as f64 / p.secs / 1e9, p.p50_us, p.p99_us);
+    }
+    Ok(())
+}

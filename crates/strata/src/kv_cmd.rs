@@ -60,7 +60,7 @@ struct ServeArgs {
 }
 
 /// Splits `PATH[:SIZE]`; a suffix that is not a size stays in the path.
-fn parse_ssd(spec: &str) -> anyhow::Result<(PathBuf, Option<u64>)> {
+pub(crate) fn parse_ssd(spec: &str) -> anyhow::Result<(PathBuf, Option<u64>)> {
     if let Some((path, size)) = spec.rsplit_once(':')
         && let Ok(n) = parse_size(size)
     {

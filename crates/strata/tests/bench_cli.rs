@@ -290,3 +290,20 @@ fn kv_trace_replays_hit_rates_and_refuses_a_bad_trace() {
     assert_eq!(code(&bad), 2);
     assert!(text(&bad.stderr).contains("t.jsonl:1: a hash id is not an integer"), "{}", text(&bad.stderr));
 }
+
+#[test]
+fn kv_tier_reads_every_block_back_from_the_ssd_tier() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ssd = format!("{}:160M", dir.path().join("t.log").display());
+    // The SSD run has 64 MiB of DRAM: 100 MiB of 1 MiB values overflow it.
+    let out = bench(&["kv-tier", "--ssd", &ssd, "--total", "100M", "--value", "1M", "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["blocks"], 100);
+    assert!(v["hits_ssd"].as_u64().unwrap() > 30, "{v}");
+    assert_eq!(v["phases"].as_array().map(Vec::len), Some(4));
+    assert!(v["phases"].as_array().unwrap().iter().all(|p| p["bytes"] == 100u64 << 20));
+    let too_big = bench(&["kv-tier", "--ssd", &ssd, "--total", "1G"]);
+    assert_eq!(code(&too_big), 2);
+    assert!(text(&too_big.stderr).contains("does not fit in the SSD tier"), "{}", text(&too_big.stderr));
+}
