@@ -29,11 +29,15 @@ pub struct ServerConfig {
     pub max_clients: usize,
     /// Protocol limits (largest value, most arguments).
     pub limits: Limits,
+    /// A client that takes none of its replies for this long is
+    /// disconnected, so that a stalled reader does not hold its buffers
+    /// (and the values they share) forever.
+    pub write_stall: Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { max_clients: 10_000, limits: Limits::default() }
+        ServerConfig { max_clients: 10_000, limits: Limits::default(), write_stall: Duration::from_secs(60) }
     }
 }
 
@@ -112,6 +116,7 @@ async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> s
     let mut conn = Conn { id: shared.next_id.fetch_add(1, Ordering::Relaxed), proto: 2, ns: Bytes::new(), quit: false };
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::default();
+    let stall = shared.cfg.write_stall;
     loop {
         loop {
             match parse_request(&mut buf, &shared.cfg.limits) {
@@ -122,22 +127,22 @@ async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> s
                     };
                     reply.encode(conn.proto, &mut out);
                     if conn.quit {
-                        return write_chunks(&mut sock, out.take()).await;
+                        return write_chunks(&mut sock, out.take(), stall).await;
                     }
                     if out.len() >= WRITE_AT {
-                        write_chunks(&mut sock, out.take()).await?;
+                        write_chunks(&mut sock, out.take(), stall).await?;
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
                     Reply::err(e).encode(conn.proto, &mut out);
-                    write_chunks(&mut sock, out.take()).await?;
+                    write_chunks(&mut sock, out.take(), stall).await?;
                     return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "protocol error"));
                 }
             }
         }
         if !out.is_empty() {
-            write_chunks(&mut sock, out.take()).await?;
+            write_chunks(&mut sock, out.take(), stall).await?;
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
@@ -148,12 +153,15 @@ async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> s
     }
 }
 
-/// Writes the chunks in order with vectored writes.
-async fn write_chunks(sock: &mut TcpStream, mut chunks: Vec<Bytes>) -> std::io::Result<()> {
+/// Writes the chunks in order with vectored writes; fails when the peer
+/// takes nothing for `stall`.
+async fn write_chunks(sock: &mut TcpStream, mut chunks: Vec<Bytes>, stall: Duration) -> std::io::Result<()> {
     let mut i = 0;
     while i < chunks.len() {
         let slices: Vec<IoSlice<'_>> = chunks[i..].iter().take(64).map(|c| IoSlice::new(c)).collect();
-        let mut n = sock.write_vectored(&slices).await?;
+        let mut n = tokio::time::timeout(stall, sock.write_vectored(&slices))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "client takes no replies"))??;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }

@@ -15,12 +15,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 async fn start(dram: u64, ssd: Option<u64>) -> (SocketAddr, Arc<KvStore>) {
+    start_with(dram, ssd, ServerConfig::default()).await
+}
+
+async fn start_with(dram: u64, ssd: Option<u64>, cfg: ServerConfig) -> (SocketAddr, Arc<KvStore>) {
     let dev = ssd.map(|b| Arc::new(MemDevice::new(4096, b / 4096)) as Arc<dyn BlockDevice>);
-    let cfg = KvConfig { dram_bytes: dram, admit: Admit::All, segment_bytes: 1 << 20 };
-    let store = KvStore::open(cfg, dev).await.unwrap();
+    let kv = KvConfig { dram_bytes: dram, admit: Admit::All, segment_bytes: 1 << 20 };
+    let store = KvStore::open(kv, dev).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(store.clone(), listener, ServerConfig::default(), std::future::pending()));
+    tokio::spawn(serve(store.clone(), listener, cfg, std::future::pending()));
     (addr, store)
 }
 
@@ -117,4 +121,31 @@ async fn values_of_128_mib_round_trip() {
     let back = c.get(b"big").await.unwrap().unwrap();
     assert!(back.len() == big.len() && back[..] == big[..]);
     assert!(store.stats().dram_used >= 128 << 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_cut_off_and_others_go_on() {
+    let cfg = ServerConfig { write_stall: Duration::from_millis(500), ..ServerConfig::default() };
+    let (addr, _store) = start_with(64 << 20, None, cfg).await;
+    let mut c = Client::connect(addr).await.unwrap();
+    c.set(b"big", &vec![7u8; 4 << 20]).await.unwrap();
+    // Ask for 64 MiB of replies and read none of them.
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(&b"GET big\r\n".repeat(16)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The server gave up on it: what it sent is less than asked, and the
+    // connection ends.
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 20];
+    let read_all = async {
+        loop {
+            match stalled.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read_all).await.expect("the stalled connection was closed");
+    assert!(got < 16 * (4 << 20), "{got}");
+    assert_eq!(c.get(b"big").await.unwrap().map(|v| v.len()), Some(4 << 20));
 }
