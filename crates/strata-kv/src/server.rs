@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::command::{Command, Expiry};
 use crate::resp::{Limits, Out, Reply, parse_request};
-use crate::store::{KvError, KvStore, PutOpts, unix_ms};
+use crate::store::{KvError, KvStore, Presence, PutOpts, unix_ms};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -246,19 +246,27 @@ async fn run(shared: &Shared, conn: &mut Conn, cmd: Command) -> Result<Reply, Kv
         }
         Command::Get(k) => opt_bulk(store.get(&ns, &k).await?),
         Command::Set { key, value, expiry, nx, xx, get } => {
+            // The old value for GET is read first; the condition and the
+            // store are one step under the store's lock.
             let old = if get { store.get(&ns, &key).await? } else { None };
-            let present = if get { old.is_some() } else { store.exists(&ns, &key)? };
-            if (nx && present) || (xx && !present) {
-                return Ok(if get { opt_bulk(old) } else { Reply::Nil });
-            }
-            let expires_ms = match expiry {
-                Expiry::None => 0,
-                Expiry::In(ms) => unix_ms().saturating_add(ms),
-                Expiry::At(ms) => ms,
-                Expiry::Keep => store.expiry(&ns, &key)?.unwrap_or(0),
+            let (expires_ms, keep_ttl) = match expiry {
+                Expiry::None => (0, false),
+                Expiry::In(ms) => (unix_ms().saturating_add(ms), false),
+                Expiry::At(ms) => (ms, false),
+                Expiry::Keep => (0, true),
             };
-            store.put(&ns, &key, value, PutOpts { expires_ms, ..PutOpts::default() }).await?;
-            if get { opt_bulk(old) } else { Reply::Ok }
+            let only_if = match (nx, xx) {
+                (true, _) => Some(Presence::Absent),
+                (_, true) => Some(Presence::Present),
+                _ => None,
+            };
+            let stored =
+                store.put(&ns, &key, value, PutOpts { expires_ms, keep_ttl, only_if, ..PutOpts::default() }).await?;
+            match (get, stored) {
+                (true, _) => opt_bulk(old),
+                (false, true) => Reply::Ok,
+                (false, false) => Reply::Nil,
+            }
         }
         Command::MGet(keys) => {
             let gets = keys.iter().map(|k| store.get(&ns, k));

@@ -143,8 +143,22 @@ pub enum KvError {
 pub struct PutOpts {
     /// Expiry, Unix milliseconds; 0: none.
     pub expires_ms: u64,
+    /// Keep the old value's expiry instead (SET ... KEEPTTL).
+    pub keep_ttl: bool,
     /// Pin the block in DRAM.
     pub pin: Pin,
+    /// Store only if the key is absent or present (SET NX / XX), checked
+    /// under the same lock as the store.
+    pub only_if: Option<Presence>,
+}
+
+/// A condition on a key's presence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    /// The key is not stored (or has expired).
+    Absent,
+    /// The key is stored.
+    Present,
 }
 
 #[derive(Debug)]
@@ -407,13 +421,15 @@ impl KvStore {
     }
 
     /// Stores `value` under `key` in namespace `ns`, in DRAM; blocks that
-    /// leave DRAM to make room move down a tier.
+    /// leave DRAM to make room move down a tier. Returns false when
+    /// `opts.only_if` did not hold (nothing was stored). A put that fails
+    /// leaves the key's old value as it was.
     ///
     /// # Errors
     ///
-    /// The value is larger than DRAM, DRAM is full of pinned blocks, or a
-    /// bad namespace.
-    pub async fn put(&self, ns: &[u8], key: &[u8], value: Bytes, opts: PutOpts) -> Result<(), KvError> {
+    /// The value is larger than DRAM, DRAM is full of pinned blocks, the
+    /// namespace's quota cannot take it, or a bad namespace.
+    pub async fn put(&self, ns: &[u8], key: &[u8], value: Bytes, opts: PutOpts) -> Result<bool, KvError> {
         let k = full_key(ns, key)?;
         let size = dram_size(k.len(), value.len());
         if size > self.cfg.dram_bytes {
@@ -427,33 +443,54 @@ impl KvStore {
         let now = self.now();
         let mut g = lock(&self.inner);
         let inner = &mut *g;
-        // The old copy goes first, so that its bytes count as free.
-        let old = inner.take_entry(&k);
+        let old = inner.map.get(&k);
+        let live = old.filter(|e| !e.expired(now));
+        match opts.only_if {
+            Some(Presence::Absent) if live.is_some() => return Ok(false),
+            Some(Presence::Present) if live.is_none() => return Ok(false),
+            _ => {}
+        }
+        let expires_ms = if opts.keep_ttl { live.map(|e| e.expires_ms).unwrap_or(0) } else { opts.expires_ms };
+        // The old copy's bytes count as free, but it stays until the new
+        // one is sure to fit, so that a put that fails changes nothing.
+        let old_size = old.map(|e| e.size).unwrap_or(0);
+        let old_dram = old.filter(|e| e.value.is_some()).map(|e| e.size).unwrap_or(0);
+        self.enforce_quota(inner, ns, size, old_size, now, &k)?;
+        self.make_room(inner, size.saturating_sub(old_dram), now, Some(&k))?;
         let mut pin = opts.pin;
-        if let Some(old) = old {
-            inner.dram.remove(&k);
+        if let Some(old) = inner.take_entry(&k) {
+            if old.value.is_some() {
+                inner.dram.remove(&k);
+            }
             pin = if pin == Pin::None { old.pin } else { pin };
             if let Some(loc) = old.ssd {
                 self.forget_ssd(inner, &k, loc);
             }
         }
-        self.enforce_quota(inner, ns, size, now)?;
-        self.make_room(inner, size, now)?;
         inner.dram.insert(k.clone(), size);
-        inner.insert_entry(k, Entry { value: Some(value), expires_ms: opts.expires_ms, pin, ..Entry::new(size) });
-        Ok(())
+        inner.insert_entry(k, Entry { value: Some(value), expires_ms, pin, ..Entry::new(size) });
+        Ok(true)
     }
 
-    /// Deletes namespace `ns`'s oldest blocks until `need` more bytes fit
-    /// in its quota; soft-pinned ones go last, hard-pinned and leased ones
-    /// stay.
-    fn enforce_quota(&self, inner: &mut Inner, ns: &[u8], need: u64, now: u64) -> Result<(), KvError> {
+    /// Deletes namespace `ns`'s oldest blocks until a block of `size`
+    /// bytes, replacing `except` of `old_size`, fits in its quota;
+    /// soft-pinned ones go last, hard-pinned and leased ones stay.
+    fn enforce_quota(
+        &self,
+        inner: &mut Inner,
+        ns: &[u8],
+        size: u64,
+        old_size: u64,
+        now: u64,
+        except: &Bytes,
+    ) -> Result<(), KvError> {
         let Some(st) = inner.ns.get(ns).filter(|st| st.quota > 0) else { return Ok(()) };
         let quota = st.quota;
-        if need > quota {
+        if size > quota {
             // Nothing to delete for: it can never fit.
-            return Err(KvError::Quota { need, used: st.bytes, quota });
+            return Err(KvError::Quota { need: size, used: st.bytes, quota });
         }
+        let need = size.saturating_sub(old_size);
         for soft_too in [false, true] {
             let mut kept = Vec::new();
             loop {
@@ -463,7 +500,7 @@ impl KvStore {
                 }
                 let Some((k, stamp)) = st.order.pop_front() else { break };
                 let Some(e) = inner.map.get(&k).filter(|e| e.stamp == stamp) else { continue };
-                if e.pin == Pin::Hard || e.lease_until_ms > now || (!soft_too && e.pin == Pin::Soft) {
+                if k == *except || e.pin == Pin::Hard || e.lease_until_ms > now || (!soft_too && e.pin == Pin::Soft) {
                     kept.push((k, stamp));
                     continue;
                 }
@@ -536,7 +573,7 @@ impl KvStore {
 
     /// Evicts from DRAM until `need` more bytes fit, demoting what is
     /// admitted. Soft pins go last; hard pins and leases stay.
-    fn make_room(&self, inner: &mut Inner, need: u64, now: u64) -> Result<(), KvError> {
+    fn make_room(&self, inner: &mut Inner, need: u64, now: u64, except: Option<&Bytes>) -> Result<(), KvError> {
         let cap = self.cfg.dram_bytes;
         for soft_too in [false, true] {
             if inner.dram.used() + need <= cap {
@@ -544,8 +581,10 @@ impl KvStore {
             }
             let map = &inner.map;
             let evicted = inner.dram.evict(cap, need, &mut |k| {
-                map.get(k)
-                    .is_some_and(|e| e.pin == Pin::Hard || e.lease_until_ms > now || (!soft_too && e.pin == Pin::Soft))
+                except == Some(k)
+                    || map.get(k).is_some_and(|e| {
+                        e.pin == Pin::Hard || e.lease_until_ms > now || (!soft_too && e.pin == Pin::Soft)
+                    })
             });
             for ev in evicted {
                 self.counters.evicted.fetch_add(1, Ordering::Relaxed);
@@ -673,7 +712,7 @@ impl KvStore {
         let inner = &mut *g;
         let size = dram_size(k.len(), value.len());
         let same = inner.map.get(k).is_some_and(|e| e.ssd == Some(loc) && e.value.is_none());
-        if same && size <= self.cfg.dram_bytes && self.make_room(inner, size, now).is_ok() {
+        if same && size <= self.cfg.dram_bytes && self.make_room(inner, size, now, Some(k)).is_ok() {
             // make_room may have reclaimed the segment it came from.
             if let Some(e) = inner.map.get_mut(k).filter(|e| e.ssd == Some(loc)) {
                 e.value = Some(value.clone());

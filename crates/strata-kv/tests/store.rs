@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_block::{BlockDevice, IoBuf, MemDevice};
+use strata_kv::store::Presence;
 use strata_kv::store::{ENTRY_OVERHEAD, dram_size};
 use strata_kv::{Admit, KvConfig, KvError, KvStore, Pin, PutOpts};
 
@@ -220,7 +221,7 @@ async fn hard_pins_and_leases_stay_in_dram_soft_pins_go_last() {
     let mut i = 100;
     let err = loop {
         match s.put(b"", &k(i), value(i, 0, 4096), PutOpts { pin: Pin::Hard, ..Default::default() }).await {
-            Ok(()) => i += 1,
+            Ok(_) => i += 1,
             Err(e) => break e,
         }
         assert!(i < 200);
@@ -362,5 +363,38 @@ async fn a_namespace_quota_holds_in_every_tier_oldest_first() {
     let s = open(cfg(64 << 10, Admit::All), &dev).await;
     let after = (s.namespace_usage(b"small"), s.namespace_usage(b"big"));
     assert_eq!((before.0.0, before.0.1, before.1.0, before.1.1), (after.0.0, after.0.1, after.1.0, after.1.1));
+    s.check_invariants();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_puts_are_atomic_and_failed_puts_change_nothing() {
+    let s = KvStore::open(cfg(1 << 20, Admit::Reused), None).await.unwrap();
+    let absent = PutOpts { only_if: Some(Presence::Absent), ..Default::default() };
+    let mut racers = Vec::new();
+    for t in 0..8u64 {
+        let s = s.clone();
+        racers.push(tokio::spawn(async move { s.put(b"", b"lock", value(t, 0, 100), absent).await.unwrap() }));
+    }
+    let mut winners = 0;
+    for r in racers {
+        winners += usize::from(r.await.unwrap());
+    }
+    assert_eq!(winners, 1, "SET NX let {winners} writers in");
+    let present = PutOpts { only_if: Some(Presence::Present), ..Default::default() };
+    assert!(!s.put(b"", b"nobody", value(1, 1, 10), present).await.unwrap());
+    assert_eq!(s.lookup(b"", &[b"nobody"]).unwrap(), 0);
+    // KEEPTTL keeps the old expiry.
+    s.put(b"", b"t", value(2, 0, 10), PutOpts { expires_ms: u64::MAX / 2, ..Default::default() }).await.unwrap();
+    s.put(b"", b"t", value(2, 1, 10), PutOpts { keep_ttl: true, ..Default::default() }).await.unwrap();
+    assert_eq!(s.expiry(b"", b"t").unwrap(), Some(u64::MAX / 2));
+    // A put refused by the quota or by DRAM leaves the old value.
+    s.set_quota(b"q", 3 * 4096).unwrap();
+    s.put(b"q", b"k", value(3, 0, 4096), PutOpts::default()).await.unwrap();
+    assert!(s.put(b"q", b"k", value(3, 1, 4 * 4096), PutOpts::default()).await.is_err());
+    assert_eq!(s.get(b"q", b"k").await.unwrap().unwrap(), value(3, 0, 4096));
+    s.put(b"", b"pinned", value(4, 0, 600_000), PutOpts { pin: Pin::Hard, ..Default::default() }).await.unwrap();
+    s.put(b"", b"k2", value(5, 0, 1000), PutOpts { pin: Pin::Hard, ..Default::default() }).await.unwrap();
+    assert!(matches!(s.put(b"", b"k2", value(5, 1, 500_000), PutOpts::default()).await, Err(KvError::Full { .. })));
+    assert_eq!(s.get(b"", b"k2").await.unwrap().unwrap(), value(5, 0, 1000));
     s.check_invariants();
 }

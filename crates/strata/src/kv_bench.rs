@@ -215,7 +215,10 @@ async fn put_then_get(
         if tier == "dram" { ("dram put", "dram get") } else { ("ssd put", "ssd get") };
     let put = phase(names.0, n, args.value, args.qd, |i| {
         let (s, k, v) = (store.clone(), key(i), values[(i % values.len() as u64) as usize].clone());
-        async move { Ok(s.put(b"", &k, v, strata_kv::PutOpts::default()).await?) }
+        async move {
+            s.put(b"", &k, v, strata_kv::PutOpts::default()).await?;
+            Ok(())
+        }
     })
     .await?;
     store.flush(false).await?;
