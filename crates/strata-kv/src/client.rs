@@ -14,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 
-use crate::resp::{Limits, Reply, RespError, encode_request, parse_reply};
+use crate::resp::{Limits, Reply, RespError, encode_request, parse_reply_hinted};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -83,11 +83,16 @@ impl Client {
 
     async fn read_reply(&mut self) -> Result<Reply, ClientError> {
         loop {
-            if let Some(r) = parse_reply(&mut self.buf, &self.limits)? {
+            let mut need = 0;
+            if let Some(r) = parse_reply_hinted(&mut self.buf, &self.limits, &mut need)? {
                 return Ok(r);
             }
-            if self.buf.capacity() - self.buf.len() < 16 << 10 {
-                self.buf.reserve(64 << 10);
+            // Room for the bulk string being received (one allocation
+            // for a large value), growing at least geometrically (an
+            // array of large values), and at least a useful read.
+            let room = need.saturating_sub(self.buf.len()).max(self.buf.len()).max(64 << 10);
+            if self.buf.capacity() - self.buf.len() < room.min(16 << 10) {
+                self.buf.reserve(room);
             }
             if self.sock.read_buf(&mut self.buf).await? == 0 {
                 return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());

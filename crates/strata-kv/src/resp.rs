@@ -455,17 +455,38 @@ impl Out {
 ///
 /// Malformed input, or a bulk string over `limits.max_bulk`.
 pub fn parse_reply(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Reply>, RespError> {
-    let mut at = 0;
-    match reply_at(buf, &mut at, limits, 0)? {
-        Some(r) => {
-            buf.advance(at);
-            Ok(Some(r))
-        }
-        None => Ok(None),
-    }
+    parse_reply_hinted(buf, limits, &mut 0)
 }
 
-fn reply_at(buf: &BytesMut, at: &mut usize, limits: &Limits, depth: usize) -> Result<Option<Reply>, RespError> {
+/// As [`parse_reply`]; when more bytes are needed, `need` is set to a
+/// length the buffer must reach first (the end of the bulk string being
+/// received), so that a reader can size its buffer once.
+pub fn parse_reply_hinted(buf: &mut BytesMut, limits: &Limits, need: &mut usize) -> Result<Option<Reply>, RespError> {
+    // Two passes: the first only checks that a whole reply is there
+    // (copying nothing, so a large reply arriving in many reads costs one
+    // scan per read, not one copy); the second builds it from the frozen
+    // frame, bulk strings as zero-copy slices of it.
+    let mut at = 0;
+    *need = 0;
+    if reply_at(buf, None, &mut at, limits, 0)?.is_none() {
+        *need = at;
+        return Ok(None);
+    }
+    let frame = buf.split_to(at).freeze();
+    let mut at = 0;
+    // The same bytes parse the same way, so this is never None.
+    reply_at(&frame, Some(&frame), &mut at, limits, 0)
+}
+
+/// Parses the reply at `*at`. With `src` (the frozen buffer `buf` is) it
+/// builds the reply; without, it only checks and returns placeholders.
+fn reply_at(
+    buf: &[u8],
+    src: Option<&Bytes>,
+    at: &mut usize,
+    limits: &Limits,
+    depth: usize,
+) -> Result<Option<Reply>, RespError> {
     if depth > MAX_DEPTH {
         return Err(RespError::TooDeep);
     }
@@ -497,13 +518,16 @@ fn reply_at(buf: &BytesMut, at: &mut usize, limits: &Limits, depth: usize) -> Re
             }
             let stop = next + len as usize;
             if buf.len() < stop + 2 {
+                // Where this bulk string ends: a size hint for the reader.
+                *at = stop + 2;
                 return Ok(None);
             }
             if &buf[stop..stop + 2] != b"\r\n" {
                 return Err(RespError::MissingCrlf);
             }
-            let data = Bytes::copy_from_slice(&buf[next..stop]);
             *at = stop + 2;
+            let Some(src) = src else { return Ok(Some(Reply::Nil)) };
+            let data = src.slice(next..stop);
             return Ok(Some(if marker == b'!' {
                 Reply::Error(String::from_utf8_lossy(&data).into_owned())
             } else {
@@ -524,13 +548,14 @@ fn reply_at(buf: &BytesMut, at: &mut usize, limits: &Limits, depth: usize) -> Re
             *at = next;
             let mut got = Vec::new();
             for _ in 0..items {
-                match reply_at(buf, at, limits, depth + 1)? {
-                    Some(r) => got.push(r),
+                match reply_at(buf, src, at, limits, depth + 1)? {
+                    Some(r) if src.is_some() => got.push(r),
+                    Some(_) => {}
                     None => return Ok(None),
                 }
             }
             return Ok(Some(match marker {
-                b'|' => match reply_at(buf, at, limits, depth + 1)? {
+                b'|' => match reply_at(buf, src, at, limits, depth + 1)? {
                     // An attribute precedes the reply it describes.
                     Some(r) => r,
                     None => return Ok(None),

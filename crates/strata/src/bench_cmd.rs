@@ -73,6 +73,11 @@ enum BenchCommand {
     /// tiers, through its API (compare with fio on the same file:
     /// bench/kv-tiers.sh).
     KvTier(crate::kv_bench::TierArgs),
+    /// Time to first token: a Llama-shaped prefill recomputed on the CPU
+    /// against loading its KV blocks from each tier of the KV store, a
+    /// multi-turn trace replay with and without the store, and a GPU
+    /// projection (docs/kv.md).
+    Ttft(crate::ttft::TtftArgs),
     /// Check that a signed report is unchanged since it was signed.
     Verify {
         /// The report.
@@ -214,6 +219,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
         Some(BenchCommand::Verify { report, pubkey }) => verify(&report, pubkey.as_deref()),
         Some(BenchCommand::KvTrace(args)) => return kv_outcome("kv-trace", crate::kv_bench::trace(&args)),
         Some(BenchCommand::KvTier(args)) => return kv_outcome("kv-tier", crate::kv_bench::tier(&args)),
+        Some(BenchCommand::Ttft(args)) => return kv_outcome("ttft", crate::ttft::ttft(&args)),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

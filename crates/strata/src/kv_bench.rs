@@ -33,7 +33,7 @@ pub struct TraceArgs {
 }
 
 /// Reads the block chains of a trace.
-fn load(path: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Vec<u64>>> {
+pub(crate) fn load(path: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Vec<u64>>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {

@@ -14,6 +14,7 @@ mod kv_cmd;
 mod node;
 mod node_cmd;
 mod sim_cmd;
+mod ttft;
 
 use std::time::Duration;
 

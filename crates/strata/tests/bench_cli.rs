@@ -307,3 +307,53 @@ fn kv_tier_reads_every_block_back_from_the_ssd_tier() {
     assert_eq!(code(&too_big), 2);
     assert!(text(&too_big.stderr).contains("does not fit in the SSD tier"), "{}", text(&too_big.stderr));
 }
+
+#[test]
+fn ttft_loads_verified_blocks_from_each_tier_and_replays_a_trace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ssd = format!("{}:64M", dir.path().join("ttft.log").display());
+    let trace = dir.path().join("t.jsonl");
+    // Without an engine cache, the store serves 2 blocks of the second
+    // request and 3 of the third: 5 blocks of 16 tokens.
+    std::fs::write(&trace, "{\"hash_ids\":[0,1,2]}\n{\"hash_ids\":[0,1,3]}\n{\"hash_ids\":[0,1,2,4]}\n").unwrap();
+    let args = [
+        "ttft",
+        "--prompts",
+        "256,512",
+        "--block-tokens",
+        "128",
+        "--ssd",
+        &ssd,
+        "--replay",
+        path(&trace),
+        "--replay-block-tokens",
+        "16",
+        "--replay-engine-blocks",
+        "0",
+        "--json",
+    ];
+    let out = bench(&args);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = v["prompts"].as_array().expect("prompts");
+    assert_eq!(rows.len(), 2);
+    // 4 KiB of f32 KV a token for the tiny model; every block came back
+    // from DRAM, then from the SSD tier after a restart.
+    for (row, tokens) in rows.iter().zip([256u64, 512]) {
+        assert_eq!(row["tokens"], tokens);
+        let tiers: Vec<&str> = row["tiers"].as_array().unwrap().iter().map(|t| t["tier"].as_str().unwrap()).collect();
+        assert_eq!(tiers, ["dram", "ssd"]);
+        assert!(row["tiers"].as_array().unwrap().iter().all(|t| t["bytes"] == tokens * 4096), "{row}");
+    }
+    let r = &v["replay"];
+    assert_eq!((r["requests"].as_u64(), r["prompt_tokens"].as_u64()), (Some(3), Some(10 * 16)));
+    assert_eq!((r["alone_hit_tokens"].as_u64(), r["store_hit_tokens"].as_u64()), (Some(0), Some(5 * 16)), "{r}");
+    assert!(v["projection"].as_array().is_some_and(|p| p.len() == 4), "two prompts and 64k, 128k");
+
+    let cuda = bench(&["ttft", "--device", "cuda"]);
+    assert_eq!(code(&cuda), 2);
+    assert!(text(&cuda.stderr).contains("CPU only"), "{}", text(&cuda.stderr));
+    let ragged = bench(&["ttft", "--prompts", "300", "--ssd", "none", "--replay", "none"]);
+    assert_eq!(code(&ragged), 2);
+    assert!(text(&ragged.stderr).contains("not a whole number of 256-token blocks"), "{}", text(&ragged.stderr));
+}
