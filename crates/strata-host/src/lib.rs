@@ -33,13 +33,16 @@
 //! association setup, admin and I/O commands; `driver` is the
 //! caller-driven alternative to `queue` for load generators
 //! ([`Controller::connect_with_drivers`]); `discovery` reads the discovery
-//! log; `error` holds the error types.
+//! log; `namespace` presents one namespace as a
+//! [`strata_block::BlockDevice`] ([`RemoteNamespace`]); `error` holds the
+//! error types.
 
 mod config;
 mod controller;
 mod discovery;
 mod driver;
 mod error;
+mod namespace;
 mod proto;
 mod queue;
 
@@ -51,3 +54,4 @@ pub use controller::{
 pub use discovery::{MAX_DISCOVERY_RECORDS, discover};
 pub use driver::{Completion, QueueDriver};
 pub use error::{HostError, QueueFailure};
+pub use namespace::RemoteNamespace;

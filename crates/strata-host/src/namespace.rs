@@ -1,0 +1,252 @@
+//! A namespace of a remote NVMe/TCP subsystem as a [`BlockDevice`], for
+//! code written against local devices (the KV store's pool tier).
+//!
+//! The controller is connected at [`RemoteNamespace::connect`] and again,
+//! lazily, by the first command after a failure: a dropped connection or
+//! a command that outlives [`RemoteNamespace::command_timeout`] fails that
+//! command with [`BlockError::Io`] and retires the connection, so one
+//! stalled target costs its callers one timeout each, not a hang. I/O
+//! larger than the controller's transfer limit is split into commands of
+//! whole blocks. Nothing is retried here: the caller decides (the KV
+//! store treats a failed read as a miss).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf};
+
+use crate::{Controller, HostConfig, HostError};
+
+/// Most bytes one command moves.
+const MAX_COMMAND_BYTES: usize = 1 << 20;
+/// Most blocks one Write Zeroes command clears.
+const MAX_ZERO_BLOCKS: u64 = 65_536;
+
+/// One namespace of a remote subsystem.
+pub struct RemoteNamespace {
+    addr: SocketAddr,
+    nqn: String,
+    nsid: u32,
+    cfg: HostConfig,
+    geometry: Geometry,
+    timeout: Duration,
+    current: Mutex<Option<Arc<Controller>>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for RemoteNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteNamespace")
+            .field("addr", &self.addr)
+            .field("nqn", &self.nqn)
+            .field("nsid", &self.nsid)
+            .field("geometry", &self.geometry)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_error(e: impl std::fmt::Display) -> BlockError {
+    BlockError::Io(std::io::Error::other(e.to_string()))
+}
+
+impl RemoteNamespace {
+    /// Connects to `nqn` at `addr` and opens namespace `nsid` (the first
+    /// active one when `None`), reading its size and block size.
+    ///
+    /// # Errors
+    ///
+    /// The connection fails, or the namespace does not exist.
+    pub async fn connect(
+        addr: SocketAddr,
+        nqn: &str,
+        nsid: Option<u32>,
+        cfg: &HostConfig,
+    ) -> Result<Arc<RemoteNamespace>, HostError> {
+        let ctrl = Controller::connect(addr, nqn, cfg).await?;
+        let nsid = match nsid {
+            Some(n) => n,
+            None => match ctrl.active_namespaces().await?.first() {
+                Some(&n) => n,
+                None => return Err(HostError::InvalidArgument(format!("{nqn} has no active namespace"))),
+            },
+        };
+        let id = ctrl.identify_namespace(nsid).await?;
+        let block_size = id.block_size_bytes().and_then(|b| u32::try_from(b).ok()).unwrap_or(0);
+        if id.nsze == 0 {
+            return Err(HostError::UnknownNamespace(nsid));
+        }
+        if !(512..=1 << 16).contains(&block_size) {
+            return Err(HostError::InvalidArgument(format!(
+                "{nqn} namespace {nsid}: unusable block size {block_size}"
+            )));
+        }
+        Ok(Arc::new(RemoteNamespace {
+            addr,
+            nqn: nqn.to_string(),
+            nsid,
+            cfg: cfg.clone(),
+            geometry: Geometry { block_size, num_blocks: id.nsze },
+            timeout: Duration::from_secs(30),
+            current: Mutex::new(Some(Arc::new(ctrl))),
+            connecting: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// How long one command may take before it fails and the connection
+    /// is retired (default 30 s).
+    pub fn command_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Sets [`Self::command_timeout`]; call before sharing the device.
+    pub fn set_command_timeout(self: &mut Arc<Self>, timeout: Duration) {
+        if let Some(me) = Arc::get_mut(self) {
+            me.timeout = timeout;
+        }
+    }
+
+    /// The namespace id.
+    pub fn nsid(&self) -> u32 {
+        self.nsid
+    }
+
+    /// The live controller, connecting again after a failure.
+    async fn ctrl(&self) -> Result<Arc<Controller>, BlockError> {
+        if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(c);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(c);
+        }
+        let c = tokio::time::timeout(self.timeout, Controller::connect(self.addr, &self.nqn, &self.cfg))
+            .await
+            .map_err(|_| io_error(format!("connecting to {} timed out", self.addr)))?
+            .map_err(io_error)?;
+        let c = Arc::new(c);
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        tracing::info!(addr = %self.addr, nqn = %self.nqn, "remote namespace reconnected");
+        Ok(c)
+    }
+
+    /// Runs one command with the timeout; a failure retires `ctrl`.
+    async fn run<T>(
+        &self,
+        ctrl: &Arc<Controller>,
+        cmd: impl std::future::Future<Output = Result<T, HostError>>,
+    ) -> Result<T, BlockError> {
+        let e = match tokio::time::timeout(self.timeout, cmd).await {
+            Ok(Ok(v)) => return Ok(v),
+            // The command failed; the connection is fine.
+            Ok(Err(e @ HostError::Status { .. })) => return Err(io_error(e)),
+            Ok(Err(e)) => io_error(e),
+            Err(_) => io_error(format!("a command to {} took over {:?}", self.addr, self.timeout)),
+        };
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, ctrl)) {
+            *cur = None;
+        }
+        Err(e)
+    }
+
+    /// The commands `len` bytes at `lba` take: each one's first block
+    /// and byte range, whole blocks within the controller's limit.
+    fn pieces(&self, ctrl: &Controller, lba: u64, len: usize) -> impl Iterator<Item = (u64, std::ops::Range<usize>)> {
+        let bs = self.geometry.block_size as usize;
+        let step = MAX_COMMAND_BYTES.min(ctrl.max_transfer_bytes()).max(bs) / bs * bs;
+        (0..len).step_by(step).map(move |at| (lba + (at / bs) as u64, at..len.min(at + step)))
+    }
+
+    fn check(&self, lba: u64, len: usize) -> Result<(), BlockError> {
+        let bs = u64::from(self.geometry.block_size);
+        let blocks = len as u64 / bs;
+        if len as u64 % bs != 0 {
+            return Err(BlockError::BadBuffer { len, expected: blocks.saturating_add(1) * bs });
+        }
+        if lba.checked_add(blocks).is_none_or(|end| end > self.geometry.num_blocks) {
+            return Err(BlockError::OutOfRange { lba, blocks, num_blocks: self.geometry.num_blocks });
+        }
+        Ok(())
+    }
+}
+
+impl BlockDevice for RemoteNamespace {
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn usage(&self) -> DeviceUsage {
+        // The remote side does the thin accounting; report the size.
+        DeviceUsage { provisioned_bytes: self.geometry.size_bytes(), allocated_bytes: 0 }
+    }
+
+    fn read(&self, lba: u64, mut buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        Box::pin(async move {
+            let r = async {
+                self.check(lba, buf.len())?;
+                let ctrl = self.ctrl().await?;
+                let bs = self.geometry.block_size as usize;
+                for (slba, r) in self.pieces(&ctrl, lba, buf.len()) {
+                    let data = self.run(&ctrl, ctrl.read(self.nsid, slba, (r.len() / bs) as u32)).await?;
+                    if data.len() != r.len() {
+                        return Err(io_error(format!("short read: {} of {} bytes", data.len(), r.len())));
+                    }
+                    buf.as_mut_slice()[r].copy_from_slice(&data);
+                }
+                Ok(())
+            }
+            .await;
+            (buf, r)
+        })
+    }
+
+    fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        Box::pin(async move {
+            let r = async {
+                self.check(lba, buf.len())?;
+                let ctrl = self.ctrl().await?;
+                for (slba, r) in self.pieces(&ctrl, lba, buf.len()) {
+                    // The host library sends `Bytes`; an IoBuf is not one.
+                    let data = bytes::Bytes::copy_from_slice(&buf.as_slice()[r]);
+                    self.run(&ctrl, ctrl.write(self.nsid, slba, data, fua)).await?;
+                }
+                Ok(())
+            }
+            .await;
+            (buf, r)
+        })
+    }
+
+    fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(async move {
+            let len = usize::try_from(blocks.saturating_mul(u64::from(self.geometry.block_size)))
+                .map_err(|_| BlockError::OutOfRange { lba, blocks, num_blocks: self.geometry.num_blocks })?;
+            self.check(lba, len)?;
+            let ctrl = self.ctrl().await?;
+            let mut done = 0;
+            while done < blocks {
+                let n = (blocks - done).min(MAX_ZERO_BLOCKS);
+                self.run(&ctrl, ctrl.write_zeroes(self.nsid, lba + done, n as u32, deallocate)).await?;
+                done += n;
+            }
+            Ok(())
+        })
+    }
+
+    fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(async move {
+            for &(lba, blocks) in &ranges {
+                self.write_zeroes(lba, blocks, true).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(async move {
+            let ctrl = self.ctrl().await?;
+            self.run(&ctrl, ctrl.flush(self.nsid)).await
+        })
+    }
+}
