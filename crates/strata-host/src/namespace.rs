@@ -161,7 +161,7 @@ impl RemoteNamespace {
     fn check(&self, lba: u64, len: usize) -> Result<(), BlockError> {
         let bs = u64::from(self.geometry.block_size);
         let blocks = len as u64 / bs;
-        if len as u64 % bs != 0 {
+        if !(len as u64).is_multiple_of(bs) {
             return Err(BlockError::BadBuffer { len, expected: blocks.saturating_add(1) * bs });
         }
         if lba.checked_add(blocks).is_none_or(|end| end > self.geometry.num_blocks) {
