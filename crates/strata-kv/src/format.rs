@@ -15,7 +15,7 @@
 //! | offset | len | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `STRATAKV` |
-//! | 8 | 4 | version (1) |
+//! | 8 | 4 | version (2) |
 //! | 12 | 4 | CRC32C of bytes 16..64 |
 //! | 16 | 8 | log id (random at format) |
 //! | 24 | 8 | segment bytes |
@@ -26,7 +26,7 @@
 //! | offset | len | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `STKVSEG1` |
-//! | 8 | 4 | version (1) |
+//! | 8 | 4 | version (2) |
 //! | 12 | 4 | CRC32C of bytes 16..64 |
 //! | 16 | 8 | log id |
 //! | 24 | 8 | sequence: higher is newer; 0 never appears |
@@ -44,7 +44,8 @@
 //! | 20 | 4 | key length |
 //! | 24 | 8 | value length |
 //! | 32 | 8 | expiry, Unix milliseconds; 0: none |
-//! | 40 | key length | key |
+//! | 40 | 8 | version: the store's write stamp for the key (below) |
+//! | 48 | key length | key |
 //! | .. | value length | value |
 //!
 //! A scan of a segment reads records from offset 4096 until one fails its
@@ -56,8 +57,15 @@
 //! record fails its CRC: either way the scan ends, and what follows is a
 //! miss, never wrong bytes.
 //!
+//! The version orders records of one key across logs (the SSD and the
+//! pool tier): every put takes a new one, a block written to both logs
+//! carries the same one in each, and a tombstone takes a new one. At
+//! recovery the highest version of a key wins, and each log's record with
+//! that version is a copy of it.
+//!
 //! Compatibility: a device with another magic or version is formatted
-//! afresh (it is a cache); the version is bumped for any layout change.
+//! afresh (it is a cache); the version is bumped for any layout change
+//! (2 added the record version).
 
 /// Unit of device I/O and alignment of segment starts.
 pub const BLOCK: u64 = 4096;
@@ -69,7 +77,7 @@ pub const SEG_MAGIC: &[u8; 8] = b"STKVSEG1";
 /// Record magic.
 pub const REC_MAGIC: &[u8; 4] = b"KVR1";
 /// Format version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 const MAGIC_OFFSET: usize = 0;
 const VERSION_OFFSET: usize = MAGIC_OFFSET + 8;
@@ -87,8 +95,9 @@ const REC_KIND_OFFSET: usize = REC_SEQ_OFFSET + 8;
 const REC_KEY_LEN_OFFSET: usize = REC_KIND_OFFSET + 4;
 const REC_VALUE_LEN_OFFSET: usize = REC_KEY_LEN_OFFSET + 4;
 const REC_EXPIRES_OFFSET: usize = REC_VALUE_LEN_OFFSET + 8;
+const REC_VERSION_OFFSET: usize = REC_EXPIRES_OFFSET + 8;
 /// Bytes of a record before its key.
-pub const REC_HEADER: usize = REC_EXPIRES_OFFSET + 8;
+pub const REC_HEADER: usize = REC_VERSION_OFFSET + 8;
 
 /// Longest key a record holds (a namespace prefix and the key).
 pub const MAX_KEY: usize = 64 << 10;
@@ -197,6 +206,8 @@ pub struct RecordHead {
     pub value_len: u64,
     /// Expiry in Unix milliseconds; 0: none.
     pub expires_ms: u64,
+    /// The key's write stamp (see the module doc).
+    pub version: u64,
 }
 
 impl RecordHead {
@@ -211,8 +222,20 @@ pub fn record_len(key_len: usize, value_len: usize) -> u64 {
     (REC_HEADER + key_len + value_len) as u64
 }
 
+/// What a record says about its key besides the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordMeta {
+    /// Put or delete.
+    pub kind: Kind,
+    /// Expiry in Unix milliseconds; 0: none.
+    pub expires_ms: u64,
+    /// The key's write stamp.
+    pub version: u64,
+}
+
 /// Writes a record into `out`, which is exactly [`record_len`] long.
-pub fn encode_record(out: &mut [u8], seq: u64, kind: Kind, key: &[u8], value: &[u8], expires_ms: u64) {
+pub fn encode_record(out: &mut [u8], seq: u64, key: &[u8], value: &[u8], meta: RecordMeta) {
+    let RecordMeta { kind, expires_ms, version } = meta;
     debug_assert_eq!(out.len() as u64, record_len(key.len(), value.len()));
     out[..4].copy_from_slice(REC_MAGIC);
     out[REC_SEQ_OFFSET..REC_KIND_OFFSET].copy_from_slice(&seq.to_le_bytes());
@@ -227,7 +250,8 @@ pub fn encode_record(out: &mut [u8], seq: u64, kind: Kind, key: &[u8], value: &[
     ]);
     out[REC_KEY_LEN_OFFSET..REC_VALUE_LEN_OFFSET].copy_from_slice(&(key.len() as u32).to_le_bytes());
     out[REC_VALUE_LEN_OFFSET..REC_EXPIRES_OFFSET].copy_from_slice(&(value.len() as u64).to_le_bytes());
-    out[REC_EXPIRES_OFFSET..REC_HEADER].copy_from_slice(&expires_ms.to_le_bytes());
+    out[REC_EXPIRES_OFFSET..REC_VERSION_OFFSET].copy_from_slice(&expires_ms.to_le_bytes());
+    out[REC_VERSION_OFFSET..REC_HEADER].copy_from_slice(&version.to_le_bytes());
     out[REC_HEADER..REC_HEADER + key.len()].copy_from_slice(key);
     out[REC_HEADER + key.len()..].copy_from_slice(value);
     let crc = crc32c::crc32c(&out[REC_SEQ_OFFSET..]);
@@ -252,6 +276,7 @@ pub fn decode_record_head(b: &[u8], seq: u64, room: u64) -> Option<RecordHead> {
         key_len: le32(b, REC_KEY_LEN_OFFSET) as usize,
         value_len: le64(b, REC_VALUE_LEN_OFFSET),
         expires_ms: le64(b, REC_EXPIRES_OFFSET),
+        version: le64(b, REC_VERSION_OFFSET),
     };
     (h.key_len <= MAX_KEY && h.value_len <= room && h.total() <= room).then_some(h)
 }
@@ -272,20 +297,20 @@ mod tests {
 
     #[test]
     fn sizes_are_pinned() {
-        assert_eq!(REC_HEADER, 40);
+        assert_eq!(REC_HEADER, 48);
         assert_eq!(HEADER_END, 64);
-        assert_eq!(record_len(3, 5), 48);
+        assert_eq!(record_len(3, 5), 56);
     }
 
     #[test]
     fn records_round_trip_and_damage_is_caught() {
         let mut b = vec![0u8; record_len(3, 5) as usize];
-        encode_record(&mut b, 7, Kind::Put, b"key", b"value", 99);
+        encode_record(&mut b, 7, b"key", b"value", RecordMeta { kind: Kind::Put, expires_ms: 99, version: 12 });
         let h = decode_record_head(&b, 7, 1 << 20).unwrap();
-        assert_eq!((h.kind, h.key_len, h.value_len, h.expires_ms, h.total()), (Kind::Put, 3, 5, 99, 48));
+        assert_eq!((h.kind, h.key_len, h.value_len, h.expires_ms, h.version, h.total()), (Kind::Put, 3, 5, 99, 12, 56));
         assert!(record_crc_ok(&b));
         assert!(decode_record_head(&b, 8, 1 << 20).is_none(), "another sequence is not current");
-        assert!(decode_record_head(&b, 7, 47).is_none(), "a record past the segment's end");
+        assert!(decode_record_head(&b, 7, 55).is_none(), "a record past the segment's end");
         for i in 8..b.len() {
             let mut d = b.clone();
             d[i] ^= 0x20;

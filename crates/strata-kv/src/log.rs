@@ -35,7 +35,7 @@ use bytes::Bytes;
 use strata_block::{BlockDevice, IoBuf};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::format::{self, BLOCK, Kind, RecordHead, Super};
+use crate::format::{self, BLOCK, Kind, RecordHead, RecordMeta, Super};
 
 /// The largest write buffer; records larger than it get a buffer of
 /// their own size.
@@ -392,8 +392,7 @@ impl<K: Clone> LogState<K> {
         key: K,
         raw_key: &[u8],
         value: &[u8],
-        kind: Kind,
-        expires_ms: u64,
+        meta: RecordMeta,
     ) -> Result<(Loc, Vec<K>), LogError> {
         if self.dev.is_failed() {
             return Err(LogError::Failed);
@@ -429,7 +428,7 @@ impl<K: Clone> LogState<K> {
         let seq = self.seg_seq[self.head as usize];
         let b = self.buf.as_mut().expect("opened above");
         let at = (pos - b.start) as usize;
-        format::encode_record(&mut b.data[at..at + len as usize], seq, kind, raw_key, value, expires_ms);
+        format::encode_record(&mut b.data[at..at + len as usize], seq, raw_key, value, meta);
         b.len = pos - b.start + len;
         self.head_off = pos + len;
         let loc = Loc { seg: self.head, seq, off: pos, key_len: raw_key.len() as u32, value_len: value.len() as u64 };

@@ -1,5 +1,6 @@
-//! [`KvStore`]: the tiered block store. DRAM first, then a log tier on a
-//! local SSD; blocks move down when DRAM is full and back up when read.
+//! [`KvStore`]: the tiered block store. DRAM first, then two log tiers: a
+//! local SSD, and a pool volume reached over NVMe/TCP; blocks move down
+//! when DRAM is full and back up when read.
 //!
 //! - **DRAM** holds values as shared [`Bytes`] (a get hands out the same
 //!   bytes, no copy) under an S3-FIFO policy with a byte capacity that
@@ -11,26 +12,35 @@
 //!   back after an eviction, or are pinned) are written: a block put once
 //!   and never read leaves without wearing the drive ([`Admit::Reused`],
 //!   the default; [`Admit::All`] writes every block).
-//! - **Promotion**: a block read from SSD goes back into DRAM, and keeps
-//!   its SSD copy, so that leaving DRAM again costs no write.
+//!   A block admitted to the log tiers is appended to each of them (SSD
+//!   and pool) that lacks it: the pool is the tier other hosts can see,
+//!   and one that outlives the SSD's ring, so a block reaches it when it
+//!   leaves DRAM rather than when the SSD reclaims it (which would need
+//!   a read of the segment back from the SSD first).
+//! - **Promotion**: a block read from SSD or the pool goes back into
+//!   DRAM, and keeps its log copies, so that leaving DRAM again costs no
+//!   write. Reads try the SSD copy first; a pool read that takes longer
+//!   than [`POOL_READ_DEADLINE`] is a miss.
 //! - **Backpressure**: a put waits while the log's sealed, unwritten
 //!   buffers are over their bound, rather than queueing without end.
-//! - **Recovery**: the SSD log is scanned at open and its records
-//!   replayed oldest first (tombstones included), so the index and the
-//!   byte counts are what they were at the last written record.
+//! - **Recovery**: both logs are scanned at open; for each key the
+//!   record with the highest version wins (a tombstone deletes), and each
+//!   log's copy with that version is indexed, so the index and the byte
+//!   counts are what they were at the last written record.
 //!
 //! Keys are `(namespace, key)`, stored as one byte string: the namespace's
 //! length (one byte), the namespace, the key.
 //!
 //! Invariants, under the one lock:
-//! - an entry has a DRAM value, an SSD location, or both;
+//! - an entry has a DRAM value, a log location, or several;
 //! - the DRAM policy holds exactly the keys with a DRAM value, and its
 //!   byte count is their [`dram_size`];
-//! - `ssd_live` is the sum of the record lengths of the SSD locations in
-//!   the map, and every such location is current in the log;
-//! - a key whose SSD record is superseded or deleted has a tombstone or a
-//!   newer record after it in the log, so a restart does not bring the
-//!   old value back.
+//! - each log tier's `live` is the sum of the record lengths of its
+//!   locations in the map, and every such location is current in its log;
+//! - every location of an entry holds the entry's version;
+//! - a key whose log record is superseded or deleted has a tombstone or a
+//!   newer version in a log, so a restart does not bring the old value
+//!   back.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,13 +50,22 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_block::BlockDevice;
 
-use crate::format::Kind;
+use crate::format::{Kind, RecordMeta};
 use crate::log::{Loc, LogDev, LogError, LogState};
 use crate::policy::{Policy, S3Fifo};
 
 /// Bytes charged to DRAM per entry beyond its key and value (the map
 /// slot, the policy's queues).
 pub const ENTRY_OVERHEAD: u64 = 96;
+
+/// The log tiers, as indexes of [`Entry::locs`] and `Inner::tiers`.
+const SSD: usize = 0;
+const POOL: usize = 1;
+const TIER_NAME: [&str; 2] = ["SSD", "pool"];
+
+/// A pool read slower than this is answered as a miss: recomputing a
+/// block beats waiting on a stalled remote volume.
+pub const POOL_READ_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Values below this are copied out of the receive buffer they arrived
 /// in, so that a small value does not keep a large buffer alive.
@@ -164,7 +183,10 @@ pub enum Presence {
 #[derive(Debug)]
 struct Entry {
     value: Option<Bytes>,
-    ssd: Option<Loc>,
+    /// Its record in each log tier ([`SSD`], [`POOL`]).
+    locs: [Option<Loc>; 2],
+    /// Its write stamp: what its log records carry.
+    version: u64,
     expires_ms: u64,
     pin: Pin,
     lease_until_ms: u64,
@@ -177,7 +199,16 @@ struct Entry {
 
 impl Entry {
     fn new(size: u64) -> Entry {
-        Entry { value: None, ssd: None, expires_ms: 0, pin: Pin::None, lease_until_ms: 0, size, stamp: 0 }
+        Entry {
+            value: None,
+            locs: [None; 2],
+            version: 0,
+            expires_ms: 0,
+            pin: Pin::None,
+            lease_until_ms: 0,
+            size,
+            stamp: 0,
+        }
     }
 }
 
@@ -211,13 +242,14 @@ struct Counters {
     gets: AtomicU64,
     hits_dram: AtomicU64,
     hits_ssd: AtomicU64,
+    hits_pool: AtomicU64,
     misses: AtomicU64,
     puts: AtomicU64,
     evicted: AtomicU64,
     demoted: AtomicU64,
     demoted_bytes: AtomicU64,
     not_admitted: AtomicU64,
-    dropped_ssd: AtomicU64,
+    dropped: [AtomicU64; 2],
     promoted: AtomicU64,
     corrupt: AtomicU64,
     expired: AtomicU64,
@@ -241,29 +273,39 @@ pub struct Stats {
     pub ssd_live: u64,
     /// SSD log capacity (0: no SSD tier).
     pub ssd_capacity: u64,
+    /// Keys with a pool record.
+    pub pool_keys: u64,
+    /// Bytes of live pool records.
+    pub pool_live: u64,
+    /// Pool log capacity (0: no pool tier).
+    pub pool_capacity: u64,
     /// Gets.
     pub gets: u64,
     /// Gets answered from DRAM.
     pub hits_dram: u64,
     /// Gets answered from SSD.
     pub hits_ssd: u64,
+    /// Gets answered from the pool.
+    pub hits_pool: u64,
     /// Gets that found nothing.
     pub misses: u64,
     /// Puts.
     pub puts: u64,
     /// Blocks that left DRAM.
     pub evicted: u64,
-    /// Blocks written to SSD on leaving DRAM.
+    /// Log records written on leaving DRAM (one per tier written).
     pub demoted: u64,
-    /// Bytes written to SSD by demotion.
+    /// Bytes written to the log tiers by demotion.
     pub demoted_bytes: u64,
     /// Blocks that left DRAM without being written (not admitted).
     pub not_admitted: u64,
     /// SSD records dropped when their segment was reclaimed.
     pub dropped_ssd: u64,
-    /// Blocks copied back into DRAM from SSD.
+    /// Pool records dropped when their segment was reclaimed.
+    pub dropped_pool: u64,
+    /// Blocks copied back into DRAM from a log tier.
     pub promoted: u64,
-    /// SSD records that failed their checks on read (answered as misses).
+    /// Log records that failed their checks on read (answered as misses).
     pub corrupt: u64,
     /// Blocks found expired.
     pub expired: u64,
@@ -271,17 +313,55 @@ pub struct Stats {
     pub quota_evicted: u64,
 }
 
+/// A log tier's bookkeeping.
+struct LogTier {
+    log: LogState<Bytes>,
+    /// Bytes of the records the map points at.
+    live: u64,
+    /// Entries with a record here.
+    keys: u64,
+}
+
 struct Inner {
     map: HashMap<Bytes, Entry>,
     dram: S3Fifo<Bytes>,
-    log: Option<LogState<Bytes>>,
-    ssd_live: u64,
-    ssd_keys: u64,
+    tiers: [Option<LogTier>; 2],
     ns: HashMap<Bytes, NsState>,
     next_stamp: u64,
+    /// The next write stamp (above every version in the logs).
+    next_version: u64,
+}
+
+impl Entry {
+    /// True when some tier holds a copy.
+    fn has_copy(&self) -> bool {
+        self.value.is_some() || self.locs.iter().any(Option::is_some)
+    }
 }
 
 impl Inner {
+    /// A new write stamp.
+    fn new_version(&mut self) -> u64 {
+        self.next_version += 1;
+        self.next_version
+    }
+
+    /// Counts a record of tier `t` that the map now points at.
+    fn add_loc(&mut self, t: usize, loc: Loc) {
+        if let Some(tier) = self.tiers[t].as_mut() {
+            tier.live += loc.len();
+            tier.keys += 1;
+        }
+    }
+
+    /// Uncounts a record of tier `t` the map no longer points at.
+    fn sub_loc(&mut self, t: usize, loc: Loc) {
+        if let Some(tier) = self.tiers[t].as_mut() {
+            tier.live -= loc.len();
+            tier.keys -= 1;
+        }
+    }
+
     /// Inserts an entry, charging its namespace; returns the one it
     /// replaced (whose charge is taken off).
     fn insert_entry(&mut self, k: Bytes, mut e: Entry) -> Option<Entry> {
@@ -315,7 +395,8 @@ impl Inner {
 /// The tiered KV-block store. Cheap to share: wrap it in an [`Arc`].
 pub struct KvStore {
     inner: Mutex<Inner>,
-    log_dev: Option<Arc<LogDev>>,
+    /// The device side of each log tier.
+    devs: [Option<Arc<LogDev>>; 2],
     cfg: KvConfig,
     counters: Counters,
     clock: Box<dyn Fn() -> u64 + Send + Sync>,
@@ -363,7 +444,7 @@ impl KvStore {
     ///
     /// The log device is too small or its I/O fails.
     pub async fn open(cfg: KvConfig, ssd: Option<Arc<dyn BlockDevice>>) -> Result<Arc<KvStore>, KvError> {
-        Self::open_with_clock(cfg, ssd, Box::new(unix_ms)).await
+        Self::open_tiers(cfg, ssd, None, Box::new(unix_ms)).await
     }
 
     /// [`KvStore::open`] with a clock of Unix milliseconds (tests).
@@ -376,41 +457,43 @@ impl KvStore {
         ssd: Option<Arc<dyn BlockDevice>>,
         clock: Box<dyn Fn() -> u64 + Send + Sync>,
     ) -> Result<Arc<KvStore>, KvError> {
+        Self::open_tiers(cfg, ssd, None, clock).await
+    }
+
+    /// [`KvStore::open`] with a third tier: a log on `pool` (a pool
+    /// volume, usually a [`strata_host::RemoteNamespace`]-like remote
+    /// device), with segments sized for it by [`segment_size_for`].
+    ///
+    /// # Errors
+    ///
+    /// As [`KvStore::open`], for either device.
+    pub async fn open_tiers(
+        cfg: KvConfig,
+        ssd: Option<Arc<dyn BlockDevice>>,
+        pool: Option<Arc<dyn BlockDevice>>,
+        clock: Box<dyn Fn() -> u64 + Send + Sync>,
+    ) -> Result<Arc<KvStore>, KvError> {
         let mut inner = Inner {
             map: HashMap::new(),
             dram: S3Fifo::default(),
-            log: None,
-            ssd_live: 0,
-            ssd_keys: 0,
+            tiers: [None, None],
             ns: HashMap::new(),
             next_stamp: 0,
+            next_version: 0,
         };
-        let mut log_dev = None;
-        if let Some(dev) = ssd {
-            let (mut log, found) = LogState::open(dev, cfg.segment_bytes).await?;
-            let now = clock();
-            for f in found {
-                let old = match f.head.kind {
-                    Kind::Put if f.head.expires_ms == 0 || f.head.expires_ms > now => {
-                        log.track(f.key.clone(), f.loc);
-                        let size = dram_size(f.key.len(), f.loc.value_len as usize);
-                        let e = Entry { ssd: Some(f.loc), expires_ms: f.head.expires_ms, ..Entry::new(size) };
-                        inner.ssd_live += f.loc.len();
-                        inner.ssd_keys += 1;
-                        inner.insert_entry(f.key, e)
-                    }
-                    _ => inner.take_entry(&f.key),
-                };
-                if let Some(loc) = old.and_then(|e| e.ssd) {
-                    inner.ssd_live -= loc.len();
-                    inner.ssd_keys -= 1;
-                }
-            }
-            log_dev = Some(log.dev().clone());
-            inner.log = Some(log);
+        let mut devs = [None, None];
+        let mut found = Vec::new();
+        for (t, dev) in [(SSD, ssd), (POOL, pool)] {
+            let Some(dev) = dev else { continue };
+            let seg = if t == SSD { cfg.segment_bytes } else { segment_size_for(dev.geometry().size_bytes()) };
+            let (log, f) = LogState::open(dev, seg).await?;
+            devs[t] = Some(log.dev().clone());
+            inner.tiers[t] = Some(LogTier { log, live: 0, keys: 0 });
+            found.extend(f.into_iter().map(|f| (t, f)));
         }
-        let store = Arc::new(KvStore { inner: Mutex::new(inner), log_dev, cfg, counters: Counters::default(), clock });
-        if store.log_dev.is_some() {
+        recover(&mut inner, found, clock());
+        let store = Arc::new(KvStore { inner: Mutex::new(inner), devs, cfg, counters: Counters::default(), clock });
+        if store.devs.iter().any(Option::is_some) {
             tokio::spawn(writer_tick(Arc::downgrade(&store)));
         }
         Ok(store)
@@ -436,9 +519,7 @@ impl KvStore {
             return Err(KvError::TooLarge { len: value.len() as u64, capacity: self.cfg.dram_bytes });
         }
         let value = if value.len() < COPY_SMALL_BELOW { Bytes::copy_from_slice(&value) } else { value };
-        if let Some(d) = &self.log_dev {
-            d.ready().await;
-        }
+        self.ready().await;
         self.counters.puts.fetch_add(1, Ordering::Relaxed);
         let now = self.now();
         let mut g = lock(&self.inner);
@@ -463,12 +544,11 @@ impl KvStore {
                 inner.dram.remove(&k);
             }
             pin = if pin == Pin::None { old.pin } else { pin };
-            if let Some(loc) = old.ssd {
-                self.forget_ssd(inner, &k, loc);
-            }
+            self.forget(inner, &k, &old);
         }
+        let version = inner.new_version();
         inner.dram.insert(k.clone(), size);
-        inner.insert_entry(k, Entry { value: Some(value), expires_ms, pin, ..Entry::new(size) });
+        inner.insert_entry(k, Entry { value: Some(value), version, expires_ms, pin, ..Entry::new(size) });
         Ok(true)
     }
 
@@ -539,32 +619,43 @@ impl KvStore {
         g.ns.get(ns).map(|st| (st.keys, st.bytes, st.quota)).unwrap_or((0, 0, 0))
     }
 
-    /// Drops `k`'s SSD record from the index, leaving a tombstone so a
-    /// restart does not bring it back.
-    fn forget_ssd(&self, inner: &mut Inner, k: &Bytes, loc: Loc) {
-        inner.ssd_live -= loc.len();
-        inner.ssd_keys -= 1;
-        let Some(log) = inner.log.as_mut() else { return };
-        if !log.is_current(loc) {
-            return;
-        }
-        match log.append(k.clone(), k, &[], Kind::Delete, 0) {
-            Ok((_, reclaimed)) => Self::reclaim(inner, &self.counters, reclaimed),
-            Err(e) => tracing::warn!(error = %e, "KV log: tombstone not written"),
+    /// Waits while any log tier's unwritten buffers are over their bound.
+    async fn ready(&self) {
+        for d in self.devs.iter().flatten() {
+            d.ready().await;
         }
     }
 
-    /// Drops the SSD locations of reclaimed keys whose records are gone.
-    fn reclaim(inner: &mut Inner, counters: &Counters, keys: Vec<Bytes>) {
+    /// Drops the log records of `old` (an entry already out of the map)
+    /// from the index, leaving tombstones so a restart does not bring it
+    /// back. A tombstone carries the version it deletes.
+    fn forget(&self, inner: &mut Inner, k: &Bytes, old: &Entry) {
+        for (t, loc) in old.locs.iter().enumerate() {
+            let Some(loc) = *loc else { continue };
+            inner.sub_loc(t, loc);
+            let Some(tier) = inner.tiers[t].as_mut() else { continue };
+            if !tier.log.is_current(loc) {
+                continue;
+            }
+            let meta = RecordMeta { kind: Kind::Delete, expires_ms: 0, version: old.version };
+            match tier.log.append(k.clone(), k, &[], meta) {
+                Ok((_, reclaimed)) => Self::reclaim(inner, &self.counters, t, reclaimed),
+                Err(e) => tracing::warn!(error = %e, tier = TIER_NAME[t], "KV log: tombstone not written"),
+            }
+        }
+    }
+
+    /// Drops the tier-`t` locations of reclaimed keys whose records are
+    /// gone, and the entries left with no copy.
+    fn reclaim(inner: &mut Inner, counters: &Counters, t: usize, keys: Vec<Bytes>) {
         for k in keys {
-            let Some(log) = inner.log.as_ref() else { return };
+            let Some(tier) = inner.tiers[t].as_ref() else { return };
             let Some(e) = inner.map.get_mut(&k) else { continue };
-            let Some(loc) = e.ssd.filter(|&l| !log.is_current(l)) else { continue };
-            e.ssd = None;
-            let gone = e.value.is_none();
-            inner.ssd_live -= loc.len();
-            inner.ssd_keys -= 1;
-            counters.dropped_ssd.fetch_add(1, Ordering::Relaxed);
+            let Some(loc) = e.locs[t].filter(|&l| !tier.log.is_current(l)) else { continue };
+            e.locs[t] = None;
+            let gone = !e.has_copy();
+            inner.sub_loc(t, loc);
+            counters.dropped[t].fetch_add(1, Ordering::Relaxed);
             if gone {
                 inner.take_entry(&k);
             }
@@ -598,55 +689,49 @@ impl KvStore {
         Ok(())
     }
 
-    /// A block has left DRAM's policy: write it to SSD if admitted and
-    /// not there already, else forget it.
+    /// A block has left DRAM's policy: write it to each log tier that
+    /// lacks it if admitted, and forget it if no tier holds it then.
     fn demote(&self, inner: &mut Inner, k: Bytes, reused: bool, now: u64) {
         let Some(e) = inner.map.get_mut(&k) else { return };
         let Some(value) = e.value.take() else { return };
         if e.expired(now) {
             self.counters.expired.fetch_add(1, Ordering::Relaxed);
             let e = inner.take_entry(&k).expect("looked up above");
-            if let Some(loc) = e.ssd {
-                inner.ssd_live -= loc.len();
-                inner.ssd_keys -= 1;
+            for (t, loc) in e.locs.iter().enumerate() {
+                if let Some(loc) = *loc {
+                    inner.sub_loc(t, loc);
+                }
             }
-            return;
-        }
-        if e.ssd.is_some() {
             return;
         }
         let admit = reused || self.cfg.admit == Admit::All || e.pin != Pin::None;
-        let expires = e.expires_ms;
-        let written = match inner.log.as_mut() {
-            Some(log) if admit => match log.append(k.clone(), &k, &value, Kind::Put, expires) {
-                Ok(r) => Some(r),
-                Err(err) => {
-                    tracing::debug!(error = %err, "KV block not demoted");
-                    None
-                }
-            },
-            _ => None,
-        };
-        match written {
-            Some((loc, reclaimed)) => {
-                self.counters.demoted.fetch_add(1, Ordering::Relaxed);
-                self.counters.demoted_bytes.fetch_add(loc.len(), Ordering::Relaxed);
-                if let Some(e) = inner.map.get_mut(&k) {
-                    e.ssd = Some(loc);
-                }
-                inner.ssd_live += loc.len();
-                inner.ssd_keys += 1;
-                Self::reclaim(inner, &self.counters, reclaimed);
+        let (have, meta) = (e.locs, RecordMeta { kind: Kind::Put, expires_ms: e.expires_ms, version: e.version });
+        for t in [SSD, POOL] {
+            if have[t].is_some() || !admit {
+                continue;
             }
-            None => {
-                self.counters.not_admitted.fetch_add(1, Ordering::Relaxed);
-                inner.take_entry(&k);
+            let Some(tier) = inner.tiers[t].as_mut() else { continue };
+            match tier.log.append(k.clone(), &k, &value, meta) {
+                Ok((loc, reclaimed)) => {
+                    self.counters.demoted.fetch_add(1, Ordering::Relaxed);
+                    self.counters.demoted_bytes.fetch_add(loc.len(), Ordering::Relaxed);
+                    if let Some(e) = inner.map.get_mut(&k) {
+                        e.locs[t] = Some(loc);
+                    }
+                    inner.add_loc(t, loc);
+                    Self::reclaim(inner, &self.counters, t, reclaimed);
+                }
+                Err(err) => tracing::debug!(error = %err, tier = TIER_NAME[t], "KV block not demoted"),
             }
+        }
+        if inner.map.get(&k).is_some_and(|e| !e.has_copy()) {
+            self.counters.not_admitted.fetch_add(1, Ordering::Relaxed);
+            inner.take_entry(&k);
         }
     }
 
-    /// The value of `key`, from DRAM or SSD (then copied back into DRAM).
-    /// A damaged SSD record is a miss.
+    /// The value of `key`, from DRAM or a log tier (then copied back
+    /// into DRAM). A damaged record is a miss, or the next tier's copy.
     ///
     /// # Errors
     ///
@@ -656,83 +741,109 @@ impl KvStore {
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
         let got = self.get_full(&k, true).await;
         let c = match &got {
-            Some((_, true)) => &self.counters.hits_dram,
-            Some((_, false)) => &self.counters.hits_ssd,
+            Some((_, None)) => &self.counters.hits_dram,
+            Some((_, Some(SSD))) => &self.counters.hits_ssd,
+            Some((_, Some(_))) => &self.counters.hits_pool,
             None => &self.counters.misses,
         };
         c.fetch_add(1, Ordering::Relaxed);
         Ok(got.map(|(v, _)| v))
     }
 
-    /// Looks `k` up; `(value, from DRAM)`. `touch`: count it as a use.
-    async fn get_full(&self, k: &Bytes, touch: bool) -> Option<(Bytes, bool)> {
+    /// Looks `k` up; `(value, the log tier it was read from, or None for
+    /// DRAM)`. `touch`: count it as a use.
+    async fn get_full(&self, k: &Bytes, touch: bool) -> Option<(Bytes, Option<usize>)> {
         let now = self.now();
-        let loc = {
-            let mut g = lock(&self.inner);
-            let inner = &mut *g;
-            let e = inner.map.get(k)?;
-            if e.expired(now) {
-                self.remove_entry(inner, k);
-                self.counters.expired.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-            if let Some(v) = &e.value {
-                let v = v.clone();
-                if touch {
-                    inner.dram.touch(k);
-                }
-                return Some((v, true));
-            }
-            let loc = e.ssd?;
-            if let Some(v) = inner.log.as_ref().and_then(|l| l.buffered(loc)) {
-                return Some((v, false));
-            }
-            loc
-        };
-        let dev = self.log_dev.as_ref()?;
-        let value = match dev.read(k, loc).await {
-            Ok(Some(v)) => v,
-            Ok(None) | Err(_) => {
-                // Reclaimed under us, or damaged: a miss either way. If the
-                // index still points there, the record is bad: drop it.
+        let mut tried = [false; 2];
+        loop {
+            let (t, loc) = {
                 let mut g = lock(&self.inner);
                 let inner = &mut *g;
-                if inner.map.get(k).is_some_and(|e| e.ssd == Some(loc) && e.value.is_none())
-                    && inner.log.as_ref().is_some_and(|l| l.is_current(loc))
-                {
-                    self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(seg = loc.seg, off = loc.off, "KV record failed its checks; dropped");
+                let e = inner.map.get(k)?;
+                if e.expired(now) {
                     self.remove_entry(inner, k);
+                    self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                    return None;
                 }
-                return None;
+                if let Some(v) = &e.value {
+                    let v = v.clone();
+                    if touch {
+                        inner.dram.touch(k);
+                    }
+                    return Some((v, None));
+                }
+                let (t, loc) = (0..2).find_map(|t| e.locs[t].filter(|_| !tried[t]).map(|l| (t, l)))?;
+                if let Some(v) = inner.tiers[t].as_ref().and_then(|x| x.log.buffered(loc)) {
+                    return Some((v, Some(t)));
+                }
+                (t, loc)
+            };
+            tried[t] = true;
+            let dev = self.devs[t].clone()?;
+            let read = match t {
+                POOL => tokio::time::timeout(POOL_READ_DEADLINE, dev.read(k, loc)).await.unwrap_or_else(|_| {
+                    tracing::warn!(deadline = ?POOL_READ_DEADLINE, "KV pool read missed its deadline");
+                    Err(LogError::Failed)
+                }),
+                _ => dev.read(k, loc).await,
+            };
+            let value = match read {
+                Ok(Some(v)) => v,
+                Ok(None) | Err(_) => {
+                    // Reclaimed under us, damaged, or (the pool) slow or
+                    // unreachable: try the next copy. A record that fails
+                    // its checks while the index still points at it is
+                    // dropped, as is an SSD copy that cannot be read.
+                    let damaged = matches!(read, Ok(None)) || t == SSD;
+                    let mut g = lock(&self.inner);
+                    let inner = &mut *g;
+                    if damaged
+                        && inner.map.get(k).is_some_and(|e| e.locs[t] == Some(loc) && e.value.is_none())
+                        && inner.tiers[t].as_ref().is_some_and(|x| x.log.is_current(loc))
+                    {
+                        self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            tier = TIER_NAME[t],
+                            seg = loc.seg,
+                            off = loc.off,
+                            "KV record failed its checks; dropped"
+                        );
+                        if let Some(e) = inner.map.get_mut(k) {
+                            e.locs[t] = None;
+                        }
+                        inner.sub_loc(t, loc);
+                        if inner.map.get(k).is_some_and(|e| !e.has_copy()) {
+                            inner.take_entry(k);
+                        }
+                    }
+                    continue;
+                }
+            };
+            // Promote, if the entry is still the one read.
+            let mut g = lock(&self.inner);
+            let inner = &mut *g;
+            let size = dram_size(k.len(), value.len());
+            let same = inner.map.get(k).is_some_and(|e| e.locs[t] == Some(loc) && e.value.is_none());
+            if same && size <= self.cfg.dram_bytes && self.make_room(inner, size, now, Some(k)).is_ok() {
+                // make_room may have reclaimed the segment it came from.
+                if let Some(e) = inner.map.get_mut(k).filter(|e| e.locs[t] == Some(loc)) {
+                    e.value = Some(value.clone());
+                    inner.dram.insert(k.clone(), size);
+                    inner.dram.touch(k);
+                    self.counters.promoted.fetch_add(1, Ordering::Relaxed);
+                }
             }
-        };
-        // Promote, if the entry is still the one read.
-        let mut g = lock(&self.inner);
-        let inner = &mut *g;
-        let size = dram_size(k.len(), value.len());
-        let same = inner.map.get(k).is_some_and(|e| e.ssd == Some(loc) && e.value.is_none());
-        if same && size <= self.cfg.dram_bytes && self.make_room(inner, size, now, Some(k)).is_ok() {
-            // make_room may have reclaimed the segment it came from.
-            if let Some(e) = inner.map.get_mut(k).filter(|e| e.ssd == Some(loc)) {
-                e.value = Some(value.clone());
-                inner.dram.insert(k.clone(), size);
-                inner.dram.touch(k);
-                self.counters.promoted.fetch_add(1, Ordering::Relaxed);
-            }
+            return Some((value, Some(t)));
         }
-        Some((value, false))
     }
 
-    /// Removes `k` from every tier's index (tombstone on SSD).
+    /// Removes `k` from every tier's index (tombstones in the logs).
     fn remove_entry(&self, inner: &mut Inner, k: &Bytes) -> bool {
         let Some(e) = inner.take_entry(k) else { return false };
         if e.value.is_some() {
             inner.dram.remove(k);
         }
-        if let Some(loc) = e.ssd {
-            self.forget_ssd(inner, k, loc);
-        }
+        self.forget(inner, k, &e);
         true
     }
 
@@ -878,44 +989,50 @@ impl KvStore {
         self.namespace_usage(ns).0
     }
 
-    /// Makes what has left DRAM durable on the SSD tier. With
-    /// `demote_all`, every DRAM block not yet on SSD is written first, so
-    /// that all of the store survives a restart.
+    /// Makes what has left DRAM durable on the log tiers. With
+    /// `demote_all`, every DRAM block not yet in a log tier is written to
+    /// it first, so that all of the store survives a restart.
     ///
     /// # Errors
     ///
-    /// The SSD log failed.
+    /// A log tier failed.
     pub async fn flush(&self, demote_all: bool) -> Result<(), KvError> {
-        let Some(dev) = self.log_dev.clone() else { return Ok(()) };
-        if demote_all {
-            let keys: Vec<Bytes> = {
-                let g = lock(&self.inner);
-                g.map.iter().filter(|(_, e)| e.value.is_some() && e.ssd.is_none()).map(|(k, _)| k.clone()).collect()
-            };
-            for k in keys {
-                dev.ready().await;
-                let mut g = lock(&self.inner);
-                let inner = &mut *g;
-                let Some(e) = inner.map.get(&k).filter(|e| e.ssd.is_none()) else { continue };
-                let (Some(v), exp) = (e.value.clone(), e.expires_ms) else { continue };
-                let Some(log) = inner.log.as_mut() else { break };
-                let (loc, reclaimed) = log.append(k.clone(), &k, &v, Kind::Put, exp)?;
-                if let Some(e) = inner.map.get_mut(&k) {
-                    e.ssd = Some(loc);
+        for t in [SSD, POOL] {
+            let Some(dev) = self.devs[t].clone() else { continue };
+            if demote_all {
+                let keys: Vec<Bytes> = {
+                    let g = lock(&self.inner);
+                    g.map
+                        .iter()
+                        .filter(|(_, e)| e.value.is_some() && e.locs[t].is_none())
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                };
+                for k in keys {
+                    dev.ready().await;
+                    let mut g = lock(&self.inner);
+                    let inner = &mut *g;
+                    let Some(e) = inner.map.get(&k).filter(|e| e.locs[t].is_none()) else { continue };
+                    let Some(v) = e.value.clone() else { continue };
+                    let meta = RecordMeta { kind: Kind::Put, expires_ms: e.expires_ms, version: e.version };
+                    let Some(tier) = inner.tiers[t].as_mut() else { break };
+                    let (loc, reclaimed) = tier.log.append(k.clone(), &k, &v, meta)?;
+                    if let Some(e) = inner.map.get_mut(&k) {
+                        e.locs[t] = Some(loc);
+                    }
+                    inner.add_loc(t, loc);
+                    Self::reclaim(inner, &self.counters, t, reclaimed);
                 }
-                inner.ssd_live += loc.len();
-                inner.ssd_keys += 1;
-                Self::reclaim(inner, &self.counters, reclaimed);
             }
+            let synced = match lock(&self.inner).tiers[t].as_mut() {
+                Some(tier) => {
+                    tier.log.seal(false);
+                    tier.log.request_sync()
+                }
+                None => continue,
+            };
+            synced.await.map_err(|_| LogError::Failed)??;
         }
-        let synced = match lock(&self.inner).log.as_mut() {
-            Some(log) => {
-                log.seal(false);
-                log.request_sync()
-            }
-            None => return Ok(()),
-        };
-        synced.await.map_err(|_| LogError::Failed)??;
         Ok(())
     }
 
@@ -939,19 +1056,24 @@ impl KvStore {
             dram_keys: g.dram.len() as u64,
             dram_used: g.dram.used(),
             dram_capacity: self.cfg.dram_bytes,
-            ssd_keys: g.ssd_keys,
-            ssd_live: g.ssd_live,
-            ssd_capacity: g.log.as_ref().map(|l| l.capacity()).unwrap_or(0),
+            ssd_keys: g.tiers[SSD].as_ref().map_or(0, |t| t.keys),
+            ssd_live: g.tiers[SSD].as_ref().map_or(0, |t| t.live),
+            ssd_capacity: g.tiers[SSD].as_ref().map_or(0, |t| t.log.capacity()),
+            pool_keys: g.tiers[POOL].as_ref().map_or(0, |t| t.keys),
+            pool_live: g.tiers[POOL].as_ref().map_or(0, |t| t.live),
+            pool_capacity: g.tiers[POOL].as_ref().map_or(0, |t| t.log.capacity()),
             gets: r(&c.gets),
             hits_dram: r(&c.hits_dram),
             hits_ssd: r(&c.hits_ssd),
+            hits_pool: r(&c.hits_pool),
             misses: r(&c.misses),
             puts: r(&c.puts),
             evicted: r(&c.evicted),
             demoted: r(&c.demoted),
             demoted_bytes: r(&c.demoted_bytes),
             not_admitted: r(&c.not_admitted),
-            dropped_ssd: r(&c.dropped_ssd),
+            dropped_ssd: r(&c.dropped[SSD]),
+            dropped_pool: r(&c.dropped[POOL]),
             promoted: r(&c.promoted),
             corrupt: r(&c.corrupt),
             expired: r(&c.expired),
@@ -963,17 +1085,22 @@ impl KvStore {
     #[doc(hidden)]
     pub fn check_invariants(&self) {
         let g = lock(&self.inner);
-        let mut live = 0;
+        let mut live = [0u64; 2];
+        let mut keys = [0u64; 2];
         let mut dram = 0;
         for (k, e) in &g.map {
-            assert!(e.value.is_some() || e.ssd.is_some(), "an entry with no copy");
+            assert!(e.has_copy(), "an entry with no copy");
             assert_eq!(e.value.is_some(), g.dram.contains(k), "policy and values disagree");
+            assert!(e.version <= g.next_version, "a version from the future");
             if let Some(v) = &e.value {
                 dram += dram_size(k.len(), v.len());
             }
-            if let Some(loc) = e.ssd {
-                live += loc.len();
-                assert!(g.log.as_ref().is_some_and(|l| l.is_current(loc)), "a stale SSD location");
+            for (t, loc) in e.locs.iter().enumerate() {
+                let Some(loc) = *loc else { continue };
+                live[t] += loc.len();
+                keys[t] += 1;
+                let tier = g.tiers[t].as_ref().expect("a location in a tier that is not there");
+                assert!(tier.log.is_current(loc), "a stale {} location", TIER_NAME[t]);
             }
         }
         assert_eq!(g.dram.used(), dram);
@@ -982,31 +1109,95 @@ impl KvStore {
             let (keys, bytes) = mine.fold((0, 0), |(n, b), (_, e)| (n + 1, b + e.size));
             assert_eq!((st.keys, st.bytes), (keys, bytes), "namespace accounting");
         }
-        assert_eq!(g.ssd_live, live);
-        assert_eq!(g.ssd_keys, g.map.values().filter(|e| e.ssd.is_some()).count() as u64);
+        for t in [SSD, POOL] {
+            let counted = g.tiers[t].as_ref().map_or((0, 0), |x| (x.live, x.keys));
+            assert_eq!(counted, (live[t], keys[t]), "{} accounting", TIER_NAME[t]);
+        }
     }
 }
 
-/// Writes the log's open buffer out every 200 ms and syncs every second,
-/// while the store lives.
+/// The newest record of a key across the logs.
+struct Newest {
+    version: u64,
+    kind: Kind,
+    expires_ms: u64,
+    value_len: u64,
+    locs: [Option<Loc>; 2],
+}
+
+/// Rebuilds the index from the records both logs' scans found (each
+/// log's oldest first). Per key the highest version wins; at equal
+/// versions a tombstone wins (it carries the version it deletes), and
+/// puts are copies of one value, one per log. Entries are inserted oldest
+/// version first, so a namespace's oldest-first order survives.
+fn recover(inner: &mut Inner, found: Vec<(usize, crate::log::Found)>, now: u64) {
+    let mut newest: HashMap<Bytes, Newest> = HashMap::new();
+    for (t, f) in found {
+        let h = f.head;
+        inner.next_version = inner.next_version.max(h.version);
+        let slot = newest.entry(f.key).or_insert(Newest {
+            version: h.version,
+            kind: h.kind,
+            expires_ms: h.expires_ms,
+            value_len: h.value_len,
+            locs: [None; 2],
+        });
+        if h.version > slot.version || (h.version == slot.version && h.kind == Kind::Delete) {
+            *slot = Newest {
+                version: h.version,
+                kind: h.kind,
+                expires_ms: h.expires_ms,
+                value_len: h.value_len,
+                locs: [None; 2],
+            };
+        } else if h.version < slot.version || slot.kind == Kind::Delete {
+            continue;
+        }
+        if h.kind == Kind::Put {
+            slot.locs[t] = Some(f.loc);
+        }
+    }
+    let mut live: Vec<(Bytes, Newest)> =
+        newest.into_iter().filter(|(_, n)| n.kind == Kind::Put && (n.expires_ms == 0 || n.expires_ms > now)).collect();
+    live.sort_unstable_by_key(|(_, n)| n.version);
+    for (k, n) in live {
+        for (t, loc) in n.locs.iter().enumerate() {
+            let Some(loc) = *loc else { continue };
+            if let Some(tier) = inner.tiers[t].as_mut() {
+                tier.log.track(k.clone(), loc);
+            }
+            inner.add_loc(t, loc);
+        }
+        let size = dram_size(k.len(), n.value_len as usize);
+        let e = Entry { locs: n.locs, version: n.version, expires_ms: n.expires_ms, ..Entry::new(size) };
+        inner.insert_entry(k, e);
+    }
+}
+
+/// Writes each log's open buffer out every 200 ms and syncs every
+/// second, while the store lives.
 async fn writer_tick(store: Weak<KvStore>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut n = 0u64;
     loop {
         tick.tick().await;
-        let synced = {
+        n += 1;
+        let synced: Vec<_> = {
             let Some(s) = store.upgrade() else { return };
             let mut g = lock(&s.inner);
-            let Some(log) = g.log.as_mut() else { return };
-            log.seal(false);
-            n += 1;
-            n.is_multiple_of(5).then(|| log.request_sync())
+            g.tiers
+                .iter_mut()
+                .flatten()
+                .filter_map(|tier| {
+                    tier.log.seal(false);
+                    n.is_multiple_of(5).then(|| tier.log.request_sync())
+                })
+                .collect()
         };
-        if let Some(Ok(Err(e))) = match synced {
-            Some(rx) => Some(rx.await),
-            None => None,
-        } {
-            tracing::debug!(error = %e, "KV log sync failed");
+        for rx in synced {
+            if let Ok(Err(e)) = rx.await {
+                tracing::debug!(error = %e, "KV log sync failed");
+            }
         }
     }
 }

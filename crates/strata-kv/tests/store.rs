@@ -119,9 +119,7 @@ async fn one_hit_blocks_do_not_wear_the_drive() {
 async fn the_ssd_tier_holds_its_capacity_and_drops_its_oldest_segment() {
     let dev = mem(4 << 20);
     let s = open(cfg(64 << 10, Admit::All), &dev).await;
-    for i in 0..1000u64 {
-        s.put(b"", &k(i), value(i, 0, 16 << 10), PutOpts::default()).await.unwrap();
-    }
+    fill(&s, 1000, 16 << 10).await;
     s.flush(false).await.unwrap();
     let st = s.stats();
     assert!(st.ssd_live <= st.ssd_capacity, "{st:?}");
@@ -171,24 +169,26 @@ async fn image(dev: &MemDevice) -> Vec<u8> {
     b.to_vec()
 }
 
-#[tokio::test]
-async fn damaged_records_are_misses_never_wrong_bytes() {
-    let dev = mem(8 << 20);
-    let s = open(cfg(64 << 10, Admit::All), &dev).await;
-    for i in 0..40u64 {
-        s.put(b"", &k(i), value(i, 0, 8192), PutOpts::default()).await.unwrap();
-    }
-    s.flush(false).await.unwrap();
-    // Flip one byte inside block 2's value on the device.
-    let img = image(&dev).await;
-    let needle = &value(2, 0, 8192)[100..132];
-    let at = img.windows(needle.len()).position(|w| w == needle).expect("block 2 is on the device");
+/// Flips a byte of `needle`'s first copy on `dev`.
+async fn damage(dev: &MemDevice, needle: &[u8]) {
+    let img = image(dev).await;
+    let at = img.windows(needle.len()).position(|w| w == needle).expect("the bytes are on the device");
     let blk = at as u64 / 4096;
     let (mut b, r) = dev.read(blk, IoBuf::zeroed(4096)).await;
     r.unwrap();
     b[at % 4096] ^= 0xff;
     let (_, r) = dev.write(blk, b, false).await;
     r.unwrap();
+}
+
+#[tokio::test]
+async fn damaged_records_are_misses_never_wrong_bytes() {
+    let dev = mem(8 << 20);
+    let s = open(cfg(64 << 10, Admit::All), &dev).await;
+    fill(&s, 40, 8192).await;
+    s.flush(false).await.unwrap();
+    // Flip one byte inside block 2's value on the device.
+    damage(&dev, &value(2, 0, 8192)[100..132]).await;
     assert!(s.get(b"", &k(2)).await.unwrap().is_none());
     assert_eq!(s.stats().corrupt, 1);
     assert_eq!(s.get(b"", &k(1)).await.unwrap().unwrap(), value(1, 0, 8192));
@@ -396,5 +396,180 @@ async fn conditional_puts_are_atomic_and_failed_puts_change_nothing() {
     s.put(b"", b"k2", value(5, 0, 1000), PutOpts { pin: Pin::Hard, ..Default::default() }).await.unwrap();
     assert!(matches!(s.put(b"", b"k2", value(5, 1, 500_000), PutOpts::default()).await, Err(KvError::Full { .. })));
     assert_eq!(s.get(b"", b"k2").await.unwrap().unwrap(), value(5, 0, 1000));
+    s.check_invariants();
+}
+
+/// Puts blocks `0..n` of `len` bytes (version 0) in the default namespace.
+async fn fill(s: &KvStore, n: u64, len: usize) {
+    for i in 0..n {
+        s.put(b"", &k(i), value(i, 0, len), PutOpts::default()).await.unwrap();
+    }
+}
+
+async fn open_pool(c: KvConfig, ssd: &Arc<MemDevice>, pool: Arc<dyn BlockDevice>) -> Arc<KvStore> {
+    let ssd = Some(ssd.clone() as Arc<dyn BlockDevice>);
+    KvStore::open_tiers(c, ssd, Some(pool), Box::new(strata_kv::store::unix_ms)).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_pool_tier_keeps_what_the_ssd_tier_dropped_within_its_own_capacity() {
+    // A 4 MiB SSD tier and a 32 MiB pool: 1000 blocks of 16 KiB (16 MiB)
+    // overflow the SSD but fit the pool.
+    let ssd = mem(4 << 20);
+    let pool = mem(32 << 20);
+    let s = open_pool(cfg(64 << 10, Admit::All), &ssd, pool.clone()).await;
+    fill(&s, 1000, 16 << 10).await;
+    s.flush(false).await.unwrap();
+    let st = s.stats();
+    assert!(st.dropped_ssd > 500, "the SSD ring wrapped: {st:?}");
+    assert!(st.pool_live <= st.pool_capacity && st.ssd_live <= st.ssd_capacity, "{st:?}");
+    assert!(st.pool_keys > 900, "{st:?}");
+    s.check_invariants();
+    // The oldest blocks are on the pool only, the newest on both; every
+    // one reads back whole.
+    for i in (0..1000u64).step_by(7) {
+        assert_eq!(s.get(b"", &k(i)).await.unwrap().unwrap(), value(i, 0, 16 << 10), "block {i}");
+    }
+    let st = s.stats();
+    assert!(st.hits_pool > 50 && st.hits_ssd > 0, "{st:?}");
+    // A pool that is too small for everything holds its capacity too.
+    let small = mem(8 << 20);
+    let s2 = open_pool(cfg(64 << 10, Admit::All), &mem(4 << 20), small).await;
+    fill(&s2, 1000, 16 << 10).await;
+    let st = s2.stats();
+    assert!(st.pool_live <= st.pool_capacity && st.dropped_pool > 0, "{st:?}");
+    assert!(s2.get(b"", &k(0)).await.unwrap().is_none());
+    s2.check_invariants();
+}
+
+#[tokio::test]
+async fn a_restart_rebuilds_both_log_tiers_and_the_newest_version_wins() {
+    let ssd = mem(2 << 20);
+    let pool = mem(16 << 20);
+    let s = open_pool(cfg(128 << 10, Admit::All), &ssd, pool.clone()).await;
+    for i in 0..300u64 {
+        s.put(b"ns", &k(i), value(i, 0, 6000), PutOpts::default()).await.unwrap();
+    }
+    // Block 3 gets a new value after its old one reached both logs; block
+    // 4 is deleted; block 250 (still on the SSD too) is rewritten.
+    s.put(b"ns", &k(3), value(3, 1, 6000), PutOpts::default()).await.unwrap();
+    assert!(s.delete(b"ns", &k(4)).unwrap());
+    s.put(b"ns", &k(250), value(250, 1, 6000), PutOpts::default()).await.unwrap();
+    s.flush(true).await.unwrap();
+    let before = s.stats();
+    assert!(before.dropped_ssd > 0, "some blocks are on the pool only: {before:?}");
+    drop(s);
+    let s = open_pool(cfg(128 << 10, Admit::All), &ssd, pool.clone()).await;
+    let after = s.stats();
+    assert_eq!(
+        (after.keys, after.ssd_keys, after.ssd_live, after.pool_keys, after.pool_live),
+        (before.keys, before.ssd_keys, before.ssd_live, before.pool_keys, before.pool_live),
+        "{before:?} {after:?}"
+    );
+    s.check_invariants();
+    assert_eq!(s.get(b"ns", &k(3)).await.unwrap().unwrap(), value(3, 1, 6000));
+    assert_eq!(s.get(b"ns", &k(250)).await.unwrap().unwrap(), value(250, 1, 6000));
+    assert!(s.get(b"ns", &k(4)).await.unwrap().is_none());
+    for i in (0..300u64).filter(|i| ![3, 4, 250].contains(i)) {
+        assert_eq!(s.get(b"ns", &k(i)).await.unwrap().unwrap(), value(i, 0, 6000), "block {i}");
+    }
+    // New writes after the restart get versions above every recovered
+    // one: an overwrite then a restart keeps the overwrite.
+    s.put(b"ns", &k(5), value(5, 2, 6000), PutOpts::default()).await.unwrap();
+    s.flush(true).await.unwrap();
+    drop(s);
+    let s = open_pool(cfg(128 << 10, Admit::All), &ssd, pool).await;
+    assert_eq!(s.get(b"ns", &k(5)).await.unwrap().unwrap(), value(5, 2, 6000));
+    s.check_invariants();
+}
+
+#[tokio::test]
+async fn a_damaged_ssd_copy_falls_back_to_the_pool_and_a_damaged_pool_copy_is_a_miss() {
+    let ssd = mem(8 << 20);
+    let pool = mem(8 << 20);
+    let s = open_pool(cfg(64 << 10, Admit::All), &ssd, pool.clone()).await;
+    fill(&s, 40, 8192).await;
+    s.flush(false).await.unwrap();
+    // Block 2: SSD copy damaged, pool copy good.
+    damage(&ssd, &value(2, 0, 8192)[100..132]).await;
+    assert_eq!(s.get(b"", &k(2)).await.unwrap().unwrap(), value(2, 0, 8192));
+    let st = s.stats();
+    assert_eq!((st.corrupt, st.hits_pool), (1, 1), "{st:?}");
+    // Block 3: both copies damaged.
+    damage(&ssd, &value(3, 0, 8192)[100..132]).await;
+    damage(&pool, &value(3, 0, 8192)[100..132]).await;
+    assert!(s.get(b"", &k(3)).await.unwrap().is_none());
+    assert_eq!(s.stats().corrupt, 3);
+    assert!(!s.exists(b"", &k(3)).unwrap(), "an entry with no good copy is gone");
+    s.check_invariants();
+}
+
+/// A device whose reads never finish once `stalled` is set (a pool
+/// volume behind a dead network path).
+struct Stalling {
+    dev: Arc<MemDevice>,
+    stalled: std::sync::atomic::AtomicBool,
+}
+
+impl BlockDevice for Stalling {
+    fn geometry(&self) -> strata_block::Geometry {
+        self.dev.geometry()
+    }
+    fn usage(&self) -> strata_block::DeviceUsage {
+        self.dev.usage()
+    }
+    fn read(
+        &self,
+        lba: u64,
+        buf: IoBuf,
+    ) -> strata_block::BlockFuture<'_, (IoBuf, Result<(), strata_block::BlockError>)> {
+        if self.stalled.load(Ordering::Acquire) {
+            return Box::pin(std::future::pending());
+        }
+        self.dev.read(lba, buf)
+    }
+    fn write(
+        &self,
+        lba: u64,
+        buf: IoBuf,
+        fua: bool,
+    ) -> strata_block::BlockFuture<'_, (IoBuf, Result<(), strata_block::BlockError>)> {
+        self.dev.write(lba, buf, fua)
+    }
+    fn write_zeroes(
+        &self,
+        lba: u64,
+        blocks: u64,
+        d: bool,
+    ) -> strata_block::BlockFuture<'_, Result<(), strata_block::BlockError>> {
+        self.dev.write_zeroes(lba, blocks, d)
+    }
+    fn deallocate(
+        &self,
+        ranges: Vec<(u64, u64)>,
+    ) -> strata_block::BlockFuture<'_, Result<(), strata_block::BlockError>> {
+        self.dev.deallocate(ranges)
+    }
+    fn flush(&self) -> strata_block::BlockFuture<'_, Result<(), strata_block::BlockError>> {
+        self.dev.flush()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_pool_read_is_a_miss_after_its_deadline_and_costs_no_data() {
+    let pool = Arc::new(Stalling { dev: mem(16 << 20), stalled: false.into() });
+    let s = open_pool(cfg(64 << 10, Admit::All), &mem(2 << 20), pool.clone()).await;
+    fill(&s, 300, 8192).await;
+    s.flush(false).await.unwrap();
+    assert!(s.stats().dropped_ssd > 0, "block 0 is on the pool only");
+    pool.stalled.store(true, Ordering::Release);
+    let t0 = tokio::time::Instant::now();
+    assert!(s.get(b"", &k(0)).await.unwrap().is_none());
+    let waited = t0.elapsed();
+    assert!(waited >= strata_kv::store::POOL_READ_DEADLINE && waited < Duration::from_secs(5), "{waited:?}");
+    // The index keeps the block: once the pool answers again, it is there.
+    pool.stalled.store(false, Ordering::Release);
+    assert_eq!(s.get(b"", &k(0)).await.unwrap().unwrap(), value(0, 0, 8192));
+    assert_eq!(s.stats().corrupt, 0);
     s.check_invariants();
 }

@@ -39,6 +39,10 @@ struct ServeArgs {
     /// holds). Default: a sixteenth of the device, 1M..256M.
     #[arg(long, value_parser = parse_size)]
     ssd_segment: Option<u64>,
+    /// Pool tier: a strata volume (or any NVMe/TCP namespace 1) as
+    /// tcp://ADDR:PORT/NQN, used whole as a log below the SSD tier.
+    #[arg(long)]
+    pool: Option<strata_bench::TargetSpec>,
     /// Which blocks leaving DRAM are written to SSD: `reused` (read again
     /// while in DRAM; one-hit blocks never touch the drive) or `all`.
     #[arg(long, default_value = "reused")]
@@ -115,13 +119,30 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     let segment_bytes = args.ssd_segment.unwrap_or_else(|| {
         strata_kv::store::segment_size_for(ssd.as_ref().map(|d| d.geometry().size_bytes()).unwrap_or(0))
     });
+    let pool: Option<Arc<dyn BlockDevice>> = match &args.pool {
+        None => None,
+        Some(t) => {
+            let dev = strata_host::RemoteNamespace::connect(
+                t.addr,
+                &t.nqn,
+                Some(t.nsid),
+                &strata_host::HostConfig::default(),
+            )
+            .await
+            .with_context(|| format!("pool tier {t}"))?;
+            tracing::info!(target = %t, bytes = dev.geometry().size_bytes(), "pool tier");
+            Some(dev)
+        }
+    };
     let cfg = KvConfig { dram_bytes: args.dram, admit, segment_bytes };
-    let store = KvStore::open(cfg, ssd).await.context("opening the KV store")?;
+    let store = KvStore::open_tiers(cfg, ssd, pool, Box::new(strata_kv::store::unix_ms))
+        .await
+        .context("opening the KV store")?;
     for (ns, bytes) in &args.quotas {
         store.set_quota(ns.as_bytes(), *bytes)?;
     }
     let st = store.stats();
-    tracing::info!(keys = st.keys, ssd_live_bytes = st.ssd_live, "KV store recovered");
+    tracing::info!(keys = st.keys, ssd_live_bytes = st.ssd_live, pool_live_bytes = st.pool_live, "KV store recovered");
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -137,9 +158,9 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
         }
     };
     strata_kv::server::serve(store.clone(), listener, server_cfg, stop).await?;
-    // A clean stop writes every DRAM block to the SSD tier, so that the
+    // A clean stop writes every DRAM block to the log tiers, so that the
     // next start is warm.
-    store.flush(true).await.context("writing DRAM blocks to the SSD tier at shutdown")?;
+    store.flush(true).await.context("writing DRAM blocks to the log tiers at shutdown")?;
     let st = store.stats();
     tracing::info!(keys = st.keys, ssd_live_bytes = st.ssd_live, "KV store flushed");
     Ok(())

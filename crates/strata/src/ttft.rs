@@ -38,6 +38,10 @@ pub struct TtftArgs {
     /// The SSD tier's file or block device, PATH[:SIZE] (`none`: DRAM only).
     #[arg(long, default_value = "./strata-data/bench/ttft-ssd.log:4G")]
     ssd: String,
+    /// A pool tier, tcp://ADDR:PORT/NQN (a strata volume): measured last,
+    /// with the SSD tier taken away so that every block comes from it.
+    #[arg(long)]
+    pool: Option<strata_bench::TargetSpec>,
     /// Allow an SSD file on a filesystem without O_DIRECT (tmpfs).
     #[arg(long)]
     allow_buffered: bool,
@@ -135,9 +139,11 @@ struct Served {
     client: Client,
 }
 
+#[derive(Clone)]
 struct StoreSpec {
     dram: u64,
     ssd: Option<(PathBuf, Option<u64>)>,
+    pool: Option<strata_bench::TargetSpec>,
     allow_buffered: bool,
 }
 
@@ -157,9 +163,24 @@ impl Served {
                     )
                 }
             };
+            let pool: Option<Arc<dyn BlockDevice>> = match &spec.pool {
+                None => None,
+                Some(t) => Some(
+                    strata_host::RemoteNamespace::connect(
+                        t.addr,
+                        &t.nqn,
+                        Some(t.nsid),
+                        &strata_host::HostConfig::default(),
+                    )
+                    .await
+                    .with_context(|| format!("pool tier {t}"))?,
+                ),
+            };
             let seg = strata_kv::store::segment_size_for(ssd.as_ref().map(|d| d.geometry().size_bytes()).unwrap_or(0));
             let cfg = KvConfig { dram_bytes: spec.dram, admit: Admit::All, segment_bytes: seg };
-            let store = KvStore::open(cfg, ssd).await.context("opening the KV store")?;
+            let store = KvStore::open_tiers(cfg, ssd, pool, Box::new(strata_kv::store::unix_ms))
+                .await
+                .context("opening the KV store")?;
             if wipe {
                 store.clear();
             }
@@ -305,15 +326,15 @@ pub fn ttft(args: &TtftArgs) -> anyhow::Result<()> {
     let spec = StoreSpec {
         dram: need * 3 / 2 + (64 << 20),
         ssd: if args.ssd == "none" { None } else { Some(crate::kv_cmd::parse_ssd(&args.ssd)?) },
+        pool: args.pool.clone(),
         allow_buffered: args.allow_buffered,
     };
     let mut srv = Served::start(&spec, true)?;
-    if spec.ssd.is_some() {
-        let cap = srv.store.stats().ssd_capacity;
-        anyhow::ensure!(
-            need * 5 / 4 <= cap,
-            "the SSD tier holds {cap} bytes; this run stores {need} (--ssd PATH:SIZE)"
-        );
+    let st = srv.store.stats();
+    for (tier, present, cap) in
+        [("SSD", spec.ssd.is_some(), st.ssd_capacity), ("pool", spec.pool.is_some(), st.pool_capacity)]
+    {
+        anyhow::ensure!(!present || need * 5 / 4 <= cap, "the {tier} tier holds {cap} bytes; this run stores {need}");
     }
     let mut prompts = Vec::new();
     let mut rows = Vec::new();
@@ -342,6 +363,18 @@ pub fn ttft(args: &TtftArgs) -> anyhow::Result<()> {
         let read = srv.store.stats().hits_ssd - before.hits_ssd;
         let blocks: usize = prompts.iter().map(|p| p.keys.len()).sum();
         anyhow::ensure!(read as usize >= blocks, "only {read} of {blocks} blocks were read from the SSD tier");
+    }
+    if spec.pool.is_some() {
+        eprintln!("restarting the store without its SSD tier: every block from the pool volume");
+        let pool_only = StoreSpec { ssd: None, ..spec.clone() };
+        srv = srv.restart(&pool_only)?;
+        let before = srv.store.stats();
+        for (row, p) in rows.iter_mut().zip(&prompts) {
+            row.tiers.push(load_prompt(&mut srv, &model, p, args.block_tokens, "pool")?);
+        }
+        let read = srv.store.stats().hits_pool - before.hits_pool;
+        let blocks: usize = prompts.iter().map(|p| p.keys.len()).sum();
+        anyhow::ensure!(read as usize >= blocks, "only {read} of {blocks} blocks were read from the pool tier");
     }
     drop(prompts);
     let replay = match &trace {

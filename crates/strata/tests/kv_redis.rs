@@ -28,7 +28,12 @@ impl Kv {
     /// Starts `strata kv serve` on a port it picks (port 0: no race with
     /// other tests for a free port) and reads the port from its log.
     fn start(dir: &Path, dram: &str, extra: &[&str]) -> Kv {
-        let ssd = format!("{}:64M", dir.join("ssd.log").display());
+        Kv::start_sized(dir, dram, "64M", extra)
+    }
+
+    /// As [`Kv::start`], with an SSD tier of `ssd_size`.
+    fn start_sized(dir: &Path, dram: &str, ssd_size: &str, extra: &[&str]) -> Kv {
+        let ssd = format!("{}:{ssd_size}", dir.join("ssd.log").display());
         let mut args = vec!["kv", "serve", "--dram", dram, "--ssd", &ssd, "--ssd-segment", "4M"];
         args.extend(["--listen", "127.0.0.1:0"]);
         args.extend(extra);
@@ -228,4 +233,83 @@ fn kill_9_keeps_every_flushed_block_and_its_accounting() {
         }
         assert!(present as i64 >= ssd_keys, "{present} of {ssd_keys} flushed blocks");
     });
+}
+
+/// `strata serve` with its default volume, for the pool tier: returns the
+/// process and its NVMe/TCP address.
+fn start_target(dir: &Path) -> (Child, SocketAddr) {
+    let port = |_| {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let [io, disc, http]: [u16; 3] = std::array::from_fn(port);
+    let io: SocketAddr = format!("127.0.0.1:{io}").parse().unwrap();
+    let drive = format!("{}:256M", dir.join("drive0.img").display());
+    let log = std::fs::File::create(dir.join("target.log")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--data-dir", &dir.display().to_string(), "--listen", &io.to_string()])
+        .args(["--discovery", &format!("127.0.0.1:{disc}"), "--http", &format!("127.0.0.1:{http}")])
+        .args(["--default-volume-size", "96M", "--drive", &drive])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn strata serve");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(io).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("strata serve exited ({status}): {}", std::fs::read_to_string(dir.join("target.log")).unwrap());
+        }
+        assert!(Instant::now() < deadline, "strata serve did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, io)
+}
+
+#[test]
+fn the_pool_tier_is_a_strata_volume_over_nvme_tcp_and_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let target_dir = dir.path().join("target");
+    std::fs::create_dir_all(&target_dir).unwrap();
+    let (mut target, io) = start_target(&target_dir);
+    let pool = format!("tcp://{io}/nqn.2026-11.io.strata:default");
+    let args = ["--admit", "all", "--pool", pool.as_str()];
+    // 32 MiB of 64 KiB blocks through 4 MiB of DRAM and a 12 MiB SSD
+    // tier: the SSD ring wraps, the 96 MiB pool volume keeps them all.
+    let kv = Kv::start_sized(dir.path(), "4M", "12M", &args);
+    let n = 512u32;
+    let stat = |st: &[(String, i64)], k: &str| st.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap();
+    let before = rt().block_on(async {
+        let mut c = Client::connect(kv.addr).await.unwrap();
+        for i in 0..n {
+            c.set(format!("blk{i}").as_bytes(), &block(i, 64 << 10)).await.unwrap();
+        }
+        assert_eq!(c.call(&["KV.FLUSH"]).await.unwrap(), strata_kv::resp::Reply::Simple("OK".into()));
+        let st = c.stats().await.unwrap();
+        assert!(stat(&st, "dropped_ssd") > 100, "the SSD tier wrapped: {st:?}");
+        assert!(stat(&st, "pool_keys") > 400, "{st:?}");
+        assert!(stat(&st, "pool_live_bytes") <= stat(&st, "pool_capacity_bytes"));
+        for i in 0..n {
+            let v = c.get(format!("blk{i}").as_bytes()).await.unwrap().unwrap_or_else(|| panic!("blk{i} missing"));
+            assert_eq!(&v[..], &block(i, 64 << 10)[..], "blk{i} came back wrong");
+        }
+        let st = c.stats().await.unwrap();
+        assert!(stat(&st, "hits_pool") > 100, "{st:?}");
+        st
+    });
+    kv.kill9();
+    // The flushed blocks come back from both logs, pool copies included.
+    let kv = Kv::start_sized(dir.path(), "4M", "12M", &args);
+    rt().block_on(async {
+        let mut c = Client::connect(kv.addr).await.unwrap();
+        let st = c.stats().await.unwrap();
+        assert!(stat(&st, "pool_keys") >= stat(&before, "pool_keys"), "before {before:?} after {st:?}");
+        assert_eq!(stat(&st, "keys"), i64::from(n), "{st:?}");
+        for i in (0..n).step_by(3) {
+            let v = c.get(format!("blk{i}").as_bytes()).await.unwrap().unwrap_or_else(|| panic!("blk{i} lost"));
+            assert_eq!(&v[..], &block(i, 64 << 10)[..], "blk{i} came back wrong");
+        }
+    });
+    drop(kv);
+    let _ = target.kill();
+    let _ = target.wait();
 }
