@@ -368,7 +368,11 @@ impl Inner {
         let old = self.take_entry(&k);
         self.next_stamp += 1;
         e.stamp = self.next_stamp;
-        let st = self.ns.entry(Bytes::copy_from_slice(ns_of(&k))).or_default();
+        // Allocate the namespace's name only for its first key.
+        if !self.ns.contains_key(ns_of(&k)) {
+            self.ns.insert(Bytes::copy_from_slice(ns_of(&k)), NsState::default());
+        }
+        let st = self.ns.get_mut(ns_of(&k)).expect("inserted above");
         st.bytes += e.size;
         st.keys += 1;
         st.order.push_back((k.clone(), e.stamp));
@@ -461,7 +465,7 @@ impl KvStore {
     }
 
     /// [`KvStore::open`] with a third tier: a log on `pool` (a pool
-    /// volume, usually a [`strata_host::RemoteNamespace`]-like remote
+    /// volume, usually `strata_host::RemoteNamespace`, a remote
     /// device), with segments sized for it by [`segment_size_for`].
     ///
     /// # Errors
