@@ -36,6 +36,7 @@ mod device;
 pub mod fence;
 pub mod lend;
 mod mem;
+mod region;
 pub mod size;
 pub mod undo;
 
@@ -44,5 +45,6 @@ pub use device::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, bl
 pub use fence::{EpochFence, FenceGuard, Stale};
 pub use lend::{Lender, Lent, ReadData};
 pub use mem::MemDevice;
+pub use region::Region;
 pub use size::{SizeError, format_size, parse_size};
 pub use undo::UndoLog;

@@ -102,11 +102,12 @@ impl BlockDevice for MemDevice {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::future::Future;
 
-    fn now<F: Future>(f: F) -> F::Output {
+    /// Runs a future that completes on its first poll (MemDevice's do).
+    pub(crate) fn now<F: Future>(f: F) -> F::Output {
         let mut f = std::pin::pin!(f);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         match f.as_mut().poll(&mut cx) {
