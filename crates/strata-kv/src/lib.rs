@@ -24,4 +24,4 @@ pub mod sim;
 pub mod store;
 
 pub use log::LogError;
-pub use store::{Admit, KvConfig, KvError, KvStore, Pin, PutOpts, Stats};
+pub use store::{Admit, KvConfig, KvError, KvStore, Pin, PutOpts, Stats, Tiers};

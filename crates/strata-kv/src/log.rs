@@ -152,6 +152,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl LogDev {
+    /// A device side that only reads (a peer's log).
+    fn read_only(dev: Arc<dyn BlockDevice>, sb: Super) -> LogDev {
+        LogDev {
+            dev,
+            sb,
+            inflight: Mutex::new(VecDeque::new()),
+            inflight_bytes: AtomicU64::new(0),
+            max_inflight: 0,
+            written: Notify::new(),
+            failed: AtomicBool::new(false),
+        }
+    }
+
     /// Writes `bytes` at `dev_off` (both aligned) and waits.
     async fn write_at(&self, dev_off: u64, buf: IoBuf) -> Result<(), LogError> {
         let (_, r) = self.dev.write(dev_off / BLOCK, buf, false).await;
@@ -280,15 +293,7 @@ impl<K: Clone> LogState<K> {
     pub async fn open(dev: Arc<dyn BlockDevice>, segment_bytes: u64) -> Result<(LogState<K>, Vec<Found>), LogError> {
         let size = dev.geometry().size_bytes();
         let (tx, rx) = mpsc::unbounded_channel();
-        let probe = LogDev {
-            dev: dev.clone(),
-            sb: Super { log_id: 0, segment_bytes: 0, segments: 0 },
-            inflight: Mutex::new(VecDeque::new()),
-            inflight_bytes: AtomicU64::new(0),
-            max_inflight: 0,
-            written: Notify::new(),
-            failed: AtomicBool::new(false),
-        };
+        let probe = LogDev::read_only(dev.clone(), Super { log_id: 0, segment_bytes: 0, segments: 0 });
         let first = probe.read_at(0, BLOCK).await?;
         let sb = match Super::decode(&first).filter(|s| BLOCK + s.segment_bytes * s.segments <= size) {
             Some(sb) => {
@@ -332,7 +337,7 @@ impl<K: Clone> LogState<K> {
         // append opens segment 0.
         let (mut head, mut head_off) = (n - 1, sb.segment_bytes);
         for &i in &order {
-            let end = scan_segment(&ldev, i, seg_seq[i as usize], &mut found).await?;
+            let end = scan_segment(&ldev, i, seg_seq[i as usize], BLOCK, &mut found).await?;
             head = i;
             head_off = format::align_up(end, BLOCK);
         }
@@ -469,15 +474,98 @@ impl<K: Clone> LogState<K> {
     }
 }
 
-/// Reads the records of segment `i` (sequence `seq`) into `found`;
-/// returns the offset after the last one.
-async fn scan_segment(dev: &LogDev, i: u32, seq: u64, found: &mut Vec<Found>) -> Result<u64, LogError> {
+/// Another writer's log on a shared device, read only. Nothing here
+/// writes: [`PeerLog::refresh`] reads what the writer has added since the
+/// last look, and [`PeerLog::dev`] reads records, with the same checks
+/// as a log's own reads (a record overwritten since it was found fails
+/// its sequence check and is a miss).
+pub struct PeerLog {
+    dev: Arc<LogDev>,
+    /// Each segment's sequence at the last look (0: none).
+    seg_seq: Vec<u64>,
+    /// Each segment's offset scanned up to at that sequence.
+    scanned: Vec<u64>,
+    /// The newest sequence at the last look: only that segment (the
+    /// writer's head then) and segments reused since can have new records.
+    newest: u64,
+}
+
+impl PeerLog {
+    /// The log on `dev` as another writer formatted it; `None` while it
+    /// has no valid superblock (the writer has not started yet).
+    ///
+    /// # Errors
+    ///
+    /// An I/O error.
+    pub async fn open(dev: Arc<dyn BlockDevice>) -> Result<Option<PeerLog>, LogError> {
+        let probe = LogDev::read_only(dev.clone(), Super { log_id: 0, segment_bytes: 0, segments: 0 });
+        let first = probe.read_at(0, BLOCK).await?;
+        let size = dev.geometry().size_bytes();
+        let Some(sb) = Super::decode(&first).filter(|s| BLOCK + s.segment_bytes * s.segments <= size) else {
+            return Ok(None);
+        };
+        let n = sb.segments as usize;
+        Ok(Some(PeerLog {
+            dev: Arc::new(LogDev::read_only(dev, sb)),
+            seg_seq: vec![0; n],
+            scanned: vec![0; n],
+            newest: 0,
+        }))
+    }
+
+    /// The device side, for reads.
+    pub fn dev(&self) -> &Arc<LogDev> {
+        &self.dev
+    }
+
+    /// The records written since the last call, oldest first: segments
+    /// reused since are scanned from their start, the others from where
+    /// the last scan stopped. Costs one block read per segment plus the
+    /// new records. `None` when the writer has formatted its log afresh
+    /// since [`PeerLog::open`] (open it again; what it held is gone).
+    ///
+    /// # Errors
+    ///
+    /// An I/O error (the next call starts where this one could not).
+    pub async fn refresh(&mut self) -> Result<Option<Vec<Found>>, LogError> {
+        let sb = self.dev.sb;
+        if Super::decode(&self.dev.read_at(0, BLOCK).await?) != Some(sb) {
+            return Ok(None);
+        }
+        let mut now = Vec::with_capacity(self.seg_seq.len());
+        for i in 0..sb.segments as u32 {
+            let h = self.dev.read_at(sb.segment_start(i), BLOCK).await?;
+            now.push(format::decode_segment_header(sb.log_id, &h).unwrap_or(0));
+        }
+        let mut order: Vec<u32> = (0..sb.segments as u32).filter(|&i| now[i as usize] != 0).collect();
+        order.sort_by_key(|&i| now[i as usize]);
+        let mut found = Vec::new();
+        for i in order {
+            let (seq, at) = (now[i as usize], i as usize);
+            if self.seg_seq[at] == seq && seq < self.newest {
+                continue;
+            }
+            if self.seg_seq[at] != seq {
+                self.seg_seq[at] = seq;
+                self.scanned[at] = BLOCK;
+            }
+            self.scanned[at] = scan_segment(&self.dev, i, seq, self.scanned[at], &mut found).await?;
+            self.newest = self.newest.max(seq);
+        }
+        Ok(Some(found))
+    }
+}
+
+/// Reads the records of segment `i` (sequence `seq`) into `found`,
+/// starting at offset `from` (a record boundary, or [`BLOCK`] for the
+/// first record); returns the offset after the last one.
+async fn scan_segment(dev: &LogDev, i: u32, seq: u64, from: u64, found: &mut Vec<Found>) -> Result<u64, LogError> {
     let seg = dev.sb.segment_bytes;
     let base = dev.sb.segment_start(i);
     // A window of the segment read at once; records outside it are read
     // with a window of their own.
     let mut win = (0u64, IoBuf::zeroed(0));
-    let mut pos = BLOCK;
+    let mut pos = from.max(BLOCK);
     let mut retried = false;
     loop {
         if pos + format::REC_HEADER as u64 > seg {

@@ -358,6 +358,8 @@ pub fn stats_pairs(store: &KvStore) -> Vec<(&'static str, u64)> {
         ("hits_dram", s.hits_dram),
         ("hits_ssd", s.hits_ssd),
         ("hits_pool", s.hits_pool),
+        ("hits_peer", s.hits_peer),
+        ("peer_keys", s.peer_keys),
         ("misses", s.misses),
         ("puts", s.puts),
         ("evicted", s.evicted),

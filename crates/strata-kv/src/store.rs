@@ -51,7 +51,7 @@ use bytes::Bytes;
 use strata_block::BlockDevice;
 
 use crate::format::{Kind, RecordMeta};
-use crate::log::{Loc, LogDev, LogError, LogState};
+use crate::log::{Found, Loc, LogDev, LogError, LogState, PeerLog};
 use crate::policy::{Policy, S3Fifo};
 
 /// Bytes charged to DRAM per entry beyond its key and value (the map
@@ -61,7 +61,57 @@ pub const ENTRY_OVERHEAD: u64 = 96;
 /// The log tiers, as indexes of [`Entry::locs`] and `Inner::tiers`.
 const SSD: usize = 0;
 const POOL: usize = 1;
+/// Where [`KvStore::get_full`] says a value came from a peer's log.
+const PEER: usize = 2;
 const TIER_NAME: [&str; 2] = ["SSD", "pool"];
+
+/// How often the logs of the other writers on a shared pool volume are
+/// read for what they added.
+pub const PEER_REFRESH: Duration = Duration::from_secs(1);
+
+/// A get's next step ([`KvStore::get_full`]).
+enum Copy {
+    /// The answer: the value and the log tier it came from (`None` for
+    /// DRAM), or a miss.
+    Done(Option<(Bytes, Option<usize>)>),
+    /// Read the copy at this location of this log tier.
+    Read(usize, Loc),
+}
+
+/// The devices of a store's log tiers.
+#[derive(Default)]
+pub struct Tiers {
+    /// The local SSD tier.
+    pub ssd: Option<Arc<dyn BlockDevice>>,
+    /// This store's pool tier (its region of a shared pool volume).
+    pub pool: Option<Arc<dyn BlockDevice>>,
+    /// The regions the other stores sharing the pool volume write: read
+    /// only, so that a lookup here sees the blocks they wrote.
+    pub peers: Vec<Arc<dyn BlockDevice>>,
+}
+
+/// Where a peer's record of a key is.
+#[derive(Debug, Clone, Copy)]
+struct PeerLoc {
+    peer: usize,
+    loc: Loc,
+    expires_ms: u64,
+}
+
+impl PeerLoc {
+    fn expired(&self, now: u64) -> bool {
+        self.expires_ms != 0 && self.expires_ms <= now
+    }
+}
+
+/// A peer's log, as this store reads it.
+struct Peer {
+    dev: Arc<dyn BlockDevice>,
+    /// Opened once the peer has formatted its log; held across a refresh.
+    log: tokio::sync::Mutex<Option<PeerLog>>,
+    /// Its device side for reads, without waiting for a refresh.
+    reader: Mutex<Option<Arc<LogDev>>>,
+}
 
 /// A pool read slower than this is answered as a miss: recomputing a
 /// block beats waiting on a stalled remote volume.
@@ -243,6 +293,7 @@ struct Counters {
     hits_dram: AtomicU64,
     hits_ssd: AtomicU64,
     hits_pool: AtomicU64,
+    hits_peer: AtomicU64,
     misses: AtomicU64,
     puts: AtomicU64,
     evicted: AtomicU64,
@@ -287,6 +338,10 @@ pub struct Stats {
     pub hits_ssd: u64,
     /// Gets answered from the pool.
     pub hits_pool: u64,
+    /// Gets answered from another store's log on the shared pool volume.
+    pub hits_peer: u64,
+    /// Keys known from other stores' logs on the shared pool volume.
+    pub peer_keys: u64,
     /// Gets that found nothing.
     pub misses: u64,
     /// Puts.
@@ -330,6 +385,9 @@ struct Inner {
     next_stamp: u64,
     /// The next write stamp (above every version in the logs).
     next_version: u64,
+    /// Keys found in the peers' logs (not in `map`'s accounting: they are
+    /// the peers' bytes).
+    peer_index: HashMap<Bytes, PeerLoc>,
 }
 
 impl Entry {
@@ -401,6 +459,7 @@ pub struct KvStore {
     inner: Mutex<Inner>,
     /// The device side of each log tier.
     devs: [Option<Arc<LogDev>>; 2],
+    peers: Vec<Peer>,
     cfg: KvConfig,
     counters: Counters,
     clock: Box<dyn Fn() -> u64 + Send + Sync>,
@@ -448,7 +507,7 @@ impl KvStore {
     ///
     /// The log device is too small or its I/O fails.
     pub async fn open(cfg: KvConfig, ssd: Option<Arc<dyn BlockDevice>>) -> Result<Arc<KvStore>, KvError> {
-        Self::open_tiers(cfg, ssd, None, Box::new(unix_ms)).await
+        Self::open_tiers(cfg, Tiers { ssd, ..Tiers::default() }, Box::new(unix_ms)).await
     }
 
     /// [`KvStore::open`] with a clock of Unix milliseconds (tests).
@@ -461,22 +520,24 @@ impl KvStore {
         ssd: Option<Arc<dyn BlockDevice>>,
         clock: Box<dyn Fn() -> u64 + Send + Sync>,
     ) -> Result<Arc<KvStore>, KvError> {
-        Self::open_tiers(cfg, ssd, None, clock).await
+        Self::open_tiers(cfg, Tiers { ssd, ..Tiers::default() }, clock).await
     }
 
-    /// [`KvStore::open`] with a third tier: a log on `pool` (a pool
-    /// volume, usually `strata_host::RemoteNamespace`, a remote
-    /// device), with segments sized for it by [`segment_size_for`].
+    /// [`KvStore::open`] with every tier: a log on `tiers.pool` too (a
+    /// pool volume, usually `strata_host::RemoteNamespace`, or a region
+    /// of one), with segments sized for it by [`segment_size_for`], and
+    /// the other writers' regions of a shared pool volume, read every
+    /// [`PEER_REFRESH`].
     ///
     /// # Errors
     ///
-    /// As [`KvStore::open`], for either device.
+    /// As [`KvStore::open`], for either log device.
     pub async fn open_tiers(
         cfg: KvConfig,
-        ssd: Option<Arc<dyn BlockDevice>>,
-        pool: Option<Arc<dyn BlockDevice>>,
+        tiers: Tiers,
         clock: Box<dyn Fn() -> u64 + Send + Sync>,
     ) -> Result<Arc<KvStore>, KvError> {
+        let Tiers { ssd, pool, peers } = tiers;
         let mut inner = Inner {
             map: HashMap::new(),
             dram: S3Fifo::default(),
@@ -484,6 +545,7 @@ impl KvStore {
             ns: HashMap::new(),
             next_stamp: 0,
             next_version: 0,
+            peer_index: HashMap::new(),
         };
         let mut devs = [None, None];
         let mut found = Vec::new();
@@ -496,9 +558,18 @@ impl KvStore {
             found.extend(f.into_iter().map(|f| (t, f)));
         }
         recover(&mut inner, found, clock());
-        let store = Arc::new(KvStore { inner: Mutex::new(inner), devs, cfg, counters: Counters::default(), clock });
+        let peers = peers
+            .into_iter()
+            .map(|dev| Peer { dev, log: tokio::sync::Mutex::new(None), reader: Mutex::new(None) })
+            .collect();
+        let store =
+            Arc::new(KvStore { inner: Mutex::new(inner), devs, peers, cfg, counters: Counters::default(), clock });
         if store.devs.iter().any(Option::is_some) {
             tokio::spawn(writer_tick(Arc::downgrade(&store)));
+        }
+        if !store.peers.is_empty() {
+            store.refresh_peers().await;
+            tokio::spawn(peer_tick(Arc::downgrade(&store)));
         }
         Ok(store)
     }
@@ -747,6 +818,7 @@ impl KvStore {
         let c = match &got {
             Some((_, None)) => &self.counters.hits_dram,
             Some((_, Some(SSD))) => &self.counters.hits_ssd,
+            Some((_, Some(PEER))) => &self.counters.hits_peer,
             Some((_, Some(_))) => &self.counters.hits_pool,
             None => &self.counters.misses,
         };
@@ -760,27 +832,17 @@ impl KvStore {
         let now = self.now();
         let mut tried = [false; 2];
         loop {
-            let (t, loc) = {
+            let next = {
                 let mut g = lock(&self.inner);
                 let inner = &mut *g;
-                let e = inner.map.get(k)?;
-                if e.expired(now) {
-                    self.remove_entry(inner, k);
-                    self.counters.expired.fetch_add(1, Ordering::Relaxed);
-                    return None;
-                }
-                if let Some(v) = &e.value {
-                    let v = v.clone();
-                    if touch {
-                        inner.dram.touch(k);
-                    }
-                    return Some((v, None));
-                }
-                let (t, loc) = (0..2).find_map(|t| e.locs[t].filter(|_| !tried[t]).map(|l| (t, l)))?;
-                if let Some(v) = inner.tiers[t].as_ref().and_then(|x| x.log.buffered(loc)) {
-                    return Some((v, Some(t)));
-                }
-                (t, loc)
+                let expired = inner.map.get(k).map(|e| e.expired(now));
+                expired.map(|expired| self.next_copy(inner, k, expired, touch, &tried))
+            };
+            let (t, loc) = match next {
+                // Not here: perhaps in a peer's log.
+                None => return self.get_peer(k, now).await.map(|v| (v, Some(PEER))),
+                Some(Copy::Done(r)) => return r,
+                Some(Copy::Read(t, loc)) => (t, loc),
             };
             tried[t] = true;
             let dev = self.devs[t].clone()?;
@@ -841,6 +903,128 @@ impl KvStore {
         }
     }
 
+    /// What a get does next with the entry of `k` (in the map): answer
+    /// now, or read the first copy in a log tier it has not tried.
+    fn next_copy(&self, inner: &mut Inner, k: &Bytes, expired: bool, touch: bool, tried: &[bool; 2]) -> Copy {
+        if expired {
+            self.remove_entry(inner, k);
+            self.counters.expired.fetch_add(1, Ordering::Relaxed);
+            return Copy::Done(None);
+        }
+        let Some(e) = inner.map.get(k) else { return Copy::Done(None) };
+        if let Some(v) = &e.value {
+            let v = v.clone();
+            if touch {
+                inner.dram.touch(k);
+            }
+            return Copy::Done(Some((v, None)));
+        }
+        let Some((t, loc)) = (0..2).find_map(|t| e.locs[t].filter(|_| !tried[t]).map(|l| (t, l))) else {
+            return Copy::Done(None);
+        };
+        match inner.tiers[t].as_ref().and_then(|x| x.log.buffered(loc)) {
+            Some(v) => Copy::Done(Some((v, Some(t)))),
+            None => Copy::Read(t, loc),
+        }
+    }
+
+    /// Reads `k` from the peer log that has it, and keeps it in DRAM as a
+    /// block of this store's own. A peer record overwritten since it was
+    /// found is dropped from the peer index; a slow or failed read is a
+    /// miss.
+    async fn get_peer(&self, k: &Bytes, now: u64) -> Option<Bytes> {
+        let pl = {
+            let mut g = lock(&self.inner);
+            let pl = *g.peer_index.get(k)?;
+            if pl.expired(now) {
+                g.peer_index.remove(k);
+                return None;
+            }
+            pl
+        };
+        let reader = self.peers.get(pl.peer)?.reader.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+        match tokio::time::timeout(POOL_READ_DEADLINE, reader.read(k, pl.loc)).await {
+            Ok(Ok(Some(v))) => {
+                self.adopt(k, v.clone(), pl.expires_ms, now);
+                Some(v)
+            }
+            Ok(Ok(None)) => {
+                let mut g = lock(&self.inner);
+                if g.peer_index.get(k).is_some_and(|p| p.peer == pl.peer && p.loc == pl.loc) {
+                    g.peer_index.remove(k);
+                }
+                None
+            }
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+
+    /// Keeps a block read from a peer in DRAM, as if put here (its quota
+    /// aside: a namespace's quota counts what this store was given).
+    fn adopt(&self, k: &Bytes, v: Bytes, expires_ms: u64, now: u64) {
+        let mut g = lock(&self.inner);
+        let inner = &mut *g;
+        let size = dram_size(k.len(), v.len());
+        if inner.map.contains_key(k) || size > self.cfg.dram_bytes || self.make_room(inner, size, now, None).is_err() {
+            return;
+        }
+        let version = inner.new_version();
+        inner.dram.insert(k.clone(), size);
+        inner.insert_entry(k.clone(), Entry { value: Some(v), version, expires_ms, ..Entry::new(size) });
+    }
+
+    /// Reads what the peers added to their logs since the last look, and
+    /// indexes it. Runs every [`PEER_REFRESH`]; public so that tests (and
+    /// callers that just learnt of a peer's write) need not wait.
+    pub async fn refresh_peers(&self) {
+        for (p, peer) in self.peers.iter().enumerate() {
+            let mut log = peer.log.lock().await;
+            if log.is_none() {
+                match PeerLog::open(peer.dev.clone()).await {
+                    Ok(Some(l)) => {
+                        *peer.reader.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.dev().clone());
+                        *log = Some(l);
+                    }
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::debug!(peer = p, error = %e, "KV peer log not readable");
+                        continue;
+                    }
+                }
+            }
+            let Some(l) = log.as_mut() else { continue };
+            let found = match l.refresh().await {
+                Ok(Some(found)) => found,
+                Ok(None) => {
+                    // The peer formatted its log afresh: what it had is gone.
+                    tracing::info!(peer = p, "KV peer log was formatted again");
+                    *log = None;
+                    *peer.reader.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    lock(&self.inner).peer_index.retain(|_, pl| pl.peer != p);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(peer = p, error = %e, "KV peer log refresh failed");
+                    continue;
+                }
+            };
+            let now = self.now();
+            let mut g = lock(&self.inner);
+            for f in found {
+                match f.head.kind {
+                    Kind::Put if f.head.expires_ms == 0 || f.head.expires_ms > now => {
+                        g.peer_index.insert(f.key, PeerLoc { peer: p, loc: f.loc, expires_ms: f.head.expires_ms });
+                    }
+                    _ => {
+                        if g.peer_index.get(&f.key).is_some_and(|pl| pl.peer == p) {
+                            g.peer_index.remove(&f.key);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Removes `k` from every tier's index (tombstones in the logs).
     fn remove_entry(&self, inner: &mut Inner, k: &Bytes) -> bool {
         let Some(e) = inner.take_entry(k) else { return false };
@@ -870,7 +1054,10 @@ impl KvStore {
         let keys = chain.iter().map(|k| full_key(ns, k.as_ref())).collect::<Result<Vec<_>, _>>()?;
         let now = self.now();
         let g = lock(&self.inner);
-        Ok(keys.iter().take_while(|k| g.map.get(*k).is_some_and(|e| !e.expired(now))).count())
+        let present = |k: &Bytes| {
+            g.map.get(k).is_some_and(|e| !e.expired(now)) || g.peer_index.get(k).is_some_and(|p| !p.expired(now))
+        };
+        Ok(keys.iter().take_while(|k| present(k)).count())
     }
 
     /// Brings the consecutive present keys of `chain` into DRAM, reading
@@ -970,7 +1157,10 @@ impl KvStore {
     pub fn delete(&self, ns: &[u8], key: &[u8]) -> Result<bool, KvError> {
         let k = full_key(ns, key)?;
         let mut g = lock(&self.inner);
-        Ok(self.remove_entry(&mut g, &k))
+        // A peer's copy is forgotten here (it is the peer's to delete);
+        // the next refresh brings it back only if the peer writes it anew.
+        let peer = g.peer_index.remove(&k).is_some();
+        Ok(self.remove_entry(&mut g, &k) || peer)
     }
 
     /// Deletes every key of namespace `ns`; returns how many.
@@ -985,6 +1175,7 @@ impl KvStore {
         for k in &keys {
             self.remove_entry(&mut g, k);
         }
+        g.peer_index.retain(|k, _| ns_of(k) != ns);
         Ok(keys.len() as u64)
     }
 
@@ -1047,6 +1238,7 @@ impl KvStore {
         for k in &keys {
             self.remove_entry(&mut g, k);
         }
+        g.peer_index.clear();
         keys.len() as u64
     }
 
@@ -1070,6 +1262,8 @@ impl KvStore {
             hits_dram: r(&c.hits_dram),
             hits_ssd: r(&c.hits_ssd),
             hits_pool: r(&c.hits_pool),
+            hits_peer: r(&c.hits_peer),
+            peer_keys: g.peer_index.len() as u64,
             misses: r(&c.misses),
             puts: r(&c.puts),
             evicted: r(&c.evicted),
@@ -1134,7 +1328,7 @@ struct Newest {
 /// versions a tombstone wins (it carries the version it deletes), and
 /// puts are copies of one value, one per log. Entries are inserted oldest
 /// version first, so a namespace's oldest-first order survives.
-fn recover(inner: &mut Inner, found: Vec<(usize, crate::log::Found)>, now: u64) {
+fn recover(inner: &mut Inner, found: Vec<(usize, Found)>, now: u64) {
     let mut newest: HashMap<Bytes, Newest> = HashMap::new();
     for (t, f) in found {
         let h = f.head;
@@ -1203,5 +1397,16 @@ async fn writer_tick(store: Weak<KvStore>) {
                 tracing::debug!(error = %e, "KV log sync failed");
             }
         }
+    }
+}
+
+/// Reads the peers' logs every [`PEER_REFRESH`], while the store lives.
+async fn peer_tick(store: Weak<KvStore>) {
+    let mut tick = tokio::time::interval(PEER_REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(s) = store.upgrade() else { return };
+        s.refresh_peers().await;
     }
 }

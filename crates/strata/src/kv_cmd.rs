@@ -43,6 +43,12 @@ struct ServeArgs {
     /// tcp://ADDR:PORT/NQN, used whole as a log below the SSD tier.
     #[arg(long)]
     pool: Option<strata_bench::TargetSpec>,
+    /// With --pool: this server's region of a pool volume shared by N KV
+    /// servers, as I/N (0-based). The volume is cut in N equal regions;
+    /// this server writes region I and reads the others, so that its
+    /// lookups see the blocks the other servers wrote.
+    #[arg(long, default_value = "0/1", value_parser = parse_region)]
+    pool_region: (u64, u64),
     /// Which blocks leaving DRAM are written to SSD: `reused` (read again
     /// while in DRAM; one-hit blocks never touch the drive) or `all`.
     #[arg(long, default_value = "reused")]
@@ -72,6 +78,16 @@ pub(crate) fn parse_ssd(spec: &str) -> anyhow::Result<(PathBuf, Option<u64>)> {
         return Ok((PathBuf::from(path), Some(n)));
     }
     Ok((PathBuf::from(spec), None))
+}
+
+fn parse_region(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("{s:?}: expected I/N with 0 <= I < N, e.g. 0/2");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n || n > 1024 {
+        return Err(bad());
+    }
+    Ok((i, n))
 }
 
 fn parse_quota(s: &str) -> Result<(String, u64), String> {
@@ -119,25 +135,26 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     let segment_bytes = args.ssd_segment.unwrap_or_else(|| {
         strata_kv::store::segment_size_for(ssd.as_ref().map(|d| d.geometry().size_bytes()).unwrap_or(0))
     });
-    let pool: Option<Arc<dyn BlockDevice>> = match &args.pool {
-        None => None,
-        Some(t) => {
-            let dev = strata_host::RemoteNamespace::connect(
-                t.addr,
-                &t.nqn,
-                Some(t.nsid),
-                &strata_host::HostConfig::default(),
-            )
-            .await
-            .with_context(|| format!("pool tier {t}"))?;
-            tracing::info!(target = %t, bytes = dev.geometry().size_bytes(), "pool tier");
-            Some(dev)
-        }
-    };
+    let mut tiers = strata_kv::Tiers { ssd, ..Default::default() };
+    if let Some(t) = &args.pool {
+        let dev: Arc<dyn BlockDevice> =
+            strata_host::RemoteNamespace::connect(t.addr, &t.nqn, Some(t.nsid), &strata_host::HostConfig::default())
+                .await
+                .with_context(|| format!("pool tier {t}"))?;
+        let (me, n) = args.pool_region;
+        let region = |i| -> anyhow::Result<Arc<dyn BlockDevice>> {
+            let r = strata_block::Region::nth(dev.clone(), i, n)
+                .with_context(|| format!("pool volume {t} is too small for {n} regions"))?;
+            Ok(Arc::new(r))
+        };
+        let mine = if n == 1 { dev.clone() } else { region(me)? };
+        tracing::info!(target = %t, region = me, of = n, bytes = mine.geometry().size_bytes(), "pool tier");
+        tiers.peers = (0..n).filter(|&i| i != me).map(region).collect::<anyhow::Result<_>>()?;
+        tiers.pool = Some(mine);
+    }
     let cfg = KvConfig { dram_bytes: args.dram, admit, segment_bytes };
-    let store = KvStore::open_tiers(cfg, ssd, pool, Box::new(strata_kv::store::unix_ms))
-        .await
-        .context("opening the KV store")?;
+    let store =
+        KvStore::open_tiers(cfg, tiers, Box::new(strata_kv::store::unix_ms)).await.context("opening the KV store")?;
     for (ns, bytes) in &args.quotas {
         store.set_quota(ns.as_bytes(), *bytes)?;
     }
@@ -179,5 +196,7 @@ mod tests {
         assert_eq!(parse_quota("llama=2G").unwrap(), ("llama".to_string(), 2 << 30));
         assert_eq!(parse_quota("=1M").unwrap(), (String::new(), 1 << 20));
         assert!(parse_quota("llama").is_err() && parse_quota("a=lots").is_err());
+        assert_eq!(parse_region("1/3").unwrap(), (1, 3));
+        assert!(parse_region("3/3").is_err() && parse_region("0/0").is_err() && parse_region("1").is_err());
     }
 }

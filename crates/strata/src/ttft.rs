@@ -178,7 +178,8 @@ impl Served {
             };
             let seg = strata_kv::store::segment_size_for(ssd.as_ref().map(|d| d.geometry().size_bytes()).unwrap_or(0));
             let cfg = KvConfig { dram_bytes: spec.dram, admit: Admit::All, segment_bytes: seg };
-            let store = KvStore::open_tiers(cfg, ssd, pool, Box::new(strata_kv::store::unix_ms))
+            let tiers = strata_kv::Tiers { ssd, pool, peers: Vec::new() };
+            let store = KvStore::open_tiers(cfg, tiers, Box::new(strata_kv::store::unix_ms))
                 .await
                 .context("opening the KV store")?;
             if wipe {

@@ -313,3 +313,43 @@ fn the_pool_tier_is_a_strata_volume_over_nvme_tcp_and_survives_kill_9() {
     let _ = target.kill();
     let _ = target.wait();
 }
+
+#[test]
+fn two_kv_servers_share_one_pool_volume_and_see_each_others_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let target_dir = dir.path().join("target");
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    for d in [&target_dir, &a_dir, &b_dir] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let (mut target, io) = start_target(&target_dir);
+    let pool = format!("tcp://{io}/nqn.2026-11.io.strata:default");
+    let a = Kv::start(&a_dir, "4M", &["--admit", "all", "--pool", &pool, "--pool-region", "0/2"]);
+    let b = Kv::start(&b_dir, "4M", &["--admit", "all", "--pool", &pool, "--pool-region", "1/2"]);
+    let keys: Vec<String> = (0..40).map(|i| format!("shared{i}")).collect();
+    rt().block_on(async {
+        let mut ca = Client::connect(a.addr).await.unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            ca.set(k.as_bytes(), &block(i as u32, 64 << 10)).await.unwrap();
+        }
+        // They fit A's DRAM: KV.FLUSH ALL writes them to A's region too.
+        assert_eq!(ca.call(&["KV.FLUSH", "ALL"]).await.unwrap(), strata_kv::resp::Reply::Simple("OK".into()));
+        // B finds them within a few refreshes, through the real protocol.
+        let mut cb = Client::connect(b.addr).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while cb.lookup(&keys).await.unwrap() < keys.len() {
+            assert!(Instant::now() < deadline, "B never saw A's blocks: {:?}", cb.stats().await.unwrap());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let v = cb.get(k.as_bytes()).await.unwrap().unwrap_or_else(|| panic!("{k} missing on B"));
+            assert_eq!(&v[..], &block(i as u32, 64 << 10)[..], "{k} came back wrong on B");
+        }
+        let st = cb.stats().await.unwrap();
+        assert!(st.iter().any(|(n, v)| n == "hits_peer" && *v >= 40), "{st:?}");
+    });
+    assert_eq!(b.cli(&["EXISTS", "shared0", "nope"]), "1");
+    drop((a, b));
+    let _ = target.kill();
+    let _ = target.wait();
+}
