@@ -764,6 +764,26 @@ impl KvStore {
         Ok(())
     }
 
+    /// Appends `k`'s value to log tier `t` (when the store has it) and
+    /// points the entry there; returns where it went.
+    fn write_copy(
+        &self,
+        inner: &mut Inner,
+        t: usize,
+        k: &Bytes,
+        value: &[u8],
+        meta: RecordMeta,
+    ) -> Result<Option<Loc>, LogError> {
+        let Some(tier) = inner.tiers[t].as_mut() else { return Ok(None) };
+        let (loc, reclaimed) = tier.log.append(k.clone(), k, value, meta)?;
+        if let Some(e) = inner.map.get_mut(k) {
+            e.locs[t] = Some(loc);
+        }
+        inner.add_loc(t, loc);
+        Self::reclaim(inner, &self.counters, t, reclaimed);
+        Ok(Some(loc))
+    }
+
     /// A block has left DRAM's policy: write it to each log tier that
     /// lacks it if admitted, and forget it if no tier holds it then.
     fn demote(&self, inner: &mut Inner, k: Bytes, reused: bool, now: u64) {
@@ -785,17 +805,12 @@ impl KvStore {
             if have[t].is_some() || !admit {
                 continue;
             }
-            let Some(tier) = inner.tiers[t].as_mut() else { continue };
-            match tier.log.append(k.clone(), &k, &value, meta) {
-                Ok((loc, reclaimed)) => {
+            match self.write_copy(inner, t, &k, &value, meta) {
+                Ok(Some(loc)) => {
                     self.counters.demoted.fetch_add(1, Ordering::Relaxed);
                     self.counters.demoted_bytes.fetch_add(loc.len(), Ordering::Relaxed);
-                    if let Some(e) = inner.map.get_mut(&k) {
-                        e.locs[t] = Some(loc);
-                    }
-                    inner.add_loc(t, loc);
-                    Self::reclaim(inner, &self.counters, t, reclaimed);
                 }
+                Ok(None) => {}
                 Err(err) => tracing::debug!(error = %err, tier = TIER_NAME[t], "KV block not demoted"),
             }
         }
@@ -1210,13 +1225,7 @@ impl KvStore {
                     let Some(e) = inner.map.get(&k).filter(|e| e.locs[t].is_none()) else { continue };
                     let Some(v) = e.value.clone() else { continue };
                     let meta = RecordMeta { kind: Kind::Put, expires_ms: e.expires_ms, version: e.version };
-                    let Some(tier) = inner.tiers[t].as_mut() else { break };
-                    let (loc, reclaimed) = tier.log.append(k.clone(), &k, &v, meta)?;
-                    if let Some(e) = inner.map.get_mut(&k) {
-                        e.locs[t] = Some(loc);
-                    }
-                    inner.add_loc(t, loc);
-                    Self::reclaim(inner, &self.counters, t, reclaimed);
+                    self.write_copy(inner, t, &k, &v, meta)?;
                 }
             }
             let synced = match lock(&self.inner).tiers[t].as_mut() {
