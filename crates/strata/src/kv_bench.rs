@@ -258,10 +258,7 @@ async fn tier_run(args: &TierArgs) -> anyhow::Result<()> {
     // SSD: a DRAM tier of 64 MiB, so nearly every block is written down,
     // then read back from the drive.
     let (path, size) = crate::kv_cmd::parse_ssd(&args.ssd)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let dev = strata_store::RawDevice::open(&path, size, args.allow_buffered)?;
+    let dev = crate::kv_cmd::open_ssd(&path, size, args.allow_buffered)?;
     let dev_bytes = dev.geometry().size_bytes();
     anyhow::ensure!(
         args.total * 5 / 4 <= dev_bytes,

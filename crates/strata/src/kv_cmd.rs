@@ -80,6 +80,27 @@ pub(crate) fn parse_ssd(spec: &str) -> anyhow::Result<(PathBuf, Option<u64>)> {
     Ok((PathBuf::from(spec), None))
 }
 
+/// Opens an SSD tier's file (created at `size` when missing, with its
+/// directory) or block device.
+pub(crate) fn open_ssd(
+    path: &std::path::Path,
+    size: Option<u64>,
+    allow_buffered: bool,
+) -> anyhow::Result<Arc<strata_store::RawDevice>> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    strata_store::RawDevice::open(path, size, allow_buffered).with_context(|| format!("SSD tier {}", path.display()))
+}
+
+/// Connects to a pool tier's volume over NVMe/TCP.
+pub(crate) async fn connect_pool(t: &strata_bench::TargetSpec) -> anyhow::Result<Arc<dyn BlockDevice>> {
+    let dev = strata_host::RemoteNamespace::connect(t.addr, &t.nqn, Some(t.nsid), &strata_host::HostConfig::default())
+        .await
+        .with_context(|| format!("pool tier {t}"))?;
+    Ok(dev)
+}
+
 fn parse_region(s: &str) -> Result<(u64, u64), String> {
     let bad = || format!("{s:?}: expected I/N with 0 <= I < N, e.g. 0/2");
     let (i, n) = s.split_once('/').ok_or_else(bad)?;
@@ -124,11 +145,7 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
         None
     } else {
         let (path, size) = parse_ssd(&args.ssd)?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        let dev = strata_store::RawDevice::open(&path, size, args.allow_buffered)
-            .with_context(|| format!("SSD tier {}", path.display()))?;
+        let dev = open_ssd(&path, size, args.allow_buffered)?;
         tracing::info!(path = %path.display(), bytes = dev.geometry().size_bytes(), io_uring = dev.is_uring(), "SSD tier");
         Some(dev)
     };
@@ -137,10 +154,7 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     });
     let mut tiers = strata_kv::Tiers { ssd, ..Default::default() };
     if let Some(t) = &args.pool {
-        let dev: Arc<dyn BlockDevice> =
-            strata_host::RemoteNamespace::connect(t.addr, &t.nqn, Some(t.nsid), &strata_host::HostConfig::default())
-                .await
-                .with_context(|| format!("pool tier {t}"))?;
+        let dev = connect_pool(t).await?;
         let (me, n) = args.pool_region;
         let region = |i| -> anyhow::Result<Arc<dyn BlockDevice>> {
             let r = strata_block::Region::nth(dev.clone(), i, n)

@@ -153,28 +153,11 @@ impl Served {
         let (store, client) = rt.block_on(async {
             let ssd: Option<Arc<dyn BlockDevice>> = match &spec.ssd {
                 None => None,
-                Some((path, size)) => {
-                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-                    }
-                    Some(
-                        strata_store::RawDevice::open(path, *size, spec.allow_buffered)
-                            .with_context(|| format!("SSD tier {}", path.display()))?,
-                    )
-                }
+                Some((path, size)) => Some(crate::kv_cmd::open_ssd(path, *size, spec.allow_buffered)?),
             };
             let pool: Option<Arc<dyn BlockDevice>> = match &spec.pool {
                 None => None,
-                Some(t) => Some(
-                    strata_host::RemoteNamespace::connect(
-                        t.addr,
-                        &t.nqn,
-                        Some(t.nsid),
-                        &strata_host::HostConfig::default(),
-                    )
-                    .await
-                    .with_context(|| format!("pool tier {t}"))?,
-                ),
+                Some(t) => Some(crate::kv_cmd::connect_pool(t).await?),
             };
             let seg = strata_kv::store::segment_size_for(ssd.as_ref().map(|d| d.geometry().size_bytes()).unwrap_or(0));
             let cfg = KvConfig { dram_bytes: spec.dram, admit: Admit::All, segment_bytes: seg };
