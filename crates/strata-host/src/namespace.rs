@@ -30,7 +30,8 @@ pub struct RemoteNamespace {
     nsid: u32,
     cfg: HostConfig,
     geometry: Geometry,
-    timeout: Duration,
+    /// Command timeout in milliseconds (settable while shared).
+    timeout_ms: std::sync::atomic::AtomicU64,
     current: Mutex<Option<Arc<Controller>>>,
     connecting: tokio::sync::Mutex<()>,
 }
@@ -87,7 +88,7 @@ impl RemoteNamespace {
             nsid,
             cfg: cfg.clone(),
             geometry: Geometry { block_size, num_blocks: id.nsze },
-            timeout: Duration::from_secs(30),
+            timeout_ms: std::sync::atomic::AtomicU64::new(30_000),
             current: Mutex::new(Some(Arc::new(ctrl))),
             connecting: tokio::sync::Mutex::new(()),
         }))
@@ -96,14 +97,13 @@ impl RemoteNamespace {
     /// How long one command may take before it fails and the connection
     /// is retired (default 30 s).
     pub fn command_timeout(&self) -> Duration {
-        self.timeout
+        Duration::from_millis(self.timeout_ms.load(std::sync::atomic::Ordering::Relaxed))
     }
 
-    /// Sets [`Self::command_timeout`]; call before sharing the device.
-    pub fn set_command_timeout(self: &mut Arc<Self>, timeout: Duration) {
-        if let Some(me) = Arc::get_mut(self) {
-            me.timeout = timeout;
-        }
+    /// Sets [`Self::command_timeout`] for the commands that start after.
+    pub fn set_command_timeout(&self, timeout: Duration) {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.timeout_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The namespace id.
@@ -120,7 +120,7 @@ impl RemoteNamespace {
         if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Ok(c);
         }
-        let c = tokio::time::timeout(self.timeout, Controller::connect(self.addr, &self.nqn, &self.cfg))
+        let c = tokio::time::timeout(self.command_timeout(), Controller::connect(self.addr, &self.nqn, &self.cfg))
             .await
             .map_err(|_| io_error(format!("connecting to {} timed out", self.addr)))?
             .map_err(io_error)?;
@@ -136,12 +136,13 @@ impl RemoteNamespace {
         ctrl: &Arc<Controller>,
         cmd: impl std::future::Future<Output = Result<T, HostError>>,
     ) -> Result<T, BlockError> {
-        let e = match tokio::time::timeout(self.timeout, cmd).await {
+        let limit = self.command_timeout();
+        let e = match tokio::time::timeout(limit, cmd).await {
             Ok(Ok(v)) => return Ok(v),
             // The command failed; the connection is fine.
             Ok(Err(e @ HostError::Status { .. })) => return Err(io_error(e)),
             Ok(Err(e)) => io_error(e),
-            Err(_) => io_error(format!("a command to {} took over {:?}", self.addr, self.timeout)),
+            Err(_) => io_error(format!("a command to {} took over {limit:?}", self.addr)),
         };
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, ctrl)) {

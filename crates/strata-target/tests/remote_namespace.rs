@@ -28,7 +28,7 @@ async fn read(dev: &RemoteNamespace, lba: u64, len: usize) -> Result<Vec<u8>, Bl
 async fn a_remote_namespace_is_a_block_device_that_reconnects() {
     let fx = start(2048).await;
     let cfg = HostConfig::default();
-    let mut dev = RemoteNamespace::connect(fx.io, NQN, None, &cfg).await.expect("connect");
+    let dev = RemoteNamespace::connect(fx.io, NQN, None, &cfg).await.expect("connect");
     dev.set_command_timeout(Duration::from_secs(5));
     assert_eq!(dev.geometry(), Geometry { block_size: BS as u32, num_blocks: 2048 });
     assert_eq!(dev.nsid(), 1);
