@@ -23,13 +23,20 @@
 //!   the device after its write completes ([`LogDev::read`] waits);
 //! - `inflight_bytes` bounds the memory of sealed, unwritten buffers:
 //!   writers wait in [`LogDev::ready`] (backpressure), they do not queue
-//!   without end.
+//!   without end;
+//! - a failed write pauses the log: appends are refused and the buffers
+//!   already sealed are dropped unwritten, each noted as a lost [`Span`]
+//!   whose records the store drops from its index. A probe rewrites the
+//!   superblock with backoff until the device answers; the log then
+//!   resumes in a fresh segment, so that the hole the failure left is
+//!   the end of its segment (a recovery scan stops at a hole).
 //!
 //! The format and its crash cases are in the `format` module.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use strata_block::{BlockDevice, IoBuf};
@@ -78,8 +85,8 @@ pub enum LogError {
         /// Segment size.
         segment: u64,
     },
-    /// An earlier write failed; the tier is off until restart.
-    #[error("the log device failed earlier; the tier is disabled until restart")]
+    /// A write failed; the tier is paused until its device answers again.
+    #[error("the log device failed; the tier is paused until the device answers again")]
     Failed,
     /// The device is too small for two segments.
     #[error("the device ({bytes} bytes) is too small for a log of {segment}-byte segments")]
@@ -102,9 +109,36 @@ struct OpenBuf {
     len: u64,
 }
 
+/// The bytes `[start, end)` of segment `seg` while it had sequence `seq`:
+/// one sealed buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// Segment index.
+    pub seg: u32,
+    /// The segment's sequence.
+    pub seq: u64,
+    /// First byte, within the segment.
+    pub start: u64,
+    /// One past the last byte.
+    pub end: u64,
+}
+
+impl Span {
+    /// True when the record at `loc` lies in this span.
+    pub fn holds(&self, loc: Loc) -> bool {
+        loc.seg == self.seg && loc.seq == self.seq && loc.off >= self.start && loc.off < self.end
+    }
+}
+
+/// The first wait of the probe that looks for a failed device's return;
+/// it doubles up to [`PROBE_MAX_WAIT`].
+const PROBE_FIRST_WAIT: Duration = Duration::from_millis(100);
+/// The longest wait between probes of a failed device.
+const PROBE_MAX_WAIT: Duration = Duration::from_secs(5);
+
 /// A write for the writer task.
 enum Job {
-    Write { dev_off: u64, buf: IoBuf, sync: bool },
+    Write { dev_off: u64, buf: IoBuf, sync: bool, span: Span },
     Sync(oneshot::Sender<Result<(), LogError>>),
 }
 
@@ -118,6 +152,9 @@ pub struct LogState<K> {
     next_seq: u64,
     buf: Option<OpenBuf>,
     wbuf: u64,
+    /// The device's recovery count when this log last wrote: when it
+    /// moves, the log resumes in a fresh segment.
+    epoch: u64,
     dev: Arc<LogDev>,
     /// The writer task's queue; the task ends when the state is dropped.
     jobs: mpsc::UnboundedSender<Job>,
@@ -133,6 +170,14 @@ pub struct LogDev {
     max_inflight: u64,
     written: Notify,
     failed: AtomicBool,
+    /// Times the device came back after a failure.
+    epoch: AtomicU64,
+    /// Sealed buffers that were not written (the device failed).
+    lost: Mutex<Vec<Span>>,
+    /// The unwritten buffers were over their bound for longer than a
+    /// writer would wait ([`LogDev::ready_within`]); cleared by the next
+    /// write that completes.
+    stalled: AtomicBool,
 }
 
 /// A record found by the recovery scan.
@@ -162,6 +207,9 @@ impl LogDev {
             max_inflight: 0,
             written: Notify::new(),
             failed: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            lost: Mutex::new(Vec::new()),
+            stalled: AtomicBool::new(false),
         }
     }
 
@@ -188,9 +236,37 @@ impl LogDev {
         }
     }
 
-    /// True after a write failed.
+    /// Waits as [`LogDev::ready`] does, for at most `limit`. False when
+    /// the buffers are still over their bound: the device is stalled, and
+    /// until a write completes later callers are told so at once.
+    pub async fn ready_within(&self, limit: Duration) -> bool {
+        let over = || self.inflight_bytes.load(Ordering::Acquire) >= self.max_inflight && !self.is_failed();
+        if self.is_stalled() && over() {
+            return false;
+        }
+        if tokio::time::timeout(limit, self.ready()).await.is_ok() {
+            return true;
+        }
+        if !self.stalled.swap(true, Ordering::AcqRel) {
+            tracing::warn!(waited = ?limit, "KV log device is stalled; writers stop waiting for it");
+        }
+        false
+    }
+
+    /// True while the device is stalled (see [`LogDev::ready_within`]).
+    pub fn is_stalled(&self) -> bool {
+        self.stalled.load(Ordering::Acquire)
+    }
+
+    /// True while the device is failed (from a failed write until a probe
+    /// finds it answering again).
     pub fn is_failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
+    }
+
+    /// Times the device came back after a failure.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
 
     /// Reads the value of the record at `loc`, whose key is `key`, once
@@ -223,17 +299,24 @@ impl LogDev {
         Ok(Some(Bytes::from_owner(buf).slice(from..to)))
     }
 
-    /// Writes one sealed buffer and retires it from the in-flight set.
-    async fn write_one(&self, dev_off: u64, buf: IoBuf, sync: bool) {
+    /// Writes one sealed buffer and retires it from the in-flight set. A
+    /// buffer that is not written is noted as lost; the first failure
+    /// starts the probe.
+    async fn write_one(self: &Arc<Self>, dev_off: u64, buf: IoBuf, sync: bool, span: Span) {
         let len = buf.len() as u64;
         let mut r = if self.is_failed() { Err(LogError::Failed) } else { self.write_at(dev_off, buf).await };
         if r.is_ok() && sync {
             r = self.dev.flush().await.map_err(LogError::from);
         }
-        if let Err(e) = r
-            && !self.failed.swap(true, Ordering::AcqRel)
-        {
-            tracing::error!(error = %e, "KV log write failed; the tier is off until restart");
+        match r {
+            Ok(()) => self.stalled.store(false, Ordering::Release),
+            Err(e) => {
+                lock(&self.lost).push(span);
+                if !self.failed.swap(true, Ordering::AcqRel) {
+                    tracing::error!(error = %e, "KV log write failed; the tier pauses until the device answers");
+                    tokio::spawn(probe(Arc::downgrade(self)));
+                }
+            }
         }
         let mut q = lock(&self.inflight);
         if let Some(i) = q.iter().position(|&(s, _)| s == dev_off) {
@@ -264,7 +347,7 @@ impl LogDev {
                 Some(()) = writes.next(), if !writes.is_empty() => continue,
             };
             match job {
-                Job::Write { dev_off, buf, sync } => writes.push(self.write_one(dev_off, buf, sync)),
+                Job::Write { dev_off, buf, sync, span } => writes.push(self.write_one(dev_off, buf, sync, span)),
                 Job::Sync(done) => {
                     while writes.next().await.is_some() {}
                     let r = if self.is_failed() {
@@ -277,6 +360,33 @@ impl LogDev {
             }
         }
         while writes.next().await.is_some() {}
+    }
+}
+
+/// Rewrites the superblock of a failed log device, with backoff, until
+/// the write and a flush succeed; then the device is back (its epoch
+/// moves on). Ends when the device is dropped.
+async fn probe(dev: Weak<LogDev>) {
+    let mut wait = PROBE_FIRST_WAIT;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(d) = dev.upgrade() else { return };
+        let sb = IoBuf::from_slice(&d.sb.encode());
+        let answered = match d.write_at(0, sb).await {
+            Ok(()) => d.dev.flush().await.map_err(LogError::from),
+            Err(e) => Err(e),
+        };
+        match answered {
+            Ok(()) => {
+                d.epoch.fetch_add(1, Ordering::AcqRel);
+                d.failed.store(false, Ordering::Release);
+                d.written.notify_waiters();
+                tracing::info!("KV log device answers again; the tier resumes in a fresh segment");
+                return;
+            }
+            Err(e) => tracing::debug!(error = %e, next = ?wait, "KV log device still failing"),
+        }
+        wait = (wait * 2).min(PROBE_MAX_WAIT);
     }
 }
 
@@ -343,7 +453,20 @@ impl<K: Clone> LogState<K> {
         }
         let next_seq = order.last().map(|&i| seg_seq[i as usize] + 1).unwrap_or(1);
         tokio::spawn(ldev.clone().run(rx));
-        Ok((LogState { sb, seg_seq, seg_keys, head, head_off, next_seq, buf: None, wbuf, dev: ldev, jobs: tx }, found))
+        let state = LogState {
+            sb,
+            seg_seq,
+            seg_keys,
+            head,
+            head_off,
+            next_seq,
+            buf: None,
+            wbuf,
+            epoch: 0,
+            dev: ldev,
+            jobs: tx,
+        };
+        Ok((state, found))
     }
 
     /// The device side, for reads, syncs and backpressure.
@@ -402,6 +525,14 @@ impl<K: Clone> LogState<K> {
         if self.dev.is_failed() {
             return Err(LogError::Failed);
         }
+        let epoch = self.dev.epoch();
+        if epoch != self.epoch {
+            // Back after a failure: what was sealed since has a hole
+            // before it, so start a new segment after it.
+            self.epoch = epoch;
+            self.seal(false);
+            self.head_off = self.sb.segment_bytes;
+        }
         let len = format::record_len(raw_key.len(), value.len());
         if len > self.max_record() {
             return Err(LogError::TooBig { len, segment: self.sb.segment_bytes });
@@ -457,11 +588,23 @@ impl<K: Clone> LogState<K> {
         b.data.set_len(len as usize);
         self.head_off = b.start + len;
         let dev_off = self.sb.segment_start(self.head) + b.start;
+        let span = Span { seg: self.head, seq: self.seg_seq[self.head as usize], start: b.start, end: b.start + len };
         lock(&self.dev.inflight).push_back((dev_off, dev_off + len));
         self.dev.inflight_bytes.fetch_add(len, Ordering::AcqRel);
-        if self.jobs.send(Job::Write { dev_off, buf: b.data, sync }).is_err() {
+        if self.jobs.send(Job::Write { dev_off, buf: b.data, sync, span }).is_err() {
             self.dev.failed.store(true, Ordering::Release);
         }
+    }
+
+    /// The spans whose writes failed since the last call, each with the
+    /// keys of its segment (the caller drops the entries whose record
+    /// lies in the span). Spans of segments reused since are left out.
+    pub fn take_lost(&mut self) -> Vec<(Span, Vec<K>)> {
+        let lost = std::mem::take(&mut *lock(&self.dev.lost));
+        lost.into_iter()
+            .filter(|s| self.seg_seq.get(s.seg as usize) == Some(&s.seq))
+            .map(|s| (s, self.seg_keys[s.seg as usize].clone()))
+            .collect()
     }
 
     /// Asks the writer to sync once everything sealed so far is written;

@@ -21,8 +21,14 @@
 //!   DRAM, and keeps its log copies, so that leaving DRAM again costs no
 //!   write. Reads try the SSD copy first; a pool read that takes longer
 //!   than [`POOL_READ_DEADLINE`] is a miss.
-//! - **Backpressure**: a put waits while the log's sealed, unwritten
-//!   buffers are over their bound, rather than queueing without end.
+//! - **Backpressure**: a put waits while the SSD log's sealed, unwritten
+//!   buffers are over their bound, rather than queueing without end. It
+//!   waits for the pool's at most [`POOL_WRITE_WAIT`]: a pool that stalls
+//!   (a cut network) is skipped by demotion until its writes move again,
+//!   so a remote volume never stalls the engine's puts for long.
+//! - **Failed writes**: a log whose write fails pauses (appends refused),
+//!   drops the records it could not write from the index, and resumes in
+//!   a fresh segment once its device answers again (the `log` module).
 //! - **Recovery**: both logs are scanned at open; for each key the
 //!   record with the highest version wins (a tombstone deletes), and each
 //!   log's copy with that version is indexed, so the index and the byte
@@ -49,6 +55,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_block::BlockDevice;
+use tokio::sync::oneshot;
 
 use crate::format::{Kind, RecordMeta};
 use crate::log::{Found, Loc, LogDev, LogError, LogState, PeerLog};
@@ -116,6 +123,11 @@ struct Peer {
 /// A pool read slower than this is answered as a miss: recomputing a
 /// block beats waiting on a stalled remote volume.
 pub const POOL_READ_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The longest a put waits for the pool tier's writes to make room;
+/// after it the pool counts as stalled (see [`KvStore::stats`]'s
+/// `pool_skipped`).
+pub const POOL_WRITE_WAIT: Duration = Duration::from_secs(1);
 
 /// Values below this are copied out of the receive buffer they arrived
 /// in, so that a small value does not keep a large buffer alive.
@@ -301,6 +313,8 @@ struct Counters {
     demoted_bytes: AtomicU64,
     not_admitted: AtomicU64,
     dropped: [AtomicU64; 2],
+    lost: [AtomicU64; 2],
+    pool_skipped: AtomicU64,
     promoted: AtomicU64,
     corrupt: AtomicU64,
     expired: AtomicU64,
@@ -358,6 +372,12 @@ pub struct Stats {
     pub dropped_ssd: u64,
     /// Pool records dropped when their segment was reclaimed.
     pub dropped_pool: u64,
+    /// SSD records dropped because their write failed.
+    pub lost_ssd: u64,
+    /// Pool records dropped because their write failed.
+    pub lost_pool: u64,
+    /// Blocks not written to the pool because its writes were stalled.
+    pub pool_skipped: u64,
     /// Blocks copied back into DRAM from a log tier.
     pub promoted: u64,
     /// Log records that failed their checks on read (answered as misses).
@@ -694,10 +714,16 @@ impl KvStore {
         g.ns.get(ns).map(|st| (st.keys, st.bytes, st.quota)).unwrap_or((0, 0, 0))
     }
 
-    /// Waits while any log tier's unwritten buffers are over their bound.
+    /// Waits while the SSD tier's unwritten buffers are over their bound,
+    /// and while the pool's are, for at most [`POOL_WRITE_WAIT`]: a slow
+    /// or cut-off pool costs puts one wait, then blocks skip it until its
+    /// writes move again.
     async fn ready(&self) {
-        for d in self.devs.iter().flatten() {
+        if let Some(d) = &self.devs[SSD] {
             d.ready().await;
+        }
+        if let Some(d) = &self.devs[POOL] {
+            d.ready_within(POOL_WRITE_WAIT).await;
         }
     }
 
@@ -723,18 +749,39 @@ impl KvStore {
     /// Drops the tier-`t` locations of reclaimed keys whose records are
     /// gone, and the entries left with no copy.
     fn reclaim(inner: &mut Inner, counters: &Counters, t: usize, keys: Vec<Bytes>) {
+        let n = Self::drop_locs(inner, t, keys, |log, loc| !log.is_current(loc));
+        counters.dropped[t].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Drops tier `t`'s records whose writes failed from the index.
+    fn drop_lost(inner: &mut Inner, counters: &Counters, t: usize) {
+        let Some(tier) = inner.tiers[t].as_mut() else { return };
+        for (span, keys) in tier.log.take_lost() {
+            let n = Self::drop_locs(inner, t, keys, |_, loc| span.holds(loc));
+            if n > 0 {
+                tracing::warn!(tier = TIER_NAME[t], records = n, "KV records lost with a failed write");
+            }
+            counters.lost[t].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops the tier-`t` records of `keys` for which `gone` holds from
+    /// the index, and the entries left with no copy; returns how many.
+    fn drop_locs(inner: &mut Inner, t: usize, keys: Vec<Bytes>, gone: impl Fn(&LogState<Bytes>, Loc) -> bool) -> u64 {
+        let mut n = 0;
         for k in keys {
-            let Some(tier) = inner.tiers[t].as_ref() else { return };
+            let Some(tier) = inner.tiers[t].as_ref() else { break };
             let Some(e) = inner.map.get_mut(&k) else { continue };
-            let Some(loc) = e.locs[t].filter(|&l| !tier.log.is_current(l)) else { continue };
+            let Some(loc) = e.locs[t].filter(|&l| gone(&tier.log, l)) else { continue };
             e.locs[t] = None;
-            let gone = !e.has_copy();
+            let no_copy = !e.has_copy();
             inner.sub_loc(t, loc);
-            counters.dropped[t].fetch_add(1, Ordering::Relaxed);
-            if gone {
+            n += 1;
+            if no_copy {
                 inner.take_entry(&k);
             }
         }
+        n
     }
 
     /// Evicts from DRAM until `need` more bytes fit, demoting what is
@@ -803,6 +850,10 @@ impl KvStore {
         let (have, meta) = (e.locs, RecordMeta { kind: Kind::Put, expires_ms: e.expires_ms, version: e.version });
         for t in [SSD, POOL] {
             if have[t].is_some() || !admit {
+                continue;
+            }
+            if t == POOL && self.devs[POOL].as_ref().is_some_and(|d| d.is_stalled()) {
+                self.counters.pool_skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             match self.write_copy(inner, t, &k, &value, meta) {
@@ -1281,6 +1332,9 @@ impl KvStore {
             not_admitted: r(&c.not_admitted),
             dropped_ssd: r(&c.dropped[SSD]),
             dropped_pool: r(&c.dropped[POOL]),
+            lost_ssd: r(&c.lost[SSD]),
+            lost_pool: r(&c.lost[POOL]),
+            pool_skipped: r(&c.pool_skipped),
             promoted: r(&c.promoted),
             corrupt: r(&c.corrupt),
             expired: r(&c.expired),
@@ -1381,29 +1435,34 @@ fn recover(inner: &mut Inner, found: Vec<(usize, Found)>, now: u64) {
     }
 }
 
-/// Writes each log's open buffer out every 200 ms and syncs every
-/// second, while the store lives.
+/// Writes each log's open buffer out every 200 ms, drops the records of
+/// failed writes from the index, and syncs every second, while the store
+/// lives. A tier's next sync is asked for only once its last one has
+/// answered, so a slow device neither holds up the other tier nor
+/// queues syncs.
 async fn writer_tick(store: Weak<KvStore>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut n = 0u64;
+    let mut syncing: [Option<oneshot::Receiver<Result<(), LogError>>>; 2] = [None, None];
     loop {
         tick.tick().await;
         n += 1;
-        let synced: Vec<_> = {
-            let Some(s) = store.upgrade() else { return };
-            let mut g = lock(&s.inner);
-            g.tiers
-                .iter_mut()
-                .flatten()
-                .filter_map(|tier| {
-                    tier.log.seal(false);
-                    n.is_multiple_of(5).then(|| tier.log.request_sync())
-                })
-                .collect()
-        };
-        for rx in synced {
-            if let Ok(Err(e)) = rx.await {
-                tracing::debug!(error = %e, "KV log sync failed");
+        let Some(s) = store.upgrade() else { return };
+        let mut g = lock(&s.inner);
+        for (t, pending) in syncing.iter_mut().enumerate() {
+            KvStore::drop_lost(&mut g, &s.counters, t);
+            let Some(tier) = g.tiers[t].as_mut() else { continue };
+            tier.log.seal(false);
+            if let Some(rx) = pending {
+                match rx.try_recv() {
+                    Err(oneshot::error::TryRecvError::Empty) => continue,
+                    Ok(Err(e)) => tracing::debug!(error = %e, tier = TIER_NAME[t], "KV log sync failed"),
+                    _ => {}
+                }
+                *pending = None;
+            }
+            if n.is_multiple_of(5) {
+                *pending = Some(tier.log.request_sync());
             }
         }
     }

@@ -401,7 +401,12 @@ async fn conditional_puts_are_atomic_and_failed_puts_change_nothing() {
 
 /// Puts blocks `0..n` of `len` bytes (version 0) in the default namespace.
 async fn fill(s: &KvStore, n: u64, len: usize) {
-    for i in 0..n {
+    fill_range(s, 0..n, len).await;
+}
+
+/// Puts blocks `range` of `len` bytes (version 0) in the default namespace.
+async fn fill_range(s: &KvStore, range: std::ops::Range<u64>, len: usize) {
+    for i in range {
         s.put(b"", &k(i), value(i, 0, len), PutOpts::default()).await.unwrap();
     }
 }
@@ -505,29 +510,52 @@ async fn a_damaged_ssd_copy_falls_back_to_the_pool_and_a_damaged_pool_copy_is_a_
     s.check_invariants();
 }
 
-/// A device whose reads never finish once `stalled` is set (a pool
-/// volume behind a dead network path).
-struct Stalling {
-    dev: Arc<MemDevice>,
-    stalled: std::sync::atomic::AtomicBool,
+/// A device that can be made to stall (a pool volume behind a dead
+/// network path: reads or writes wait until the stall is lifted) or to
+/// fail its writes and flushes (a volume that answers with errors).
+#[derive(Default)]
+struct Faulty {
+    dev: Option<Arc<MemDevice>>,
+    stall_reads: std::sync::atomic::AtomicBool,
+    stall_writes: std::sync::atomic::AtomicBool,
+    fail_writes: std::sync::atomic::AtomicBool,
 }
 
-impl BlockDevice for Stalling {
+impl Faulty {
+    fn new(bytes: u64) -> Arc<Faulty> {
+        Arc::new(Faulty { dev: Some(mem(bytes)), ..Faulty::default() })
+    }
+    fn dev(&self) -> &Arc<MemDevice> {
+        self.dev.as_ref().expect("set by new")
+    }
+}
+
+async fn while_set(flag: &std::sync::atomic::AtomicBool) {
+    while flag.load(Ordering::Acquire) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn io_error() -> strata_block::BlockError {
+    std::io::Error::other("injected write failure").into()
+}
+
+impl BlockDevice for Faulty {
     fn geometry(&self) -> strata_block::Geometry {
-        self.dev.geometry()
+        self.dev().geometry()
     }
     fn usage(&self) -> strata_block::DeviceUsage {
-        self.dev.usage()
+        self.dev().usage()
     }
     fn read(
         &self,
         lba: u64,
         buf: IoBuf,
     ) -> strata_block::BlockFuture<'_, (IoBuf, Result<(), strata_block::BlockError>)> {
-        if self.stalled.load(Ordering::Acquire) {
-            return Box::pin(std::future::pending());
-        }
-        self.dev.read(lba, buf)
+        Box::pin(async move {
+            while_set(&self.stall_reads).await;
+            self.dev().read(lba, buf).await
+        })
     }
     fn write(
         &self,
@@ -535,7 +563,13 @@ impl BlockDevice for Stalling {
         buf: IoBuf,
         fua: bool,
     ) -> strata_block::BlockFuture<'_, (IoBuf, Result<(), strata_block::BlockError>)> {
-        self.dev.write(lba, buf, fua)
+        Box::pin(async move {
+            while_set(&self.stall_writes).await;
+            if self.fail_writes.load(Ordering::Acquire) {
+                return (buf, Err(io_error()));
+            }
+            self.dev().write(lba, buf, fua).await
+        })
     }
     fn write_zeroes(
         &self,
@@ -543,33 +577,39 @@ impl BlockDevice for Stalling {
         blocks: u64,
         d: bool,
     ) -> strata_block::BlockFuture<'_, Result<(), strata_block::BlockError>> {
-        self.dev.write_zeroes(lba, blocks, d)
+        self.dev().write_zeroes(lba, blocks, d)
     }
     fn deallocate(
         &self,
         ranges: Vec<(u64, u64)>,
     ) -> strata_block::BlockFuture<'_, Result<(), strata_block::BlockError>> {
-        self.dev.deallocate(ranges)
+        self.dev().deallocate(ranges)
     }
     fn flush(&self) -> strata_block::BlockFuture<'_, Result<(), strata_block::BlockError>> {
-        self.dev.flush()
+        Box::pin(async move {
+            while_set(&self.stall_writes).await;
+            if self.fail_writes.load(Ordering::Acquire) {
+                return Err(io_error());
+            }
+            self.dev().flush().await
+        })
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_pool_read_is_a_miss_after_its_deadline_and_costs_no_data() {
-    let pool = Arc::new(Stalling { dev: mem(16 << 20), stalled: false.into() });
+    let pool = Faulty::new(16 << 20);
     let s = open_pool(cfg(64 << 10, Admit::All), &mem(2 << 20), pool.clone()).await;
     fill(&s, 300, 8192).await;
     s.flush(false).await.unwrap();
     assert!(s.stats().dropped_ssd > 0, "block 0 is on the pool only");
-    pool.stalled.store(true, Ordering::Release);
+    pool.stall_reads.store(true, Ordering::Release);
     let t0 = tokio::time::Instant::now();
     assert!(s.get(b"", &k(0)).await.unwrap().is_none());
     let waited = t0.elapsed();
     assert!(waited >= strata_kv::store::POOL_READ_DEADLINE && waited < Duration::from_secs(5), "{waited:?}");
     // The index keeps the block: once the pool answers again, it is there.
-    pool.stalled.store(false, Ordering::Release);
+    pool.stall_reads.store(false, Ordering::Release);
     assert_eq!(s.get(b"", &k(0)).await.unwrap().unwrap(), value(0, 0, 8192));
     assert_eq!(s.stats().corrupt, 0);
     s.check_invariants();
@@ -638,4 +678,89 @@ async fn stores_sharing_a_pool_volume_see_each_others_blocks_and_never_wrong_byt
     b.refresh_peers().await;
     b.check_invariants();
     a.check_invariants();
+}
+
+async fn open_pool_only(c: KvConfig, pool: Arc<dyn BlockDevice>) -> Arc<KvStore> {
+    let tiers = strata_kv::Tiers { ssd: None, pool: Some(pool), peers: Vec::new() };
+    KvStore::open_tiers(c, tiers, Box::new(strata_kv::store::unix_ms)).await.unwrap()
+}
+
+/// Every block of `range` reads back as put (version 0), or is a miss;
+/// returns how many were there.
+async fn right_or_missing(s: &KvStore, range: std::ops::Range<u64>, len: usize) -> u64 {
+    let mut n = 0;
+    for i in range {
+        if let Some(v) = s.get(b"", &k(i)).await.unwrap() {
+            assert_eq!(v, value(i, 0, len), "block {i}");
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_pool_write_pauses_the_tier_and_it_resumes_when_the_volume_answers() {
+    let pool = Faulty::new(16 << 20);
+    let s = open_pool_only(cfg(64 << 10, Admit::All), pool.clone()).await;
+    fill(&s, 100, 8192).await;
+    s.flush(true).await.unwrap();
+    // The volume fails: what the log could not write is dropped from the
+    // index, never read back as wrong bytes, and puts still work.
+    pool.fail_writes.store(true, Ordering::Release);
+    for i in 100..200 {
+        s.put(b"", &k(i), value(i, 0, 8192), PutOpts::default()).await.unwrap();
+    }
+    assert!(s.flush(false).await.is_err(), "a sync of a failed tier fails");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let st = s.stats();
+    assert!(st.lost_pool > 0, "{st:?}");
+    assert_eq!(right_or_missing(&s, 0..100, 8192).await, 100, "written before the failure");
+    right_or_missing(&s, 100..200, 8192).await;
+    s.check_invariants();
+    // The volume answers again: within the probe's backoff the tier
+    // resumes, and new blocks reach it.
+    pool.fail_writes.store(false, Ordering::Release);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let lost = s.stats().lost_pool;
+    fill_range(&s, 200..300, 8192).await;
+    s.flush(false).await.unwrap();
+    let st = s.stats();
+    assert_eq!(st.lost_pool, lost, "{st:?}");
+    assert_eq!(right_or_missing(&s, 200..300, 8192).await, 100, "{st:?}");
+    s.check_invariants();
+    // A restart finds the blocks from before the failure and after it;
+    // the failure's hole is the end of its segment.
+    s.flush(true).await.unwrap();
+    drop(s);
+    let s = open_pool_only(cfg(64 << 10, Admit::All), pool.clone()).await;
+    assert_eq!(right_or_missing(&s, 0..100, 8192).await, 100);
+    right_or_missing(&s, 100..200, 8192).await;
+    assert_eq!(right_or_missing(&s, 200..300, 8192).await, 100);
+    s.check_invariants();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_pool_costs_puts_one_wait_then_blocks_skip_it_until_it_moves() {
+    let pool = Faulty::new(16 << 20);
+    let ssd = mem(8 << 20);
+    let s = open_pool(cfg(64 << 10, Admit::All), &ssd, pool.clone()).await;
+    pool.stall_writes.store(true, Ordering::Release);
+    let t0 = tokio::time::Instant::now();
+    fill(&s, 400, 8192).await;
+    let waited = t0.elapsed();
+    let st = s.stats();
+    assert!(st.pool_skipped > 100, "{st:?}");
+    assert!(waited <= strata_kv::store::POOL_WRITE_WAIT * 3, "puts waited {waited:?} on a stalled pool");
+    // The SSD tier kept every block.
+    assert_eq!(right_or_missing(&s, 0..400, 8192).await, 400);
+    // The pool moves again: its queued writes land, and demotion goes on.
+    pool.stall_writes.store(false, Ordering::Release);
+    s.flush(false).await.unwrap();
+    let skipped = s.stats().pool_skipped;
+    fill_range(&s, 400..500, 8192).await;
+    s.flush(false).await.unwrap();
+    let st = s.stats();
+    assert_eq!(st.pool_skipped, skipped, "{st:?}");
+    assert!(st.pool_keys >= 100, "{st:?}");
+    s.check_invariants();
 }

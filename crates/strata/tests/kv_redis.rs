@@ -198,9 +198,7 @@ fn kill_9_keeps_every_flushed_block_and_its_accounting() {
     let n = 384u32;
     let stats = rt().block_on(async {
         let mut c = Client::connect(kv.addr).await.unwrap();
-        for i in 0..n {
-            c.set(format!("blk{i}").as_bytes(), &block(i, 64 << 10)).await.unwrap();
-        }
+        put_range(&mut c, 0..n).await;
         assert_eq!(c.call(&["KV.FLUSH"]).await.unwrap(), strata_kv::resp::Reply::Simple("OK".into()));
         c.stats().await.unwrap()
     });
@@ -235,34 +233,81 @@ fn kill_9_keeps_every_flushed_block_and_its_accounting() {
     });
 }
 
-/// `strata serve` with its default volume, for the pool tier: returns the
-/// process and its NVMe/TCP address.
-fn start_target(dir: &Path) -> (Child, SocketAddr) {
-    let port = |_| {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let [io, disc, http]: [u16; 3] = std::array::from_fn(port);
-    let io: SocketAddr = format!("127.0.0.1:{io}").parse().unwrap();
-    let drive = format!("{}:256M", dir.join("drive0.img").display());
-    let log = std::fs::File::create(dir.join("target.log")).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--data-dir", &dir.display().to_string(), "--listen", &io.to_string()])
-        .args(["--discovery", &format!("127.0.0.1:{disc}"), "--http", &format!("127.0.0.1:{http}")])
-        .args(["--default-volume-size", "96M", "--drive", &drive])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn strata serve");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(io).is_err() {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("strata serve exited ({status}): {}", std::fs::read_to_string(dir.join("target.log")).unwrap());
-        }
-        assert!(Instant::now() < deadline, "strata serve did not listen");
-        std::thread::sleep(Duration::from_millis(50));
+/// `strata serve` with its default volume, for the pool tier; killed
+/// when dropped (a failing test leaves no target behind).
+struct Target {
+    child: Child,
+    io: SocketAddr,
+    dir: std::path::PathBuf,
+    disc: u16,
+    http: u16,
+}
+
+impl Target {
+    fn start(dir: &Path) -> Target {
+        let port = |_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let [io, disc, http]: [u16; 3] = std::array::from_fn(port);
+        let io: SocketAddr = format!("127.0.0.1:{io}").parse().unwrap();
+        let child = Target::spawn(dir, io, disc, http);
+        Target { child, io, dir: dir.to_path_buf(), disc, http }
     }
-    (child, io)
+
+    fn spawn(dir: &Path, io: SocketAddr, disc: u16, http: u16) -> Child {
+        let drive = format!("{}:256M", dir.join("drive0.img").display());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("target.log")).unwrap();
+        let mut child = Command::new(BIN)
+            .args(["serve", "--data-dir", &dir.display().to_string(), "--listen", &io.to_string()])
+            .args(["--discovery", &format!("127.0.0.1:{disc}"), "--http", &format!("127.0.0.1:{http}")])
+            .args(["--default-volume-size", "96M", "--drive", &drive])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn strata serve");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(io).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("strata serve exited ({status}): {}", std::fs::read_to_string(dir.join("target.log")).unwrap());
+            }
+            assert!(Instant::now() < deadline, "strata serve did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    }
+
+    /// The `--pool` argument for its default volume.
+    fn pool(&self) -> String {
+        format!("tcp://{}/nqn.2026-11.io.strata:default", self.io)
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same ports and data.
+    fn restart(&mut self) {
+        self.child = Target::spawn(&self.dir, self.io, self.disc, self.http);
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Sets `blk{i}` to [`block`]`(i, 64 KiB)` for each `i` of `r`.
+async fn put_range(c: &mut Client, r: std::ops::Range<u32>) {
+    for i in r {
+        c.set(format!("blk{i}").as_bytes(), &block(i, 64 << 10)).await.unwrap();
+    }
+}
+
+fn stat(st: &[(String, i64)], k: &str) -> i64 {
+    st.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap_or_else(|| panic!("no {k} in {st:?}"))
 }
 
 #[test]
@@ -270,19 +315,16 @@ fn the_pool_tier_is_a_strata_volume_over_nvme_tcp_and_survives_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let target_dir = dir.path().join("target");
     std::fs::create_dir_all(&target_dir).unwrap();
-    let (mut target, io) = start_target(&target_dir);
-    let pool = format!("tcp://{io}/nqn.2026-11.io.strata:default");
+    let target = Target::start(&target_dir);
+    let pool = target.pool();
     let args = ["--admit", "all", "--pool", pool.as_str()];
     // 32 MiB of 64 KiB blocks through 4 MiB of DRAM and a 12 MiB SSD
     // tier: the SSD ring wraps, the 96 MiB pool volume keeps them all.
     let kv = Kv::start_sized(dir.path(), "4M", "12M", &args);
     let n = 512u32;
-    let stat = |st: &[(String, i64)], k: &str| st.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap();
     let before = rt().block_on(async {
         let mut c = Client::connect(kv.addr).await.unwrap();
-        for i in 0..n {
-            c.set(format!("blk{i}").as_bytes(), &block(i, 64 << 10)).await.unwrap();
-        }
+        put_range(&mut c, 0..n).await;
         assert_eq!(c.call(&["KV.FLUSH"]).await.unwrap(), strata_kv::resp::Reply::Simple("OK".into()));
         let st = c.stats().await.unwrap();
         assert!(stat(&st, "dropped_ssd") > 100, "the SSD tier wrapped: {st:?}");
@@ -309,9 +351,7 @@ fn the_pool_tier_is_a_strata_volume_over_nvme_tcp_and_survives_kill_9() {
             assert_eq!(&v[..], &block(i, 64 << 10)[..], "blk{i} came back wrong");
         }
     });
-    drop(kv);
-    let _ = target.kill();
-    let _ = target.wait();
+    drop((kv, target));
 }
 
 #[test]
@@ -322,8 +362,8 @@ fn two_kv_servers_share_one_pool_volume_and_see_each_others_blocks() {
     for d in [&target_dir, &a_dir, &b_dir] {
         std::fs::create_dir_all(d).unwrap();
     }
-    let (mut target, io) = start_target(&target_dir);
-    let pool = format!("tcp://{io}/nqn.2026-11.io.strata:default");
+    let target = Target::start(&target_dir);
+    let pool = target.pool();
     let a = Kv::start(&a_dir, "4M", &["--admit", "all", "--pool", &pool, "--pool-region", "0/2"]);
     let b = Kv::start(&b_dir, "4M", &["--admit", "all", "--pool", &pool, "--pool-region", "1/2"]);
     let keys: Vec<String> = (0..40).map(|i| format!("shared{i}")).collect();
@@ -349,7 +389,66 @@ fn two_kv_servers_share_one_pool_volume_and_see_each_others_blocks() {
         assert!(st.iter().any(|(n, v)| n == "hits_peer" && *v >= 40), "{st:?}");
     });
     assert_eq!(b.cli(&["EXISTS", "shared0", "nope"]), "1");
-    drop((a, b));
-    let _ = target.kill();
-    let _ = target.wait();
+    drop((a, b, target));
+}
+
+#[test]
+fn the_pool_tier_pauses_while_its_target_is_down_and_resumes_when_it_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let target_dir = dir.path().join("target");
+    std::fs::create_dir_all(&target_dir).unwrap();
+    let mut target = Target::start(&target_dir);
+    let pool = target.pool();
+    let args = ["--admit", "all", "--pool", pool.as_str()];
+    // 64 KiB blocks through 2 MiB of DRAM and a 12 MiB SSD tier: older
+    // blocks live on the pool only.
+    let kv = Kv::start_sized(dir.path(), "2M", "12M", &args);
+    rt().block_on(async {
+        let mut c = Client::connect(kv.addr).await.unwrap();
+        put_range(&mut c, 0..200).await;
+        assert_eq!(c.call(&["KV.FLUSH", "ALL"]).await.unwrap(), strata_kv::resp::Reply::Simple("OK".into()));
+        // The target dies: puts go on (the pool tier pauses), and what it
+        // held stays indexed.
+        target.kill9();
+        put_range(&mut c, 200..300).await;
+        let st = c.stats().await.unwrap();
+        assert!(stat(&st, "pool_keys") >= 150, "{st:?}");
+        // It comes back: within the probe's backoff the pool takes writes
+        // again, and KV.FLUSH succeeds.
+        target.restart();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            put_range(&mut c, 300..340).await;
+            if c.call(&["KV.FLUSH", "ALL"]).await.unwrap() == strata_kv::resp::Reply::Simple("OK".into()) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the pool tier never resumed: {:?}", c.stats().await.unwrap());
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        put_range(&mut c, 340..400).await;
+        assert_eq!(c.call(&["KV.FLUSH", "ALL"]).await.unwrap(), strata_kv::resp::Reply::Simple("OK".into()));
+        let st = c.stats().await.unwrap();
+        assert!(stat(&st, "dropped_ssd") > 0, "the SSD ring wrapped: {st:?}");
+        assert!(stat(&st, "lost_pool") + stat(&st, "pool_skipped") > 0, "the cut was felt: {st:?}");
+        // Every block is right or a miss; those before the cut and after
+        // the return are all there.
+        for i in 0..400u32 {
+            let v = c.get(format!("blk{i}").as_bytes()).await.unwrap();
+            match v {
+                Some(v) => assert_eq!(&v[..], &block(i, 64 << 10)[..], "blk{i} came back wrong"),
+                None => assert!((200..340).contains(&i), "blk{i} lost: {:?}", c.stats().await.unwrap()),
+            }
+        }
+    });
+    kv.kill9();
+    // And a restart of the KV server finds them on the pool.
+    let kv = Kv::start_sized(dir.path(), "2M", "12M", &args);
+    rt().block_on(async {
+        let mut c = Client::connect(kv.addr).await.unwrap();
+        for i in (0..200u32).chain(340..400) {
+            let v = c.get(format!("blk{i}").as_bytes()).await.unwrap().unwrap_or_else(|| panic!("blk{i} lost"));
+            assert_eq!(&v[..], &block(i, 64 << 10)[..], "blk{i} came back wrong");
+        }
+    });
+    drop((kv, target));
 }
