@@ -2,13 +2,22 @@
 //! code written against local devices (the KV store's pool tier).
 //!
 //! The controller is connected at [`RemoteNamespace::connect`] and again,
-//! lazily, by the first command after a failure: a dropped connection or
-//! a command that outlives [`RemoteNamespace::command_timeout`] fails that
-//! command with [`BlockError::Io`] and retires the connection, so one
+//! lazily, by the first command after a failure: an error status, a
+//! dropped connection or a command that outlives
+//! [`RemoteNamespace::command_timeout`] fails that command with
+//! [`BlockError::Io`] and retires the connection, so one
 //! stalled target costs its callers one timeout each, not a hang. I/O
 //! larger than the controller's transfer limit is split into commands of
 //! whole blocks. Nothing is retried here: the caller decides (the KV
 //! store treats a failed read as a miss).
+//!
+//! A volume of a strata pool is served by its owner, which moves when a
+//! node fails. [`RemoteNamespace::connect_any`] takes several addresses
+//! (any I/O or discovery port of any node): each connect, the first one
+//! and every reconnect, asks them in turn where the subsystem is served
+//! now (discovery is served on every I/O port), then tries that address,
+//! the last one that worked, and the given ones. A reconnect checks that
+//! the namespace still has the size it had.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -25,7 +34,10 @@ const MAX_ZERO_BLOCKS: u64 = 65_536;
 
 /// One namespace of a remote subsystem.
 pub struct RemoteNamespace {
-    addr: SocketAddr,
+    /// Where to ask for the subsystem (see the module doc).
+    seeds: Vec<SocketAddr>,
+    /// Where it was connected last.
+    addr: Mutex<SocketAddr>,
     nqn: String,
     nsid: u32,
     cfg: HostConfig,
@@ -39,7 +51,8 @@ pub struct RemoteNamespace {
 impl std::fmt::Debug for RemoteNamespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteNamespace")
-            .field("addr", &self.addr)
+            .field("addr", &self.addr())
+            .field("seeds", &self.seeds)
             .field("nqn", &self.nqn)
             .field("nsid", &self.nsid)
             .field("geometry", &self.geometry)
@@ -64,7 +77,25 @@ impl RemoteNamespace {
         nsid: Option<u32>,
         cfg: &HostConfig,
     ) -> Result<Arc<RemoteNamespace>, HostError> {
-        let ctrl = Controller::connect(addr, nqn, cfg).await?;
+        Self::connect_any(&[addr], nqn, nsid, cfg).await
+    }
+
+    /// As [`RemoteNamespace::connect`], finding the subsystem through
+    /// `seeds` (see the module doc), now and at every reconnect.
+    ///
+    /// # Errors
+    ///
+    /// No address leads to the subsystem, or the namespace does not exist.
+    pub async fn connect_any(
+        seeds: &[SocketAddr],
+        nqn: &str,
+        nsid: Option<u32>,
+        cfg: &HostConfig,
+    ) -> Result<Arc<RemoteNamespace>, HostError> {
+        if seeds.is_empty() {
+            return Err(HostError::InvalidArgument(format!("no address given for {nqn}")));
+        }
+        let (ctrl, addr) = find(seeds, None, nqn, cfg, DEFAULT_TIMEOUT).await?;
         let nsid = match nsid {
             Some(n) => n,
             None => match ctrl.active_namespaces().await?.first() {
@@ -83,12 +114,13 @@ impl RemoteNamespace {
             )));
         }
         Ok(Arc::new(RemoteNamespace {
-            addr,
+            seeds: seeds.to_vec(),
+            addr: Mutex::new(addr),
             nqn: nqn.to_string(),
             nsid,
             cfg: cfg.clone(),
             geometry: Geometry { block_size, num_blocks: id.nsze },
-            timeout_ms: std::sync::atomic::AtomicU64::new(30_000),
+            timeout_ms: std::sync::atomic::AtomicU64::new(DEFAULT_TIMEOUT.as_millis() as u64),
             current: Mutex::new(Some(Arc::new(ctrl))),
             connecting: tokio::sync::Mutex::new(()),
         }))
@@ -111,6 +143,11 @@ impl RemoteNamespace {
         self.nsid
     }
 
+    /// Where the subsystem was connected last.
+    pub fn addr(&self) -> SocketAddr {
+        *self.addr.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The live controller, connecting again after a failure.
     async fn ctrl(&self) -> Result<Arc<Controller>, BlockError> {
         if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
@@ -120,13 +157,22 @@ impl RemoteNamespace {
         if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Ok(c);
         }
-        let c = tokio::time::timeout(self.command_timeout(), Controller::connect(self.addr, &self.nqn, &self.cfg))
+        let limit = self.command_timeout();
+        let (c, addr) = find(&self.seeds, Some(self.addr()), &self.nqn, &self.cfg, limit).await.map_err(io_error)?;
+        let id = tokio::time::timeout(limit, c.identify_namespace(self.nsid))
             .await
-            .map_err(|_| io_error(format!("connecting to {} timed out", self.addr)))?
+            .map_err(|_| io_error(format!("identifying namespace {} at {addr} timed out", self.nsid)))?
             .map_err(io_error)?;
+        if id.nsze != self.geometry.num_blocks {
+            return Err(io_error(format!(
+                "{} namespace {} at {addr} has {} blocks, not the {} it had",
+                self.nqn, self.nsid, id.nsze, self.geometry.num_blocks
+            )));
+        }
         let c = Arc::new(c);
+        *self.addr.lock().unwrap_or_else(|e| e.into_inner()) = addr;
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
-        tracing::info!(addr = %self.addr, nqn = %self.nqn, "remote namespace reconnected");
+        tracing::info!(%addr, nqn = %self.nqn, "remote namespace reconnected");
         Ok(c)
     }
 
@@ -137,12 +183,14 @@ impl RemoteNamespace {
         cmd: impl std::future::Future<Output = Result<T, HostError>>,
     ) -> Result<T, BlockError> {
         let limit = self.command_timeout();
+        // Any failure retires the connection, an error status too: the
+        // controller may be a pool volume's deposed owner, whose fenced
+        // writes fail while the volume is served elsewhere, and only a
+        // reconnect asks discovery where that is.
         let e = match tokio::time::timeout(limit, cmd).await {
             Ok(Ok(v)) => return Ok(v),
-            // The command failed; the connection is fine.
-            Ok(Err(e @ HostError::Status { .. })) => return Err(io_error(e)),
             Ok(Err(e)) => io_error(e),
-            Err(_) => io_error(format!("a command to {} took over {limit:?}", self.addr)),
+            Err(_) => io_error(format!("a command to {} took over {limit:?}", self.addr())),
         };
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, ctrl)) {
@@ -170,6 +218,53 @@ impl RemoteNamespace {
         }
         Ok(())
     }
+}
+
+/// The command timeout until [`RemoteNamespace::set_command_timeout`].
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connects to `nqn`: at the address the first of `seeds` whose discovery
+/// lists it gives, else at `last`, else at each seed; each step within
+/// `limit`. Returns the controller and where it is.
+async fn find(
+    seeds: &[SocketAddr],
+    last: Option<SocketAddr>,
+    nqn: &str,
+    cfg: &HostConfig,
+    limit: Duration,
+) -> Result<(Controller, SocketAddr), HostError> {
+    let mut err = None;
+    let mut candidates: Vec<SocketAddr> = Vec::new();
+    for &seed in seeds {
+        match tokio::time::timeout(limit, crate::discover(seed, cfg)).await {
+            Ok(Ok(entries)) => candidates.extend(
+                entries
+                    .iter()
+                    .filter(|e| e.subnqn == nqn)
+                    .filter_map(|e| format!("{}:{}", e.traddr, e.trsvcid).parse::<SocketAddr>().ok()),
+            ),
+            Ok(Err(e)) => err = Some(e),
+            Err(_) => err = Some(HostError::Timeout { what: "discovery", after: limit }),
+        }
+        if !candidates.is_empty() {
+            break;
+        }
+    }
+    candidates.extend(last);
+    candidates.extend_from_slice(seeds);
+    let mut tried = Vec::new();
+    for addr in candidates {
+        if tried.contains(&addr) {
+            continue;
+        }
+        tried.push(addr);
+        match tokio::time::timeout(limit, Controller::connect(addr, nqn, cfg)).await {
+            Ok(Ok(c)) => return Ok((c, addr)),
+            Ok(Err(e)) => err = Some(e),
+            Err(_) => err = Some(HostError::Timeout { what: "connect", after: limit }),
+        }
+    }
+    Err(err.unwrap_or_else(|| HostError::InvalidArgument(format!("no address leads to {nqn}"))))
 }
 
 impl BlockDevice for RemoteNamespace {

@@ -70,3 +70,58 @@ async fn a_remote_namespace_is_a_block_device_that_reconnects() {
     assert_eq!(read(&dev, 6, BS).await.expect("reconnected"), data[BS..2 * BS]);
     let _keep: Arc<RemoteNamespace> = dev;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_namespace_follows_its_subsystem_to_where_discovery_says_it_is_now() {
+    use strata_target::RemoteSubsystem;
+    let fx = start(2048).await;
+    // A node that does not serve the subsystem but lists where it is, as
+    // every node of a pool lists a volume at its owner's address.
+    let directory = Target::new(TargetConfig::default());
+    let dir_addr = directory.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.unwrap().addr;
+    let at = |addr| vec![RemoteSubsystem { nqn: NQN.into(), addr, allowed_hosts: vec![] }];
+    directory.set_remote_subsystems(at(fx.io));
+
+    let cfg = HostConfig::default();
+    let dev = RemoteNamespace::connect_any(&[dir_addr], NQN, None, &cfg).await.expect("found through discovery");
+    dev.set_command_timeout(Duration::from_secs(5));
+    assert_eq!(dev.addr(), fx.io);
+    let data = Rng::new(11).bytes(8 * BS);
+    let (_, r) = dev.write(0, buf_of(&data), false).await;
+    r.expect("write");
+    dev.flush().await.expect("flush");
+
+    // The subsystem moves to another target (a new owner) on another
+    // port; the directory says so. The command that finds the old owner
+    // gone fails; the next one reconnects where the directory points.
+    fx.target.shutdown(Duration::from_secs(2)).await;
+    let moved = Target::new(TargetConfig::default());
+    let sub = Subsystem::new(NQN, "STRATAITEST02", vec![]);
+    sub.add_namespace(Namespace::new(1, IDS, fx.dev.clone())).unwrap();
+    moved.add_subsystem(sub).unwrap();
+    let new_io = moved.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.unwrap().addr;
+    directory.set_remote_subsystems(at(new_io));
+    let first = read(&dev, 0, data.len()).await;
+    let got = match first {
+        Ok(v) => v,
+        Err(_) => read(&dev, 0, data.len()).await.expect("reconnected at the new address"),
+    };
+    assert_eq!(got, data);
+    assert_eq!(dev.addr(), new_io);
+
+    // A namespace of another size under the same name is refused.
+    moved.shutdown(Duration::from_secs(2)).await;
+    let other = Target::new(TargetConfig::default());
+    let sub = Subsystem::new(NQN, "STRATAITEST03", vec![]);
+    sub.add_namespace(Namespace::new(1, IDS, Arc::new(strata_block::MemDevice::new(BS as u32, 4096)))).unwrap();
+    other.add_subsystem(sub).unwrap();
+    let other_io = other.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.unwrap().addr;
+    directory.set_remote_subsystems(at(other_io));
+    for _ in 0..2 {
+        match read(&dev, 0, BS).await {
+            Err(BlockError::Io(e)) if e.to_string().contains("not the 2048") => return,
+            other => assert!(other.is_err(), "a namespace of another size was used: {other:?}"),
+        }
+    }
+    panic!("the size change was not reported");
+}

@@ -40,9 +40,15 @@ struct ServeArgs {
     #[arg(long, value_parser = parse_size)]
     ssd_segment: Option<u64>,
     /// Pool tier: a strata volume (or any NVMe/TCP namespace 1) as
-    /// tcp://ADDR:PORT/NQN, used whole as a log below the SSD tier.
+    /// tcp://ADDR:PORT[,ADDR:PORT...]/NQN, used whole as a log below the
+    /// SSD tier. On a cluster, list several nodes: each (re)connect asks
+    /// them where the volume is served now, so the tier follows its owner.
     #[arg(long)]
-    pool: Option<strata_bench::TargetSpec>,
+    pool: Option<PoolSpec>,
+    /// With --pool: how long one pool command may take before it fails
+    /// (the tier then pauses, and resumes once the volume answers).
+    #[arg(long, default_value = "5s", value_parser = parse_timeout)]
+    pool_timeout: std::time::Duration,
     /// With --pool: this server's region of a pool volume shared by N KV
     /// servers, as I/N (0-based). The volume is cut in N equal regions;
     /// this server writes region I and reads the others, so that its
@@ -93,11 +99,54 @@ pub(crate) fn open_ssd(
     strata_store::RawDevice::open(path, size, allow_buffered).with_context(|| format!("SSD tier {}", path.display()))
 }
 
-/// Connects to a pool tier's volume over NVMe/TCP.
-pub(crate) async fn connect_pool(t: &strata_bench::TargetSpec) -> anyhow::Result<Arc<dyn BlockDevice>> {
-    let dev = strata_host::RemoteNamespace::connect(t.addr, &t.nqn, Some(t.nsid), &strata_host::HostConfig::default())
+/// A pool tier's volume: `tcp://ADDR:PORT[,ADDR:PORT...]/NQN`, namespace 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PoolSpec {
+    /// Where to find it: any I/O port of the target, or of any node.
+    pub addrs: Vec<std::net::SocketAddr>,
+    /// The subsystem.
+    pub nqn: String,
+}
+
+impl std::str::FromStr for PoolSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let shape = || format!("{s:?}: expected tcp://ADDR:PORT[,ADDR:PORT...]/NQN");
+        let rest = s.strip_prefix("tcp://").ok_or_else(shape)?;
+        let (addrs, nqn) = rest.split_once('/').ok_or_else(shape)?;
+        if nqn.is_empty() {
+            return Err(shape());
+        }
+        let addrs = addrs
+            .split(',')
+            .map(|a| a.trim().parse().map_err(|e| format!("{s:?}: address {a:?}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(PoolSpec { addrs, nqn: nqn.to_string() })
+    }
+}
+
+impl std::fmt::Display for PoolSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addrs: Vec<String> = self.addrs.iter().map(ToString::to_string).collect();
+        write!(f, "tcp://{}/{}", addrs.join(","), self.nqn)
+    }
+}
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    let d = strata_bench::units::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: a timeout must be above zero"));
+    }
+    Ok(d)
+}
+
+/// Connects to a pool tier's volume over NVMe/TCP, with `timeout` for
+/// each command.
+pub(crate) async fn connect_pool(t: &PoolSpec, timeout: std::time::Duration) -> anyhow::Result<Arc<dyn BlockDevice>> {
+    let dev = strata_host::RemoteNamespace::connect_any(&t.addrs, &t.nqn, Some(1), &strata_host::HostConfig::default())
         .await
         .with_context(|| format!("pool tier {t}"))?;
+    dev.set_command_timeout(timeout);
     Ok(dev)
 }
 
@@ -154,7 +203,7 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     });
     let mut tiers = strata_kv::Tiers { ssd, ..Default::default() };
     if let Some(t) = &args.pool {
-        let dev = connect_pool(t).await?;
+        let dev = connect_pool(t, args.pool_timeout).await?;
         let (me, n) = args.pool_region;
         let region = |i| -> anyhow::Result<Arc<dyn BlockDevice>> {
             let r = strata_block::Region::nth(dev.clone(), i, n)
@@ -212,5 +261,20 @@ mod tests {
         assert!(parse_quota("llama").is_err() && parse_quota("a=lots").is_err());
         assert_eq!(parse_region("1/3").unwrap(), (1, 3));
         assert!(parse_region("3/3").is_err() && parse_region("0/0").is_err() && parse_region("1").is_err());
+    }
+
+    #[test]
+    fn pool_specs_take_one_address_or_several() {
+        let one: PoolSpec = "tcp://127.0.0.1:4420/nqn.x".parse().unwrap();
+        assert_eq!((one.addrs.len(), one.nqn.as_str()), (1, "nqn.x"));
+        let three: PoolSpec = "tcp://10.0.0.1:4420,10.0.0.2:4420,[::1]:4421/nqn.y".parse().unwrap();
+        assert_eq!(three.addrs.len(), 3);
+        assert_eq!(three.to_string(), "tcp://10.0.0.1:4420,10.0.0.2:4420,[::1]:4421/nqn.y");
+        for bad in ["127.0.0.1:4420/nqn", "tcp://127.0.0.1:4420", "tcp://127.0.0.1:4420/", "tcp://a,b/nqn", "tcp:///n"]
+        {
+            assert!(bad.parse::<PoolSpec>().is_err(), "{bad}");
+        }
+        assert_eq!(parse_timeout("250ms").unwrap(), std::time::Duration::from_millis(250));
+        assert!(parse_timeout("0s").is_err() && parse_timeout("soon").is_err());
     }
 }

@@ -38,10 +38,10 @@ pub struct TtftArgs {
     /// The SSD tier's file or block device, PATH[:SIZE] (`none`: DRAM only).
     #[arg(long, default_value = "./strata-data/bench/ttft-ssd.log:4G")]
     ssd: String,
-    /// A pool tier, tcp://ADDR:PORT/NQN (a strata volume): measured last,
+    /// A pool tier, tcp://ADDR:PORT[,ADDR:PORT...]/NQN (a strata volume): measured last,
     /// with the SSD tier taken away so that every block comes from it.
     #[arg(long)]
-    pool: Option<strata_bench::TargetSpec>,
+    pool: Option<crate::kv_cmd::PoolSpec>,
     /// Allow an SSD file on a filesystem without O_DIRECT (tmpfs).
     #[arg(long)]
     allow_buffered: bool,
@@ -143,7 +143,7 @@ struct Served {
 struct StoreSpec {
     dram: u64,
     ssd: Option<(PathBuf, Option<u64>)>,
-    pool: Option<strata_bench::TargetSpec>,
+    pool: Option<crate::kv_cmd::PoolSpec>,
     allow_buffered: bool,
 }
 
@@ -157,7 +157,7 @@ impl Served {
             };
             let pool: Option<Arc<dyn BlockDevice>> = match &spec.pool {
                 None => None,
-                Some(t) => Some(crate::kv_cmd::connect_pool(t).await?),
+                Some(t) => Some(crate::kv_cmd::connect_pool(t, std::time::Duration::from_secs(30)).await?),
             };
             let seg = strata_kv::store::segment_size_for(ssd.as_ref().map(|d| d.geometry().size_bytes()).unwrap_or(0));
             let cfg = KvConfig { dram_bytes: spec.dram, admit: Admit::All, segment_bytes: seg };

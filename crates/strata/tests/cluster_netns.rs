@@ -28,7 +28,7 @@ mod common;
 #[path = "common/netns.rs"]
 mod netns;
 use common::{NodeProc, nodes_up, volume_status, wait_for};
-use netns::{Load, Net, addrs, create_healthy, load_runs, owner_index, replica_not_owner, watch_states};
+use netns::{Load, Net, create_healthy, load_runs, owner_index, replica_not_owner, start_node, watch_states};
 
 const NODES: usize = 4;
 const SEED: u64 = 20261201;
@@ -42,22 +42,8 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
     let net = Net::new(NODES);
     let etcd = EtcdProcess::start_also_on(net.gateway());
     let tmp = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<NodeProc> = (0..NODES)
-        .map(|i| {
-            let ns = net.ns(i);
-            let dir = tmp.path().join(format!("n{i}"));
-            let etcd_url = etcd.url_on(net.gateway());
-            NodeProc::start(
-                &dir,
-                &format!("n{i}"),
-                &format!("r{i}"),
-                &etcd_url,
-                "1G",
-                addrs(net.addr(i)),
-                &["ip", "netns", "exec", &ns],
-            )
-        })
-        .collect();
+    let etcd_url = etcd.url_on(net.gateway());
+    let mut nodes: Vec<NodeProc> = (0..NODES).map(|i| start_node(&net, &etcd_url, tmp.path(), i)).collect();
     wait_for("four nodes up", Duration::from_secs(30), &nodes, || (nodes_up(&nodes[0])? == NODES).then_some(()));
     let nqn = create_healthy(&nodes, VOLUME, "512M", "rep:3");
 

@@ -30,7 +30,7 @@ mod common;
 #[path = "common/netns.rs"]
 mod netns;
 use common::{NodeProc, nodes_up, volume_status, wait_for};
-use netns::{Load, Net, addrs, create_healthy, load_runs, owner_index, replica_not_owner, watch_states};
+use netns::{Load, Net, create_healthy, load_runs, owner_index, replica_not_owner, start_node, watch_states};
 
 /// Namespaces: seven nodes at first, an eighth joins in step 2.
 const NODES: usize = 8;
@@ -69,13 +69,8 @@ fn an_ec_4_2_volume_under_verified_load_survives_m_kills_an_add_a_drain_and_a_re
     let net = Net::new(NODES);
     let etcd = EtcdProcess::start_also_on(net.gateway());
     let tmp = tempfile::tempdir().unwrap();
-    let start = |i: usize| {
-        let ns = net.ns(i);
-        let dir = tmp.path().join(format!("n{i}"));
-        let etcd_url = etcd.url_on(net.gateway());
-        let prefix = ["ip", "netns", "exec", ns.as_str()];
-        NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), &etcd_url, "1G", addrs(net.addr(i)), &prefix)
-    };
+    let etcd_url = etcd.url_on(net.gateway());
+    let start = |i: usize| start_node(&net, &etcd_url, tmp.path(), i);
     let mut nodes: Vec<NodeProc> = (0..NODES - 1).map(start).collect();
     wait_for("seven nodes up", Duration::from_secs(30), &nodes, || (nodes_up(&nodes[0])? == NODES - 1).then_some(()));
     // No rebuild until step 4; resyncs and moves at full speed.

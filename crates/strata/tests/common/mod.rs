@@ -212,8 +212,13 @@ pub fn loopback_node(root: &Path, i: usize, etcd: &str, drive_size: &str, ports:
 
 /// 4 KiB of pseudo-random bytes, named by `seed`.
 pub fn pattern(seed: u64) -> Vec<u8> {
+    pattern_len(seed, 4096)
+}
+
+/// `len` (a multiple of 8) pseudo-random bytes, named by `seed`.
+pub fn pattern_len(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..4096 / 8)
+    (0..len / 8)
         .flat_map(|_| {
             x ^= x << 13;
             x ^= x >> 7;

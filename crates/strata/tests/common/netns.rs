@@ -98,6 +98,15 @@ impl Drop for Net {
     }
 }
 
+/// Starts `strata node` `n{i}` (rack `r{i}`, a 1 GiB drive under
+/// `root/n{i}`) in namespace `i` of `net`, on the etcd at `etcd`.
+pub fn start_node(net: &Net, etcd: &str, root: &std::path::Path, i: usize) -> NodeProc {
+    let ns = net.ns(i);
+    let dir = root.join(format!("n{i}"));
+    let prefix = ["ip", "netns", "exec", ns.as_str()];
+    NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), etcd, "1G", addrs(net.addr(i)), &prefix)
+}
+
 pub fn addrs(ip: Ipv4Addr) -> NodeAddrs {
     NodeAddrs {
         fabric: format!("{ip}:4430"),
