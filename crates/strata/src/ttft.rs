@@ -48,6 +48,9 @@ pub struct TtftArgs {
     /// Compute threads (default: every core).
     #[arg(long)]
     threads: Option<usize>,
+    /// Connections a load fetches over at once (1: one MGET at a time).
+    #[arg(long, default_value_t = 4)]
+    load_lanes: usize,
     /// Conversation trace for the multi-turn replay (JSON lines with
     /// `hash_ids`); `none` skips the replay.
     #[arg(long, default_value = "../shared/traces/mooncake_conversation_trace.jsonl")]
@@ -137,7 +140,15 @@ struct Served {
     rt: tokio::runtime::Runtime,
     store: Arc<KvStore>,
     client: Client,
+    /// The connections a load fetches over at once (`--load-lanes`):
+    /// lane `l` of `n` fetches batches `l`, `l + n`, ..., so that round
+    /// trips overlap with each other and with copying the blocks that
+    /// came back into the cache.
+    lanes: Vec<Arc<tokio::sync::Mutex<Client>>>,
 }
+
+/// Blocks per `MGET` (and `MSET`).
+const BATCH_BLOCKS: usize = 16;
 
 #[derive(Clone)]
 struct StoreSpec {
@@ -145,12 +156,13 @@ struct StoreSpec {
     ssd: Option<(PathBuf, Option<u64>)>,
     pool: Option<crate::kv_cmd::PoolSpec>,
     allow_buffered: bool,
+    load_lanes: usize,
 }
 
 impl Served {
     fn start(spec: &StoreSpec, wipe: bool) -> anyhow::Result<Served> {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        let (store, client) = rt.block_on(async {
+        let (store, client, lanes) = rt.block_on(async {
             let ssd: Option<Arc<dyn BlockDevice>> = match &spec.ssd {
                 None => None,
                 Some((path, size)) => Some(crate::kv_cmd::open_ssd(path, *size, spec.allow_buffered)?),
@@ -173,16 +185,21 @@ impl Served {
             let cfg = strata_kv::server::ServerConfig::default();
             tokio::spawn(strata_kv::server::serve(store.clone(), listener, cfg, std::future::pending()));
             let client = Client::connect(addr).await.context("connecting to the KV server")?;
-            anyhow::Ok((store, client))
+            let mut lanes = Vec::new();
+            for _ in 0..spec.load_lanes {
+                let c = Client::connect(addr).await.context("connecting to the KV server")?;
+                lanes.push(Arc::new(tokio::sync::Mutex::new(c)));
+            }
+            anyhow::Ok((store, client, lanes))
         })?;
-        Ok(Served { rt, store, client })
+        Ok(Served { rt, store, client, lanes })
     }
 
     /// Writes every block to the SSD tier and stops, as `strata kv serve`
     /// does on SIGTERM; then starts again on the same file.
     fn restart(self, spec: &StoreSpec) -> anyhow::Result<Served> {
-        let Served { rt, store, client } = self;
-        drop(client);
+        let Served { rt, store, client, lanes } = self;
+        drop((client, lanes));
         rt.block_on(store.flush(true)).context("flushing the store before the restart")?;
         drop(store);
         rt.shutdown_timeout(Duration::from_secs(5));
@@ -196,11 +213,13 @@ impl Served {
         block_tokens: usize,
         first: usize,
     ) -> anyhow::Result<()> {
-        for (batch, names) in keys.chunks(16).enumerate() {
+        for (batch, names) in keys.chunks(BATCH_BLOCKS).enumerate() {
             let pairs: Vec<(&str, Vec<u8>)> = names
                 .iter()
                 .enumerate()
-                .map(|(i, k)| (k.as_str(), cache.to_block((first + batch * 16 + i) * block_tokens, block_tokens)))
+                .map(|(i, k)| {
+                    (k.as_str(), cache.to_block((first + batch * BATCH_BLOCKS + i) * block_tokens, block_tokens))
+                })
                 .collect();
             self.rt.block_on(self.client.mset(&pairs)).context("storing KV blocks")?;
         }
@@ -208,10 +227,36 @@ impl Served {
     }
 
     /// Appends the blocks of `keys` to `cache`; returns the bytes moved.
+    /// The batches of `MGET`s go out over every lane at once and are
+    /// copied in order as they come back.
     fn get_blocks(&mut self, keys: &[String], cache: &mut KvCache, block_tokens: usize) -> anyhow::Result<u64> {
+        let batches: Vec<&[String]> = keys.chunks(BATCH_BLOCKS).collect();
+        let mut lanes = Vec::new();
+        for (l, client) in self.lanes.iter().enumerate() {
+            // Two batches ahead per lane at most: memory stays bounded.
+            let (tx, rx) = tokio::sync::mpsc::channel(2);
+            let mine: Vec<Vec<String>> = batches.iter().skip(l).step_by(self.lanes.len()).map(|b| b.to_vec()).collect();
+            let client = client.clone();
+            self.rt.spawn(async move {
+                let mut c = client.lock().await;
+                for names in mine {
+                    let r = c.mget(&names).await;
+                    let failed = r.is_err();
+                    // A receiver gone (the load failed) or an error ends the lane.
+                    if tx.send(r).await.is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            lanes.push(rx);
+        }
         let mut bytes = 0;
-        for names in keys.chunks(16) {
-            let values = self.rt.block_on(self.client.mget(names)).context("loading KV blocks")?;
+        for i in 0..batches.len() {
+            let values = self
+                .rt
+                .block_on(lanes[i % self.lanes.len()].recv())
+                .context("a load connection stopped")?
+                .context("loading KV blocks")?;
             for v in values {
                 let v = v.context("a block found by the lookup was gone when loaded")?;
                 cache.load_block(block_tokens, &v)?;
@@ -292,6 +337,7 @@ pub fn ttft(args: &TtftArgs) -> anyhow::Result<()> {
     let project = Shape::preset(&args.project_model)
         .with_context(|| format!("--project-model {:?}: expected one of {}", args.project_model, names()))?;
     anyhow::ensure!(args.block_tokens >= 1 && args.replay_block_tokens >= 1, "block sizes must be at least 1 token");
+    anyhow::ensure!((1..=64).contains(&args.load_lanes), "--load-lanes {}: expected 1 to 64", args.load_lanes);
     for &p in &args.prompts {
         anyhow::ensure!(
             p % args.block_tokens == 0,
@@ -312,6 +358,7 @@ pub fn ttft(args: &TtftArgs) -> anyhow::Result<()> {
         ssd: if args.ssd == "none" { None } else { Some(crate::kv_cmd::parse_ssd(&args.ssd)?) },
         pool: args.pool.clone(),
         allow_buffered: args.allow_buffered,
+        load_lanes: args.load_lanes,
     };
     let mut srv = Served::start(&spec, true)?;
     let st = srv.store.stats();
