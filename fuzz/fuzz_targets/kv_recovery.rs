@@ -1,7 +1,11 @@
-//! The KV store's SSD log, recovered from a damaged device: an image made
-//! once through the store's API (values that say which key they belong
-//! to, overwrites, deletes, segments reclaimed), then bytes flipped and
-//! ranges zeroed per the input, then opened and read.
+//! The KV store's two logs (SSD and pool), recovered from damaged
+//! devices: images made once through the store's API (values that say
+//! which key they belong to, overwrites, deletes, the SSD's segments
+//! reclaimed while the larger pool keeps older copies), then bytes
+//! flipped and ranges zeroed in either image per the input, then opened
+//! and read. Recovery picks each key's newest version across the two
+//! logs, a tombstone beating the copies it deletes: damage to one log's
+//! newer record may bring back an older version, never foreign bytes.
 //!
 //! Invariants: never panics; the index and byte counts agree
 //! (`check_invariants`); every value read back is one that was written
@@ -16,12 +20,19 @@ use strata_block::{BlockDevice, IoBuf, MemDevice};
 use strata_kv::{Admit, KvConfig, KvStore, PutOpts};
 
 const DEV: u64 = 1 << 20;
+/// The pool log: 1 MiB segments (its size picks them), of which the
+/// records written fill about the first [`POOL_USED`] bytes, where its
+/// damage lands.
+const POOL: u64 = 8 << 20;
+const POOL_USED: usize = 2 << 20;
 const KEYS: u64 = 60;
 
 #[derive(Arbitrary, Debug)]
 struct Damage {
-    flips: Vec<(u32, u8)>,
-    zeroes: Vec<(u32, u16)>,
+    /// (in the pool's image, offset, bits)
+    flips: Vec<(bool, u32, u8)>,
+    /// (in the pool's image, offset, length)
+    zeroes: Vec<(bool, u32, u16)>,
 }
 
 fn cfg() -> KvConfig {
@@ -37,14 +48,35 @@ fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-/// The image: six rounds of puts and deletes through a 16 KiB DRAM tier
-/// into a log of 64 KiB segments, so that segments were reclaimed.
+async fn open(ssd: Arc<MemDevice>, pool: Arc<MemDevice>) -> Result<Arc<KvStore>, strata_kv::KvError> {
+    let (ssd, pool): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) = (ssd, pool);
+    let tiers = strata_kv::Tiers { ssd: Some(ssd), pool: Some(pool), peers: Vec::new() };
+    KvStore::open_tiers(cfg(), tiers, Box::new(strata_kv::store::unix_ms)).await
+}
+
+async fn image(dev: &MemDevice, len: u64) -> Vec<u8> {
+    let (img, r) = dev.read(0, IoBuf::zeroed(len as usize)).await;
+    r.unwrap();
+    img.to_vec()
+}
+
+async fn device(img: &[u8]) -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(4096, img.len() as u64 / 4096));
+    let (_, r) = dev.write(0, IoBuf::from_slice(img), false).await;
+    r.unwrap();
+    dev
+}
+
+/// The images (SSD, then pool): six rounds of puts and deletes through a
+/// 16 KiB DRAM tier into logs of 64 KiB segments, so that the SSD's
+/// segments were reclaimed.
 fn base() -> &'static Vec<u8> {
     static BASE: OnceLock<Vec<u8>> = OnceLock::new();
     BASE.get_or_init(|| {
         rt().block_on(async {
             let dev = Arc::new(MemDevice::new(4096, DEV / 4096));
-            let s = KvStore::open(cfg(), Some(dev.clone() as Arc<dyn BlockDevice>)).await.unwrap();
+            let pool = Arc::new(MemDevice::new(4096, POOL / 4096));
+            let s = open(dev.clone(), pool.clone()).await.unwrap();
             for round in 0..6u64 {
                 for k in 0..KEYS {
                     if (k + round) % 7 == 0 {
@@ -56,30 +88,35 @@ fn base() -> &'static Vec<u8> {
             }
             s.flush(true).await.unwrap();
             drop(s);
-            let (img, r) = dev.read(0, IoBuf::zeroed(DEV as usize)).await;
-            r.unwrap();
-            img.to_vec()
+            let mut img = image(&dev, DEV).await;
+            img.extend(image(&pool, POOL).await);
+            img
         })
     })
 }
 
-fuzz_target!(|d: Damage| {
-    let img = base();
-    let mut img = img.clone();
-    for (at, x) in d.flips.iter().take(64) {
-        let at = *at as usize % img.len();
-        img[at] ^= x | 1;
+/// Where offset `at` of the SSD's or the pool's image lands in the two
+/// images laid end to end.
+fn place(pool: bool, at: u32) -> usize {
+    match pool {
+        false => at as usize % DEV as usize,
+        true => DEV as usize + at as usize % POOL_USED,
     }
-    for (at, len) in d.zeroes.iter().take(8) {
-        let at = *at as usize % img.len();
-        let end = (at + *len as usize).min(img.len());
+}
+
+fuzz_target!(|d: Damage| {
+    let mut img = base().clone();
+    for &(pool, at, x) in d.flips.iter().take(64) {
+        img[place(pool, at)] ^= x | 1;
+    }
+    for &(pool, at, len) in d.zeroes.iter().take(8) {
+        let at = place(pool, at);
+        let end = (at + len as usize).min(if pool { img.len() } else { DEV as usize });
         img[at..end].fill(0);
     }
     rt().block_on(async {
-        let dev = Arc::new(MemDevice::new(4096, DEV / 4096));
-        let (_, r) = dev.write(0, IoBuf::from_slice(&img), false).await;
-        r.unwrap();
-        let Ok(s) = KvStore::open(cfg(), Some(dev as Arc<dyn BlockDevice>)).await else { return };
+        let (ssd, pool) = img.split_at(DEV as usize);
+        let Ok(s) = open(device(ssd).await, device(pool).await).await else { return };
         s.check_invariants();
         for k in 0..KEYS {
             if let Some(v) = s.get(b"", &k.to_le_bytes()).await.unwrap() {

@@ -3,7 +3,16 @@
 //! writing the replies together (so pipelined requests cost one write).
 //!
 //! A connection that sends bytes that are not RESP gets the error and is
-//! closed; the others go on. Each connection has its protocol version
+//! closed; the others go on.
+//!
+//! Memory for requests in progress is bounded server-wide: a connection's
+//! receive buffer beyond [`BUFFER_FREE`] is charged to one budget
+//! ([`ServerConfig::request_memory`]) before the connection reads on. A
+//! connection that cannot get its share within
+//! [`ServerConfig::request_memory_wait`] is answered with an error and
+//! closed, freeing what it held; so many clients each sending half of a
+//! large value wait for each other, then some are refused, rather than
+//! the server running out of memory (or deadlocking). Each connection has its protocol version
 //! (`HELLO 3` switches to RESP3) and its namespace (`KV.NS name`; the
 //! empty namespace by default).
 
@@ -33,13 +42,28 @@ pub struct ServerConfig {
     /// disconnected, so that a stalled reader does not hold its buffers
     /// (and the values they share) forever.
     pub write_stall: Duration,
+    /// Bytes of receive buffers (requests in progress) all connections
+    /// may hold beyond [`BUFFER_FREE`] each.
+    pub request_memory: u64,
+    /// How long a connection waits for its share of `request_memory`
+    /// before it is refused.
+    pub request_memory_wait: Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { max_clients: 10_000, limits: Limits::default(), write_stall: Duration::from_secs(60) }
+        ServerConfig {
+            max_clients: 10_000,
+            limits: Limits::default(),
+            write_stall: Duration::from_secs(60),
+            request_memory: 2 << 30,
+            request_memory_wait: Duration::from_secs(10),
+        }
     }
 }
+
+/// Receive-buffer bytes each connection has without charge.
+pub const BUFFER_FREE: usize = 256 << 10;
 
 /// Replies are written once this many bytes are waiting, even in the
 /// middle of a pipeline.
@@ -50,6 +74,8 @@ const READ_CHUNK: usize = 64 << 10;
 struct Shared {
     store: Arc<KvStore>,
     cfg: ServerConfig,
+    /// Permits are bytes of [`ServerConfig::request_memory`].
+    budget: tokio::sync::Semaphore,
     clients: AtomicUsize,
     next_id: AtomicU64,
     started: std::time::Instant,
@@ -67,8 +93,10 @@ pub async fn serve(
     cfg: ServerConfig,
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let permits = usize::try_from(cfg.request_memory).unwrap_or(usize::MAX).min(tokio::sync::Semaphore::MAX_PERMITS);
     let shared = Arc::new(Shared {
         store,
+        budget: tokio::sync::Semaphore::new(permits),
         cfg,
         clients: AtomicUsize::new(0),
         next_id: AtomicU64::new(1),
@@ -117,6 +145,7 @@ async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> s
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::default();
     let stall = shared.cfg.write_stall;
+    let mut charge = Charge { budget: &shared.budget, held: 0 };
     loop {
         loop {
             match parse_request(&mut buf, &shared.cfg.limits) {
@@ -144,12 +173,76 @@ async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> s
         if !out.is_empty() {
             write_chunks(&mut sock, out.take(), stall).await?;
         }
-        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-            buf.reserve(READ_CHUNK);
+        room_to_read(&mut buf);
+        if !charge.cover(buf.capacity(), shared.cfg.request_memory_wait).await {
+            tracing::warn!(
+                conn = conn.id,
+                bytes = buf.capacity(),
+                "KV request memory budget exhausted; client refused"
+            );
+            let e = "OOM the server's memory for requests in progress is exhausted; retry later";
+            Reply::Error(e.into()).encode(conn.proto, &mut out);
+            write_chunks(&mut sock, out.take(), stall).await?;
+            return Err(std::io::Error::new(std::io::ErrorKind::OutOfMemory, "request memory budget exhausted"));
         }
         if sock.read_buf(&mut buf).await? == 0 {
             return Ok(());
         }
+    }
+}
+
+/// Leaves room in `buf` for the next read. A large buffer (sized by the
+/// parser for a value on its way) is read into as it is: `reserve` would
+/// double it. One that is full is moved to a buffer of the right size.
+fn room_to_read(buf: &mut BytesMut) {
+    let spare = buf.capacity() - buf.len();
+    if spare >= READ_CHUNK / 4 || (spare > 0 && buf.capacity() > BUFFER_FREE) {
+        return;
+    }
+    if buf.capacity() <= BUFFER_FREE {
+        buf.reserve(READ_CHUNK);
+        return;
+    }
+    let mut moved = BytesMut::with_capacity(buf.len() + READ_CHUNK);
+    moved.extend_from_slice(buf);
+    *buf = moved;
+}
+
+/// A connection's share of the server's request memory; given back when
+/// dropped.
+struct Charge<'a> {
+    budget: &'a tokio::sync::Semaphore,
+    held: usize,
+}
+
+impl Charge<'_> {
+    /// Holds what a receive buffer of `capacity` bytes needs beyond
+    /// [`BUFFER_FREE`], waiting up to `wait` for more; gives back what it
+    /// no longer needs. False when the budget did not cover it in time.
+    async fn cover(&mut self, capacity: usize, wait: Duration) -> bool {
+        let need = capacity.saturating_sub(BUFFER_FREE);
+        if need < self.held {
+            self.budget.add_permits(self.held - need);
+            self.held = need;
+        }
+        if need == self.held {
+            return true;
+        }
+        let more = u32::try_from(need - self.held).unwrap_or(u32::MAX);
+        match tokio::time::timeout(wait, self.budget.acquire_many(more)).await {
+            Ok(Ok(p)) => {
+                p.forget();
+                self.held += more as usize;
+                self.held >= need
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Drop for Charge<'_> {
+    fn drop(&mut self) {
+        self.budget.add_permits(self.held);
     }
 }
 

@@ -149,3 +149,81 @@ async fn a_client_that_stops_reading_is_cut_off_and_others_go_on() {
     assert!(got < 16 * (4 << 20), "{got}");
     assert_eq!(c.get(b"big").await.unwrap().map(|v| v.len()), Some(4 << 20));
 }
+
+/// Sends the start of a `SET key <len bytes>`: the header and `sent`
+/// bytes of the value.
+async fn half_set(addr: SocketAddr, key: &str, len: usize, sent: usize) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${len}\r\n", key.len());
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&vec![b'x'; sent]).await.unwrap();
+    s
+}
+
+/// Sends the last `n` bytes of a value [`half_set`] started, and its end.
+async fn finish_set(s: &mut TcpStream, n: usize) {
+    s.write_all(&vec![b'x'; n]).await.unwrap();
+    s.write_all(b"\r\n").await.unwrap();
+}
+
+/// Reads one reply line.
+async fn reply_line(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !got.ends_with(b"\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut b)).await.unwrap().unwrap();
+        if n == 0 {
+            break;
+        }
+        got.push(b[0]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_in_progress_share_one_memory_budget_and_a_client_that_cannot_fit_is_refused() {
+    const MB: usize = 1 << 20;
+    let cfg = ServerConfig {
+        request_memory: 10 * MB as u64,
+        request_memory_wait: Duration::from_millis(500),
+        ..ServerConfig::default()
+    };
+    let (addr, store) = start_with(64 << 20, None, cfg).await;
+    // A holds about 6 MiB of the 10 with a value half sent.
+    let mut a = half_set(addr, "a", 6 * MB, 3 * MB).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // B announces 6 MiB more: it waits, gets no share in time, and is
+    // answered with an error and closed. Others go on meanwhile.
+    let mut b = half_set(addr, "b", 6 * MB, 0).await;
+    let mut other = Client::connect(addr).await.unwrap();
+    other.set(b"small", b"v").await.unwrap();
+    let line = reply_line(&mut b).await;
+    assert!(line.starts_with("-OOM") && line.contains("memory for requests"), "{line:?}");
+    assert_eq!(b.read(&mut [0u8; 16]).await.unwrap(), 0, "refused and closed");
+    // A finishes: stored, and its share is given back.
+    finish_set(&mut a, 3 * MB).await;
+    assert_eq!(reply_line(&mut a).await, "+OK\r\n");
+    assert_eq!(store.get(b"", b"a").await.unwrap().map(|v| v.len()), Some(6 * MB));
+    // Now C's 6 MiB fits.
+    let mut c = half_set(addr, "c", 6 * MB, 0).await;
+    finish_set(&mut c, 6 * MB).await;
+    assert_eq!(reply_line(&mut c).await, "+OK\r\n");
+    // With a longer wait, a client behind a value in progress gets its
+    // share once that value completes.
+    let cfg = ServerConfig {
+        request_memory: 10 * MB as u64,
+        request_memory_wait: Duration::from_secs(30),
+        ..ServerConfig::default()
+    };
+    let (addr2, store2) = start_with(64 << 20, None, cfg).await;
+    let mut d = half_set(addr2, "d", 6 * MB, MB).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut e = half_set(addr2, "e", 6 * MB, 0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    finish_set(&mut d, 5 * MB).await;
+    assert_eq!(reply_line(&mut d).await, "+OK\r\n");
+    finish_set(&mut e, 6 * MB).await;
+    assert_eq!(reply_line(&mut e).await, "+OK\r\n");
+    assert_eq!(store2.get(b"", b"e").await.unwrap().map(|v| v.len()), Some(6 * MB));
+    assert_eq!(other.get(b"small").await.unwrap().as_deref(), Some(&b"v"[..]));
+}

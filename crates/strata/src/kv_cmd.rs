@@ -65,6 +65,11 @@ struct ServeArgs {
     /// Most client connections at once.
     #[arg(long, default_value_t = 10_000)]
     max_clients: usize,
+    /// Memory all connections may hold for requests in progress (receive
+    /// buffers beyond 256 KiB each). A client that cannot get its share
+    /// within 10 s is answered with an error and closed.
+    #[arg(long, default_value = "2G", value_parser = parse_size)]
+    request_memory: u64,
     /// A namespace's quota over every tier, as NAME=SIZE (repeatable;
     /// `=SIZE` for the default, empty namespace). Over it, the
     /// namespace's oldest blocks are deleted first.
@@ -229,7 +234,8 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     // The bound address (port 0 picks one), for people and for scripts.
     let bound = listener.local_addr()?;
     tracing::info!(dram = args.dram, "strata kv serving (RESP2/RESP3) on {bound}");
-    let server_cfg = ServerConfig { max_clients: args.max_clients, ..ServerConfig::default() };
+    let server_cfg =
+        ServerConfig { max_clients: args.max_clients, request_memory: args.request_memory, ..ServerConfig::default() };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stop = async move {
         tokio::select! {
