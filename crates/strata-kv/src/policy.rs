@@ -20,7 +20,7 @@
 //! `used` is the sum of the sizes of the keys in them.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 /// A block chosen to leave.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,14 +77,17 @@ struct Meta {
 }
 
 /// S3-FIFO with a small queue of 10% of the bytes, a main queue, and a
-/// ghost queue remembering as many keys as the cache holds.
+/// ghost queue remembering as many keys as the cache holds. The ghosts
+/// are 64-bit fingerprints of the keys (hashed with a per-policy random
+/// key), not the keys: a key that left costs no memory of its own. Two
+/// keys sharing a fingerprint only send a new block to main early.
 #[derive(Debug)]
 pub struct S3Fifo<K: Hash + Eq + Clone> {
     meta: HashMap<K, Meta>,
     small: VecDeque<(K, u64)>,
     main: VecDeque<(K, u64)>,
-    ghost: VecDeque<K>,
-    ghost_set: HashMap<K, u32>,
+    ghost: VecDeque<u64>,
+    ghost_set: HashMap<u64, u32>,
     small_bytes: u64,
     main_bytes: u64,
     next_gen: u64,
@@ -95,8 +98,9 @@ pub struct S3Fifo<K: Hash + Eq + Clone> {
     /// left main.
     adaptive: bool,
     small_target: Option<u64>,
-    ghost_main: VecDeque<K>,
-    ghost_main_set: HashMap<K, u32>,
+    ghost_main: VecDeque<u64>,
+    ghost_main_set: HashMap<u64, u32>,
+    fingerprints: std::collections::hash_map::RandomState,
 }
 
 /// Reads that make a block "used again"; the count saturates at 3.
@@ -119,6 +123,7 @@ impl<K: Hash + Eq + Clone> Default for S3Fifo<K> {
             small_target: None,
             ghost_main: VecDeque::new(),
             ghost_main_set: HashMap::new(),
+            fingerprints: std::collections::hash_map::RandomState::new(),
         }
     }
 }
@@ -149,13 +154,14 @@ impl<K: Hash + Eq + Clone> S3Fifo<K> {
     }
 
     fn add_ghost(&mut self, key: K, from_main: bool) {
+        let key = self.fingerprints.hash_one(&key);
         let limit = (self.meta.len() * self.ghost_factor).max(16);
         let (q, set) = if from_main {
             (&mut self.ghost_main, &mut self.ghost_main_set)
         } else {
             (&mut self.ghost, &mut self.ghost_set)
         };
-        *set.entry(key.clone()).or_insert(0) += 1;
+        *set.entry(key).or_insert(0) += 1;
         q.push_back(key);
         while q.len() > limit {
             if let Some(k) = q.pop_front()
@@ -200,8 +206,9 @@ impl<K: Hash + Eq + Clone> Policy<K> for S3Fifo<K> {
             self.main_bytes += size;
             return;
         }
-        let from_ghost = self.ghost_set.contains_key(&key);
-        let from_main_ghost = self.adaptive && self.ghost_main_set.contains_key(&key);
+        let fp = self.fingerprints.hash_one(&key);
+        let from_ghost = self.ghost_set.contains_key(&fp);
+        let from_main_ghost = self.adaptive && self.ghost_main_set.contains_key(&fp);
         if let Some(t) = self.small_target.as_mut() {
             // ARC's step: larger when the other ghost is the longer one.
             if from_ghost {
@@ -455,6 +462,24 @@ mod tests {
             l.insert(k, 1);
         }
         assert!((0..10u64).all(|k| !l.contains(&k)));
+    }
+
+    #[test]
+    fn the_ghost_queue_remembers_evicted_keys_without_holding_them() {
+        let mut p = S3Fifo::default();
+        let keys: Vec<std::sync::Arc<u64>> = (0..1000).map(std::sync::Arc::new).collect();
+        for k in &keys {
+            p.insert(k.clone(), 10);
+            drop(p.evict(1000, 0, &mut |_| false));
+        }
+        let gone: Vec<_> = keys.iter().filter(|k| !p.contains(k)).collect();
+        assert!(gone.len() >= 900);
+        assert!(gone.iter().all(|k| std::sync::Arc::strong_count(k) == 1), "an evicted key is still held");
+        // And the ghost still knows the recent ones: one comes back to main.
+        let back = keys[850].clone();
+        assert!(!p.contains(&back));
+        p.insert(back.clone(), 10);
+        assert_eq!(p.meta[&back].queue, Queue::Main);
     }
 
     #[test]
