@@ -48,7 +48,8 @@
 //!   newer version in a log, so a restart does not bring the old value
 //!   back.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -123,6 +124,10 @@ struct Peer {
 /// A pool read slower than this is answered as a miss: recomputing a
 /// block beats waiting on a stalled remote volume.
 pub const POOL_READ_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Most expired entries one pass of [`KvStore::expire_due`] deletes (the
+/// store's lock is held meanwhile).
+pub const EXPIRE_BATCH: u64 = 10_000;
 
 /// The longest a put waits for the pool tier's writes to make room;
 /// after it the pool counts as stalled (see [`KvStore::stats`]'s
@@ -408,6 +413,10 @@ struct Inner {
     /// Keys found in the peers' logs (not in `map`'s accounting: they are
     /// the peers' bytes).
     peer_index: HashMap<Bytes, PeerLoc>,
+    /// Entries with an expiry, soonest first: `(expires_ms, stamp, key)`.
+    /// Stale items (the entry since gone, rewritten or given another
+    /// expiry) are skipped when they come up.
+    expiring: BinaryHeap<Reverse<(u64, u64, Bytes)>>,
 }
 
 impl Entry {
@@ -458,8 +467,21 @@ impl Inner {
             let map = &self.map;
             st.order.retain(|(k, stamp)| map.get(k).is_some_and(|e| e.stamp == *stamp));
         }
+        if e.expires_ms != 0 {
+            self.will_expire(&k, e.expires_ms, e.stamp);
+        }
         self.map.insert(k, e);
         old
+    }
+
+    /// Notes that the entry of `k` with `stamp` expires at `at`.
+    fn will_expire(&mut self, k: &Bytes, at: u64, stamp: u64) {
+        self.expiring.push(Reverse((at, stamp, k.clone())));
+        if self.expiring.len() > self.map.len() * 2 + 1024 {
+            let map = &self.map;
+            self.expiring
+                .retain(|Reverse((at, stamp, k))| map.get(k).is_some_and(|e| e.stamp == *stamp && e.expires_ms == *at));
+        }
     }
 
     /// Removes an entry from the map and its namespace's charge (not from
@@ -566,6 +588,7 @@ impl KvStore {
             next_stamp: 0,
             next_version: 0,
             peer_index: HashMap::new(),
+            expiring: BinaryHeap::new(),
         };
         let mut devs = [None, None];
         let mut found = Vec::new();
@@ -584,9 +607,7 @@ impl KvStore {
             .collect();
         let store =
             Arc::new(KvStore { inner: Mutex::new(inner), devs, peers, cfg, counters: Counters::default(), clock });
-        if store.devs.iter().any(Option::is_some) {
-            tokio::spawn(writer_tick(Arc::downgrade(&store)));
-        }
+        tokio::spawn(tick(Arc::downgrade(&store)));
         if !store.peers.is_empty() {
             store.refresh_peers().await;
             tokio::spawn(peer_tick(Arc::downgrade(&store)));
@@ -1197,10 +1218,39 @@ impl KvStore {
     ///
     /// A bad namespace.
     pub fn set_expiry(&self, ns: &[u8], key: &[u8], expires_ms: u64) -> Result<bool, KvError> {
-        Ok(self.update(ns, &[key], |e| {
-            e.expires_ms = expires_ms;
-            true
-        })? == 1)
+        let k = full_key(ns, key)?;
+        let mut g = lock(&self.inner);
+        let Some(e) = g.map.get_mut(&k) else { return Ok(false) };
+        e.expires_ms = expires_ms;
+        let stamp = e.stamp;
+        if expires_ms != 0 {
+            g.will_expire(&k, expires_ms, stamp);
+        }
+        Ok(true)
+    }
+
+    /// Deletes the entries whose expiry has passed, up to
+    /// [`EXPIRE_BATCH`] of them, soonest first; returns how many. Runs
+    /// every 200 ms, so that expired blocks give their room back without
+    /// waiting for a read or for eviction; public for tests.
+    pub fn expire_due(&self) -> u64 {
+        let now = self.now();
+        let mut g = lock(&self.inner);
+        let inner = &mut *g;
+        let mut n = 0;
+        while n < EXPIRE_BATCH {
+            match inner.expiring.peek() {
+                Some(Reverse((at, _, _))) if *at <= now => {}
+                _ => break,
+            }
+            let Some(Reverse((at, stamp, k))) = inner.expiring.pop() else { break };
+            if inner.map.get(&k).is_some_and(|e| e.stamp == stamp && e.expires_ms == at) {
+                self.remove_entry(inner, &k);
+                n += 1;
+            }
+        }
+        self.counters.expired.fetch_add(n, Ordering::Relaxed);
+        n
     }
 
     /// The expiry of `key`: `None` when absent, `Some(0)` when it has none.
@@ -1435,12 +1485,12 @@ fn recover(inner: &mut Inner, found: Vec<(usize, Found)>, now: u64) {
     }
 }
 
-/// Writes each log's open buffer out every 200 ms, drops the records of
-/// failed writes from the index, and syncs every second, while the store
-/// lives. A tier's next sync is asked for only once its last one has
-/// answered, so a slow device neither holds up the other tier nor
-/// queues syncs.
-async fn writer_tick(store: Weak<KvStore>) {
+/// Every 200 ms, while the store lives: deletes what expired, writes each
+/// log's open buffer out, drops the records of failed writes from the
+/// index, and syncs every second. A tier's next sync is asked for only
+/// once its last one has answered, so a slow device neither holds up the
+/// other tier nor queues syncs.
+async fn tick(store: Weak<KvStore>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut n = 0u64;
     let mut syncing: [Option<oneshot::Receiver<Result<(), LogError>>>; 2] = [None, None];
@@ -1448,6 +1498,7 @@ async fn writer_tick(store: Weak<KvStore>) {
         tick.tick().await;
         n += 1;
         let Some(s) = store.upgrade() else { return };
+        s.expire_due();
         let mut g = lock(&s.inner);
         for (t, pending) in syncing.iter_mut().enumerate() {
             KvStore::drop_lost(&mut g, &s.counters, t);

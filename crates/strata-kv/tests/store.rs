@@ -271,6 +271,46 @@ async fn expired_blocks_are_misses() {
     s.check_invariants();
 }
 
+#[tokio::test(start_paused = true)]
+async fn expired_blocks_give_their_room_back_without_being_read() {
+    let now = Arc::new(AtomicU64::new(1_000_000));
+    let clock = now.clone();
+    let dev = mem(8 << 20);
+    let c = cfg(256 << 10, Admit::All);
+    let s =
+        KvStore::open_with_clock(c, Some(dev as Arc<dyn BlockDevice>), Box::new(move || clock.load(Ordering::Relaxed)))
+            .await
+            .unwrap();
+    // 100 blocks with a TTL and 100 without, in DRAM and on SSD.
+    for i in 0..200u64 {
+        let expires_ms = if i % 2 == 0 { 1_000_500 } else { 0 };
+        s.put(b"", &k(i), value(i, 0, 4096), PutOpts { expires_ms, ..Default::default() }).await.unwrap();
+    }
+    // Block 0 gets a later expiry, block 2 is rewritten without one.
+    assert!(s.set_expiry(b"", &k(0), 2_000_000).unwrap());
+    s.put(b"", &k(2), value(2, 1, 4096), PutOpts::default()).await.unwrap();
+    s.flush(false).await.unwrap();
+    let before = s.stats();
+    assert!(before.ssd_keys > 50 && before.dram_keys > 20, "{before:?}");
+    // Time passes; nobody reads: the store's tick deletes them.
+    now.store(1_000_600, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let st = s.stats();
+    assert_eq!((st.expired, st.keys), (98, before.keys - 98), "{st:?}");
+    assert!(st.dram_used < before.dram_used && st.ssd_live < before.ssd_live, "{before:?} {st:?}");
+    s.check_invariants();
+    for i in 0..200u64 {
+        let got = s.get(b"", &k(i)).await.unwrap();
+        match i {
+            0 => assert_eq!(got, Some(value(0, 0, 4096))),
+            2 => assert_eq!(got, Some(value(2, 1, 4096))),
+            i if i % 2 == 1 => assert_eq!(got, Some(value(i, 0, 4096)), "block {i}"),
+            i => assert_eq!(got, None, "block {i}"),
+        }
+    }
+    assert_eq!(s.stats().expired, 98, "nothing left for reads to find expired");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_never_see_lost_or_mixed_values() {
     let dev = mem(16 << 20);
