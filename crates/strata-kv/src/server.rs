@@ -286,6 +286,40 @@ fn opt_bulk(v: Option<Bytes>) -> Reply {
     v.map(Reply::Bulk).unwrap_or(Reply::Nil)
 }
 
+/// Tries of `SET ... GET` before it gives up on a key others keep writing.
+const SET_GET_TRIES: usize = 64;
+
+/// `SET ... GET`: the old value, and the new one stored in its place as
+/// one step. The old value is read (from any tier) knowing its version,
+/// and the store is conditional on that version, so a write in between
+/// makes it read and try again; the value returned is the one replaced.
+async fn set_get(
+    store: &KvStore,
+    ns: &[u8],
+    key: &[u8],
+    value: Bytes,
+    nx: bool,
+    xx: bool,
+    opts: PutOpts,
+) -> Result<Reply, KvError> {
+    for _ in 0..SET_GET_TRIES {
+        let version = store.version(ns, key)?;
+        let old = match version {
+            Some(_) => store.get(ns, key).await?,
+            None => None,
+        };
+        if (nx && version.is_some()) || (xx && version.is_none()) {
+            // Not stored; the reply is the value as it is.
+            return Ok(opt_bulk(old));
+        }
+        let only_if = Some(version.map_or(Presence::Absent, Presence::Version));
+        if store.put(ns, key, value.clone(), PutOpts { only_if, ..opts }).await? {
+            return Ok(opt_bulk(old));
+        }
+    }
+    Ok(Reply::err("SET ... GET: the key kept changing under other writers; try again"))
+}
+
 async fn exec(shared: &Shared, conn: &mut Conn, cmd: Command) -> Reply {
     match run(shared, conn, cmd).await {
         Ok(r) => r,
@@ -339,26 +373,24 @@ async fn run(shared: &Shared, conn: &mut Conn, cmd: Command) -> Result<Reply, Kv
         }
         Command::Get(k) => opt_bulk(store.get(&ns, &k).await?),
         Command::Set { key, value, expiry, nx, xx, get } => {
-            // The old value for GET is read first; the condition and the
-            // store are one step under the store's lock.
-            let old = if get { store.get(&ns, &key).await? } else { None };
             let (expires_ms, keep_ttl) = match expiry {
                 Expiry::None => (0, false),
                 Expiry::In(ms) => (unix_ms().saturating_add(ms), false),
                 Expiry::At(ms) => (ms, false),
                 Expiry::Keep => (0, true),
             };
+            let opts = PutOpts { expires_ms, keep_ttl, ..PutOpts::default() };
+            if get {
+                return set_get(store, &ns, &key, value, nx, xx, opts).await;
+            }
             let only_if = match (nx, xx) {
                 (true, _) => Some(Presence::Absent),
                 (_, true) => Some(Presence::Present),
                 _ => None,
             };
-            let stored =
-                store.put(&ns, &key, value, PutOpts { expires_ms, keep_ttl, only_if, ..PutOpts::default() }).await?;
-            match (get, stored) {
-                (true, _) => opt_bulk(old),
-                (false, true) => Reply::Ok,
-                (false, false) => Reply::Nil,
+            match store.put(&ns, &key, value, PutOpts { only_if, ..opts }).await? {
+                true => Reply::Ok,
+                false => Reply::Nil,
             }
         }
         Command::MGet(keys) => {

@@ -245,6 +245,9 @@ pub enum Presence {
     Absent,
     /// The key is stored.
     Present,
+    /// The key is stored, with this version ([`KvStore::version`]): no
+    /// write has happened since it was read.
+    Version(u64),
 }
 
 #[derive(Debug)]
@@ -645,6 +648,7 @@ impl KvStore {
         match opts.only_if {
             Some(Presence::Absent) if live.is_some() => return Ok(false),
             Some(Presence::Present) if live.is_none() => return Ok(false),
+            Some(Presence::Version(v)) if live.map(|e| e.version) != Some(v) => return Ok(false),
             _ => {}
         }
         let expires_ms = if opts.keep_ttl { live.map(|e| e.expires_ms).unwrap_or(0) } else { opts.expires_ms };
@@ -1251,6 +1255,21 @@ impl KvStore {
         }
         self.counters.expired.fetch_add(n, Ordering::Relaxed);
         n
+    }
+
+    /// The version of `key` (a stamp every write of it moves forward):
+    /// `None` when absent. A value read after this call is that
+    /// version's when a put with [`Presence::Version`] of it succeeds
+    /// later.
+    ///
+    /// # Errors
+    ///
+    /// A bad namespace.
+    pub fn version(&self, ns: &[u8], key: &[u8]) -> Result<Option<u64>, KvError> {
+        let k = full_key(ns, key)?;
+        let now = self.now();
+        let g = lock(&self.inner);
+        Ok(g.map.get(&k).filter(|e| !e.expired(now)).map(|e| e.version))
     }
 
     /// The expiry of `key`: `None` when absent, `Some(0)` when it has none.

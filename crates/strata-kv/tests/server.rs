@@ -227,3 +227,44 @@ async fn requests_in_progress_share_one_memory_budget_and_a_client_that_cannot_f
     assert_eq!(store2.get(b"", b"e").await.unwrap().map(|v| v.len()), Some(6 * MB));
     assert_eq!(other.get(b"small").await.unwrap().as_deref(), Some(&b"v"[..]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_get_returns_the_value_it_replaced_even_under_racing_writers() {
+    // A 64 KiB DRAM tier over SSD: the old value is often on the SSD, so
+    // reading it takes I/O while other writers race.
+    let (addr, _store) = start(64 << 10, Some(8 << 20)).await;
+    let mut first = Client::connect(addr).await.unwrap();
+    first.set(b"k", &value("init", 9000)).await.unwrap();
+    let mut tasks = Vec::new();
+    for c in 0..8 {
+        tasks.push(tokio::spawn(async move {
+            let mut cl = Client::connect(addr).await.unwrap();
+            let mut got = Vec::new();
+            for i in 0..40 {
+                let mine = format!("c{c}-{i}");
+                // Other keys push the old value out of DRAM now and then.
+                cl.set(format!("filler-{c}-{i}").as_bytes(), &value("f", 9000)).await.unwrap();
+                match cl.call(&[&b"SET"[..], b"k", &value(&mine, 9000), b"GET"]).await.unwrap() {
+                    Reply::Bulk(old) => got.push(old),
+                    other => panic!("SET GET answered {other:?}"),
+                }
+            }
+            got
+        }));
+    }
+    let mut olds = Vec::new();
+    for t in tasks {
+        olds.extend(t.await.unwrap());
+    }
+    // Every SET replaced exactly one value: the initial one and each
+    // written value but the last are returned once each, never twice.
+    let last = first.get(b"k").await.unwrap().unwrap();
+    let mut written: Vec<Bytes> =
+        (0..8).flat_map(|c| (0..40).map(move |i| Bytes::from(value(&format!("c{c}-{i}"), 9000)))).collect();
+    written.push(Bytes::from(value("init", 9000)));
+    written.retain(|v| *v != last);
+    written.sort();
+    olds.sort();
+    assert_eq!(olds.len(), written.len());
+    assert!(olds == written, "a value was returned twice or one that was never replaced");
+}
