@@ -27,7 +27,7 @@ pub const MAX_ARGS: usize = 1 << 20;
 pub const MAX_LINE: usize = 64 << 10;
 /// Bulk strings shorter than this are copied into the reply buffer;
 /// longer ones go out as their own chunk, uncopied.
-pub const COPY_BELOW: usize = 16 << 10;
+pub const COPY_BELOW: usize = 1 << 10;
 /// How deep replies may nest (arrays of arrays), for the client parser.
 pub const MAX_DEPTH: usize = 32;
 
@@ -395,8 +395,16 @@ pub struct Out {
     len: usize,
 }
 
+/// The gather buffer grows by at least this much at a time: one
+/// allocation for a batch of small replies, not a doubling series of
+/// them, each moving what was gathered so far.
+const GATHER: usize = 64 << 10;
+
 impl Out {
     fn put(&mut self, b: &[u8]) {
+        if self.cur.capacity() - self.cur.len() < b.len() {
+            self.cur.reserve(b.len().max(GATHER));
+        }
         self.cur.extend_from_slice(b);
         self.len += b.len();
     }
