@@ -103,6 +103,10 @@ pub struct S3Fifo<K: Hash + Eq + Clone> {
     fingerprints: std::collections::hash_map::RandomState,
 }
 
+/// The most fingerprints a ghost queue holds, whatever its factor (about
+/// 32 MiB with the set that indexes them).
+pub const GHOST_MAX: usize = 1 << 20;
+
 /// Reads that make a block "used again"; the count saturates at 3.
 const MAX_FREQ: u8 = 3;
 
@@ -155,7 +159,7 @@ impl<K: Hash + Eq + Clone> S3Fifo<K> {
 
     fn add_ghost(&mut self, key: K, from_main: bool) {
         let key = self.fingerprints.hash_one(&key);
-        let limit = (self.meta.len() * self.ghost_factor).max(16);
+        let limit = (self.meta.len() * self.ghost_factor).clamp(16, GHOST_MAX);
         let (q, set) = if from_main {
             (&mut self.ghost_main, &mut self.ghost_main_set)
         } else {

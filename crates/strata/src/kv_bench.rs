@@ -27,6 +27,10 @@ pub struct TraceArgs {
     /// Replay only the first N requests.
     #[arg(long)]
     requests: Option<usize>,
+    /// Also replay the two tiers together: DRAM of each capacity and an
+    /// SSD log of this many times it (0: skip).
+    #[arg(long, default_value_t = 0)]
+    ssd_ratio: u64,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -80,6 +84,27 @@ pub fn trace(args: &TraceArgs) -> anyhow::Result<()> {
             (p, runs)
         })
         .collect();
+    // The two tiers: the store's (S3-FIFO with its ghost sized for the
+    // SSD, admitting blocks reused in DRAM or back from the ghost), then
+    // LRU and S3-FIFO writing every block that leaves DRAM.
+    let tiered: Vec<(u64, [sim::TieredReplay; 3])> = if args.ssd_ratio == 0 {
+        Vec::new()
+    } else {
+        args.capacity
+            .iter()
+            .map(|&cap| {
+                let ssd = cap * args.ssd_ratio;
+                // The store's ghost, sized for its SSD tier.
+                let ghost = strata_kv::store::ghost_factor_for(cap, ssd);
+                let runs = [
+                    sim::replay_tiered(&mut S3Fifo::with_shape(10, ghost), cap, ssd, false, &reqs),
+                    sim::replay_tiered(&mut Lru::default(), cap, ssd, true, &reqs),
+                    sim::replay_tiered(&mut S3Fifo::default(), cap, ssd, true, &reqs),
+                ];
+                (cap, runs)
+            })
+            .collect()
+    };
     if args.json {
         let v = serde_json::json!({
             "trace": args.trace.display().to_string(),
@@ -93,6 +118,17 @@ pub fn trace(args: &TraceArgs) -> anyhow::Result<()> {
                 "lru_hit_rate": lru.hit_rate(),
                 "s3fifo_stored": s3.stored,
                 "lru_stored": lru.stored,
+            })).collect::<Vec<_>>(),
+            "tiered": tiered.iter().map(|(c, [store, lru, s3all])| serde_json::json!({
+                "dram_blocks": c,
+                "ssd_blocks": c * args.ssd_ratio,
+                "store_hit_rate": store.total.hit_rate(),
+                "store_ssd_hits": store.hits_ssd,
+                "store_ssd_writes": store.ssd_writes,
+                "lru_all_hit_rate": lru.total.hit_rate(),
+                "lru_all_ssd_writes": lru.ssd_writes,
+                "s3fifo_all_hit_rate": s3all.total.hit_rate(),
+                "s3fifo_all_ssd_writes": s3all.ssd_writes,
             })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -124,6 +160,26 @@ pub fn trace(args: &TraceArgs) -> anyhow::Result<()> {
             print!(" {:>8.1}%", 100.0 * runs[i].hit_rate());
         }
         println!();
+    }
+    if !tiered.is_empty() {
+        println!(
+            "\nDRAM and an SSD log of {}x its blocks; hit rate (SSD writes, thousands of blocks):",
+            args.ssd_ratio
+        );
+        println!("{:>10} {:>10} {:>20} {:>20} {:>20}", "dram", "ssd", "store (S3, reused)", "LRU, all", "S3-FIFO, all");
+        for (cap, [store, lru, s3all]) in &tiered {
+            let cell = |t: &sim::TieredReplay| {
+                format!("{:.1}% ({:.0}k)", 100.0 * t.total.hit_rate(), t.ssd_writes as f64 / 1e3)
+            };
+            println!(
+                "{:>10} {:>10} {:>20} {:>20} {:>20}",
+                cap,
+                cap * args.ssd_ratio,
+                cell(store),
+                cell(lru),
+                cell(s3all)
+            );
+        }
     }
     Ok(())
 }

@@ -336,7 +336,10 @@ fn the_pool_tier_is_a_strata_volume_over_nvme_tcp_and_survives_kill_9() {
         }
         let st = c.stats().await.unwrap();
         assert!(stat(&st, "hits_pool") > 100, "{st:?}");
-        st
+        // The reads moved blocks through DRAM again: make what they
+        // demoted durable, and every block in DRAM too, before the kill.
+        assert_eq!(c.call(&["KV.FLUSH", "ALL"]).await.unwrap(), strata_kv::resp::Reply::Simple("OK".into()));
+        c.stats().await.unwrap()
     });
     kv.kill9();
     // The flushed blocks come back from both logs, pool copies included.
