@@ -95,7 +95,7 @@ impl RemoteNamespace {
         if seeds.is_empty() {
             return Err(HostError::InvalidArgument(format!("no address given for {nqn}")));
         }
-        let (ctrl, addr) = find(seeds, None, nqn, cfg, DEFAULT_TIMEOUT).await?;
+        let (ctrl, addr) = find(seeds, None, nqn, cfg, cfg.connect_timeout.min(DEFAULT_TIMEOUT)).await?;
         let nsid = match nsid {
             Some(n) => n,
             None => match ctrl.active_namespaces().await?.first() {

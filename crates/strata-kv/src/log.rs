@@ -629,9 +629,21 @@ pub struct PeerLog {
     /// Each segment's offset scanned up to at that sequence.
     scanned: Vec<u64>,
     /// The newest sequence at the last look: only that segment (the
-    /// writer's head then) and segments reused since can have new records.
+    /// writer's head then) and segments reused since can have new records,
+    /// besides the ones still settling.
     newest: u64,
+    /// Looks left for each segment the writer has moved on from: its last
+    /// buffers may still be landing (the writer has several writes in
+    /// flight, and they land in any order), so a scan that stopped at a
+    /// gap goes on from there for [`SETTLE_LOOKS`] more looks.
+    settle: Vec<u8>,
 }
+
+/// Looks during which a segment the writer moved on from is still scanned
+/// from where its scan stopped (see `PeerLog::settle`): at one look a
+/// second, longer than a pool write in flight takes to land or time out.
+/// A look at a segment with nothing new costs one block read.
+const SETTLE_LOOKS: u8 = 10;
 
 impl PeerLog {
     /// The log on `dev` as another writer formatted it; `None` while it
@@ -653,6 +665,7 @@ impl PeerLog {
             seg_seq: vec![0; n],
             scanned: vec![0; n],
             newest: 0,
+            settle: vec![0; n],
         }))
     }
 
@@ -667,9 +680,13 @@ impl PeerLog {
     /// new records. `None` when the writer has formatted its log afresh
     /// since [`PeerLog::open`] (open it again; what it held is gone).
     ///
+    /// A read that fails part way ends the look with what was found
+    /// before it; the next look goes on from there.
+    ///
     /// # Errors
     ///
-    /// An I/O error (the next call starts where this one could not).
+    /// An I/O error before anything was found (the next call starts
+    /// where this one could not).
     pub async fn refresh(&mut self) -> Result<Option<Vec<Found>>, LogError> {
         let sb = self.dev.sb;
         if Super::decode(&self.dev.read_at(0, BLOCK).await?) != Some(sb) {
@@ -686,13 +703,24 @@ impl PeerLog {
         for i in order {
             let (seq, at) = (now[i as usize], i as usize);
             if self.seg_seq[at] == seq && seq < self.newest {
-                continue;
+                if self.settle[at] == 0 {
+                    continue;
+                }
+                self.settle[at] -= 1;
+            } else {
+                self.settle[at] = SETTLE_LOOKS;
             }
             if self.seg_seq[at] != seq {
                 self.seg_seq[at] = seq;
                 self.scanned[at] = BLOCK;
             }
-            self.scanned[at] = scan_segment(&self.dev, i, seq, self.scanned[at], &mut found).await?;
+            match scan_segment(&self.dev, i, seq, self.scanned[at], &mut found).await {
+                Ok(end) => self.scanned[at] = end,
+                // What this look found stays found: the scan positions
+                // before this segment moved with it.
+                Err(e) if found.is_empty() => return Err(e),
+                Err(_) => return Ok(Some(found)),
+            }
             self.newest = self.newest.max(seq);
         }
         Ok(Some(found))
@@ -706,8 +734,10 @@ async fn scan_segment(dev: &LogDev, i: u32, seq: u64, from: u64, found: &mut Vec
     let seg = dev.sb.segment_bytes;
     let base = dev.sb.segment_start(i);
     // A window of the segment read at once; records outside it are read
-    // with a window of their own.
+    // with a window of their own. It starts at one block (a look that
+    // finds nothing new reads no more) and doubles with each record.
     let mut win = (0u64, IoBuf::zeroed(0));
+    let mut ahead = BLOCK;
     let mut pos = from.max(BLOCK);
     let mut retried = false;
     loop {
@@ -715,12 +745,13 @@ async fn scan_segment(dev: &LogDev, i: u32, seq: u64, from: u64, found: &mut Vec
             return Ok(pos);
         }
         let head = {
-            let b = window(dev, base, seg, &mut win, pos, format::REC_HEADER as u64).await?;
+            let b = window(dev, base, seg, &mut win, pos, format::REC_HEADER as u64, ahead).await?;
             format::decode_record_head(b, seq, seg - pos)
         };
         let rec = match head {
             Some(h) => {
-                let b = window(dev, base, seg, &mut win, pos, h.total()).await?;
+                ahead = (ahead * 2).min(WINDOW);
+                let b = window(dev, base, seg, &mut win, pos, h.total(), ahead).await?;
                 format::record_crc_ok(b)
                     .then(|| (h, Bytes::copy_from_slice(&b[format::REC_HEADER..format::REC_HEADER + h.key_len])))
             }
@@ -742,8 +773,12 @@ async fn scan_segment(dev: &LogDev, i: u32, seq: u64, from: u64, found: &mut Vec
     }
 }
 
+/// The most of a segment a scan reads at once.
+const WINDOW: u64 = 8 << 20;
+
 /// The bytes `[pos, pos + len)` of a segment, from the window when it
-/// holds them, else after reading a new window from `pos`.
+/// holds them, else after reading a new window of at least `ahead` bytes
+/// from `pos`.
 async fn window<'w>(
     dev: &LogDev,
     base: u64,
@@ -751,12 +786,12 @@ async fn window<'w>(
     win: &'w mut (u64, IoBuf),
     pos: u64,
     len: u64,
+    ahead: u64,
 ) -> Result<&'w [u8], LogError> {
-    const WINDOW: u64 = 8 << 20;
     let have = pos >= win.0 && pos + len <= win.0 + win.1.len() as u64;
     if !have {
         let start = pos / BLOCK * BLOCK;
-        let want = format::align_up(pos + len, BLOCK).max(start + WINDOW).min(seg) - start;
+        let want = format::align_up(pos + len, BLOCK).max(start + ahead).min(seg) - start;
         win.1 = dev.read_at(base + start, want).await?;
         win.0 = start;
     }

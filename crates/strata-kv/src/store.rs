@@ -1109,7 +1109,7 @@ impl KvStore {
                     continue;
                 }
                 Err(e) => {
-                    tracing::debug!(peer = p, error = %e, "KV peer log refresh failed");
+                    tracing::warn!(peer = p, error = %e, "KV peer log refresh failed; trying again in a second");
                     continue;
                 }
             };

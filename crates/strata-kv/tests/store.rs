@@ -804,3 +804,93 @@ async fn a_stalled_pool_costs_puts_one_wait_then_blocks_skip_it_until_it_moves()
     assert!(st.pool_keys >= 100, "{st:?}");
     s.check_invariants();
 }
+
+/// A device whose writes that touch bytes `[from, to)` wait while `hold`
+/// is set: a writer's buffers that land late, after later ones.
+struct LateWrites {
+    dev: Arc<dyn BlockDevice>,
+    from: u64,
+    to: u64,
+    hold: std::sync::atomic::AtomicBool,
+}
+
+impl BlockDevice for LateWrites {
+    fn geometry(&self) -> strata_block::Geometry {
+        self.dev.geometry()
+    }
+    fn usage(&self) -> strata_block::DeviceUsage {
+        self.dev.usage()
+    }
+    fn read(
+        &self,
+        lba: u64,
+        buf: IoBuf,
+    ) -> strata_block::BlockFuture<'_, (IoBuf, Result<(), strata_block::BlockError>)> {
+        self.dev.read(lba, buf)
+    }
+    fn write(
+        &self,
+        lba: u64,
+        buf: IoBuf,
+        fua: bool,
+    ) -> strata_block::BlockFuture<'_, (IoBuf, Result<(), strata_block::BlockError>)> {
+        let (start, end) = (lba * 4096, lba * 4096 + buf.len() as u64);
+        Box::pin(async move {
+            if start < self.to && self.from < end {
+                while_set(&self.hold).await;
+            }
+            self.dev.write(lba, buf, fua).await
+        })
+    }
+    fn write_zeroes(
+        &self,
+        lba: u64,
+        blocks: u64,
+        d: bool,
+    ) -> strata_block::BlockFuture<'_, Result<(), strata_block::BlockError>> {
+        self.dev.write_zeroes(lba, blocks, d)
+    }
+    fn deallocate(
+        &self,
+        ranges: Vec<(u64, u64)>,
+    ) -> strata_block::BlockFuture<'_, Result<(), strata_block::BlockError>> {
+        self.dev.deallocate(ranges)
+    }
+    fn flush(&self) -> strata_block::BlockFuture<'_, Result<(), strata_block::BlockError>> {
+        self.dev.flush()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reader_finds_records_that_land_after_the_writer_moved_to_its_next_segment() {
+    // A 32 MiB volume in two regions: 1 MiB segments of 256 KiB buffers.
+    // The second half of A's first segment lands late, after A has moved
+    // on to its second segment and B has looked.
+    let vol: Arc<dyn BlockDevice> = mem(32 << 20);
+    let region = |i| Arc::new(strata_block::Region::nth(vol.clone(), i, 2).unwrap()) as Arc<dyn BlockDevice>;
+    let late =
+        Arc::new(LateWrites { dev: region(0), from: 4096 + (512 << 10), to: 4096 + (1 << 20), hold: true.into() });
+    let open = |pool: Arc<dyn BlockDevice>, peer: Arc<dyn BlockDevice>| {
+        let tiers = strata_kv::Tiers { ssd: None, pool: Some(pool), peers: vec![peer] };
+        KvStore::open_tiers(cfg(64 << 10, Admit::All), tiers, Box::new(strata_kv::store::unix_ms))
+    };
+    let a = open(late.clone(), region(1)).await.unwrap();
+    let b = open(region(1), region(0)).await.unwrap();
+    // 100 blocks of 16 KiB: about 1.6 MiB through A's DRAM to its log.
+    fill(&a, 100, 16 << 10).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    b.refresh_peers().await;
+    let seen = |s: &KvStore| (0..100u64).filter(|&i| s.exists(b"", &k(i)).unwrap()).count();
+    let before = seen(&b);
+    assert!(before > 20 && before < 90, "B sees A's blocks around the late ones: {before}");
+    // The late writes land: B's next looks find what they hold.
+    late.hold.store(false, Ordering::Release);
+    a.flush(true).await.unwrap();
+    for _ in 0..3 {
+        b.refresh_peers().await;
+    }
+    assert_eq!(seen(&b), 100, "B never found the records that landed late");
+    for i in 0..100u64 {
+        assert_eq!(b.get(b"", &k(i)).await.unwrap().unwrap(), value(i, 0, 16 << 10), "block {i}");
+    }
+}

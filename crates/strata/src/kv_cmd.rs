@@ -147,13 +147,28 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
 
 /// Connects to a pool tier's volume over NVMe/TCP, with `timeout` for
 /// each command.
+/// A volume that is not served yet (a cluster still starting, an owner
+/// moving) is asked for again, every second, for [`POOL_CONNECT_WAIT`].
 pub(crate) async fn connect_pool(t: &PoolSpec, timeout: std::time::Duration) -> anyhow::Result<Arc<dyn BlockDevice>> {
-    let dev = strata_host::RemoteNamespace::connect_any(&t.addrs, &t.nqn, Some(1), &strata_host::HostConfig::default())
-        .await
-        .with_context(|| format!("pool tier {t}"))?;
-    dev.set_command_timeout(timeout);
-    Ok(dev)
+    let started = std::time::Instant::now();
+    let cfg = strata_host::HostConfig::default();
+    loop {
+        match strata_host::RemoteNamespace::connect_any(&t.addrs, &t.nqn, Some(1), &cfg).await {
+            Ok(dev) => {
+                dev.set_command_timeout(timeout);
+                return Ok(dev);
+            }
+            Err(e) if started.elapsed() < POOL_CONNECT_WAIT => {
+                tracing::warn!(target = %t, error = %e, "pool tier not reachable yet; trying again in a second");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("pool tier {t}"))),
+        }
+    }
 }
+
+/// How long `strata kv serve` waits for its pool volume at start.
+const POOL_CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn parse_region(s: &str) -> Result<(u64, u64), String> {
     let bad = || format!("{s:?}: expected I/N with 0 <= I < N, e.g. 0/2");

@@ -84,7 +84,7 @@ impl KvProc {
         .collect();
         let log = dir.join(format!("kv{region}.log"));
         let child = KvProc::spawn(&argv, &log);
-        let kv = KvProc { child, argv, addr, log };
+        let mut kv = KvProc { child, argv, addr, log };
         kv.wait_listening();
         kv
     }
@@ -100,9 +100,12 @@ impl KvProc {
             .expect("spawn strata kv serve")
     }
 
-    fn wait_listening(&self) {
+    fn wait_listening(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(self.addr).is_err() {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("strata kv serve exited ({status}):\n{}", self.log_tail());
+            }
             assert!(Instant::now() < deadline, "strata kv serve did not listen:\n{}", self.log_tail());
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -178,8 +181,8 @@ async fn flush_all(c: &mut Client, limit: Duration, logs: &dyn Fn() -> String) {
     }
 }
 
-/// Waits until `c` finds every key of `chain` (a peer's blocks).
-async fn sees(c: &mut Client, chain: &[String], limit: Duration, logs: &dyn Fn() -> String) {
+/// Waits until `c` finds every key of `chain` (blocks `writer` wrote).
+async fn sees(c: &mut Client, writer: &mut Client, chain: &[String], limit: Duration, logs: &dyn Fn() -> String) {
     let deadline = Instant::now() + limit;
     loop {
         let n = c.lookup(chain).await.unwrap();
@@ -187,7 +190,9 @@ async fn sees(c: &mut Client, chain: &[String], limit: Duration, logs: &dyn Fn()
             return;
         }
         let st = c.stats().await.unwrap();
-        assert!(Instant::now() < deadline, "saw {n} of {} peer blocks: {st:?}\n{}", chain.len(), logs());
+        let ws = writer.stats().await.unwrap();
+        let why = format!("saw {n} of {} peer blocks: {st:?}\nthe writer: {ws:?}\n{}", chain.len(), logs());
+        assert!(Instant::now() < deadline, "{why}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
@@ -224,8 +229,8 @@ fn two_kv_servers_share_a_rep2_pool_volume_through_owner_failures() {
         put(&mut cb, "b", 0..150).await;
         flush_all(&mut ca, limit, &logs).await;
         flush_all(&mut cb, limit, &logs).await;
-        sees(&mut ca, &keys("b", 0..150), Duration::from_secs(20), &logs).await;
-        sees(&mut cb, &keys("a", 0..150), Duration::from_secs(20), &logs).await;
+        sees(&mut ca, &mut cb, &keys("b", 0..150), Duration::from_secs(30), &logs).await;
+        sees(&mut cb, &mut ca, &keys("a", 0..150), Duration::from_secs(30), &logs).await;
         assert_eq!(check(&mut ca, "b", 0..150).await, 150);
         assert_eq!(check(&mut cb, "a", 0..150).await, 150);
     });
@@ -265,8 +270,8 @@ fn two_kv_servers_share_a_rep2_pool_volume_through_owner_failures() {
             put(&mut cb, "b", lo + 30..hi).await;
             flush_all(&mut ca, limit, &logs).await;
             flush_all(&mut cb, limit, &logs).await;
-            sees(&mut ca, &keys("b", lo + 30..hi), Duration::from_secs(20), &logs).await;
-            sees(&mut cb, &keys("a", lo + 30..hi), Duration::from_secs(20), &logs).await;
+            sees(&mut ca, &mut cb, &keys("b", lo + 30..hi), Duration::from_secs(30), &logs).await;
+            sees(&mut cb, &mut ca, &keys("a", lo + 30..hi), Duration::from_secs(30), &logs).await;
             assert_eq!(check(&mut ca, "b", lo + 30..hi).await, 30);
             assert_eq!(check(&mut cb, "a", lo + 30..hi).await, 30);
             // Blocks put during the fault are right or misses; blocks
