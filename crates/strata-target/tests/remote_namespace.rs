@@ -99,7 +99,8 @@ async fn a_remote_namespace_follows_its_subsystem_to_where_discovery_says_it_is_
     let sub = Subsystem::new(NQN, "STRATAITEST02", vec![]);
     sub.add_namespace(Namespace::new(1, IDS, fx.dev.clone())).unwrap();
     moved.add_subsystem(sub).unwrap();
-    let new_io = moved.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.unwrap().addr;
+    // On IPv6: discovery gives a bare address and a port.
+    let new_io = moved.listen("[::1]:0".parse().unwrap(), PortRole::Io).await.unwrap().addr;
     directory.set_remote_subsystems(at(new_io));
     let first = read(&dev, 0, data.len()).await;
     let got = match first {
