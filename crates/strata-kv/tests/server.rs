@@ -180,15 +180,18 @@ async fn reply_line(s: &mut TcpStream) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
+const MB: usize = 1 << 20;
+
+/// A server whose requests in progress share 10 MiB, each waiting up to
+/// `wait` for its share.
+async fn start_budgeted(wait: Duration) -> (SocketAddr, Arc<KvStore>) {
+    let cfg = ServerConfig { request_memory: 10 * MB as u64, request_memory_wait: wait, ..ServerConfig::default() };
+    start_with(64 << 20, None, cfg).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_in_progress_share_one_memory_budget_and_a_client_that_cannot_fit_is_refused() {
-    const MB: usize = 1 << 20;
-    let cfg = ServerConfig {
-        request_memory: 10 * MB as u64,
-        request_memory_wait: Duration::from_millis(500),
-        ..ServerConfig::default()
-    };
-    let (addr, store) = start_with(64 << 20, None, cfg).await;
+    let (addr, store) = start_budgeted(Duration::from_millis(500)).await;
     // A holds about 6 MiB of the 10 with a value half sent.
     let mut a = half_set(addr, "a", 6 * MB, 3 * MB).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -210,12 +213,7 @@ async fn requests_in_progress_share_one_memory_budget_and_a_client_that_cannot_f
     assert_eq!(reply_line(&mut c).await, "+OK\r\n");
     // With a longer wait, a client behind a value in progress gets its
     // share once that value completes.
-    let cfg = ServerConfig {
-        request_memory: 10 * MB as u64,
-        request_memory_wait: Duration::from_secs(30),
-        ..ServerConfig::default()
-    };
-    let (addr2, store2) = start_with(64 << 20, None, cfg).await;
+    let (addr2, store2) = start_budgeted(Duration::from_secs(30)).await;
     let mut d = half_set(addr2, "d", 6 * MB, MB).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut e = half_set(addr2, "e", 6 * MB, 0).await;
@@ -226,6 +224,39 @@ async fn requests_in_progress_share_one_memory_budget_and_a_client_that_cannot_f
     assert_eq!(reply_line(&mut e).await, "+OK\r\n");
     assert_eq!(store2.get(b"", b"e").await.unwrap().map(|v| v.len()), Some(6 * MB));
     assert_eq!(other.get(b"small").await.unwrap().as_deref(), Some(&b"v"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_vanish_mid_value_or_while_waiting_give_their_share_back() {
+    // The budget is returned by whoever held it, however the connection
+    // ends: a share that leaked would refuse every large value after a
+    // few clients went away.
+    let (addr, store) = start_budgeted(Duration::from_millis(500)).await;
+    // Five clients in turn hold 6 MiB of the 10 with half a value sent,
+    // then vanish: had any share leaked, the last ones would be refused.
+    for i in 0..5 {
+        let s = half_set(addr, &format!("gone{i}"), 6 * MB, 3 * MB).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(s);
+    }
+    // A client waiting for its share vanishes while it waits.
+    let mut a = half_set(addr, "a", 6 * MB, 3 * MB).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(half_set(addr, "waiting", 6 * MB, 0).await);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    finish_set(&mut a, 3 * MB).await;
+    assert_eq!(reply_line(&mut a).await, "+OK\r\n");
+    // The whole budget is there again: 6 MiB, then 9 MiB in one value.
+    for (key, len) in [("b", 6 * MB), ("c", 9 * MB)] {
+        let mut s = half_set(addr, key, len, 0).await;
+        finish_set(&mut s, len).await;
+        assert_eq!(reply_line(&mut s).await, "+OK\r\n", "{key}");
+        assert_eq!(store.get(b"", key.as_bytes()).await.unwrap().map(|v| v.len()), Some(len));
+    }
+    // Nothing of the vanished clients' values was stored.
+    for key in ["gone0", "gone4", "waiting"] {
+        assert_eq!(store.get(b"", key.as_bytes()).await.unwrap(), None, "{key}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

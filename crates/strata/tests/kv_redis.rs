@@ -190,6 +190,71 @@ fn redis_benchmark_runs_a_short_load() {
     assert!(stat("not_admitted") > 0);
 }
 
+/// Debian's Python with Debian's redis-py (`python3-redis`): the worked
+/// example needs nothing else.
+fn python_with_redis() -> &'static str {
+    const PYTHON: &str = "/usr/bin/python3";
+    let found = Command::new(PYTHON).args(["-c", "import redis"]).output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "{PYTHON} cannot import redis: apt-get install python3-redis (CI's .ci/run does)"
+    );
+    PYTHON
+}
+
+fn python_example() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/python/strata_kv_example.py")
+}
+
+#[test]
+fn the_python_worked_example_runs_unmodified_against_the_server() {
+    // docs/kv.md's example: redis-py with pooled connections in a
+    // namespace, prefix lookups, leases, pipelines, a 32 MiB value, and
+    // LMCache's Redis connector's access pattern over redis.asyncio. It
+    // checks every value it reads and exits non-zero on a difference.
+    let dir = tempfile::tempdir().unwrap();
+    let kv = Kv::start(dir.path(), "256M", &[]);
+    let out = Command::new("timeout")
+        .args(["300", python_with_redis()])
+        .arg(python_example())
+        .args(["--host", "127.0.0.1", "--port", &kv.addr.port().to_string()])
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the example failed: {text}");
+    assert!(text.contains("repeat found 10/10 pages, shared prefix found 6/9"), "{text}");
+    assert!(text.lines().last() == Some("ok"), "{text}");
+    // What it stored in its namespace it deleted again; the server is
+    // still serving.
+    assert_eq!(kv.cli(&["DBSIZE"]), "0");
+}
+
+#[test]
+fn python_and_rust_compute_the_same_reference_keys() {
+    // A key that differs between processes is a silent zero hit rate:
+    // the example's Python implementation of the scheme and the Rust one
+    // must agree on an input with every context field, unsorted tags,
+    // several pages, a token id at u32::MAX and a trailing partial page.
+    let out = Command::new(python_with_redis()).arg(python_example()).arg("--keys-only").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let python: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect();
+    let ctx = strata_kv::key::KeyContext {
+        model: "meta-llama/Llama-3.1-8B".into(),
+        revision: "main".into(),
+        dtype: "bf16".into(),
+        layout: "NHD".into(),
+        page_size: 16,
+        tp_rank: 1,
+        tp_size: 2,
+        tags: vec![("rope".into(), "yarn-4x".into()), ("lora".into(), "adapter-7".into())],
+    };
+    let mut tokens: Vec<u32> = (0..100u32).map(|i| (i * 7919 + 13) % 128_256).collect();
+    tokens.push(u32::MAX);
+    let rust = ctx.chain(&tokens);
+    assert_eq!(rust.len(), 6, "101 tokens make 6 whole pages of 16");
+    assert_eq!(python, rust);
+}
+
 #[test]
 fn kill_9_keeps_every_flushed_block_and_its_accounting() {
     let dir = tempfile::tempdir().unwrap();
