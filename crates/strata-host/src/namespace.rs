@@ -8,7 +8,8 @@
 //! [`BlockError::Io`] and retires the connection, so one
 //! stalled target costs its callers one timeout each, not a hang. I/O
 //! larger than the controller's transfer limit is split into commands of
-//! whole blocks. Nothing is retried here: the caller decides (the KV
+//! whole blocks, all in flight at once; a write's buffer is sent without
+//! a copy. Nothing is retried here: the caller decides (the KV
 //! store treats a failed read as a miss).
 //!
 //! A volume of a strata pool is served by its owner, which moves when a
@@ -26,6 +27,18 @@ use std::time::Duration;
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf};
 
 use crate::{Controller, HostConfig, HostError};
+
+/// Part of a write's buffer, handed to the host library as `Bytes`.
+struct Piece {
+    buf: Arc<IoBuf>,
+    range: std::ops::Range<usize>,
+}
+
+impl AsRef<[u8]> for Piece {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf.as_slice()[self.range.clone()]
+    }
+}
 
 /// Most bytes one command moves.
 const MAX_COMMAND_BYTES: usize = 1 << 20;
@@ -282,8 +295,11 @@ impl BlockDevice for RemoteNamespace {
                 self.check(lba, buf.len())?;
                 let ctrl = self.ctrl().await?;
                 let bs = self.geometry.block_size as usize;
-                for (slba, r) in self.pieces(&ctrl, lba, buf.len()) {
-                    let data = self.run(&ctrl, ctrl.read(self.nsid, slba, (r.len() / bs) as u32)).await?;
+                let pieces: Vec<_> = self.pieces(&ctrl, lba, buf.len()).collect();
+                let reads =
+                    pieces.iter().map(|(slba, r)| self.run(&ctrl, ctrl.read(self.nsid, *slba, (r.len() / bs) as u32)));
+                let datas = futures_util::future::try_join_all(reads).await?;
+                for ((_, r), data) in pieces.into_iter().zip(datas) {
                     if data.len() != r.len() {
                         return Err(io_error(format!("short read: {} of {} bytes", data.len(), r.len())));
                     }
@@ -298,17 +314,25 @@ impl BlockDevice for RemoteNamespace {
 
     fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
         Box::pin(async move {
+            if let Err(e) = self.check(lba, buf.len()) {
+                return (buf, Err(e));
+            }
+            // The host library sends `Bytes`: each command's piece is a
+            // view of the one buffer, shared rather than copied.
+            let shared = Arc::new(buf);
             let r = async {
-                self.check(lba, buf.len())?;
                 let ctrl = self.ctrl().await?;
-                for (slba, r) in self.pieces(&ctrl, lba, buf.len()) {
-                    // The host library sends `Bytes`; an IoBuf is not one.
-                    let data = bytes::Bytes::copy_from_slice(&buf.as_slice()[r]);
-                    self.run(&ctrl, ctrl.write(self.nsid, slba, data, fua)).await?;
-                }
-                Ok(())
+                let writes = self.pieces(&ctrl, lba, shared.len()).map(|(slba, range)| {
+                    let data = bytes::Bytes::from_owner(Piece { buf: shared.clone(), range });
+                    self.run(&ctrl, ctrl.write(self.nsid, slba, data, fua))
+                });
+                futures_util::future::try_join_all(writes).await.map(drop)
             }
             .await;
+            // A completed command has dropped its piece. One that failed
+            // or timed out may still be queued, holding its piece: then
+            // the caller gets a copy and the queue frees the original.
+            let buf = Arc::try_unwrap(shared).unwrap_or_else(|s| IoBuf::from_slice(s.as_slice()));
             (buf, r)
         })
     }

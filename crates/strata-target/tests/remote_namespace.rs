@@ -61,6 +61,10 @@ async fn a_remote_namespace_is_a_block_device_that_reconnects() {
     let t0 = std::time::Instant::now();
     assert!(matches!(read(&dev, 6, BS).await, Err(BlockError::Io(_))));
     assert!(matches!(read(&dev, 6, BS).await, Err(BlockError::Io(_))), "no target: reconnecting fails too");
+    // A failed write gives its buffer back unchanged.
+    let (back, r) = dev.write(6, buf_of(&data[..2 * BS]), false).await;
+    assert!(matches!(r, Err(BlockError::Io(_))));
+    assert_eq!(back.as_slice(), &data[..2 * BS]);
     assert!(t0.elapsed() < Duration::from_secs(15));
     let target = Target::new(TargetConfig::default());
     let sub = Subsystem::new(NQN, "STRATAITEST01", vec![]);
@@ -69,6 +73,46 @@ async fn a_remote_namespace_is_a_block_device_that_reconnects() {
     target.listen(fx.io, PortRole::Io).await.expect("the same port again");
     assert_eq!(read(&dev, 6, BS).await.expect("reconnected"), data[BS..2 * BS]);
     let _keep: Arc<RemoteNamespace> = dev;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_io_split_into_concurrent_commands_lands_where_it_belongs() {
+    // Many large reads and writes at once, each split into 1 MiB commands
+    // that are all in flight together: every one lands where it belongs,
+    // and a written buffer (sent as views of it) comes back unchanged, as
+    // the same allocation.
+    let fx = start(16384).await;
+    let dev = Arc::new(RemoteNamespace::connect(fx.io, NQN, None, &HostConfig::default()).await.expect("connect"));
+    dev.set_command_timeout(Duration::from_secs(10));
+    let len = 3 * 1024 * 1024 + 5 * BS;
+    let stride = (len / BS) as u64 + 3;
+    let mut tasks = Vec::new();
+    for i in 0..8u64 {
+        let dev = dev.clone();
+        tasks.push(tokio::spawn(async move {
+            let data = Rng::new(100 + i).bytes(len);
+            let buf = buf_of(&data);
+            let ptr = buf.as_slice().as_ptr() as usize;
+            let (back, r) = dev.write(i * stride, buf, false).await;
+            r.expect("write");
+            assert_eq!(back.as_slice().as_ptr() as usize, ptr, "the buffer came back as another allocation");
+            assert_eq!(back.as_slice(), &data[..], "the buffer changed");
+            data
+        }));
+    }
+    let mut written = Vec::new();
+    for t in tasks {
+        written.push(t.await.unwrap());
+    }
+    let reads: Vec<_> = (0..8u64)
+        .map(|i| {
+            let dev = dev.clone();
+            tokio::spawn(async move { read(&dev, i * stride, len).await.expect("read") })
+        })
+        .collect();
+    for (i, t) in reads.into_iter().enumerate() {
+        assert!(t.await.unwrap() == written[i], "region {i} read back wrong");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
