@@ -178,7 +178,14 @@ pub struct LogDev {
     /// writer would wait ([`LogDev::ready_within`]); cleared by the next
     /// write that completes.
     stalled: AtomicBool,
+    /// Written buffers kept for the next ones (at most [`SPARE_BUFFERS`]):
+    /// a fresh multi-megabyte allocation faults in every page as records
+    /// are copied into it, under the store's lock.
+    spare: Mutex<Vec<IoBuf>>,
 }
+
+/// Written buffers a log keeps for reuse.
+const SPARE_BUFFERS: usize = 4;
 
 /// A record found by the recovery scan.
 #[derive(Debug)]
@@ -210,17 +217,45 @@ impl LogDev {
             epoch: AtomicU64::new(0),
             lost: Mutex::new(Vec::new()),
             stalled: AtomicBool::new(false),
+            spare: Mutex::new(Vec::new()),
         }
     }
 
-    /// Writes `bytes` at `dev_off` (both aligned) and waits.
+    /// Writes `bytes` at `dev_off` (both aligned) and waits; keeps the
+    /// buffer as a spare.
     async fn write_at(&self, dev_off: u64, buf: IoBuf) -> Result<(), LogError> {
-        let (_, r) = self.dev.write(dev_off / BLOCK, buf, false).await;
+        let (buf, r) = self.dev.write(dev_off / BLOCK, buf, false).await;
+        let mut spare = lock(&self.spare);
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(buf);
+        }
         Ok(r?)
     }
 
+    /// A zeroed buffer of `cap` bytes: a spare one of that capacity,
+    /// cleared, or a new one. Cleared, because a buffer's unfilled bytes
+    /// reach the drive (the tail of its last block, the gaps between
+    /// records): a spare's old records there would carry its segment's
+    /// sequence if it held the same segment, and a restart's scan would
+    /// find them again at offsets where they were never written.
+    fn zeroed_buf(&self, cap: usize) -> IoBuf {
+        let found = {
+            let mut spare = lock(&self.spare);
+            spare.iter().position(|b| b.capacity() == cap).map(|i| spare.swap_remove(i))
+        };
+        match found {
+            Some(mut b) => {
+                b.set_len(cap);
+                b.as_mut_slice().fill(0);
+                b
+            }
+            None => IoBuf::zeroed(cap),
+        }
+    }
+
     async fn read_at(&self, dev_off: u64, len: u64) -> Result<IoBuf, LogError> {
-        let (buf, r) = self.dev.read(dev_off / BLOCK, IoBuf::zeroed(len as usize)).await;
+        // Every byte is read into: a recycled buffer needs no clearing.
+        let (buf, r) = self.dev.read(dev_off / BLOCK, IoBuf::recycled(len as usize)).await;
         r?;
         Ok(buf)
     }
@@ -550,7 +585,7 @@ impl<K: Clone> LogState<K> {
             let seq = self.next_seq;
             self.next_seq += 1;
             self.seg_seq[self.head as usize] = seq;
-            let mut data = IoBuf::zeroed(self.wbuf.max(BLOCK) as usize);
+            let mut data = self.dev.zeroed_buf(self.wbuf.max(BLOCK) as usize);
             format::encode_segment_header(self.sb.log_id, seq, &mut data);
             self.buf = Some(OpenBuf { start: 0, data, len: BLOCK });
             pos = BLOCK;
@@ -559,7 +594,7 @@ impl<K: Clone> LogState<K> {
             self.seal(false);
             pos = format::align_up(pos, BLOCK);
             let cap = format::align_up(len, BLOCK).max(self.wbuf).min(self.sb.segment_bytes - pos);
-            self.buf = Some(OpenBuf { start: pos, data: IoBuf::zeroed(cap as usize), len: 0 });
+            self.buf = Some(OpenBuf { start: pos, data: self.dev.zeroed_buf(cap as usize), len: 0 });
         }
         let seq = self.seg_seq[self.head as usize];
         let b = self.buf.as_mut().expect("opened above");
@@ -797,4 +832,33 @@ async fn window<'w>(
     }
     let at = (pos - win.0) as usize;
     Ok(&win.1[at..at + len as usize])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_written_buffer_is_reused_cleared() {
+        let dev = Arc::new(strata_block::MemDevice::new(4096, 1024));
+        let sb = Super { log_id: 1, segment_bytes: 1 << 20, segments: 3 };
+        let ldev = LogDev::read_only(dev, sb);
+        let mut dirty = IoBuf::zeroed(64 << 10);
+        dirty.as_mut_slice().fill(0xA5);
+        dirty.set_len(8192);
+        let ptr = dirty.as_slice().as_ptr();
+        ldev.write_at(0, dirty).await.unwrap();
+        // Another size is a new buffer; the written one's size is that
+        // buffer again, whole and zeroed.
+        assert_ne!(ldev.zeroed_buf(32 << 10).as_slice().as_ptr(), ptr);
+        let again = ldev.zeroed_buf(64 << 10);
+        assert_eq!(again.as_slice().as_ptr(), ptr);
+        assert_eq!(again.len(), 64 << 10);
+        assert!(again.as_slice().iter().all(|&b| b == 0), "a reused buffer kept old bytes");
+        // At most SPARE_BUFFERS are kept.
+        for _ in 0..SPARE_BUFFERS + 3 {
+            ldev.write_at(0, IoBuf::zeroed(4096)).await.unwrap();
+        }
+        assert_eq!(lock(&ldev.spare).len(), SPARE_BUFFERS);
+    }
 }
