@@ -184,6 +184,20 @@ pub struct LogDev {
     spare: Mutex<Vec<IoBuf>>,
 }
 
+/// The value at `range` of a buffer a record was read into. The value is
+/// promoted into DRAM, which counts its length: a value that would keep a
+/// buffer much larger than itself alive (a small record, whose blocks
+/// hold others too) is copied out, so that DRAM holds what it counts.
+/// A large one keeps its buffer (its header and the block ends are a
+/// sliver of it) and is not copied.
+fn value_of(buf: IoBuf, range: std::ops::Range<usize>) -> Bytes {
+    let waste = buf.capacity() - range.len();
+    if waste > range.len() / 8 {
+        return Bytes::copy_from_slice(&buf.as_slice()[range]);
+    }
+    Bytes::from_owner(buf).slice(range)
+}
+
 /// Written buffers a log keeps for reuse.
 const SPARE_BUFFERS: usize = 4;
 
@@ -254,8 +268,9 @@ impl LogDev {
     }
 
     async fn read_at(&self, dev_off: u64, len: u64) -> Result<IoBuf, LogError> {
-        // Every byte is read into: a recycled buffer needs no clearing.
-        let (buf, r) = self.dev.read(dev_off / BLOCK, IoBuf::recycled(len as usize)).await;
+        // Not a recycled buffer: those come in powers of two, and a value
+        // promoted into DRAM keeps the buffer it was read into.
+        let (buf, r) = self.dev.read(dev_off / BLOCK, IoBuf::zeroed(len as usize)).await;
         r?;
         Ok(buf)
     }
@@ -331,7 +346,7 @@ impl LogDev {
         }
         let from = skip + format::REC_HEADER + key.len();
         let to = from + loc.value_len as usize;
-        Ok(Some(Bytes::from_owner(buf).slice(from..to)))
+        Ok(Some(value_of(buf, from..to)))
     }
 
     /// Writes one sealed buffer and retires it from the in-flight set. A
@@ -860,5 +875,22 @@ mod tests {
             ldev.write_at(0, IoBuf::zeroed(4096)).await.unwrap();
         }
         assert_eq!(lock(&ldev.spare).len(), SPARE_BUFFERS);
+    }
+
+    #[test]
+    fn a_value_keeps_its_read_buffer_only_when_it_fills_most_of_it() {
+        // 1 MiB of value in 1 MiB and two blocks: kept, not copied.
+        let big = IoBuf::zeroed((1 << 20) + 8192);
+        let at = big.as_slice().as_ptr() as usize;
+        let v = value_of(big, 100..100 + (1 << 20));
+        assert_eq!(v.as_ptr() as usize, at + 100);
+        assert_eq!(v.len(), 1 << 20);
+        // 4 KiB in two blocks: copied out, the buffer freed.
+        let mut small = IoBuf::zeroed(8192);
+        small.as_mut_slice()[200..4296].fill(7);
+        let at = small.as_slice().as_ptr() as usize;
+        let v = value_of(small, 200..4296);
+        assert_ne!(v.as_ptr() as usize, at + 200);
+        assert!(v.len() == 4096 && v.iter().all(|&b| b == 7));
     }
 }

@@ -134,9 +134,14 @@ pub const EXPIRE_BATCH: u64 = 10_000;
 /// `pool_skipped`).
 pub const POOL_WRITE_WAIT: Duration = Duration::from_secs(1);
 
-/// Values below this are copied out of the receive buffer they arrived
-/// in, so that a small value does not keep a large buffer alive.
-const COPY_SMALL_BELOW: usize = 16 << 10;
+/// Values below this are copied out of the buffer they arrived in, so
+/// that DRAM holds what it counts: a value keeps its whole allocation
+/// alive, and a server's receive buffer holds up to 64 KiB of requests
+/// (`server::READ_CHUNK`) before it grows for one large value. Below 64
+/// KiB a value is copied (a few microseconds); at or above it, what it
+/// shares its buffer with is at most about its own size again (a read's
+/// worth), and a buffer grown for it holds little else.
+pub const COPY_SMALL_BELOW: usize = 64 << 10;
 
 /// Which blocks leaving DRAM are written to the SSD tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

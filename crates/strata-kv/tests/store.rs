@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_block::{BlockDevice, IoBuf, MemDevice};
 use strata_kv::store::Presence;
-use strata_kv::store::{ENTRY_OVERHEAD, dram_size};
+use strata_kv::store::{COPY_SMALL_BELOW, ENTRY_OVERHEAD, dram_size};
 use strata_kv::{Admit, KvConfig, KvError, KvStore, Pin, PutOpts};
 
 const SEG: u64 = 256 << 10;
@@ -113,6 +113,24 @@ async fn one_hit_blocks_do_not_wear_the_drive() {
     }
     assert!(st.demoted <= 8, "one-hit blocks were written: {st:?}");
     s.check_invariants();
+}
+
+#[tokio::test]
+async fn a_value_below_64_kib_does_not_keep_the_buffer_it_arrived_in() {
+    // DRAM counts a value's bytes: one that came as a slice of a larger
+    // buffer (a receive buffer holding other requests) must not keep all
+    // of it alive. Below COPY_SMALL_BELOW it is copied; a large value is
+    // kept as it came.
+    let s = open(cfg(16 << 20, Admit::All), &mem(4 << 20)).await;
+    let buf = bytes::Bytes::from(vec![5u8; 1 << 20]);
+    for (key, range) in [(&b"small"[..], 1000..1000 + 20_000), (&b"large"[..], 4096..4096 + COPY_SMALL_BELOW)] {
+        let value = buf.slice(range);
+        s.put(b"", key, value.clone(), PutOpts::default()).await.unwrap();
+        let got = s.get(b"", key).await.unwrap().unwrap();
+        assert_eq!(got, value);
+        let shared = got.as_ptr() == value.as_ptr();
+        assert_eq!(shared, value.len() >= COPY_SMALL_BELOW, "{}", String::from_utf8_lossy(key));
+    }
 }
 
 #[tokio::test]
