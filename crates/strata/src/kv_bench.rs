@@ -187,7 +187,8 @@ pub fn trace(args: &TraceArgs) -> anyhow::Result<()> {
 /// `strata bench kv-tier` arguments.
 #[derive(clap::Args, Debug)]
 pub struct TierArgs {
-    /// The SSD tier's file or device, PATH[:SIZE] (its contents are lost).
+    /// The SSD tier's file or device, PATH[:SIZE] (its contents are lost);
+    /// `none` skips the SSD tier.
     #[arg(long, default_value = "./strata-data/kv/bench.log:2G")]
     ssd: String,
     /// Value size.
@@ -202,6 +203,12 @@ pub struct TierArgs {
     /// Accept a file system without O_DIRECT (tmpfs).
     #[arg(long)]
     allow_buffered: bool,
+    /// Also measure the pool tier on this volume (namespace 1; its
+    /// contents are lost): a store with no SSD tier and 64 MiB of DRAM, so
+    /// every block goes to the volume over NVMe/TCP and is read back from
+    /// it (compare with `strata bench` on the same volume: bench/kv-tiers.sh).
+    #[arg(long, value_name = "tcp://ADDR:PORT/NQN")]
+    pool: Option<crate::kv_cmd::PoolSpec>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -258,17 +265,44 @@ fn key(i: u64) -> Vec<u8> {
     format!("blk{i:09}").into_bytes()
 }
 
+/// The tiers `strata bench kv-tier` measures.
+#[derive(Clone, Copy)]
+enum Tier {
+    Dram,
+    Ssd,
+    Pool,
+}
+
+impl Tier {
+    fn name(self) -> &'static str {
+        match self {
+            Tier::Dram => "dram",
+            Tier::Ssd => "ssd",
+            Tier::Pool => "pool",
+        }
+    }
+
+    /// The names of its put and get phases.
+    fn phases(self) -> (&'static str, &'static str) {
+        match self {
+            Tier::Dram => ("dram put", "dram get"),
+            Tier::Ssd => ("ssd put", "ssd get"),
+            Tier::Pool => ("pool put", "pool get"),
+        }
+    }
+}
+
 /// Puts `n` blocks, then (after a flush, so that what left DRAM is on the
 /// drive) gets each back, checking its length.
 async fn put_then_get(
     store: &std::sync::Arc<strata_kv::KvStore>,
-    tier: &str,
+    tier: Tier,
     n: u64,
     args: &TierArgs,
     values: &[bytes::Bytes],
 ) -> anyhow::Result<[Phase; 2]> {
-    let names: (&'static str, &'static str) =
-        if tier == "dram" { ("dram put", "dram get") } else { ("ssd put", "ssd get") };
+    let names = tier.phases();
+    let tier = tier.name();
     let put = phase(names.0, n, args.value, args.qd, |i| {
         let (s, k, v) = (store.clone(), key(i), values[(i % values.len() as u64) as usize].clone());
         async move {
@@ -290,7 +324,29 @@ async fn put_then_get(
     Ok([put, get])
 }
 
-/// Measures put and get through the store's API, DRAM tier then SSD tier.
+/// A store over `tiers` with 64 MiB of DRAM (or four values), emptied,
+/// so that nearly every block put goes down to them.
+async fn below_dram(
+    args: &TierArgs,
+    tiers: strata_kv::Tiers,
+    what: &str,
+) -> anyhow::Result<std::sync::Arc<strata_kv::KvStore>> {
+    use strata_kv::{Admit, KvConfig, KvStore};
+    let dev_bytes = tiers.ssd.as_ref().or(tiers.pool.as_ref()).map_or(0, |d| d.geometry().size_bytes());
+    anyhow::ensure!(
+        args.total * 5 / 4 <= dev_bytes,
+        "--total {} does not fit in {what} ({dev_bytes} bytes)",
+        args.total
+    );
+    let seg = strata_kv::store::segment_size_for(dev_bytes).max(args.value * 2);
+    let cfg = KvConfig { dram_bytes: (64 << 20).max(args.value * 4), admit: Admit::All, segment_bytes: seg };
+    let store = KvStore::open_tiers(cfg, tiers, Box::new(strata_kv::store::unix_ms)).await?;
+    store.clear();
+    Ok(store)
+}
+
+/// Measures put and get through the store's API: DRAM tier, SSD tier, and
+/// with `--pool` the pool tier.
 pub fn tier(args: &TierArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(tier_run(args))
@@ -309,29 +365,30 @@ async fn tier_run(args: &TierArgs) -> anyhow::Result<()> {
     )
     .await?;
     let values: Vec<bytes::Bytes> = (0..n.min(64)).map(|i| fill(i, args.value)).collect();
-    phases.extend(put_then_get(&dram, "dram", n, args, &values).await?);
+    phases.extend(put_then_get(&dram, Tier::Dram, n, args, &values).await?);
     drop(dram);
     // SSD: a DRAM tier of 64 MiB, so nearly every block is written down,
     // then read back from the drive.
-    let (path, size) = crate::kv_cmd::parse_ssd(&args.ssd)?;
-    let dev = crate::kv_cmd::open_ssd(&path, size, args.allow_buffered)?;
-    let dev_bytes = dev.geometry().size_bytes();
-    anyhow::ensure!(
-        args.total * 5 / 4 <= dev_bytes,
-        "--total {} does not fit in the SSD tier ({dev_bytes} bytes)",
-        args.total
-    );
-    let seg = strata_kv::store::segment_size_for(dev_bytes).max(args.value * 2);
-    let ssd = KvStore::open(
-        KvConfig { dram_bytes: (64 << 20).max(args.value * 4), admit: Admit::All, segment_bytes: seg },
-        Some(dev as Arc<dyn BlockDevice>),
-    )
-    .await?;
-    ssd.clear();
-    let [put, get] = put_then_get(&ssd, "ssd", n, args, &values).await?;
-    let on_ssd = ssd.stats().ssd_keys;
-    phases.extend([put, get]);
-    let st = ssd.stats();
+    let (mut on_ssd, mut hits_ssd) = (0, 0);
+    if args.ssd != "none" {
+        let (path, size) = crate::kv_cmd::parse_ssd(&args.ssd)?;
+        let dev = crate::kv_cmd::open_ssd(&path, size, args.allow_buffered)?;
+        let tiers = strata_kv::Tiers { ssd: Some(dev as Arc<dyn BlockDevice>), ..Default::default() };
+        let ssd = below_dram(args, tiers, "the SSD tier").await?;
+        phases.extend(put_then_get(&ssd, Tier::Ssd, n, args, &values).await?);
+        let st = ssd.stats();
+        (on_ssd, hits_ssd) = (st.ssd_keys, st.hits_ssd);
+    }
+    // Pool: the same with the volume in the SSD tier's place.
+    let mut on_pool = None;
+    if let Some(t) = &args.pool {
+        let dev = crate::kv_cmd::connect_pool(t, std::time::Duration::from_secs(5)).await?;
+        let pool =
+            below_dram(args, strata_kv::Tiers { pool: Some(dev), ..Default::default() }, "the pool volume").await?;
+        phases.extend(put_then_get(&pool, Tier::Pool, n, args, &values).await?);
+        let st = pool.stats();
+        on_pool = Some((st.pool_keys, st.hits_pool));
+    }
     if args.json {
         let rows: Vec<serde_json::Value> = phases
             .iter()
@@ -341,14 +398,18 @@ async fn tier_run(args: &TierArgs) -> anyhow::Result<()> {
             })
             .collect();
         let v = serde_json::json!({"value_bytes": args.value, "qd": args.qd, "blocks": n,
-            "blocks_on_ssd": on_ssd, "hits_ssd": st.hits_ssd, "phases": rows});
+            "blocks_on_ssd": on_ssd, "hits_ssd": hits_ssd,
+            "blocks_on_pool": on_pool.map(|p| p.0), "hits_pool": on_pool.map(|p| p.1), "phases": rows});
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     println!(
         "{n} blocks of {} bytes, {} in flight; {on_ssd} were on the SSD tier, {} gets read from it",
-        args.value, args.qd, st.hits_ssd
+        args.value, args.qd, hits_ssd
     );
+    if let Some((keys, hits)) = on_pool {
+        println!("{keys} were on the pool tier, {hits} gets read from it");
+    }
     println!("{:<10} {:>10} {:>10} {:>10}", "phase", "GB/s", "p50 us", "p99 us");
     for p in &phases {
         println!("{:<10} {:>10.3} {:>10.0} {:>10.0}", p.name, p.bytes as f64 / p.secs / 1e9, p.p50_us, p.p99_us);
