@@ -6,6 +6,8 @@
 //! and read. Recovery picks each key's newest version across the two
 //! logs, a tombstone beating the copies it deletes: damage to one log's
 //! newer record may bring back an older version, never foreign bytes.
+//! Some values are large (80-100 KiB): a restart reads only their
+//! headers and keys, so damage to their values is found on read.
 //!
 //! Invariants: never panics; the index and byte counts agree
 //! (`check_invariants`); every value read back is one that was written
@@ -24,7 +26,7 @@ const DEV: u64 = 1 << 20;
 /// records written fill about the first [`POOL_USED`] bytes, where its
 /// damage lands.
 const POOL: u64 = 8 << 20;
-const POOL_USED: usize = 2 << 20;
+const POOL_USED: usize = 6 << 20;
 const KEYS: u64 = 60;
 
 #[derive(Arbitrary, Debug)]
@@ -36,11 +38,14 @@ struct Damage {
 }
 
 fn cfg() -> KvConfig {
-    KvConfig { dram_bytes: 16 << 10, admit: Admit::All, segment_bytes: 64 << 10 }
+    KvConfig { dram_bytes: 256 << 10, admit: Admit::All, segment_bytes: 128 << 10 }
 }
 
 fn value(key: u64, version: u64) -> Vec<u8> {
-    let len = 500 + (key as usize * 97 + version as usize * 13) % 3000;
+    let len = match key % 8 {
+        3 => (80 << 10) + (key as usize * 977 + version as usize * 4099) % (20 << 10),
+        _ => 500 + (key as usize * 97 + version as usize * 13) % 3000,
+    };
     (0..len).map(|i| (key as usize * 7 + version as usize * 131 + i) as u8).collect()
 }
 
@@ -68,8 +73,8 @@ async fn device(img: &[u8]) -> Arc<MemDevice> {
 }
 
 /// The images (SSD, then pool): six rounds of puts and deletes through a
-/// 16 KiB DRAM tier into logs of 64 KiB segments, so that the SSD's
-/// segments were reclaimed.
+/// 256 KiB DRAM tier into an SSD log of 128 KiB segments, so that the
+/// SSD's segments were reclaimed.
 fn base() -> &'static Vec<u8> {
     static BASE: OnceLock<Vec<u8>> = OnceLock::new();
     BASE.get_or_init(|| {
