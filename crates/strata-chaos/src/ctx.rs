@@ -104,10 +104,7 @@ impl Ctx {
         for &d in &self.discovery {
             match tokio::time::timeout(self.watchdog, strata_host::discover(d, cfg)).await {
                 Ok(Ok(entries)) => {
-                    let found = entries
-                        .iter()
-                        .filter(|e| e.subnqn == nqn)
-                        .find_map(|e| format!("{}:{}", e.traddr, e.trsvcid).parse::<SocketAddr>().ok());
+                    let found = entries.iter().filter(|e| e.subnqn == nqn).find_map(|e| e.tcp_socket_addr());
                     if let Some(a) = found {
                         return Ok(a);
                     }

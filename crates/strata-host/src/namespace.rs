@@ -250,11 +250,9 @@ async fn find(
     let mut candidates: Vec<SocketAddr> = Vec::new();
     for &seed in seeds {
         match tokio::time::timeout(limit, crate::discover(seed, cfg)).await {
-            Ok(Ok(entries)) => candidates.extend(entries.iter().filter(|e| e.subnqn == nqn).filter_map(|e| {
-                // TRADDR is a bare IPv4 or IPv6 address, TRSVCID the port.
-                let ip = e.traddr.trim().parse::<std::net::IpAddr>().ok()?;
-                Some(SocketAddr::new(ip, e.trsvcid.trim().parse().ok()?))
-            })),
+            Ok(Ok(entries)) => {
+                candidates.extend(entries.iter().filter(|e| e.subnqn == nqn).filter_map(|e| e.tcp_socket_addr()))
+            }
             Ok(Err(e)) => err = Some(e),
             Err(_) => err = Some(HostError::Timeout { what: "discovery", after: limit }),
         }

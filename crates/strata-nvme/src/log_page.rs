@@ -698,6 +698,14 @@ impl DiscoveryEntry {
         self.tsas[TSAS_TCP_SECTYPE_OFFSET]
     }
 
+    /// Where a TCP entry's controller listens: TRADDR is a bare IPv4 or
+    /// IPv6 address (no brackets), TRSVCID the port. `None` when either
+    /// does not parse (or a host name was given).
+    pub fn tcp_socket_addr(&self) -> Option<std::net::SocketAddr> {
+        let ip = self.traddr.trim().parse::<std::net::IpAddr>().ok()?;
+        Some(std::net::SocketAddr::new(ip, self.trsvcid.trim().parse().ok()?))
+    }
+
     /// Encodes the 1024-byte entry. Strings are cut to their fields on a
     /// character boundary and NUL padded.
     pub fn encode(&self) -> [u8; DISCOVERY_LOG_ENTRY_LEN] {
@@ -793,6 +801,16 @@ pub fn decode_discovery_log(buf: &[u8]) -> Result<(DiscoveryLogHeader, Vec<Disco
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_tcp_entry_gives_its_address_v4_or_v6() {
+        let e = |a: &str, p: &str| DiscoveryEntry::tcp(ADRFAM_IPV4, SUBTYPE_NVME, 1, a, p, "nqn.x").tcp_socket_addr();
+        assert_eq!(e("10.0.0.5", "4420"), Some("10.0.0.5:4420".parse().unwrap()));
+        assert_eq!(e("fd00::5", "4421 "), Some("[fd00::5]:4421".parse().unwrap()));
+        assert_eq!(e("[fd00::5]", "4421"), None, "TRADDR holds no brackets");
+        assert_eq!(e("storage-1", "4420"), None);
+        assert_eq!(e("10.0.0.5", "nvme"), None);
+    }
 
     /// NVMe Base 2.0 "Error Information Log Entry"; libnvme
     /// `struct nvme_error_log_page` (Linux `struct nvme_error_slot` predates
