@@ -178,10 +178,15 @@ pub struct LogDev {
     /// writer would wait ([`LogDev::ready_within`]); cleared by the next
     /// write that completes.
     stalled: AtomicBool,
-    /// Written buffers kept for the next ones (at most [`SPARE_BUFFERS`]):
-    /// a fresh multi-megabyte allocation faults in every page as records
-    /// are copied into it, under the store's lock.
+    /// Written buffers of the usual size ([`LogDev::wbuf`]) kept for the
+    /// next ones (at most [`SPARE_BUFFERS`]): a fresh multi-megabyte
+    /// allocation faults in every page as records are copied into it,
+    /// under the store's lock.
     spare: Mutex<Vec<IoBuf>>,
+    /// The usual write buffer's size (0: a log that does not write). A
+    /// segment's last buffer and one grown for a large record differ;
+    /// they are not kept, so that they never crowd out the usual ones.
+    wbuf: usize,
 }
 
 /// The value at `range` of a buffer a record was read into. The value is
@@ -232,6 +237,7 @@ impl LogDev {
             lost: Mutex::new(Vec::new()),
             stalled: AtomicBool::new(false),
             spare: Mutex::new(Vec::new()),
+            wbuf: 0,
         }
     }
 
@@ -239,24 +245,23 @@ impl LogDev {
     /// buffer as a spare.
     async fn write_at(&self, dev_off: u64, buf: IoBuf) -> Result<(), LogError> {
         let (buf, r) = self.dev.write(dev_off / BLOCK, buf, false).await;
-        let mut spare = lock(&self.spare);
-        if spare.len() < SPARE_BUFFERS {
-            spare.push(buf);
+        if buf.capacity() == self.wbuf {
+            let mut spare = lock(&self.spare);
+            if spare.len() < SPARE_BUFFERS {
+                spare.push(buf);
+            }
         }
         Ok(r?)
     }
 
-    /// A zeroed buffer of `cap` bytes: a spare one of that capacity,
-    /// cleared, or a new one. Cleared, because a buffer's unfilled bytes
+    /// A zeroed buffer of `cap` bytes: a spare one when `cap` is the usual
+    /// size, cleared, or a new one. Cleared, because a buffer's unfilled bytes
     /// reach the drive (the tail of its last block, the gaps between
     /// records): a spare's old records there would carry its segment's
     /// sequence if it held the same segment, and a restart's scan would
     /// find them again at offsets where they were never written.
     fn zeroed_buf(&self, cap: usize) -> IoBuf {
-        let found = {
-            let mut spare = lock(&self.spare);
-            spare.iter().position(|b| b.capacity() == cap).map(|i| spare.swap_remove(i))
-        };
+        let found = if cap == self.wbuf { lock(&self.spare).pop() } else { None };
         match found {
             Some(mut b) => {
                 b.set_len(cap);
@@ -482,7 +487,8 @@ impl<K: Clone> LogState<K> {
             }
         };
         let wbuf = (sb.segment_bytes / 4).clamp(BLOCK, MAX_WRITE_BUFFER) / BLOCK * BLOCK;
-        let ldev = Arc::new(LogDev { sb, max_inflight: 2 * WRITES_IN_FLIGHT as u64 * wbuf, ..probe });
+        let ldev =
+            Arc::new(LogDev { sb, max_inflight: 2 * WRITES_IN_FLIGHT as u64 * wbuf, wbuf: wbuf as usize, ..probe });
         let n = sb.segments as u32;
         let mut seg_seq = vec![0u64; n as usize];
         for (i, s) in seg_seq.iter_mut().enumerate() {
@@ -914,22 +920,25 @@ mod tests {
     async fn a_written_buffer_is_reused_cleared() {
         let dev = Arc::new(strata_block::MemDevice::new(4096, 1024));
         let sb = Super { log_id: 1, segment_bytes: 1 << 20, segments: 3 };
-        let ldev = LogDev::read_only(dev, sb);
+        let ldev = LogDev { wbuf: 64 << 10, ..LogDev::read_only(dev, sb) };
         let mut dirty = IoBuf::zeroed(64 << 10);
         dirty.as_mut_slice().fill(0xA5);
         dirty.set_len(8192);
         let ptr = dirty.as_slice().as_ptr();
         ldev.write_at(0, dirty).await.unwrap();
-        // Another size is a new buffer; the written one's size is that
-        // buffer again, whole and zeroed.
-        assert_ne!(ldev.zeroed_buf(32 << 10).as_slice().as_ptr(), ptr);
+        // Another size is a new buffer, and is not kept once written; the
+        // usual size is the written buffer again, whole and zeroed.
+        let odd = ldev.zeroed_buf(32 << 10);
+        assert_ne!(odd.as_slice().as_ptr(), ptr);
+        ldev.write_at(0, odd).await.unwrap();
+        assert_eq!(lock(&ldev.spare).len(), 1, "a buffer of another size was kept");
         let again = ldev.zeroed_buf(64 << 10);
         assert_eq!(again.as_slice().as_ptr(), ptr);
         assert_eq!(again.len(), 64 << 10);
         assert!(again.as_slice().iter().all(|&b| b == 0), "a reused buffer kept old bytes");
         // At most SPARE_BUFFERS are kept.
         for _ in 0..SPARE_BUFFERS + 3 {
-            ldev.write_at(0, IoBuf::zeroed(4096)).await.unwrap();
+            ldev.write_at(0, IoBuf::zeroed(64 << 10)).await.unwrap();
         }
         assert_eq!(lock(&ldev.spare).len(), SPARE_BUFFERS);
     }
