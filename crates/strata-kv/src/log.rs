@@ -21,6 +21,9 @@
 //! - a record's bytes are readable from the moment it is appended: from
 //!   the open buffer (copied out under the lock) or, once sealed, from
 //!   the device after its write completes ([`LogDev::read`] waits);
+//! - a new write buffer is all zeros (a reused one is cleared): the bytes
+//!   a buffer's records leave unfilled reach the drive, and must not
+//!   parse as records;
 //! - `inflight_bytes` bounds the memory of sealed, unwritten buffers:
 //!   writers wait in [`LogDev::ready`] (backpressure), they do not queue
 //!   without end;

@@ -32,7 +32,10 @@
 //! - **Recovery**: both logs are scanned at open; for each key the
 //!   record with the highest version wins (a tombstone deletes), and each
 //!   log's copy with that version is indexed, so the index and the byte
-//!   counts are what they were at the last written record.
+//!   counts are what they were at the last written record. Of a large
+//!   record the scan reads only the header and key; its CRC is checked
+//!   when it is read, and a damaged one is then dropped like any record
+//!   that fails its checks.
 //!
 //! Keys are `(namespace, key)`, stored as one byte string: the namespace's
 //! length (one byte), the namespace, the key.
