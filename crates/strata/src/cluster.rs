@@ -460,7 +460,7 @@ impl ClusterNode {
                     if let Some(o) = st.owned.get(&rec.id) {
                         let allocated = volume_allocated(nodes.values(), rec.id, protection);
                         o.vol.stats().allocated_bytes.store(allocated, std::sync::atomic::Ordering::Relaxed);
-                        self.tend(rec.id, o, &nodes, mv);
+                        self.tend(rec.id, o, &nodes, &state.in_sync, mv);
                     }
                 }
                 Some(t) => {
@@ -650,10 +650,18 @@ impl ClusterNode {
     /// An owner's chores: clean the log, move the volume to the current
     /// map when `mv` is ready, bring back stale replicas whose node is
     /// alive and fill nodes that joined chunks.
-    fn tend(&self, id: u64, o: &Owned, nodes: &BTreeMap<NodeId, NodeRecord>, mv: Option<Move>) {
+    fn tend(
+        &self,
+        id: u64,
+        o: &Owned,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+        in_sync: &BTreeSet<NodeId>,
+        mv: Option<Move>,
+    ) {
         let (vol, kind) = (o.vol.clone(), o.kind.clone());
         let lock = o.resyncing.clone();
         let live: BTreeSet<NodeId> = nodes.keys().copied().collect();
+        let in_sync = in_sync.clone();
         tokio::spawn(async move {
             let Ok(_one) = lock.try_lock() else { return };
             if let Err(e) = vol.clean(strata_pool::volume::CLEAN_AFTER).await {
@@ -674,16 +682,7 @@ impl ClusterNode {
                     tracing::warn!(volume = id, map_epoch, "moving the volume to the new map: {e}");
                 }
             }
-            // Stale nodes that are alive, and in-sync nodes being filled.
-            let behind: Vec<NodeId> = vol
-                .drl()
-                .state()
-                .missed
-                .into_iter()
-                .filter(|(n, s)| live.contains(n) && !s.is_empty())
-                .map(|(n, _)| n)
-                .collect();
-            for n in behind {
+            for n in behind(vol.drl().state().missed, &live, &in_sync) {
                 match vol.resync(n).await {
                     Ok(()) => tracing::info!(volume = id, node = %n, "replica in sync"),
                     Err(e) => tracing::info!(volume = id, node = %n, "resync not finished: {e}"),
@@ -691,7 +690,26 @@ impl ClusterNode {
             }
         });
     }
+}
 
+/// The nodes an owner brings up to date: stale nodes that are alive, and
+/// in-sync nodes being filled (those with regions missed). A stale node
+/// is resynced even when it misses no region: one whose regions were all
+/// copied but whose final flush failed (it was still restarting) has yet
+/// to be flushed and rejoin, or it would stay stale for good.
+fn behind(
+    missed: BTreeMap<NodeId, strata_pool::RegionSet>,
+    live: &BTreeSet<NodeId>,
+    in_sync: &BTreeSet<NodeId>,
+) -> Vec<NodeId> {
+    missed
+        .into_iter()
+        .filter(|(n, s)| live.contains(n) && (!s.is_empty() || !in_sync.contains(n)))
+        .map(|(n, _)| n)
+        .collect()
+}
+
+impl ClusterNode {
     /// The move of volume `rec` from `layout` to `next` (map `epoch`),
     /// once every node it adds serves the volume (none is dead: a node
     /// down past the grace time is out of the map, and one that is down
@@ -1279,4 +1297,31 @@ impl ClusterNode {
 /// A change the pool map refused, as the error of an update of it.
 fn map_refused(e: strata_pool::placement::MapError) -> strata_pool::cluster::ClusterError {
     strata_pool::cluster::ClusterError::Corrupt { key: "pool/map".into(), reason: e.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stale_node_is_resynced_even_when_it_misses_no_region() {
+        let n = NodeId;
+        let regions = |rs: &[u64]| {
+            let mut s = strata_pool::RegionSet::new();
+            for &r in rs {
+                s.insert(r);
+            }
+            s
+        };
+        let missed = BTreeMap::from([
+            (n(1), regions(&[3, 4])), // stale, behind
+            (n(2), regions(&[])),     // stale, all copied, not yet rejoined
+            (n(3), regions(&[])),     // in sync, filled
+            (n(4), regions(&[7])),    // in sync, being filled
+            (n(5), regions(&[1])),    // stale but not alive
+        ]);
+        let live = BTreeSet::from([n(1), n(2), n(3), n(4)]);
+        let in_sync = BTreeSet::from([n(3), n(4)]);
+        assert_eq!(behind(missed, &live, &in_sync), vec![n(1), n(2), n(4)]);
+    }
 }
