@@ -522,7 +522,7 @@ impl<K: Clone> LogState<K> {
             head = i;
             head_off = format::align_up(end, BLOCK);
         }
-        drop(scans);
+        drop(scans); // it borrows `ldev` and `seg_seq`, which move below
         let next_seq = order.last().map(|&i| seg_seq[i as usize] + 1).unwrap_or(1);
         tokio::spawn(ldev.clone().run(rx));
         let state = LogState {

@@ -690,26 +690,6 @@ impl ClusterNode {
             }
         });
     }
-}
-
-/// The nodes an owner brings up to date: stale nodes that are alive, and
-/// in-sync nodes being filled (those with regions missed). A stale node
-/// is resynced even when it misses no region: one whose regions were all
-/// copied but whose final flush failed (it was still restarting) has yet
-/// to be flushed and rejoin, or it would stay stale for good.
-fn behind(
-    missed: BTreeMap<NodeId, strata_pool::RegionSet>,
-    live: &BTreeSet<NodeId>,
-    in_sync: &BTreeSet<NodeId>,
-) -> Vec<NodeId> {
-    missed
-        .into_iter()
-        .filter(|(n, s)| live.contains(n) && (!s.is_empty() || !in_sync.contains(n)))
-        .map(|(n, _)| n)
-        .collect()
-}
-
-impl ClusterNode {
     /// The move of volume `rec` from `layout` to `next` (map `epoch`),
     /// once every node it adds serves the volume (none is dead: a node
     /// down past the grace time is out of the map, and one that is down
@@ -1292,6 +1272,23 @@ impl ClusterNode {
                        "free_bytes": raw.saturating_sub(allocated), "fill_percent": fill_percent},
         }))
     }
+}
+
+/// The nodes an owner brings up to date: stale nodes that are alive, and
+/// in-sync nodes being filled (those with regions missed). A stale node
+/// is resynced even when it misses no region: one whose regions were all
+/// copied but whose final flush failed (it was still restarting) has yet
+/// to be flushed and rejoin, or it would stay stale for good.
+fn behind(
+    missed: BTreeMap<NodeId, strata_pool::RegionSet>,
+    live: &BTreeSet<NodeId>,
+    in_sync: &BTreeSet<NodeId>,
+) -> Vec<NodeId> {
+    missed
+        .into_iter()
+        .filter(|(n, s)| live.contains(n) && (!s.is_empty() || !in_sync.contains(n)))
+        .map(|(n, _)| n)
+        .collect()
 }
 
 /// A change the pool map refused, as the error of an update of it.

@@ -274,20 +274,12 @@ enum Tier {
 }
 
 impl Tier {
-    fn name(self) -> &'static str {
+    /// Its name, and the names of its put and get phases.
+    fn names(self) -> [&'static str; 3] {
         match self {
-            Tier::Dram => "dram",
-            Tier::Ssd => "ssd",
-            Tier::Pool => "pool",
-        }
-    }
-
-    /// The names of its put and get phases.
-    fn phases(self) -> (&'static str, &'static str) {
-        match self {
-            Tier::Dram => ("dram put", "dram get"),
-            Tier::Ssd => ("ssd put", "ssd get"),
-            Tier::Pool => ("pool put", "pool get"),
+            Tier::Dram => ["dram", "dram put", "dram get"],
+            Tier::Ssd => ["ssd", "ssd put", "ssd get"],
+            Tier::Pool => ["pool", "pool put", "pool get"],
         }
     }
 }
@@ -301,9 +293,8 @@ async fn put_then_get(
     args: &TierArgs,
     values: &[bytes::Bytes],
 ) -> anyhow::Result<[Phase; 2]> {
-    let names = tier.phases();
-    let tier = tier.name();
-    let put = phase(names.0, n, args.value, args.qd, |i| {
+    let [tier, put_name, get_name] = tier.names();
+    let put = phase(put_name, n, args.value, args.qd, |i| {
         let (s, k, v) = (store.clone(), key(i), values[(i % values.len() as u64) as usize].clone());
         async move {
             s.put(b"", &k, v, strata_kv::PutOpts::default()).await?;
@@ -312,7 +303,7 @@ async fn put_then_get(
     })
     .await?;
     store.flush(false).await?;
-    let get = phase(names.1, n, args.value, args.qd, |i| {
+    let get = phase(get_name, n, args.value, args.qd, |i| {
         let (s, k) = (store.clone(), key(i));
         async move {
             let got = s.get(b"", &k).await?.with_context(|| format!("a block is missing from the {tier} tier"))?;
