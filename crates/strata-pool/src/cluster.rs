@@ -485,6 +485,16 @@ impl crate::volume::Layout for PlacementLayout {
     fn holds(&self, chunk: u64, node: NodeId) -> bool {
         self.nodes(chunk).contains(&node)
     }
+
+    fn groups(&self, chunks: u64) -> Vec<Vec<NodeId>> {
+        // Chunk `i` is in group `(h + i) mod groups`: the first `groups`
+        // chunks meet every group the volume uses.
+        let mut seen = BTreeSet::new();
+        (0..chunks.min(u64::from(self.table.pg_count())))
+            .map(|c| self.nodes(c).to_vec())
+            .filter(|g| seen.insert(g.clone()))
+            .collect()
+    }
 }
 
 /// What moving a volume from one layout to another asks of its nodes.

@@ -5,9 +5,11 @@
 //! A [`FabricLink`] is the connection to one peer. It connects on first
 //! use and again after a transport failure. Each (re)connection gets a new
 //! *generation*: a [`FabricReplica`] that sees the generation change fails
-//! its next operation, because the peer may have restarted and lost
-//! writes it had not flushed. The volume then takes the replica out of the
-//! in-sync set and resyncs it, which re-arms it ([`Replica::rearm`]).
+//! its next operation ([`ReplicaError::Reconnected`], before sending
+//! anything), because the peer may have restarted and lost writes it had
+//! not flushed. The volume then marks every dirty region missed for the
+//! replica, trusts the new generation ([`Replica::trust`]) and refills
+//! those regions: a node that restarts is never ejected for it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -141,10 +143,14 @@ impl FabricReplica {
         match self.armed.compare_exchange(0, generation, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Ok((ctrl, generation)),
             Err(armed) if armed == generation => Ok((ctrl, generation)),
-            Err(armed) => Err(ReplicaError::Unavailable(format!(
-                "node {}: fabric link reconnected (generation {armed} -> {generation}); the peer may have lost unflushed writes",
-                self.link.node
-            ))),
+            Err(armed) => Err(ReplicaError::Reconnected {
+                generation,
+                reason: format!(
+                    "node {}: fabric link reconnected (generation {armed} -> {generation}); the peer may have lost \
+                     unflushed writes",
+                    self.link.node
+                ),
+            }),
         }
     }
 
@@ -178,6 +184,10 @@ impl Replica for FabricReplica {
 
     fn rearm(&self) {
         self.armed.store(0, Ordering::Release);
+    }
+
+    fn trust(&self, generation: u64) {
+        self.armed.store(generation, Ordering::Release);
     }
 
     fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()> {

@@ -7,6 +7,25 @@
 //! [`crate::erasure::ErasureVolume`] are this core plus their own data
 //! path.
 //!
+//! # Availability invariants
+//!
+//! - **Never below the minimum.** No membership change this owner makes
+//!   leaves a chunk with fewer in-sync nodes than the protection needs to
+//!   serve it (`min_in_sync`: 1 copy for `rep:N`, K shards for `ec:K+M`).
+//!   When nodes fail so that dropping them would do that, the owner keeps
+//!   them in the in-sync set, fails the I/O and stops serving the volume
+//!   ([`Owner::give_up`]): the nodes' drives still hold every
+//!   acknowledged write, and the next takeover, once enough of them are
+//!   back, fences them, rolls back or repairs what was in flight (the
+//!   dirty regions) and serves again. Ejecting them instead would leave
+//!   the in-sync set below what any owner can serve, for good.
+//! - **A node that restarts is refilled, not ejected.** A replica whose
+//!   link reconnected ([`ReplicaError::Reconnected`]) may have lost
+//!   writes it had not flushed, all of them in dirty regions: the owner
+//!   marks the dirty regions missed for it (persisted before anything is
+//!   sent to it again), trusts the new connection, and the node stays in
+//!   sync, filling those regions like a node that joined them in a move.
+//!
 //! # Lock order
 //!
 //! `gate` (async RwLock: I/O shared, membership additions exclusive) →
@@ -67,10 +86,26 @@ pub(crate) struct Owner<R: ?Sized> {
     pub(crate) stats: VolumeStats,
     /// The node's limit on rebuild and move bandwidth, once set.
     pub(crate) throttle: std::sync::OnceLock<Arc<crate::throttle::Throttle>>,
+    /// Bytes each node holds (the volume, or a shard of it).
+    span: u64,
+    /// Chunks of the layout in that span.
+    chunks: u64,
+    /// The fewest in-sync nodes a chunk may have (see the module docs).
+    min_in_sync: usize,
+    /// Set when the owner stopped serving because nodes failed that it
+    /// could not drop without going below [`Owner::min_in_sync`].
+    gave_up: AtomicBool,
+    /// The log sequence taken before the last flush that every writable
+    /// node completed: a region with no write since holds nothing a
+    /// restart could have lost.
+    flushed_seq: std::sync::atomic::AtomicU64,
 }
 
 impl<R: ?Sized + Replica + 'static> Owner<R> {
-    /// The core of a volume just taken over at `membership`.
+    /// The core of a volume just taken over at `membership`; `span` is
+    /// the bytes each node holds (the volume, or a shard of it), and no
+    /// chunk may be left with fewer than `min_in_sync` in-sync nodes.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         geometry: Geometry,
         local: NodeId,
@@ -79,7 +114,10 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         membership: Membership,
         drl: Arc<DirtyRegionLog>,
         control: Arc<dyn Control>,
+        span: u64,
+        min_in_sync: usize,
     ) -> Owner<R> {
+        let chunks = span.div_ceil(layout.chunk_bytes().max(1));
         Owner {
             geometry,
             local,
@@ -96,7 +134,67 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             clean_marks: Mutex::new(VecDeque::new()),
             stats: VolumeStats::default(),
             throttle: std::sync::OnceLock::new(),
+            span,
+            chunks,
+            min_in_sync: min_in_sync.max(1),
+            gave_up: AtomicBool::new(false),
+            flushed_seq: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// The first chunk group (its nodes) that `in_sync` leaves with fewer
+    /// than the minimum of in-sync nodes, if any.
+    pub(crate) fn short_of(&self, in_sync: &BTreeSet<NodeId>) -> Option<Vec<NodeId>> {
+        crate::volume::short_group(&*self.layout(), self.chunks, in_sync, self.min_in_sync)
+    }
+
+    /// The first region left with fewer than the minimum of readable
+    /// nodes (in `in_sync`, not missing it) if `also` (a node and regions)
+    /// were missed too, with its chunk's nodes. Only regions some node
+    /// misses can fall short once [`Owner::short_of`] holds.
+    pub(crate) fn short_region(
+        &self,
+        in_sync: &BTreeSet<NodeId>,
+        also: Option<(NodeId, &crate::RegionSet)>,
+    ) -> Option<(u64, Vec<NodeId>)> {
+        let missed = self.drl.state().missed;
+        let misses = |n: NodeId, r: u64| {
+            missed.get(&n).is_some_and(|s| s.contains(r)) || also.is_some_and(|(a, s)| a == n && s.contains(r))
+        };
+        let mut candidates: BTreeSet<u64> =
+            missed.iter().filter(|(n, _)| in_sync.contains(n)).flat_map(|(_, s)| s.iter()).collect();
+        if let Some((_, s)) = also {
+            candidates.extend(s.iter());
+        }
+        let (layout, regions) = (self.layout(), self.drl.regions());
+        let chunk_bytes = layout.chunk_bytes().max(1);
+        candidates.into_iter().find_map(|r| {
+            let group = layout.replicas(regions.bytes_of(r, self.span).start / chunk_bytes);
+            let readable = group.iter().filter(|&&n| in_sync.contains(&n) && !misses(n, r)).count();
+            (readable < self.min_in_sync.min(group.len())).then_some((r, group))
+        })
+    }
+
+    /// True once the owner stopped serving below the minimum (see
+    /// [`Owner::give_up`]).
+    pub(crate) fn gave_up(&self) -> bool {
+        self.gave_up.load(Ordering::Acquire)
+    }
+
+    /// Stops serving because dropping `failed` would leave `group` below
+    /// the minimum: the nodes stay in sync, and the next takeover
+    /// recovers the volume from their drives once enough are back.
+    fn give_up(&self, failed: &[NodeId], group: &[NodeId]) -> BlockError {
+        if !self.gave_up.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                nodes = ?failed,
+                chunk_nodes = ?group,
+                min_in_sync = self.min_in_sync,
+                "nodes failed that cannot leave the in-sync set without leaving a chunk below the minimum: \
+                 keeping them in sync and stopping the volume until enough of them are back"
+            );
+        }
+        self.lose(&"too few in-sync nodes left to serve the volume")
     }
 
     pub(crate) fn membership(&self) -> MutexGuard<'_, Membership> {
@@ -295,6 +393,10 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         let current = self.membership().clone();
         let leaving: Vec<NodeId> = nodes.iter().copied().filter(|n| current.in_sync.contains(n)).collect();
         if !leaving.is_empty() {
+            let after: BTreeSet<NodeId> = current.in_sync.iter().copied().filter(|n| !leaving.contains(n)).collect();
+            if let Some(group) = self.short_of(&after).or_else(|| self.short_region(&after, None).map(|(_, g)| g)) {
+                return Err(self.give_up(&leaving, &group));
+            }
             match self.control.leave(&current, &leaving).await {
                 Ok(m) => {
                     tracing::warn!(nodes = ?leaving, epoch = m.epoch, "nodes left the in-sync set");
@@ -310,6 +412,57 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             self.drl.mark_stale(n, regions.clone()).await.map_err(|e| io_error(e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// `node`'s link reconnected at `generation` (it may have restarted):
+    /// an in-sync node is marked missing every dirty region and
+    /// `regions` (persisted), its new connection trusted, and it stays in
+    /// sync, to be refilled; a node being caught up leaves, as for a
+    /// failure (its resync starts again). The caller tries its operation
+    /// again.
+    ///
+    /// Runs to the end on a task of its own, as `leave` does.
+    pub(crate) async fn restarted(
+        self: &Arc<Self>,
+        node: NodeId,
+        generation: u64,
+        regions: std::ops::Range<u64>,
+    ) -> Result<(), BlockError> {
+        let this = self.clone();
+        run_to_end(self, async move {
+            let in_sync = this.membership().in_sync.contains(&node) && !this.catching_up().contains(&node);
+            if !in_sync {
+                return this.leave_now(&[node], regions).await;
+            }
+            let _one = this.change.lock().await;
+            // What it may have lost: the regions written since the last
+            // flush it completed (every flush reaches every writable node),
+            // and those of the operation it was sent.
+            let flushed = this.flushed_seq.load(Ordering::Acquire);
+            let mut lost: crate::RegionSet =
+                this.drl.dirty().iter().filter(|&r| !this.drl.region_quiet_since(r, flushed)).collect();
+            for r in regions {
+                lost.insert(r);
+            }
+            let in_sync = this.membership().in_sync.clone();
+            if let Some((_, group)) = this.short_region(&in_sync, Some((node, &lost))) {
+                // Too few others hold what it may have lost. Its drive
+                // holds every update up to the last commit (a commit
+                // flushes it first, which is where its restart shows),
+                // so it stays unmarked: the next takeover rolls back
+                // what was in flight on every in-sync node, this one
+                // included, and repairs the dirty regions.
+                return Err(this.give_up(&[node], &group));
+            }
+            this.drl.mark_missing(node, &lost).await.map_err(|e| io_error(e.to_string()))?;
+            if let Some(r) = this.replica(node) {
+                r.trust(generation);
+            }
+            tracing::warn!(node = %node, generation, regions = lost.len(),
+                "a node's link reconnected (it may have restarted): refilling the regions it may have lost");
+            Ok(())
+        })
+        .await
     }
 
     /// Puts caught-up `node` back in the in-sync set (epoch bump). The
@@ -354,10 +507,12 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         self.stats.bytes_rebuilt.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Flushes every in-sync (and catching-up) node; failed ones leave.
+    /// Flushes every in-sync (and catching-up) node; failed ones leave,
+    /// and one whose link reconnected is refilled and flushed again.
     pub(crate) async fn flush(self: &Arc<Self>) -> Result<(), BlockError> {
-        let (nodes, results) = loop {
+        loop {
             self.check_serving()?;
+            let seq = self.drl.sequence();
             let epoch = self.membership().epoch;
             let nodes: Vec<NodeId> = self.writable().into_iter().collect();
             let results = join_all(nodes.iter().map(|&n| async move {
@@ -371,26 +526,37 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
                 self.refused(epoch).await?;
                 continue;
             }
-            break (nodes, results);
-        };
-        let mut failed = Vec::new();
-        for (&n, r) in nodes.iter().zip(results) {
-            match r {
-                Ok(()) => {}
-                Err(e) => {
-                    tracing::warn!(node = %n, error = %e, "node failed a flush");
-                    failed.push(n);
+            let mut failed = Vec::new();
+            let mut restarted = Vec::new();
+            for (&n, r) in nodes.iter().zip(results) {
+                match r {
+                    Ok(()) => {}
+                    Err(ReplicaError::Reconnected { generation, .. }) => restarted.push((n, generation)),
+                    Err(e) => {
+                        tracing::warn!(node = %n, error = %e, "node failed a flush");
+                        failed.push(n);
+                    }
                 }
             }
-        }
-        if !failed.is_empty() {
-            // What they missed is the dirty set, which `leave` records.
-            self.leave(&failed, 0..0).await?;
-            if self.membership().in_sync.is_empty() {
-                return Err(io_error("every in-sync node failed the flush"));
+            if !failed.is_empty() {
+                // What they missed is the dirty set, which `leave` records.
+                self.leave(&failed, 0..0).await?;
+                if self.membership().in_sync.is_empty() {
+                    return Err(io_error("every in-sync node failed the flush"));
+                }
+            }
+            if restarted.is_empty() {
+                // Every node still writable completed it.
+                self.flushed_seq.fetch_max(seq, Ordering::AcqRel);
+                return Ok(());
+            }
+            // What a restarted node may have lost is refilled; what it
+            // took since must be flushed there too: again, on the new
+            // connection.
+            for (n, generation) in restarted {
+                self.restarted(n, generation, 0..0).await?;
             }
         }
-        Ok(())
     }
 
     /// The log sequence before which a dirty region has been quiet for

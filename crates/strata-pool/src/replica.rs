@@ -41,6 +41,19 @@ pub enum ReplicaError {
     /// set.
     #[error("replica unavailable: {0}")]
     Unavailable(String),
+    /// The connection to the replica's node was made again since the
+    /// replica last trusted it (link `generation`): the node may have
+    /// restarted and lost writes it had not flushed. Nothing was sent. The
+    /// owner marks what it may have lost (every dirty region) as missed,
+    /// [`Replica::trust`]s the generation and tries again: a node that
+    /// comes back is refilled, never ejected.
+    #[error("replica reconnected (link generation {generation}): {reason}")]
+    Reconnected {
+        /// The link generation the replica now sits on.
+        generation: u64,
+        /// Why, for the log.
+        reason: String,
+    },
 }
 
 impl ReplicaError {
@@ -63,6 +76,12 @@ pub trait Replica: Send + Sync + Debug {
     /// starts, after a reconnection made it fail (see
     /// [`crate::fabric::FabricReplica`]). Local replicas need nothing.
     fn rearm(&self) {}
+
+    /// Trusts link `generation` (from [`ReplicaError::Reconnected`]),
+    /// once the owner has recorded what the node may have lost. Unlike
+    /// [`rearm`](Self::rearm) it trusts that generation only: a later
+    /// reconnection is reported again. Local replicas need nothing.
+    fn trust(&self, _generation: u64) {}
 
     /// Writes `data` (whole blocks) at `lba`; `fua` makes it durable first.
     fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()>;

@@ -136,6 +136,11 @@ pub struct Faulty<R: ?Sized = dyn Replica> {
     /// Writes (and write-zeroes) served.
     pub writes: AtomicU64,
     budget: OnceLock<Arc<AtomicU64>>,
+    /// The link generation, as a [`crate::fabric::FabricReplica`] sees
+    /// it: bumped by [`Faulty::restart`].
+    generation: AtomicU64,
+    /// The generation this handle trusts (0: the next one it meets).
+    armed: AtomicU64,
 }
 
 impl Faulty<dyn Replica> {
@@ -161,7 +166,18 @@ impl<R: ?Sized + Replica> Faulty<R> {
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             budget: OnceLock::new(),
+            generation: AtomicU64::new(1),
+            armed: AtomicU64::new(1),
         }
+    }
+
+    /// The node restarts, as its fabric link sees it: the connection is
+    /// made again, and every call fails with
+    /// [`ReplicaError::Reconnected`] (before reaching the replica) until
+    /// the handle is re-armed or trusts the new generation. Its data stays
+    /// (a RAM device loses nothing).
+    pub fn restart(&self) {
+        self.generation.fetch_add(1, SeqCst);
     }
 
     /// Shares `steps` with other replicas: every call takes one step
@@ -186,7 +202,15 @@ impl<R: ?Sized + Replica> Faulty<R> {
         if self.down.load(SeqCst) {
             return Err(ReplicaError::Unavailable(format!("node {} is down (injected)", self.inner.node())));
         }
-        Ok(())
+        let generation = self.generation.load(SeqCst);
+        match self.armed.compare_exchange(0, generation, SeqCst, SeqCst) {
+            Ok(_) => Ok(()),
+            Err(armed) if armed == generation => Ok(()),
+            Err(armed) => Err(ReplicaError::Reconnected {
+                generation,
+                reason: format!("node {}: generation {armed} -> {generation} (injected)", self.inner.node()),
+            }),
+        }
     }
 
     async fn leave<T>(&self, r: Result<T, ReplicaError>) -> Result<T, ReplicaError> {
@@ -201,7 +225,13 @@ impl<R: ?Sized + Replica> Replica for Faulty<R> {
     }
 
     fn rearm(&self) {
+        self.armed.store(0, SeqCst);
         self.inner.rearm()
+    }
+
+    fn trust(&self, generation: u64) {
+        self.armed.store(generation, SeqCst);
+        self.inner.trust(generation)
     }
 
     fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()> {

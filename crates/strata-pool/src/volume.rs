@@ -56,6 +56,21 @@ pub trait Layout: Send + Sync + Debug {
     fn holds(&self, chunk: u64, node: NodeId) -> bool {
         self.replicas(chunk).contains(&node)
     }
+    /// The distinct node lists (in placement order) of the first `chunks`
+    /// chunks. The default looks at every chunk; a layout whose chunks
+    /// repeat a few groups (placement groups) looks at each group once.
+    fn groups(&self, chunks: u64) -> Vec<Vec<NodeId>> {
+        let mut seen = std::collections::BTreeSet::new();
+        (0..chunks).map(|c| self.replicas(c)).filter(|g| seen.insert(g.clone())).collect()
+    }
+}
+
+/// The first group of `layout`'s first `chunks` chunks that has fewer
+/// than `min` of its nodes in `in_sync` (or than all of them, for a group
+/// smaller than `min`), if any: the check behind "never below the
+/// minimum" (see `owner`).
+pub fn short_group(layout: &dyn Layout, chunks: u64, in_sync: &BTreeSet<NodeId>, min: usize) -> Option<Vec<NodeId>> {
+    layout.groups(chunks).into_iter().find(|g| g.iter().filter(|n| in_sync.contains(n)).count() < min.min(g.len()))
 }
 
 /// How long a dirty region stays dirty after its last write when the
@@ -291,10 +306,15 @@ impl Inner {
     ) -> Result<bool, BlockError> {
         let mut ok = vec![false; segments.len()];
         let mut failed = BTreeSet::new();
+        let mut restarted = Vec::new();
         let mut outcome = Ok(());
         let mut again = false;
         for (&(i, n), r) in sends.iter().zip(results) {
             match r {
+                // Nothing was sent: the node is marked missing what it
+                // may have lost below, and the write goes again (writes
+                // are idempotent) on its new connection.
+                Err(ReplicaError::Reconnected { generation, .. }) => restarted.push((n, generation)),
                 // A node that misses older writes of the segment does not
                 // make it safe.
                 Ok(()) => ok[i] |= self.readable(m, n, self.regions(segments[i].lba, segments[i].blocks)),
@@ -312,7 +332,14 @@ impl Inner {
         }
         if !failed.is_empty() {
             let failed: Vec<NodeId> = failed.into_iter().collect();
-            self.owner.leave(&failed, regions).await?;
+            self.owner.leave(&failed, regions.clone()).await?;
+        }
+        let resend = !restarted.is_empty();
+        for (n, generation) in restarted {
+            self.owner.restarted(n, generation, 0..0).await?;
+        }
+        if resend && !again {
+            return Ok(true);
         }
         if again {
             self.owner.refused(m.epoch).await?;
@@ -365,6 +392,11 @@ impl Inner {
                 Err(ReplicaError::Stale(_)) => {
                     // Try again at the current epoch, unless deposed.
                     self.owner.refused(epoch).await?;
+                    buf = IoBuf::recycled(len);
+                }
+                Err(ReplicaError::Reconnected { generation, .. }) => {
+                    // Read elsewhere wherever it may have lost writes.
+                    self.owner.restarted(node, generation, 0..0).await?;
                     buf = IoBuf::recycled(len);
                 }
                 Err(e) if e.is_replica_fault() => {
@@ -490,7 +522,8 @@ impl ReplicatedVolume {
     /// volume was taken over again meanwhile.
     pub async fn open(parts: VolumeParts) -> Result<ReplicatedVolume, OpenError> {
         let VolumeParts { geometry, local, layout, replicas, membership, drl, control } = parts;
-        let owner = Arc::new(Owner::new(geometry, local, layout, replicas, membership, drl, control));
+        let span = geometry.size_bytes();
+        let owner = Arc::new(Owner::new(geometry, local, layout, replicas, membership, drl, control, span, 1));
         let inner = Arc::new(Inner { owner });
         let vol = ReplicatedVolume { inner };
         vol.inner.owner.flush().await?;
@@ -783,6 +816,11 @@ pub trait PoolVolume: BlockDevice {
     fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>);
     /// True once this owner has been fenced: it serves nothing more.
     fn is_fenced(&self) -> bool;
+    /// True when this owner stopped serving because nodes failed that
+    /// could not leave the in-sync set without leaving a chunk below what
+    /// the protection needs (it is fenced too): the volume comes back at
+    /// the next takeover once enough of them are back.
+    fn below_minimum(&self) -> bool;
 }
 
 impl PoolVolume for ReplicatedVolume {
@@ -809,5 +847,8 @@ impl PoolVolume for ReplicatedVolume {
     }
     fn is_fenced(&self) -> bool {
         self.inner.is_fenced()
+    }
+    fn below_minimum(&self) -> bool {
+        self.inner.gave_up()
     }
 }

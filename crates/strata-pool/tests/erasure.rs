@@ -423,3 +423,133 @@ async fn an_owner_is_not_deposed_by_fences_raised_to_its_own_new_epoch() {
     o.vol.flush().await.expect("flush");
     c.assert_consistent().await;
 }
+
+/// Every block reads as a value in `allowed` (the write ids it may hold).
+async fn assert_reads_allowed(vol: &ErasureVolume, allowed: &BTreeMap<u64, Vec<u32>>, when: &str) {
+    for (lba, b) in read_all(vol).await.iter().enumerate() {
+        let lba = lba as u64;
+        let w = writer_of(b, lba);
+        assert!(
+            w.is_some_and(|w| allowed[&lba].contains(&w)),
+            "{when}: block {lba} reads as {w:?}, allowed {:?}",
+            allowed[&lba]
+        );
+    }
+}
+
+/// Regression (issue 21): three shard holders of an `ec:4+2` volume were
+/// killed and restarted with no host I/O; on the next read the owner took
+/// them out of the in-sync set one after another (epochs 2, 3, 4), below
+/// K, and the volume never read again although every byte was on the
+/// drives. A node whose link reconnects is now refilled where it may
+/// have lost writes (nothing, after a flush) and stays in sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_that_restart_after_a_flush_stay_in_sync_with_no_epoch_change() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let c = Cluster::new();
+    let o = c.open(&[], None).await.expect("open");
+    let (_, r) = o.vol.write(0, payload(1, 0, BLOCKS), false).await;
+    r.expect("fill");
+    o.vol.flush().await.expect("flush");
+    let before = o.vol.membership();
+    for f in &o.faulty[2..5] {
+        f.restart();
+    }
+    let allowed: BTreeMap<u64, Vec<u32>> = (0..BLOCKS).map(|b| (b, vec![1])).collect();
+    assert_reads_allowed(&o.vol, &allowed, "after three restarts").await;
+    let (_, r) = o.vol.write(3, payload(2, 3, 1), true).await;
+    r.expect("a write after three restarts");
+    assert_eq!(o.vol.membership(), before, "no node left the in-sync set, the epoch did not move");
+    assert!(o.vol.drl().state().missed.values().all(|s| s.is_empty()), "nothing to refill after a flush");
+    c.assert_consistent().await;
+}
+
+/// Three of six shards restart while writes were not yet flushed: each
+/// may have lost what it had not flushed, and marking the third would
+/// leave those stripes with three shards that hold them (below K). The
+/// owner keeps them in sync and stops instead; the next owner rolls back
+/// what was in flight on all six and serves every block again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_that_restart_before_a_flush_stop_the_owner_and_the_next_one_serves_again() {
+    let c = Cluster::new();
+    let o = c.open(&[], None).await.expect("open");
+    let (_, r) = o.vol.write(0, payload(1, 0, BLOCKS), false).await;
+    r.expect("fill");
+    o.vol.flush().await.expect("flush");
+    let (_, r) = o.vol.write(8, payload(2, 8, 4 * K as u64), false).await;
+    r.expect("an unflushed write");
+    for f in &o.faulty[2..5] {
+        f.restart();
+    }
+    // Reads and writes meet the restarted nodes; the third cannot be
+    // marked without leaving the written stripes below K.
+    let mut stopped = false;
+    for lba in 0..BLOCKS {
+        let (_, r) = o.vol.write(lba, payload(3, lba, 1), false).await;
+        if r.is_err() {
+            stopped = true;
+            break;
+        }
+    }
+    assert!(stopped && o.vol.is_fenced(), "the owner stops");
+    assert!(strata_pool::PoolVolume::below_minimum(&o.vol));
+    assert_eq!(c.control.get().in_sync.len(), K + M, "nobody was ejected");
+    drop(o);
+    let o = c.open(&[], None).await.expect("the next owner opens with every shard");
+    c.assert_consistent().await;
+    let mut allowed: BTreeMap<u64, Vec<u32>> = (0..BLOCKS).map(|b| (b, vec![1, 3])).collect();
+    for b in 8..8 + 4 * K as u64 {
+        allowed.get_mut(&b).unwrap().push(2);
+    }
+    assert_reads_allowed(&o.vol, &allowed, "after the takeover").await;
+    assert_eq!(o.vol.membership().in_sync.len(), K + M);
+}
+
+/// M+1 shards fail during writes: two leave the in-sync set (the volume
+/// runs degraded), the third cannot leave without leaving stripes with
+/// K-1 shards, so it stays in sync and the owner stops. Once the nodes
+/// are back the next owner serves every flushed block, and the two stale
+/// ones are resynced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_sync_set_never_falls_below_k_and_comes_back_when_the_nodes_do() {
+    let c = Cluster::new();
+    let o = c.open(&[], None).await.expect("open");
+    let (_, r) = o.vol.write(0, payload(1, 0, BLOCKS), false).await;
+    r.expect("fill");
+    o.vol.flush().await.expect("flush");
+    for f in &o.faulty[..3] {
+        f.down.store(true, SeqCst);
+    }
+    let mut acked = Vec::new();
+    for w in 2..40u32 {
+        let lba = u64::from(w) * 3 % BLOCKS;
+        let (_, r) = o.vol.write(lba, payload(w, lba, 1), false).await;
+        if r.is_err() {
+            break;
+        }
+        acked.push((lba, w));
+    }
+    assert!(o.vol.is_fenced() && strata_pool::PoolVolume::below_minimum(&o.vol), "the owner stops");
+    let in_sync = c.control.get().in_sync;
+    assert!(in_sync.len() >= K, "the in-sync set was cut below K: {in_sync:?}");
+    drop(o);
+    // While they are down no owner can open the volume.
+    assert!(c.open(&[NodeId(1), NodeId(2), NodeId(3)], None).await.is_err(), "opened with K-1 shards");
+    // They are back: the next owner serves, and every block holds its
+    // flushed value or one written after.
+    let o = c.open(&[], None).await.expect("the next owner opens once the nodes are back");
+    let mut allowed: BTreeMap<u64, Vec<u32>> = (0..BLOCKS).map(|b| (b, vec![1])).collect();
+    for lba in 0..BLOCKS {
+        allowed.get_mut(&lba).unwrap().extend((2..40u32).filter(|w| u64::from(*w) * 3 % BLOCKS == lba));
+    }
+    assert_reads_allowed(&o.vol, &allowed, "after the nodes came back").await;
+    for n in node_ids() {
+        if !o.vol.membership().in_sync.contains(&n) {
+            o.vol.resync(n).await.expect("resync");
+        }
+    }
+    assert_eq!(o.vol.membership().in_sync.len(), K + M);
+    o.vol.flush().await.expect("flush");
+    c.assert_consistent().await;
+    let _ = acked;
+}

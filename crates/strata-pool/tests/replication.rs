@@ -398,3 +398,71 @@ async fn the_log_keeps_a_region_dirty_until_it_was_quiet_for_the_delay_and_only_
     assert_eq!(o.vol.clean(delay).await.unwrap(), 1, "quiet for the delay: cleared");
     assert!(c.drl_store.saved().dirty.is_empty(), "the cleared log is saved");
 }
+
+/// Every replica of a chunk fails a write: none of them may leave the
+/// in-sync set (the chunk would have no copy any owner can read), so the
+/// write fails, the owner stops, and the next owner, once they are back,
+/// serves every acknowledged write.
+#[tokio::test]
+async fn the_last_in_sync_copy_of_a_chunk_never_leaves_and_the_volume_comes_back() {
+    let c = Cluster::new();
+    let o = c.open(NodeId(1)).await.unwrap();
+    write(&o.vol, 0, 1, 8).await.unwrap();
+    o.faulty[2].down.store(true, SeqCst);
+    write(&o.vol, 8, 2, 1).await.expect("two replicas left");
+    assert_eq!(c.control.get().in_sync, ids(&[1, 2]));
+    o.faulty[0].down.store(true, SeqCst);
+    o.faulty[1].down.store(true, SeqCst);
+    assert!(write(&o.vol, 16, 3, 1).await.is_err(), "no replica took it");
+    assert!(o.vol.is_fenced() && strata_pool::PoolVolume::below_minimum(&o.vol), "the owner stops");
+    assert_eq!(c.control.get().in_sync, ids(&[1, 2]), "the last copies stay in sync");
+    drop(o);
+    let o = c.open(NodeId(2)).await.expect("the next owner serves once the nodes are back");
+    assert!(read(&o.vol, 0, 8).await == pattern(1, 8).to_vec());
+    assert!(read(&o.vol, 8, 1).await == pattern(2, 1).to_vec());
+}
+
+/// A replica whose node restarted (its link reconnected) after a flush is
+/// refilled where it may have lost writes, which is nowhere: it stays in
+/// sync, the epoch does not move, and it is read again.
+#[tokio::test]
+async fn a_replica_that_restarts_after_a_flush_stays_in_sync() {
+    let c = Cluster::new();
+    let o = c.open(NodeId(1)).await.unwrap();
+    write(&o.vol, 0, 1, 8).await.unwrap();
+    o.vol.flush().await.unwrap();
+    let before = c.control.get();
+    for f in &o.faulty {
+        f.restart();
+    }
+    assert!(read(&o.vol, 0, 8).await == pattern(1, 8).to_vec());
+    o.vol.flush().await.unwrap();
+    let missed = c.drl_store.saved().missed;
+    assert!(missed.values().all(|s| s.is_empty()), "nothing to refill after a flush: {missed:?}");
+    write(&o.vol, 8, 2, 1).await.expect("a write after the restarts");
+    o.vol.flush().await.unwrap();
+    assert_eq!(c.control.get(), before, "nobody left, the epoch did not move");
+    assert!(read(&o.vol, 8, 1).await == pattern(2, 1).to_vec());
+    assert!(c.replicas_agree().await);
+}
+
+/// A replica that restarts with unflushed writes is marked missing the
+/// regions written since the last flush before anything else reaches it,
+/// stays in sync, and is refilled there.
+#[tokio::test]
+async fn a_replica_that_restarts_before_a_flush_is_refilled_where_it_may_have_lost_writes() {
+    let c = Cluster::new();
+    let o = c.open(NodeId(1)).await.unwrap();
+    write(&o.vol, 0, 1, 8).await.unwrap();
+    o.vol.flush().await.unwrap();
+    write(&o.vol, 0, 2, 1).await.unwrap();
+    o.faulty[1].restart();
+    write(&o.vol, 1, 3, 1).await.expect("write after the restart");
+    let missed = c.drl_store.saved().missed.get(&NodeId(2)).cloned().expect("marked before the write completed");
+    assert!(missed.contains(0), "the region written since the flush");
+    assert_eq!(c.control.get().in_sync, ids(&[1, 2, 3]), "still in sync");
+    o.vol.resync(NodeId(2)).await.expect("refilled");
+    assert!(c.drl_store.saved().missed.get(&NodeId(2)).is_none_or(|s| s.is_empty()));
+    o.vol.flush().await.unwrap();
+    assert!(c.replicas_agree().await);
+}

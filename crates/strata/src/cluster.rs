@@ -117,6 +117,9 @@ struct State {
     rebuild_rate: u64,
     /// The highest fill threshold crossed at the last pass (0: none).
     fill_warned: u8,
+    /// Volumes without an owner that this node waits to take over until
+    /// enough of their in-sync nodes are up (logged once).
+    waiting: std::collections::HashSet<u64>,
 }
 
 /// One node of a cluster.
@@ -419,12 +422,21 @@ impl ClusterNode {
             match owner {
                 Some(t) if t.node == self.me.id && st.owned.get(&rec.id).is_some_and(|o| o.vol.is_fenced()) => {
                     // Deposed while the key still names us (a change of
-                    // the volume's state we did not make): stop serving,
-                    // and give the key up so that a holder takes it over.
+                    // the volume's state we did not make), or stopped
+                    // because too few in-sync nodes were left: stop
+                    // serving, and give the key up so that a holder takes
+                    // it over (and recovers it) once it can.
+                    let short = st.owned.get(&rec.id).is_some_and(|o| o.vol.below_minimum());
                     if let Some(o) = st.owned.remove(&rec.id) {
                         self.target.remove_subsystem(&o.nqn);
                     }
-                    tracing::warn!(volume = %rec.name, "this owner was fenced: giving the volume up");
+                    if short {
+                        tracing::error!(volume = %rec.name,
+                            "the volume stopped: nodes failed that it needs to serve every chunk; giving it up \
+                             until enough are back (the next owner recovers it from their drives)");
+                    } else {
+                        tracing::warn!(volume = %rec.name, "this owner was fenced: giving the volume up");
+                    }
                     if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
                         tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
                     }
@@ -477,6 +489,20 @@ impl ClusterNode {
                 None if state.epoch == 0
                     && holders.iter().any(|h| nodes.get(h).is_some_and(|n| !n.held.contains(&rec.id))) => {}
                 None if holders.contains(&self.me.id) && state.in_sync.contains(&self.me.id) => {
+                    // Not before enough of its in-sync nodes are up to
+                    // serve every chunk (a takeover would only fail, and
+                    // bump the epoch for nothing).
+                    if let Some(group) = short_of_live(&*layout, &rec, protection, &state.in_sync, &nodes) {
+                        if st.waiting.insert(rec.id) {
+                            tracing::warn!(volume = %rec.name, chunk_nodes = ?group, in_sync = ?state.in_sync,
+                                "not taking the volume over: too few of its in-sync nodes are up to serve it; \
+                                 waiting for them to come back");
+                        }
+                        continue;
+                    }
+                    if st.waiting.remove(&rec.id) {
+                        tracing::info!(volume = %rec.name, "enough in-sync nodes are back: taking the volume over");
+                    }
                     let claim = Claim { rec: &rec, keys: &keys, layout, protection, holders: &holders, nodes: &nodes };
                     match self.take_over(&mut st, claim).await {
                         Ok(o) => {
@@ -591,7 +617,7 @@ impl ClusterNode {
         let stripes = stripes_of(protection, rec.block_size);
         // The log's regions cover what each node holds: the volume, or a
         // shard of it.
-        let span = stripes.map_or(rec.size_bytes, |s| s.shard_bytes(rec.size_bytes));
+        let span = span_of(rec, protection);
         let regions = Regions::for_volume(span, layout.chunk_bytes());
         let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, token, regions));
         let drl = DirtyRegionLog::new(regions, ev.load_drl().await?, ev.clone());
@@ -707,7 +733,7 @@ impl ClusterNode {
         nodes: &BTreeMap<NodeId, NodeRecord>,
     ) -> Option<Move> {
         let stripes = stripes_of(protection, rec.block_size);
-        let span = stripes.map_or(rec.size_bytes, |s| s.shard_bytes(rec.size_bytes));
+        let span = span_of(rec, protection);
         let regions = Regions::for_volume(span, layout.chunk_bytes());
         let plan = MovePlan::new(&**layout, &*next, span, regions, stripes.is_some());
         let old = holders_of(&**layout, rec, protection);
@@ -908,9 +934,38 @@ pub fn node_nqn(name: &str) -> String {
     format!("nqn.2026-11.io.strata:node:{name}")
 }
 
+/// The bytes each holder of `rec` keeps: the volume, or a shard of it.
+fn span_of(rec: &VolumeRecord, protection: Protection) -> u64 {
+    stripes_of(protection, rec.block_size).map_or(rec.size_bytes, |s| s.shard_bytes(rec.size_bytes))
+}
+
+/// The fewest in-sync nodes a chunk of a volume of `protection` needs to
+/// be served: one copy, or K shards.
+fn min_in_sync(protection: Protection) -> usize {
+    match protection {
+        Protection::ErasureCoded { data, .. } => usize::from(data),
+        _ => 1,
+    }
+}
+
+/// The first chunk group of `rec` with fewer than the minimum of its
+/// in-sync nodes alive (registered), if any: no takeover can serve the
+/// volume before they are back.
+fn short_of_live(
+    layout: &dyn Layout,
+    rec: &VolumeRecord,
+    protection: Protection,
+    in_sync: &BTreeSet<NodeId>,
+    live: &BTreeMap<NodeId, NodeRecord>,
+) -> Option<Vec<NodeId>> {
+    let alive: BTreeSet<NodeId> = in_sync.iter().copied().filter(|n| live.contains_key(n)).collect();
+    let chunks = span_of(rec, protection).div_ceil(layout.chunk_bytes());
+    strata_pool::volume::short_group(layout, chunks, &alive, min_in_sync(protection))
+}
+
 /// Every node that holds some chunk of `rec`.
 fn holders_of(layout: &dyn Layout, rec: &VolumeRecord, protection: Protection) -> BTreeSet<NodeId> {
-    let span = stripes_of(protection, rec.block_size).map_or(rec.size_bytes, |s| s.shard_bytes(rec.size_bytes));
+    let span = span_of(rec, protection);
     let chunks = span.div_ceil(layout.chunk_bytes());
     let mut set = BTreeSet::new();
     // A volume's groups repeat after pg_count chunks; 4096 covers them.

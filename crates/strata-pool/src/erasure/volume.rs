@@ -139,6 +139,9 @@ enum Fault {
     /// This node failed: it leaves the in-sync set, and the step is tried
     /// again.
     Node(NodeId),
+    /// This node's link reconnected at this generation: what it may have
+    /// lost is marked missed, and the step is tried again.
+    Restarted(NodeId, u64),
     /// A node refused the epoch: this owner is deposed, or raised the
     /// epoch itself meanwhile (then the step is tried again).
     Stale,
@@ -152,6 +155,8 @@ struct Answers<T> {
     done: Vec<T>,
     /// Shards that failed.
     failed: Vec<NodeId>,
+    /// Shards whose link reconnected, with its generation.
+    restarted: Vec<(NodeId, u64)>,
     /// Some shard refused the epoch.
     refused: bool,
     /// The first error that fails the I/O.
@@ -160,11 +165,13 @@ struct Answers<T> {
 
 impl<T> Answers<T> {
     fn sort(results: Vec<Result<T, Fault>>) -> Answers<T> {
-        let mut a = Answers { done: Vec::new(), failed: Vec::new(), refused: false, error: None };
+        let mut a =
+            Answers { done: Vec::new(), failed: Vec::new(), restarted: Vec::new(), refused: false, error: None };
         for r in results {
             match r {
                 Ok(v) => a.done.push(v),
                 Err(Fault::Node(n)) => a.failed.push(n),
+                Err(Fault::Restarted(n, g)) => a.restarted.push((n, g)),
                 Err(Fault::Stale) => a.refused = true,
                 Err(Fault::Volume(e)) => a.error = a.error.or(Some(e)),
             }
@@ -261,7 +268,21 @@ impl Inner {
                 tracing::warn!(node = %node, error = %why, "shard failed an I/O");
                 Fault::Node(node)
             }
+            ReplicaError::Reconnected { generation, .. } => Fault::Restarted(node, generation),
         }
+    }
+
+    /// Settles the shards of `a` that failed (they leave) or reconnected
+    /// (they are refilled) in an operation on dirty-log `regions`; true
+    /// when any did.
+    async fn settle_nodes<T>(&self, a: &Answers<T>, regions: std::ops::Range<u64>) -> Result<bool, BlockError> {
+        if !a.failed.is_empty() {
+            self.owner.leave(&a.failed, regions.clone()).await?;
+        }
+        for &(n, g) in &a.restarted {
+            self.owner.restarted(n, g, regions.clone()).await?;
+        }
+        Ok(!a.failed.is_empty() || !a.restarted.is_empty())
     }
 
     /// Settles a fault met on stripe `g` by an operation sent at epoch
@@ -275,6 +296,10 @@ impl Inner {
     async fn settle_in(&self, regions: std::ops::Range<u64>, fault: Fault, sent: u64) -> Result<(), BlockError> {
         match fault {
             Fault::Node(n) => self.owner.leave(&[n], regions).await,
+            // Only reads (and the rebuild's writes to the node itself,
+            // which misses what they carry) end up here: the node lost
+            // nothing of `regions` that it did not lose anyway.
+            Fault::Restarted(n, g) => self.owner.restarted(n, g, 0..0).await,
             Fault::Stale => self.owner.refused(sent).await,
             Fault::Volume(e) => Err(e),
         }
@@ -476,14 +501,14 @@ impl Inner {
                 shard.write_zeroes(epoch, lba, blocks, true).await.map_err(|e| self.judge(n, e))
             }))
             .await;
-            let Answers { failed, refused, error, .. } = Answers::sort(results);
-            if let Some(e) = error {
+            let answers = Answers::sort(results);
+            if let Some(e) = answers.error {
                 return Err(e);
             }
-            if !failed.is_empty() {
-                self.owner.leave(&failed, regions.clone()).await?;
-            }
-            if refused {
+            // A node that left or reconnected misses these stripes: it
+            // is rebuilt there, zeros included.
+            self.settle_nodes(&answers, regions.clone()).await?;
+            if answers.refused {
                 self.owner.refused(epoch).await?;
                 continue;
             }
@@ -535,20 +560,20 @@ impl Inner {
                 shard.write_logged(m.epoch, seq, lba, data.clone()).await.map_err(|e| self.judge(*n, e))
             }))
             .await;
-            let Answers { failed, refused, error, .. } = Answers::sort(results);
-            let outcome = error.map_or(Ok(()), Err);
-            if refused {
+            let mut answers = Answers::sort(results);
+            let outcome = answers.error.take().map_or(Ok(()), Err);
+            if answers.refused {
                 // Sent again whole at the new epoch: a shard that took it
                 // keeps a second record of the same update, and rolling
                 // back newest first still ends at the bytes before it.
-                if !failed.is_empty() {
-                    self.owner.leave(&failed, regions.clone()).await?;
-                }
+                self.settle_nodes(&answers, regions.clone()).await?;
                 self.owner.refused(m.epoch).await?;
                 continue;
             }
-            if !failed.is_empty() {
-                self.owner.leave(&failed, regions.clone()).await?;
+            // A shard that failed left, one that reconnected misses these
+            // stripes now (both marked before the write completes): the
+            // update stands if K shards that hold it remain.
+            if self.settle_nodes(&answers, regions.clone()).await? {
                 let (now, _) = self.view(regions.clone());
                 let live = slots.iter().filter(|n| now.in_sync.contains(n)).count();
                 if live < self.k() {
@@ -804,17 +829,20 @@ impl Inner {
                 shard.commit(epoch, through).await.map_err(|e| self.judge(n, e))
             }))
             .await;
-            let Answers { failed, refused, error, .. } = Answers::sort(results);
-            if let Some(e) = error {
+            let answers = Answers::sort(results);
+            if let Some(e) = answers.error {
                 return Err(e);
             }
-            if !failed.is_empty() {
-                self.owner.leave(&failed, 0..0).await?;
-            }
-            if !refused {
+            // A shard that reconnected is marked and committed again on
+            // its new connection (a commit is idempotent).
+            let again = !answers.restarted.is_empty();
+            self.settle_nodes(&answers, 0..0).await?;
+            if !answers.refused && !again {
                 break;
             }
-            self.owner.refused(epoch).await?;
+            if answers.refused {
+                self.owner.refused(epoch).await?;
+            }
         }
         let mut s = self.seqs();
         s.committed = s.committed.max(through);
@@ -856,32 +884,32 @@ impl Inner {
                 self.owner.refused(m.epoch).await?;
                 continue;
             }
-            let mut failed = marks.failed;
-            let through = marks.done.into_iter().max().unwrap_or(0);
-            if failed.is_empty() {
-                let undone = join_all(nodes.iter().map(|&n| async move {
-                    let shard = self.shard(n)?;
-                    shard.roll_back(m.epoch, through).await.map_err(|e| self.judge(n, e))
-                }))
-                .await;
-                let undone = Answers::sort(undone);
-                if let Some(e) = undone.error {
-                    return Err(e);
-                }
-                if undone.refused {
-                    self.owner.refused(m.epoch).await?;
-                    continue;
-                }
-                failed = undone.failed;
-                if failed.is_empty() {
-                    let total: u64 = undone.done.iter().sum();
-                    if total > 0 {
-                        tracing::info!(updates = total, through, "rolled back updates the last owner did not commit");
-                    }
-                    return Ok(through);
-                }
+            if !marks.failed.is_empty() || !marks.restarted.is_empty() {
+                self.settle_nodes(&marks, 0..0).await?;
+                continue;
             }
-            self.owner.leave(&failed, 0..0).await?;
+            let through = marks.done.iter().copied().max().unwrap_or(0);
+            let undone = join_all(nodes.iter().map(|&n| async move {
+                let shard = self.shard(n)?;
+                shard.roll_back(m.epoch, through).await.map_err(|e| self.judge(n, e))
+            }))
+            .await;
+            let undone = Answers::sort(undone);
+            if let Some(e) = undone.error {
+                return Err(e);
+            }
+            if undone.refused {
+                self.owner.refused(m.epoch).await?;
+                continue;
+            }
+            if self.settle_nodes(&undone, 0..0).await? {
+                continue;
+            }
+            let total: u64 = undone.done.iter().sum();
+            if total > 0 {
+                tracing::info!(updates = total, through, "rolled back updates the last owner did not commit");
+            }
+            return Ok(through);
         }
     }
 
@@ -1078,7 +1106,8 @@ impl ErasureVolume {
                 layout.chunk_bytes()
             ))));
         }
-        let owner = Arc::new(Owner::new(geometry, local, layout, shards, membership, drl, control));
+        let span = stripes.shard_bytes(geometry.size_bytes());
+        let owner = Arc::new(Owner::new(geometry, local, layout, shards, membership, drl, control, span, stripes.data));
         let inner = Arc::new(Inner {
             owner,
             stripes,
@@ -1409,5 +1438,8 @@ impl crate::volume::PoolVolume for ErasureVolume {
     }
     fn is_fenced(&self) -> bool {
         self.inner.is_fenced()
+    }
+    fn below_minimum(&self) -> bool {
+        self.inner.gave_up()
     }
 }
