@@ -23,12 +23,13 @@
 //!   a multiple of `bs`.
 //! - `rate_iops` is one token bucket over all jobs (10 ms of burst).
 //! - Verify: writes carry the self-describing pattern of the `verify`
-//!   module; reads check every byte. A workload that reads (`read`,
-//!   `randread`, `randrw`) first prefills the span: it reads it, writes
-//!   the pattern over blocks that read as zeros, and reports any other
-//!   block that does not hold a valid pattern as a verify failure. So a
-//!   verify read run checks data left by an earlier verify write run
-//!   rather than overwriting it.
+//!   module; reads check every byte, and never write: a block that reads
+//!   as zeros is a failure like any other that does not hold its LBA's
+//!   pattern (it was never written, or it was lost). So a verify read
+//!   run checks data left by an earlier verify write run and cannot hide
+//!   a block lost to zeros. With `prefill`, a workload that reads first
+//!   writes the pattern over every block of its span (sequentially, not
+//!   measured), for a fresh namespace.
 //! - The first I/O error or verify mismatch ends the run: the result comes
 //!   back with `errors` or `verify_failures` set and `aborted` saying
 //!   what happened. So do stop-loss and cancellation. [`BenchError`] is
@@ -281,6 +282,9 @@ fn check_spec(spec: &WorkloadSpec) -> Result<(), BenchError> {
     if spec.poll_us > MAX_POLL_US {
         return Err(bad("poll_us", format!("{} is above {MAX_POLL_US} (one second)", spec.poll_us)));
     }
+    if spec.prefill && !spec.verify {
+        return Err(bad("prefill", "writes the verify pattern: it needs verify"));
+    }
     match (spec.runtime, spec.size) {
         (None, None) => return Err(bad("runtime", "a workload needs a runtime, a size or both")),
         (_, Some(s)) if s == 0 || !s.is_multiple_of(u64::from(spec.bs)) => {
@@ -439,7 +443,7 @@ async fn run_connected(
         verify_failures: 0,
         aborted: None,
     };
-    if spec.verify && reads {
+    if spec.prefill && reads {
         let chunk =
             ((PREFILL_CHUNK_BYTES.min(max_transfer) / spec.bs as usize).max(1) * spec.bs as usize / block_bytes) as u32;
         let aborted = prefill(spec, &l, chunk, &mut jobs, opts).await;
@@ -508,9 +512,9 @@ fn summarise(outs: &[PhaseOutcome]) -> (u64, u64, Option<String>) {
     (errors, failures, abort)
 }
 
-/// The prefill of a verify run that reads: scan the span, write the
-/// pattern over zero blocks. `Some((errors, verify failures, reason))`
-/// when it failed.
+/// The prefill of a run that reads: the verify pattern written over every
+/// block of the span, each job its region. `Some((errors, verify failures,
+/// reason))` when it failed.
 async fn prefill(
     spec: &WorkloadSpec,
     l: &Layout,
@@ -524,39 +528,23 @@ async fn prefill(
         let (first, n) = pattern::job_region(l.units, u64::from(spec.jobs), j as u64);
         (first * u64::from(l.bpi), n * u64::from(l.bpi))
     };
-    let mk = |source, check| Phase {
-        source,
-        depth: spec.iodepth as usize,
-        check,
-        measure_from: None,
-        end: None,
-        shared: shared.clone(),
-        reporter: None,
-        io_timeout,
-    };
     let (js, outs, was_cancelled) = run_phase_all(std::mem::take(jobs), &shared, &mut opts.cancel, |j| {
         let (start, len) = region(j.index);
-        mk(Source::Seq { kind: OpKind::Read, start, len, chunk, pos: 0, once: true }, Check::Scan)
+        Phase {
+            source: Source::Seq { kind: OpKind::Write, start, len, chunk, pos: 0, once: true },
+            depth: spec.iodepth as usize,
+            check: Check::None,
+            measure_from: None,
+            end: None,
+            shared: shared.clone(),
+            reporter: None,
+            io_timeout,
+        }
     })
     .await;
     *jobs = js;
     let (errors, failures, abort) = summarise(&outs);
-    if let Some(why) = abort {
-        return Some((errors, failures, format!("prefill: {why}")));
-    }
-    if was_cancelled {
-        return Some((errors, failures, "cancelled (during the prefill)".into()));
-    }
-    let mut runs: Vec<Vec<(u64, u32)>> = outs.into_iter().map(|o| pattern::merge_runs(o.zero_runs, chunk)).collect();
-    let zero_blocks: u64 = runs.iter().flatten().map(|r| u64::from(r.1)).sum();
-    tracing::info!(zero_blocks, "prefill: writing the verify pattern over never-written blocks");
-    let (js, outs, was_cancelled) = run_phase_all(std::mem::take(jobs), &shared, &mut opts.cancel, |j| {
-        let list = runs.get_mut(j.index).map(std::mem::take).unwrap_or_default();
-        mk(Source::Extents { kind: OpKind::Write, list, next: 0 }, Check::None)
-    })
-    .await;
-    *jobs = js;
-    let (errors, failures, abort) = summarise(&outs);
+    tracing::info!(blocks = l.units * u64::from(l.bpi), "prefill: wrote the verify pattern over the span");
     match (abort, was_cancelled) {
         (Some(why), _) => Some((errors, failures, format!("prefill: {why}"))),
         (None, true) => Some((errors, failures, "cancelled (during the prefill)".into())),

@@ -101,11 +101,8 @@ pub(crate) struct Reporter {
 pub(crate) enum Check {
     /// Nothing.
     None,
-    /// Every block must hold a valid verify pattern.
+    /// Every block must hold a valid verify pattern: zeros fail too.
     Verify,
-    /// Prefill scan: zero blocks are collected for writing, valid ones
-    /// kept, anything else is a verify failure.
-    Scan,
 }
 
 /// One phase of a job.
@@ -132,8 +129,6 @@ pub(crate) struct PhaseOutcome {
     pub(crate) abort: Option<String>,
     /// When the last I/O of the phase completed.
     pub(crate) finished: Option<Instant>,
-    /// Scan phase: runs of zero blocks `(first LBA, blocks)`.
-    pub(crate) zero_runs: Vec<(u64, u32)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -415,35 +410,25 @@ impl Job {
             };
             let len = io.nlb as usize * self.block_bytes;
             if io.kind == OpKind::Read && ph.check != Check::None {
-                let mut zero_from: Option<u64> = None;
                 for (i, block) in c.data.chunks(self.block_bytes).enumerate() {
                     let lba = io.slba + i as u64;
-                    let verdict = verify::check_block(block, lba);
-                    match (&verdict, ph.check) {
-                        (BlockCheck::Zeros, Check::Scan) => {
-                            zero_from.get_or_insert(lba);
-                            continue;
-                        }
-                        (BlockCheck::Valid, _) => {}
-                        (BlockCheck::Zeros, _) => {
+                    match verify::check_block(block, lba) {
+                        BlockCheck::Valid => {}
+                        BlockCheck::Zeros => {
                             out.verify_failures += 1;
                             let msg = format!(
-                                "verify: job {}: LBA {lba}: expected the verify pattern of LBA {lba}, found zeros (never written?)",
+                                "verify: job {}: LBA {lba}: expected the verify pattern of LBA {lba}, found zeros \
+                                 (never written, or lost; a verify read never writes: write the span first, or \
+                                 pass --prefill)",
                                 self.index
                             );
                             self.fail(out, &ph.shared, msg);
                         }
-                        (BlockCheck::Mismatch(m), _) => {
+                        BlockCheck::Mismatch(m) => {
                             out.verify_failures += 1;
                             self.fail(out, &ph.shared, format!("verify: job {}: LBA {lba}: {m}", self.index));
                         }
                     }
-                    if let Some(z) = zero_from.take() {
-                        out.zero_runs.push((z, (lba - z) as u32));
-                    }
-                }
-                if let Some(z) = zero_from {
-                    out.zero_runs.push((z, (io.slba + u64::from(io.nlb) - z) as u32));
                 }
             }
             drop(c);

@@ -73,8 +73,6 @@ pub(crate) enum Source {
     /// `start` (the last one shorter if `len` is not a multiple), wrapping
     /// around unless `once`.
     Seq { kind: OpKind, start: u64, len: u64, chunk: u32, pos: u64, once: bool },
-    /// The given extents, in order, once.
-    Extents { kind: OpKind, list: Vec<(u64, u32)>, next: usize },
 }
 
 impl Source {
@@ -105,11 +103,6 @@ impl Source {
                 *pos += u64::from(nlb);
                 Some(io)
             }
-            Source::Extents { kind, list, next } => {
-                let &(slba, nlb) = list.get(*next)?;
-                *next += 1;
-                Some(NextIo { kind: *kind, slba, nlb })
-            }
         }
     }
 }
@@ -121,32 +114,6 @@ pub(crate) fn job_region(units: u64, jobs: u64, job: u64) -> (u64, u64) {
     let start = job * per;
     let len = if job + 1 == jobs { units - start } else { per };
     (start, len)
-}
-
-/// Sorts `runs` (`(first LBA, blocks)`, not overlapping) and merges
-/// neighbours into extents of at most `max` blocks.
-pub(crate) fn merge_runs(mut runs: Vec<(u64, u32)>, max: u32) -> Vec<(u64, u32)> {
-    runs.sort_unstable();
-    let mut out: Vec<(u64, u32)> = Vec::new();
-    for (mut lba, mut n) in runs {
-        while n > 0 {
-            match out.last_mut() {
-                Some((start, len)) if *start + u64::from(*len) == lba && *len < max => {
-                    let take = n.min(max - *len);
-                    *len += take;
-                    lba += u64::from(take);
-                    n -= take;
-                }
-                _ => {
-                    let take = n.min(max);
-                    out.push((lba, take));
-                    lba += u64::from(take);
-                    n -= take;
-                }
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -183,12 +150,5 @@ mod tests {
         assert_eq!(job_region(10, 3, 0), (0, 3));
         assert_eq!(job_region(10, 3, 1), (3, 3));
         assert_eq!(job_region(10, 3, 2), (6, 4));
-    }
-
-    #[test]
-    fn runs_merge_with_neighbours_up_to_the_limit() {
-        assert_eq!(merge_runs(vec![(5, 1), (1, 2), (3, 1), (7, 1), (6, 1)], 2), vec![(1, 2), (3, 1), (5, 2), (7, 1)]);
-        assert_eq!(merge_runs(vec![(0, 5), (5, 2)], 3), vec![(0, 3), (3, 3), (6, 1)]);
-        assert!(merge_runs(vec![], 8).is_empty());
     }
 }

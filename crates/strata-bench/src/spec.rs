@@ -96,11 +96,19 @@ pub struct WorkloadSpec {
     /// Limit on total IOPS over all jobs. Default: none.
     pub rate_iops: Option<u64>,
     /// Write blocks that describe themselves (magic, LBA, seed,
-    /// generation) and check every byte read back. Read workloads first
-    /// write the pattern over all-zero blocks of the span; blocks written
-    /// by an earlier verify run (any seed or generation) are accepted, so a
-    /// read-back after a target restart checks old data.
+    /// generation) and check every byte read back. A read never writes:
+    /// every block it reads must hold the pattern of its LBA, and one that
+    /// reads as zeros is a failure (it was never written, or it was lost).
+    /// Blocks written by an earlier verify run (any seed or generation)
+    /// are accepted, so a read-back after a target restart checks old
+    /// data; run a verify write over the span first, or set `prefill`.
     pub verify: bool,
+    /// Before a workload that reads, write the verify pattern over every
+    /// block of the span (a sequential write, not measured), so a verify
+    /// read of a fresh namespace has something to check. Absent from older
+    /// reports, which read back as `false`.
+    #[serde(default)]
+    pub prefill: bool,
     /// Limit the I/O to the first `span` bytes of the namespace. Default:
     /// the whole namespace.
     pub span: Option<u64>,
@@ -154,6 +162,7 @@ impl Default for WorkloadSpec {
             ramp: Duration::ZERO,
             rate_iops: None,
             verify: false,
+            prefill: false,
             span: None,
             digests: false,
             seed: 0x5eed,

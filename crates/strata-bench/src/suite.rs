@@ -23,7 +23,7 @@
 //! Workload keys (also valid in `[defaults]`, except `name` and `gates`)
 //! are the command-line options' names: `target`, `nsid`, `rw`,
 //! `rwmixread`, `bs`, `iodepth`, `jobs`, `runtime`, `size`, `ramp`, `rate`,
-//! `verify`, `digests`, `span`, `seed`, `poll_us`, `disable_sqflow` (the
+//! `verify`, `prefill`, `digests`, `span`, `seed`, `poll_us`, `disable_sqflow` (the
 //! last two are `--poll-us` and `--disable-sqflow`; a TOML key cannot
 //! hold a dash comfortably). A value missing from both the
 //! workload and `[defaults]` takes [`WorkloadSpec::default`]'s. Sizes are
@@ -155,6 +155,7 @@ struct RawWorkload {
     ramp: Option<Dur>,
     rate: Option<u64>,
     verify: Option<bool>,
+    prefill: Option<bool>,
     digests: Option<bool>,
     span: Option<Size>,
     seed: Option<u64>,
@@ -285,6 +286,7 @@ impl Suite {
                 ramp: w.ramp.or(d.ramp).map_or(base.ramp, |x| x.0),
                 rate_iops: w.rate.or(d.rate),
                 verify: w.verify.or(d.verify).unwrap_or(base.verify),
+                prefill: w.prefill.or(d.prefill).unwrap_or(base.prefill),
                 span: w.span.or(d.span).map(|x| x.0),
                 digests: w.digests.or(d.digests).unwrap_or(base.digests),
                 seed: w.seed.or(d.seed).unwrap_or(base.seed),

@@ -65,7 +65,15 @@ async fn randwrite_then_randread_with_verify_counts_consistently() {
     assert_eq!(r.histogram.count(), r.ios);
     assert!(r.write_latency.max_us > 0.0 && r.read_latency.max_us == 0.0);
 
+    // A verify read never writes: blocks the random write missed read as
+    // zeros, and fail.
     let rd = WorkloadSpec { verify: true, size: Some(3000 * u64::from(BS)), ..spec(fx.addr, Pattern::RandRead) };
+    let r = run(&rd, quick()).await.expect("read run");
+    assert!(r.verify_failures > 0, "{r:?}");
+    let why = r.aborted.expect("aborted");
+    assert!(why.contains("found zeros"), "{why}");
+    // With a prefill, every block of the span holds the pattern first.
+    let rd = WorkloadSpec { prefill: true, ..rd };
     let r = run(&rd, quick()).await.expect("read run");
     assert_eq!((r.errors, r.verify_failures, r.aborted.as_deref()), (0, 0, None));
     assert_eq!(r.ios, 3000);
@@ -77,8 +85,16 @@ async fn randwrite_then_randread_with_verify_counts_consistently() {
 async fn corrupted_block_is_reported_with_its_lba() {
     let fx = start().await;
     let span = 1u64 << 20;
-    let w =
-        WorkloadSpec { verify: true, size: Some(span), span: Some(span), bs: 16384, ..spec(fx.addr, Pattern::Write) };
+    // One job writes the whole span once (several would share the size,
+    // unevenly).
+    let w = WorkloadSpec {
+        verify: true,
+        size: Some(span),
+        span: Some(span),
+        bs: 16384,
+        jobs: 1,
+        ..spec(fx.addr, Pattern::Write)
+    };
     let r = run(&w, quick()).await.expect("write run");
     assert_eq!((r.errors, r.aborted.as_deref()), (0, None));
     assert_eq!(r.bytes, span);
@@ -97,10 +113,41 @@ async fn corrupted_block_is_reported_with_its_lba() {
     assert!(why.contains("LBA 37") && why.contains("byte 1000"), "{why}");
 }
 
+/// Regression (issue 21): a verify read first wrote the pattern over every
+/// all-zero block, so a block lost to zeros after a failure passed. Now a
+/// read never writes and the lost block fails, by LBA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_lost_to_zeros_fails_a_verify_read_and_is_not_rewritten() {
+    let fx = start().await;
+    let span = 1u64 << 20;
+    let w = WorkloadSpec { verify: true, size: Some(span), span: Some(span), jobs: 1, ..spec(fx.addr, Pattern::Write) };
+    let r = run(&w, quick()).await.expect("write run");
+    assert_eq!((r.errors, r.aborted.as_deref()), (0, None));
+    // Block 100 is lost: it reads as zeros.
+    let (_, res) = fx.dev.write(100, IoBuf::zeroed(BS as usize), false).await;
+    res.expect("device write");
+    let rd = WorkloadSpec { verify: true, span: Some(span), jobs: 1, ..spec(fx.addr, Pattern::Read) };
+    let r = run(&WorkloadSpec { size: Some(span), runtime: None, ..rd }, quick()).await.expect("read run");
+    assert!(r.verify_failures > 0, "{r:?}");
+    let why = r.aborted.expect("aborted");
+    assert!(why.contains("LBA 100") && why.contains("zeros"), "{why}");
+    let (b, res) = fx.dev.read(100, IoBuf::zeroed(BS as usize)).await;
+    res.expect("device read");
+    assert!(b.iter().all(|&x| x == 0), "the verify read wrote over the lost block");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_read_of_the_pattern_left_by_a_sequential_write_passes() {
     let fx = start().await;
-    let w = WorkloadSpec { verify: true, size: Some(4 << 20), bs: 65536, jobs: 3, ..spec(fx.addr, Pattern::Write) };
+    // One job writes the span once (jobs share the size, unevenly).
+    let w = WorkloadSpec {
+        verify: true,
+        runtime: None,
+        size: Some(4 << 20),
+        bs: 65536,
+        jobs: 1,
+        ..spec(fx.addr, Pattern::Write)
+    };
     let r = run(&w, quick()).await.expect("write run");
     assert_eq!((r.errors, r.aborted.as_deref()), (0, None));
     let rd = WorkloadSpec { verify: true, size: Some(8 << 20), bs: 8192, ..spec(fx.addr, Pattern::Read) };
@@ -178,7 +225,12 @@ async fn cancellation_ends_the_run_with_partial_results() {
 async fn cancellation_during_the_prefill_is_reported_as_such() {
     let fx = start().await;
     let (_tx, rx) = tokio::sync::watch::channel(true);
-    let s = WorkloadSpec { verify: true, span: Some(BLOCKS * u64::from(BS)), ..spec(fx.addr, Pattern::RandRead) };
+    let s = WorkloadSpec {
+        verify: true,
+        prefill: true,
+        span: Some(BLOCKS * u64::from(BS)),
+        ..spec(fx.addr, Pattern::RandRead)
+    };
     let r = run(&s, quick().cancel_on(rx)).await.expect("run");
     assert_eq!(r.aborted.as_deref(), Some("cancelled (during the prefill)"));
     assert_eq!((r.ios, r.errors, r.verify_failures), (0, 0, 0));
@@ -187,8 +239,13 @@ async fn cancellation_during_the_prefill_is_reported_as_such() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randrw_with_digests_records_read_and_write_latencies() {
     let fx = start().await;
-    let s =
-        WorkloadSpec { read_pct: 70, size: Some(4000 * u64::from(BS)), verify: true, ..spec(fx.addr, Pattern::RandRw) };
+    let s = WorkloadSpec {
+        read_pct: 70,
+        size: Some(4000 * u64::from(BS)),
+        verify: true,
+        prefill: true,
+        ..spec(fx.addr, Pattern::RandRw)
+    };
     let r = run(&s, quick()).await.expect("run");
     assert_eq!((r.errors, r.verify_failures, r.aborted.as_deref()), (0, 0, None));
     assert!(r.read_latency.max_us > 0.0 && r.write_latency.max_us > 0.0, "{r:?}");
@@ -201,7 +258,7 @@ async fn busy_polling_without_sq_flow_control_verifies_writes_and_reads() {
     let fx = start().await;
     // Polling jobs and the in-process target share the runtime's two
     // threads: the spin must yield, or the target never answers.
-    let poll = |s: WorkloadSpec| WorkloadSpec { poll_us: 200, disable_sqflow: true, verify: true, ..s };
+    let poll = |s: WorkloadSpec| WorkloadSpec { poll_us: 200, disable_sqflow: true, verify: true, prefill: true, ..s };
     let w = poll(WorkloadSpec { size: Some(1500 * u64::from(BS)), ..spec(fx.addr, Pattern::RandWrite) });
     let r = run(&w, quick()).await.expect("write run");
     assert_eq!((r.errors, r.verify_failures, r.aborted.as_deref()), (0, 0, None));

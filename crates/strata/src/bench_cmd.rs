@@ -147,9 +147,14 @@ struct RunArgs {
     /// Limit on total IOPS.
     #[arg(long, value_name = "IOPS")]
     rate: Option<u64>,
-    /// Write identifiable data and check every byte read back.
+    /// Write identifiable data and check every byte read back; a read
+    /// never writes, and a block that reads as zeros fails.
     #[arg(long)]
     verify: bool,
+    /// Before a workload that reads, write the verify pattern over the
+    /// whole span (not measured): for a verify read of a fresh volume.
+    #[arg(long)]
+    prefill: bool,
     /// Header and data digests.
     #[arg(long)]
     digests: bool,
@@ -393,6 +398,7 @@ fn spec_of(args: &RunArgs) -> Result<WorkloadSpec, Failure> {
         ramp: args.ramp,
         rate_iops: args.rate,
         verify: args.verify,
+        prefill: args.prefill,
         span: args.span,
         digests: args.digests,
         seed: args.seed.unwrap_or(WorkloadSpec::default().seed),
