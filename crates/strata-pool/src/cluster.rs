@@ -27,7 +27,7 @@ use strata_meta::etcd::{Compare, EtcdClient, EtcdError, KeyRange, LeaseId, Txn, 
 
 use crate::drl::{DrlState, DrlStore, NodeId, SaveFuture};
 use crate::regions::Regions;
-use crate::volume::{Control, ControlError, ControlFuture, Membership};
+use crate::volume::{Control, ControlError, ControlFuture, Membership, NextLayout};
 
 /// How many times a transaction is retried when a concurrent change that
 /// does not concern it (a size change, say) made it fail.
@@ -58,6 +58,11 @@ pub struct VolumeState {
     /// order, each with its nodes by slot (see [`PlacementLayout::moved_to`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub slots: BTreeMap<u32, Vec<NodeId>>,
+    /// A move in progress: where the volume is going. Its nodes that join
+    /// chunks take writes and are filled while the volume stays placed by
+    /// `map_epoch` (the nodes that leave keep serving), then it switches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<NextLayout>,
 }
 
 impl VolumeState {
@@ -340,6 +345,22 @@ impl Control for EtcdVolume {
         })
     }
 
+    fn begin_move(
+        &self,
+        from: &Membership,
+        next: &NextLayout,
+        in_sync: &BTreeSet<NodeId>,
+    ) -> ControlFuture<'_, Membership> {
+        let (from, next, in_sync) = (from.clone(), next.clone(), in_sync.clone());
+        Box::pin(async move {
+            self.change_patiently(&from, |s| {
+                s.next = Some(next.clone());
+                s.in_sync = in_sync.clone();
+            })
+            .await
+        })
+    }
+
     fn relayout(
         &self,
         from: &Membership,
@@ -353,6 +374,7 @@ impl Control for EtcdVolume {
                 s.map_epoch = map_epoch;
                 s.slots = slots.clone();
                 s.in_sync = in_sync.clone();
+                s.next = None;
             })
             .await
         })

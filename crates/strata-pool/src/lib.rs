@@ -51,4 +51,6 @@ pub mod volume;
 pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId};
 pub use regions::{RegionSet, Regions};
 pub use replica::{LocalReplica, Replica, ReplicaError};
-pub use volume::{Control, ControlError, Layout, Membership, PoolVolume, ReplicatedVolume, VolumeParts};
+pub use volume::{
+    Control, ControlError, Layout, Membership, Moving, NextLayout, PoolVolume, ReplicatedVolume, VolumeParts,
+};

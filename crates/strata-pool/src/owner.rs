@@ -44,7 +44,7 @@ use strata_block::{BlockError, Geometry};
 
 use crate::drl::{DirtyRegionLog, NodeId};
 use crate::replica::{Replica, ReplicaError};
-use crate::volume::{Control, ControlError, Layout, Membership, VolumeStats};
+use crate::volume::{Control, ControlError, Layout, Membership, Moving, VolumeStats, short_group};
 
 /// An I/O error with a message.
 pub(crate) fn io_error(msg: impl Into<String>) -> BlockError {
@@ -69,8 +69,12 @@ pub(crate) struct Owner<R: ?Sized> {
     pub(crate) local: NodeId,
     /// Every node that holds a chunk, by id; grows when a move adds one.
     replicas: RwLock<HashMap<NodeId, Arc<R>>>,
-    /// Where the chunks live; replaced whole when the volume moves.
+    /// Where the chunks live; replaced whole when a move switches.
     layout: RwLock<Arc<dyn Layout>>,
+    /// The move in progress (see [`Owner::begin_move`]).
+    moving: RwLock<Option<Arc<Moving>>>,
+    /// True while `moving` is set: the data path checks this first.
+    moving_flag: AtomicBool,
     membership: Mutex<Membership>,
     /// Stale nodes being caught up: they get every new write too.
     catching_up: Mutex<BTreeSet<NodeId>>,
@@ -116,6 +120,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         control: Arc<dyn Control>,
         span: u64,
         min_in_sync: usize,
+        moving: Option<Moving>,
     ) -> Owner<R> {
         let chunks = span.div_ceil(layout.chunk_bytes().max(1));
         Owner {
@@ -123,6 +128,8 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             local,
             replicas: RwLock::new(replicas.into_iter().map(|r| (r.node(), r)).collect()),
             layout: RwLock::new(layout),
+            moving_flag: AtomicBool::new(moving.is_some()),
+            moving: RwLock::new(moving.map(Arc::new)),
             membership: Mutex::new(membership),
             catching_up: Mutex::new(BTreeSet::new()),
             drl,
@@ -296,52 +303,158 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         missed.into_iter().filter(|(n, s)| in_sync.contains(n) && !s.is_empty()).map(|(n, s)| (n, s.len())).collect()
     }
 
-    /// Moves the volume to `layout` (a newer placement map, `map_epoch`):
-    /// every node in `joining` holds chunks it did not, whose regions it
-    /// misses until it is filled; `replicas` are handles of nodes new to
-    /// the volume. Nodes that hold nothing any more leave the in-sync set,
-    /// and new ones enter it (they take writes at once; reads skip what
-    /// they miss).
-    ///
-    /// What each joining node misses is persisted before the metadata
-    /// store learns the new layout, so a new owner never reads a region
-    /// from a node that lacks it. I/O waits for the switch.
-    pub(crate) async fn relayout(
-        self: &Arc<Self>,
-        layout: Arc<dyn Layout>,
-        map_epoch: u64,
-        slots: std::collections::BTreeMap<u32, Vec<NodeId>>,
-        replicas: Vec<Arc<R>>,
-        plan: crate::cluster::MovePlan,
-    ) -> Result<(), BlockError> {
-        let crate::cluster::MovePlan { joining, holders, leaving, .. } = plan;
+    /// The nodes that join `chunk` in the move in progress, each with the
+    /// slot it takes (erasure coding) or its place in the next layout's
+    /// list: they take every write of the chunk and are never read there
+    /// before the switch. Empty when no move runs (one atomic load).
+    pub(crate) fn mirrors(&self, chunk: u64) -> Vec<(usize, NodeId)> {
+        if !self.moving_flag.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let Some(mv) = self.moving() else { return Vec::new() };
+        let (now, next) = (self.layout().replicas(chunk), mv.next.replicas(chunk));
+        next.into_iter()
+            .enumerate()
+            .filter(|(p, n)| if mv.positional { now.get(*p) != Some(n) } else { !now.contains(n) })
+            .collect()
+    }
+
+    /// The move in progress, if any.
+    pub(crate) fn moving(&self) -> Option<Arc<Moving>> {
+        self.moving.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_moving(&self, mv: Option<Arc<Moving>>) {
+        let mut m = self.moving.write().unwrap_or_else(|e| e.into_inner());
+        self.moving_flag.store(mv.is_some(), Ordering::Release);
+        *m = mv;
+    }
+
+    /// True when the move in progress can switch: every node that joins
+    /// chunks is in sync and misses none of the regions it joins.
+    pub(crate) fn move_filled(&self) -> bool {
+        let Some(mv) = self.moving() else { return false };
+        let in_sync = self.membership().in_sync.clone();
+        mv.plan.joining.iter().all(|(n, regions)| {
+            in_sync.contains(n) && self.drl.missed(*n).is_none_or(|m| regions.iter().all(|r| !m.contains(r)))
+        })
+    }
+
+    /// Starts moving the volume to `mv.next` (or retargets a move in
+    /// progress): the nodes that join chunks (`mv.plan.joining`) are
+    /// marked missing them, persisted before the metadata store learns of
+    /// the move; nodes new to the volume (`replicas`) enter the in-sync
+    /// set. The volume stays placed by its current layout: every node that
+    /// holds a chunk now keeps serving it, and stays in sync, until
+    /// [`finish_move`](Self::finish_move) once the joining nodes are
+    /// filled (no redundancy is given up for the move). I/O waits for the
+    /// change.
+    pub(crate) async fn begin_move(self: &Arc<Self>, mv: Moving, replicas: Vec<Arc<R>>) -> Result<(), BlockError> {
         let this = self.clone();
         run_to_end(self, async move {
-            for (n, regions) in &joining {
-                this.drl.mark_missing(*n, regions).await.map_err(|e| io_error(e.to_string()))?;
+            // A node that joined a chunk (at the same slot) for the move
+            // this one replaces has taken every write there since: what it
+            // was filled with stands.
+            let before = this.moving();
+            let (regions, chunk_bytes) = (this.drl.regions(), this.layout().chunk_bytes().max(1));
+            for (n, joins) in &mv.plan.joining {
+                let fresh: crate::RegionSet = joins
+                    .iter()
+                    .filter(|&r| {
+                        let chunk = regions.bytes_of(r, this.span).start / chunk_bytes;
+                        let (now, next) = (this.layout().replicas(chunk), mv.next.replicas(chunk));
+                        let was = before.as_ref().map(|b| b.next.replicas(chunk)).unwrap_or_default();
+                        !next.iter().enumerate().any(|(p, m)| {
+                            m == n && !now.contains(n) && if mv.positional { was.get(p) == Some(n) } else { was.contains(n) }
+                        })
+                    })
+                    .collect();
+                this.drl.mark_missing(*n, &fresh).await.map_err(|e| io_error(e.to_string()))?;
             }
             let _all = this.gate.write().await;
             let _one = this.change.lock().await;
             let current = this.membership().clone();
-            let mut in_sync: BTreeSet<NodeId> = current.in_sync.intersection(&holders).copied().collect();
+            // Nodes a retargeted move no longer needs, new to the volume
+            // for the move it replaces, leave; every other in-sync node
+            // stays.
+            let now_holders: BTreeSet<NodeId> = self_holders(&*this.layout(), this.chunks);
+            let mut in_sync: BTreeSet<NodeId> = current
+                .in_sync
+                .iter()
+                .copied()
+                .filter(|n| now_holders.contains(n) || mv.plan.holders.contains(n))
+                .collect();
             {
                 let mut held = this.replicas.write().unwrap_or_else(|e| e.into_inner());
                 for r in replicas {
                     // A node new to the volume holds nothing yet: in sync
-                    // for what it will be written, missing the rest.
-                    in_sync.insert(r.node());
-                    held.insert(r.node(), r);
+                    // for what it will be written, missing the rest. A
+                    // handle this owner has already stays (it knows the
+                    // connection that node's writes went over).
+                    if let std::collections::hash_map::Entry::Vacant(e) = held.entry(r.node()) {
+                        in_sync.insert(r.node());
+                        e.insert(r);
+                    }
                 }
             }
-            let m = match this.control.relayout(&current, map_epoch, &slots, &in_sync).await {
+            let m = match this.control.begin_move(&current, &mv.target, &in_sync).await {
                 Ok(m) => m,
                 Err(ControlError::NotOwner(why)) => return Err(this.lose(&why)),
                 Err(e) => return Err(io_error(e.to_string())),
             };
-            tracing::info!(map_epoch, epoch = m.epoch, in_sync = ?m.in_sync, "volume moved to a new placement");
+            tracing::info!(map_epoch = mv.target.map_epoch, epoch = m.epoch, joining = ?mv.plan.joining.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+                "moving the volume: the nodes joining chunks are filled while the current ones serve");
+            *this.membership() = m;
+            let gone: Vec<NodeId> = this
+                .drl
+                .state()
+                .missed
+                .keys()
+                .copied()
+                .filter(|n| !now_holders.contains(n) && !mv.plan.holders.contains(n))
+                .collect();
+            for n in gone {
+                this.catching_up().remove(&n);
+                this.drl.forget(n);
+            }
+            this.set_moving(Some(Arc::new(mv)));
+            drop(_all);
+            this.drl.sync().await.map_err(|e| io_error(e.to_string()))
+        })
+        .await
+    }
+
+    /// Ends the move in progress once every joining node is filled
+    /// ([`move_filled`](Self::move_filled)): the volume is placed by the
+    /// next layout, and nodes that hold nothing under it leave the
+    /// in-sync set (their nodes free the space); nodes that keep some
+    /// chunks free the ranges of those they left. Returns false (and does
+    /// nothing) when there is no move or it is not filled yet. I/O waits
+    /// for the switch.
+    pub(crate) async fn finish_move(self: &Arc<Self>) -> Result<bool, BlockError> {
+        let this = self.clone();
+        run_to_end(self, async move {
+            let _all = this.gate.write().await;
+            let _one = this.change.lock().await;
+            let Some(mv) = this.moving().filter(|_| this.move_filled()) else { return Ok(false) };
+            let holders = &mv.plan.holders;
+            let current = this.membership().clone();
+            let in_sync: BTreeSet<NodeId> = current.in_sync.intersection(holders).copied().collect();
+            if let Some(group) = short_group(&*mv.next, this.chunks, &in_sync, this.min_in_sync) {
+                tracing::warn!(chunk_nodes = ?group, "not switching to the new placement: too few of its nodes in sync");
+                return Ok(false);
+            }
+            let m = match this.control.relayout(&current, mv.target.map_epoch, &mv.target.slots, &in_sync).await {
+                Ok(m) => m,
+                Err(ControlError::NotOwner(why)) => return Err(this.lose(&why)),
+                Err(e) => return Err(io_error(e.to_string())),
+            };
+            tracing::info!(map_epoch = mv.target.map_epoch, epoch = m.epoch, in_sync = ?m.in_sync,
+                "volume moved to its new placement: every joining node is filled");
             let epoch = m.epoch;
             *this.membership() = m;
-            *this.layout.write().unwrap_or_else(|e| e.into_inner()) = layout;
+            *this.layout.write().unwrap_or_else(|e| e.into_inner()) = mv.next.clone();
+            this.set_moving(None);
             let gone: Vec<NodeId> = this.drl.state().missed.keys().copied().filter(|n| !holders.contains(n)).collect();
             for n in gone {
                 this.catching_up().remove(&n);
@@ -353,7 +466,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             // it missing and fills it.
             drop(_all);
             let bs = u64::from(this.geometry.block_size);
-            for (n, ranges) in &leaving {
+            for (n, ranges) in &mv.plan.leaving {
                 for range in ranges {
                     for r in this.drl.regions().touched(range.start, range.end - range.start) {
                         this.drl.copied(*n, r);
@@ -368,7 +481,8 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
                     }
                 }
             }
-            this.drl.sync().await.map_err(|e| io_error(e.to_string()))
+            this.drl.sync().await.map_err(|e| io_error(e.to_string()))?;
+            Ok(true)
         })
         .await
     }
@@ -582,6 +696,11 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         };
         cutoff.filter(|&seq| self.drl.has_quiet_dirty(seq))
     }
+}
+
+/// Every node that holds one of the first `chunks` chunks of `layout`.
+fn self_holders(layout: &dyn Layout, chunks: u64) -> BTreeSet<NodeId> {
+    layout.groups(chunks).into_iter().flatten().collect()
 }
 
 /// Runs a change on a task of its own, counted in `running` until it ends,

@@ -5,8 +5,10 @@
 //!
 //! | key | value | lease |
 //! |---|---|---|
+//! | `pool/cluster` | [`ClusterId`] as JSON: the cluster's identity | none (written once) |
 //! | `pool/node-names/<name>` | the node's id, decimal | none (ids are never reused) |
 //! | `pool/next-node-id` | the next id to hand out, decimal | none |
+//! | `pool/instances/<id>` | the data dir instance running node `<id>`, decimal | the node's |
 //! | `pool/nodes/<id>` | [`NodeRecord`] as JSON | the node's: gone when it dies |
 //! | `pool/map` | the current [`PlacementMap`] as JSON | none |
 //! | `pool/maps/<epoch>` | the map as it was at that epoch | none |
@@ -60,6 +62,9 @@ pub struct NodeRecord {
     /// Volumes whose replica it holds and serves on its fabric listener.
     #[serde(default)]
     pub held: Vec<u64>,
+    /// Volumes it owns and serves to hosts now.
+    #[serde(default)]
+    pub serving: Vec<u64>,
     /// Replicas it is resyncing, as the owner of their volumes.
     #[serde(default)]
     pub resyncing: Vec<ResyncProgress>,
@@ -234,6 +239,118 @@ fn decimal(key: &[u8], v: &[u8]) -> Result<u64, ClusterError> {
 fn json<T: serde::de::DeserializeOwned>(key: &[u8], v: &[u8]) -> Result<T, ClusterError> {
     serde_json::from_slice(v)
         .map_err(|e| ClusterError::Corrupt { key: String::from_utf8_lossy(key).into_owned(), reason: e.to_string() })
+}
+
+/// The identity of a cluster: created once by its first node, and kept in
+/// every node's data dir, so that a node never joins another cluster (or
+/// an etcd that was wiped and created again) with what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterId {
+    /// Random, 32 hex digits.
+    pub id: String,
+    /// When the cluster was created, Unix seconds.
+    pub created_unix: u64,
+}
+
+/// The cluster's identity, if it has one yet.
+///
+/// # Errors
+///
+/// etcd errors, a value that does not decode.
+pub async fn cluster_id(client: &EtcdClient, prefix: &str) -> Result<Option<ClusterId>, ClusterError> {
+    let k = key(prefix, "cluster");
+    match client.get(&k).await? {
+        None => Ok(None),
+        Some(kv) => json(&k, &kv.value).map(Some),
+    }
+}
+
+/// Stores `id` as the cluster's identity unless it has one; returns the
+/// one stored (`id`, or the one another node stored first).
+///
+/// # Errors
+///
+/// etcd errors, [`ClusterError::Contention`].
+pub async fn create_cluster_id(client: &EtcdClient, prefix: &str, id: &ClusterId) -> Result<ClusterId, ClusterError> {
+    let k = key(prefix, "cluster");
+    let txn = Txn {
+        compare: vec![Compare::missing(k.clone())],
+        success: vec![TxnOp::Put { key: k, value: serde_json::to_vec(id).unwrap_or_default(), lease: None }],
+        failure: vec![],
+    };
+    if client.txn(&txn).await?.succeeded {
+        return Ok(id.clone());
+    }
+    cluster_id(client, prefix).await?.ok_or(ClusterError::Contention(0))
+}
+
+/// The id etcd gives the node called `name`, if it has one.
+///
+/// # Errors
+///
+/// etcd errors, corrupt values.
+pub async fn existing_node_id(client: &EtcdClient, prefix: &str, name: &str) -> Result<Option<NodeId>, ClusterError> {
+    let name_key = key(prefix, format!("node-names/{name}"));
+    match client.get(&name_key).await? {
+        None => Ok(None),
+        Some(kv) => {
+            let id = decimal(&name_key, &kv.value)?;
+            u32::try_from(id).map(|i| Some(NodeId(i))).map_err(|_| ClusterError::Corrupt {
+                key: String::from_utf8_lossy(&name_key).into_owned(),
+                reason: "id out of range".into(),
+            })
+        }
+    }
+}
+
+/// Who runs node `id` now, as [`claim_node`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeClaim {
+    /// This process: the claim is held under its lease.
+    Ours,
+    /// Another process (another data dir instance) runs the node while
+    /// its lease lives.
+    Taken {
+        /// That instance.
+        instance: u64,
+    },
+}
+
+/// Claims node `id` for the data dir `instance` under `lease`: granted
+/// when no live process runs it, or when the one that does is this data
+/// dir's (a restart of the same node, whose old lease has not ended yet).
+/// A second node started with the same name and another data dir is
+/// refused while the first one's lease lives.
+///
+/// # Errors
+///
+/// etcd errors, corrupt values, [`ClusterError::Contention`].
+pub async fn claim_node(
+    client: &EtcdClient,
+    prefix: &str,
+    id: NodeId,
+    instance: u64,
+    lease: LeaseId,
+) -> Result<NodeClaim, ClusterError> {
+    let k = key(prefix, format!("instances/{}", id.0));
+    let mine = instance.to_string().into_bytes();
+    for _ in 0..MAX_ATTEMPTS {
+        let current = client.get(&k).await?;
+        let compare = match &current {
+            None => Compare::missing(k.clone()),
+            Some(kv) if kv.value == mine => Compare::value_is(k.clone(), mine.clone()),
+            Some(kv) => return Ok(NodeClaim::Taken { instance: decimal(&k, &kv.value)? }),
+        };
+        let txn = Txn {
+            compare: vec![compare],
+            success: vec![TxnOp::Put { key: k.clone(), value: mine.clone(), lease: Some(lease) }],
+            failure: vec![],
+        };
+        if client.txn(&txn).await?.succeeded {
+            return Ok(NodeClaim::Ours);
+        }
+    }
+    Err(ClusterError::Contention(0))
 }
 
 /// The id of the node called `name`, handed out the first time it asks

@@ -23,6 +23,8 @@ pub struct MemControl {
     pub unavailable: AtomicBool,
     /// The placement map epoch of the last move.
     pub map_epoch: AtomicU64,
+    /// The move in progress, if any.
+    pub next: Mutex<Option<crate::volume::NextLayout>>,
 }
 
 impl MemControl {
@@ -32,6 +34,7 @@ impl MemControl {
             stored: Mutex::new(Membership { epoch, in_sync: in_sync.into_iter().collect() }),
             unavailable: AtomicBool::new(false),
             map_epoch: AtomicU64::new(0),
+            next: Mutex::new(None),
         })
     }
 
@@ -84,6 +87,24 @@ impl Control for MemControl {
         })
     }
 
+    fn begin_move(
+        &self,
+        from: &Membership,
+        next: &crate::volume::NextLayout,
+        in_sync: &BTreeSet<NodeId>,
+    ) -> ControlFuture<'_, Membership> {
+        let (from, next, in_sync) = (from.clone(), next.clone(), in_sync.clone());
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            let r = self.change(&from, |s| *s = in_sync);
+            if r.is_ok() {
+                *self.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
+            }
+            tokio::task::yield_now().await;
+            r
+        })
+    }
+
     fn relayout(
         &self,
         from: &Membership,
@@ -97,6 +118,7 @@ impl Control for MemControl {
             let r = self.change(&from, |s| *s = in_sync);
             if r.is_ok() {
                 self.map_epoch.store(map_epoch, SeqCst);
+                *self.next.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
             tokio::task::yield_now().await;
             r

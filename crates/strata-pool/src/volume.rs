@@ -104,6 +104,39 @@ pub enum ControlError {
 /// A boxed control-plane future.
 pub type ControlFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ControlError>> + Send + 'a>>;
 
+/// Where a volume is moving: placement map `map_epoch`, with the
+/// erasure-coded `slots` (see [`crate::cluster::VolumeState::slots`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct NextLayout {
+    /// The placement map epoch the volume moves to.
+    pub map_epoch: u64,
+    /// Groups whose shard slots differ from that map's order.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub slots: std::collections::BTreeMap<u32, Vec<NodeId>>,
+}
+
+/// A move in progress, as an owner serves it: the volume is still placed
+/// (read) by its current layout while the nodes that join chunks under
+/// `next` take every write there and are filled; then it switches.
+#[derive(Clone)]
+pub struct Moving {
+    /// The layout the volume moves to.
+    pub next: Arc<dyn Layout>,
+    /// Where that is, as the metadata store records it.
+    pub target: NextLayout,
+    /// What the move asks of the nodes (from the current layout to `next`).
+    pub plan: crate::cluster::MovePlan,
+    /// Erasure coding: a node joins a chunk at a slot, and mirrors the
+    /// node that holds that slot now.
+    pub positional: bool,
+}
+
+impl Debug for Moving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Moving").field("target", &self.target).field("plan", &self.plan).finish_non_exhaustive()
+    }
+}
+
 /// The owner's link to the metadata store for one volume.
 pub trait Control: Send + Sync {
     /// Takes `nodes` out of the in-sync set, if the stored membership is
@@ -112,10 +145,22 @@ pub trait Control: Send + Sync {
     /// Puts `node` back in the in-sync set, if the stored membership is
     /// still `from`, and returns the new membership (epoch bumped).
     fn rejoin(&self, from: &Membership, node: NodeId) -> ControlFuture<'_, Membership>;
+    /// Starts (or retargets) a move of the volume to `next`, with in-sync
+    /// set `in_sync` (the current one, with the nodes new to the volume),
+    /// if the stored membership is still `from`, and returns the new
+    /// membership (epoch bumped). The volume stays placed by its current
+    /// map until [`relayout`](Self::relayout); a new owner finds the move
+    /// recorded and goes on with it.
+    fn begin_move(
+        &self,
+        from: &Membership,
+        next: &NextLayout,
+        in_sync: &BTreeSet<NodeId>,
+    ) -> ControlFuture<'_, Membership>;
     /// Moves the volume to placement map `map_epoch` (with erasure-coded
     /// `slots`, see [`crate::cluster::VolumeState::slots`]) and in-sync set
-    /// `in_sync`, if the stored membership is still `from`, and returns
-    /// the new membership (epoch bumped).
+    /// `in_sync`, ending any move recorded, if the stored membership is
+    /// still `from`, and returns the new membership (epoch bumped).
     fn relayout(
         &self,
         from: &Membership,
@@ -181,6 +226,9 @@ pub struct VolumeParts {
     pub drl: Arc<DirtyRegionLog>,
     /// The metadata store.
     pub control: Arc<dyn Control>,
+    /// The move in progress, as the metadata store records it (its nodes'
+    /// handles among `replicas`).
+    pub moving: Option<Moving>,
 }
 
 /// Why a volume could not be opened.
@@ -259,7 +307,9 @@ impl Inner {
             if !nodes.iter().any(|&n| self.readable(&m, n, regions.clone())) {
                 return Err(io_error(format!("chunk {} has no in-sync replica (replicas {nodes:?})", s.chunk)));
             }
-            for n in nodes {
+            // Nodes joining the chunk in a move take its writes too.
+            let mirrors = self.mirrors(s.chunk).into_iter().map(|(_, n)| n);
+            for n in nodes.into_iter().chain(mirrors) {
                 if m.in_sync.contains(&n) || catching.contains(&n) {
                     sends.push((i, n));
                 } else {
@@ -521,9 +571,9 @@ impl ReplicatedVolume {
     /// replica; [`OpenError::Io`] when the metadata store fails or the
     /// volume was taken over again meanwhile.
     pub async fn open(parts: VolumeParts) -> Result<ReplicatedVolume, OpenError> {
-        let VolumeParts { geometry, local, layout, replicas, membership, drl, control } = parts;
+        let VolumeParts { geometry, local, layout, replicas, membership, drl, control, moving } = parts;
         let span = geometry.size_bytes();
-        let owner = Arc::new(Owner::new(geometry, local, layout, replicas, membership, drl, control, span, 1));
+        let owner = Arc::new(Owner::new(geometry, local, layout, replicas, membership, drl, control, span, 1, moving));
         let inner = Arc::new(Inner { owner });
         let vol = ReplicatedVolume { inner };
         vol.inner.owner.flush().await?;
@@ -569,7 +619,11 @@ impl ReplicatedVolume {
             // Reads take the local replica first; repair must copy from
             // the one reads use, so that what a host may have read stays.
             let source = i.read_order(chunk, r..r + 1).first().copied();
-            let targets: Vec<NodeId> = order.into_iter().filter(|&n| Some(n) != source).collect();
+            // Nodes joining the chunk in a move hold what they were filled
+            // with: they must agree too.
+            let joined =
+                i.mirrors(chunk).into_iter().map(|(_, n)| n).filter(|&n| i.readable(&i.membership(), n, r..r + 1));
+            let targets: Vec<NodeId> = order.into_iter().chain(joined).filter(|&n| Some(n) != source).collect();
             if targets.is_empty() {
                 continue;
             }
@@ -583,21 +637,17 @@ impl ReplicatedVolume {
         Ok(())
     }
 
-    /// Moves the volume to `layout`, placement map `map_epoch`, as `plan`
-    /// says; `added` are handles of the nodes new to it. Its joining nodes
-    /// take writes at once and are filled by [`resync`](Self::resync).
+    /// Starts moving the volume as `mv` says (or retargets the move in
+    /// progress); `added` are handles of the nodes new to it. The nodes
+    /// that join chunks take writes at once and are filled by
+    /// [`resync`](Self::resync) while every current copy keeps serving;
+    /// [`finish_move`](PoolVolume::finish_move) then switches.
     ///
     /// # Errors
     ///
     /// The log or the metadata store failed, or this owner is fenced.
-    pub async fn relayout(
-        &self,
-        layout: Arc<dyn Layout>,
-        map_epoch: u64,
-        added: Vec<Arc<dyn Replica>>,
-        plan: crate::cluster::MovePlan,
-    ) -> Result<(), BlockError> {
-        self.inner.owner.relayout(layout, map_epoch, Default::default(), added, plan).await
+    pub async fn begin_move(&self, mv: Moving, added: Vec<Arc<dyn Replica>>) -> Result<(), BlockError> {
+        self.inner.owner.begin_move(mv, added).await
     }
 
     /// The current membership.
@@ -697,7 +747,8 @@ impl ReplicatedVolume {
             for r in missed.iter() {
                 let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
                 let chunk = first_lba * bs / i.layout().chunk_bytes();
-                if i.layout().replicas(chunk).contains(&node) {
+                let joins = i.mirrors(chunk).iter().any(|&(_, n)| n == node);
+                if joins || i.layout().replicas(chunk).contains(&node) {
                     let failed = i.copy_region(r, &[node], true).await?;
                     if !failed.is_empty() {
                         i.owner.leave(&failed, r..r + 1).await?;
@@ -816,6 +867,12 @@ pub trait PoolVolume: BlockDevice {
     fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>);
     /// True once this owner has been fenced: it serves nothing more.
     fn is_fenced(&self) -> bool;
+    /// Where the volume is moving, while a move runs.
+    fn moving_to(&self) -> Option<NextLayout>;
+    /// Ends the move in progress once every node that joins chunks is
+    /// filled: the volume is placed by its new layout, and the nodes that
+    /// left it are dropped. True when it switched.
+    fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>>;
     /// True when this owner stopped serving because nodes failed that
     /// could not leave the in-sync set without leaving a chunk below what
     /// the protection needs (it is fenced too): the volume comes back at
@@ -850,5 +907,11 @@ impl PoolVolume for ReplicatedVolume {
     }
     fn below_minimum(&self) -> bool {
         self.inner.gave_up()
+    }
+    fn moving_to(&self) -> Option<NextLayout> {
+        self.inner.moving().map(|m| m.target.clone())
+    }
+    fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>> {
+        Box::pin(self.inner.owner.finish_move())
     }
 }

@@ -39,6 +39,7 @@ async fn new_volume(etcd: &EtcdProcess) -> VolumeKeys {
         epoch: 0,
         in_sync: ids(&[1, 2, 3]),
         slots: Default::default(),
+        next: None,
     };
     create_state(&etcd.client(), &keys, VOL, &state).await.unwrap();
     keys
@@ -124,6 +125,7 @@ async fn open_as(
         membership,
         drl,
         control: ev,
+        moving: None,
     })
     .await
     .unwrap();

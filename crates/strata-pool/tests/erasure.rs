@@ -112,6 +112,7 @@ impl Cluster {
             membership,
             drl,
             control: self.control.clone(),
+            moving: None,
         })
         .await?;
         Ok(Owner { vol, faulty })

@@ -116,6 +116,7 @@ async fn open(
         membership: control.take_over(),
         drl: DirtyRegionLog::new(regions, store.saved(), store.clone()),
         control: control.clone(),
+        moving: None,
     })
     .await
     .expect("open");

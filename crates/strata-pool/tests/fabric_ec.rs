@@ -99,6 +99,7 @@ async fn open(nodes: &[Node], owner: NodeId, control: &Arc<MemControl>, store: &
         membership: control.take_over(),
         drl: DirtyRegionLog::new(regions, store.saved(), store.clone()),
         control: control.clone(),
+        moving: None,
     })
     .await
     .expect("open")

@@ -72,6 +72,7 @@ async fn a_node_whose_lease_ends_is_no_longer_live() {
         allocated_bytes: 0,
         incarnation: 99,
         held: vec![7],
+        serving: vec![7],
         resyncing: vec![strata_pool::registry::ResyncProgress {
             volume: 7,
             node: NodeId(2),

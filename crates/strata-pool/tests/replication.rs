@@ -84,6 +84,7 @@ impl Cluster {
             membership,
             drl,
             control: self.control.clone(),
+            moving: None,
         })
         .await?;
         Ok(Owner { vol, faulty })

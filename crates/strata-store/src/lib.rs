@@ -65,5 +65,5 @@ pub use error::StoreError;
 pub use format::FORMAT_VERSION;
 pub use raw::{RAW_BLOCK, RawDevice};
 pub use spec::{DEFAULT_EXTENT_SIZE, DriveKind, DriveSpec, MAX_EXTENT_SIZE, MIN_EXTENT_SIZE, StoreConfig};
-pub use store::{DriveStats, Store, StoreStats};
+pub use store::{DriveStats, MAX_VOLUME_EXTENTS, Store, StoreStats};
 pub use volume::Volume;

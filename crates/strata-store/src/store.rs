@@ -38,6 +38,12 @@ use crate::io::{Backend, Engine, MemDisk, ZeroMethod};
 use crate::volume::{Volume, decode_entry, encode_entry};
 use crate::{DriveKind, DriveSpec, StoreConfig, StoreError};
 
+/// The most extents one volume may have: its extent map lives in memory
+/// (8 bytes an extent), so this bounds what opening one volume costs:
+/// 2 GiB of map, 256 TiB of volume at the default 1 MiB extent. Well
+/// below the 2^32 extents the on-disk format could address.
+pub const MAX_VOLUME_EXTENTS: u64 = 1 << 28;
+
 /// State shared by the store and its volumes.
 pub(crate) struct Shared {
     pub(crate) drives: Vec<Arc<Drive>>,
@@ -383,6 +389,12 @@ impl Store {
         self.shared.extent_size
     }
 
+    /// The largest volume this store opens: [`MAX_VOLUME_EXTENTS`]
+    /// extents.
+    pub fn max_volume_bytes(&self) -> u64 {
+        MAX_VOLUME_EXTENTS * u64::from(self.shared.extent_size)
+    }
+
     /// Opens volume `id` with `size_bytes` (a multiple of `block_size`,
     /// which is 512 or 4096). Its extents are those recovered for `id`;
     /// any beyond `size_bytes` are freed. Opening an open volume again
@@ -403,8 +415,12 @@ impl Store {
         let e = self.shared.extent_size();
         let n_ext =
             usize::try_from(size_bytes.div_ceil(e)).map_err(|_| bad(format!("size {size_bytes} is too large")))?;
-        if n_ext as u64 > u64::from(u32::MAX) {
-            return Err(bad(format!("size {size_bytes} needs more than 2^32 extents")));
+        if n_ext as u64 > MAX_VOLUME_EXTENTS {
+            return Err(bad(format!(
+                "size {size_bytes} is more than this store's largest volume, {} ({MAX_VOLUME_EXTENTS} extents of \
+                 {e} bytes: a volume's extent map is held in memory, 8 bytes an extent)",
+                self.max_volume_bytes()
+            )));
         }
         let mut reg = lock(&self.registry);
         if let Some(v) = reg.open.get(&id) {

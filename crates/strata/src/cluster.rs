@@ -32,7 +32,7 @@ use strata_pool::registry::{
 };
 use strata_pool::throttle::Throttle;
 use strata_pool::{
-    DirtyRegionLog, Layout, LocalReplica, NodeId, PoolVolume, Regions, Replica, ReplicatedVolume, VolumeParts,
+    DirtyRegionLog, Layout, LocalReplica, Moving, NodeId, PoolVolume, Regions, Replica, ReplicatedVolume, VolumeParts,
 };
 use strata_store::Store;
 use strata_target::{Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
@@ -41,6 +41,14 @@ use crate::node::NodeError;
 
 /// How often a node reconciles with etcd and cleans its dirty regions.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
+
+/// A check of a placement-map change (the map before it, the node it
+/// concerns): `Err` with the reason refuses the change.
+type MapCheck<'a> = dyn Fn(&PlacementMap, NodeId) -> Result<(), String> + Sync + 'a;
+
+/// The longest one volume's part of a reconcile pass may take before the
+/// pass goes on to the next volume (it is tried again at the next pass).
+const VOLUME_PASS_LIMIT: Duration = Duration::from_secs(30);
 
 /// A replica (or shard) this node keeps.
 struct Held {
@@ -68,6 +76,8 @@ struct Claim<'a> {
     protection: Protection,
     holders: &'a BTreeSet<NodeId>,
     nodes: &'a BTreeMap<NodeId, NodeRecord>,
+    /// The move the state records, with its layout and holders.
+    moving: Option<(strata_pool::NextLayout, Arc<PlacementLayout>, BTreeSet<NodeId>)>,
 }
 
 /// A volume this node owns and serves.
@@ -120,6 +130,9 @@ struct State {
     /// Volumes without an owner that this node waits to take over until
     /// enough of their in-sync nodes are up (logged once).
     waiting: std::collections::HashSet<u64>,
+    /// The last error of each volume's reconcile pass (logged when it
+    /// changes).
+    volume_errors: HashMap<u64, String>,
 }
 
 /// One node of a cluster.
@@ -139,6 +152,8 @@ pub struct ClusterNode {
     state: tokio::sync::Mutex<State>,
     /// The rebuild bandwidth every owned volume's copies share.
     throttle: Arc<Throttle>,
+    /// Who the node is, checked again at every new lease.
+    identity: crate::identity::NodeIdentity,
 }
 
 /// A volume's protection, `rep:N` or `ec:K+M`.
@@ -179,12 +194,14 @@ pub struct ClusterParts {
     pub lease: LeaseKeeper,
     /// Where hosts discover the pool's volumes on this node.
     pub discovery: Option<SocketAddr>,
+    /// Who the node is (its data dir's identity).
+    pub identity: crate::identity::NodeIdentity,
 }
 
 impl ClusterNode {
     /// A node, registered and in the map.
     pub fn new(parts: ClusterParts) -> Arc<ClusterNode> {
-        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, lease, discovery } = parts;
+        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, lease, discovery, identity } = parts;
         let host_cfg = HostConfig {
             hostnqn: node_nqn(&me.name),
             io_queues: 2,
@@ -207,6 +224,7 @@ impl ClusterNode {
             fabric,
             lease: std::sync::Mutex::new(Arc::new(lease)),
             discovery,
+            identity,
             host_cfg,
             state: tokio::sync::Mutex::new(State::default()),
             throttle: Arc::new(Throttle::new(PoolSettings::default().rebuild_bytes_per_sec())),
@@ -218,7 +236,10 @@ impl ClusterNode {
     /// stops serving every volume it owned at once, since another node
     /// may take them over, then gets a new lease as soon as etcd answers
     /// and joins again; its replicas are resynced by their owners.
-    pub async fn run(self: Arc<Self>) {
+    ///
+    /// Returns only when the node may not go on: when it comes back, etcd
+    /// holds another cluster, has removed it, or another process runs it.
+    pub async fn run(self: Arc<Self>) -> anyhow::Error {
         let mut tick = tokio::time::interval(RECONCILE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -227,7 +248,10 @@ impl ClusterNode {
                 loss = lease.lost() => {
                     tracing::error!(?loss, "the node's lease is lost: no longer serving any volume");
                     self.drop_all_owned().await;
-                    self.renew_lease(&lease).await;
+                    if let Err(e) = self.renew_lease(&lease).await {
+                        tracing::error!("the node may not rejoin the cluster: {e:#}");
+                        return e;
+                    }
                 }
                 _ = tick.tick() => {
                     if let Err(e) = self.reconcile().await {
@@ -243,18 +267,43 @@ impl ClusterNode {
     }
 
     /// Gets a new lease with the TTL of `lost`, retrying until etcd grants
-    /// one.
-    async fn renew_lease(&self, lost: &LeaseKeeper) {
+    /// one, after checking that the node may rejoin: etcd still holds its
+    /// cluster and has not removed it, and no other process runs it.
+    ///
+    /// # Errors
+    ///
+    /// When the node may not rejoin (it must stop).
+    async fn renew_lease(&self, lost: &LeaseKeeper) -> anyhow::Result<()> {
         let ttl = Duration::from_secs(u64::try_from(lost.lease().ttl_secs).unwrap_or(1).max(1));
         loop {
-            match self.etcd.lease_grant(ttl).await {
-                Ok(lease) => {
+            let attempt = async {
+                crate::identity::still_member(&self.etcd, &self.prefix, &self.identity).await?;
+                let lease = self.etcd.lease_grant(ttl).await?;
+                let claim = strata_pool::registry::claim_node(
+                    &self.etcd,
+                    &self.prefix,
+                    self.me.id,
+                    self.identity.instance,
+                    lease.id,
+                )
+                .await?;
+                anyhow::Ok((lease, claim))
+            };
+            match attempt.await {
+                Ok((lease, strata_pool::registry::NodeClaim::Ours)) => {
                     tracing::info!(lease = ?lease.id, "a new lease: joining the cluster again");
                     *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(self.etcd.keep_alive(lease));
-                    return;
+                    return Ok(());
                 }
+                Ok((_, strata_pool::registry::NodeClaim::Taken { instance })) => {
+                    let id = self.me.id.0;
+                    return Err(
+                        crate::identity::IdentityError::Running { name: self.me.name.clone(), id, instance }.into()
+                    );
+                }
+                Err(e) if e.downcast_ref::<crate::identity::IdentityError>().is_some() => return Err(e),
                 Err(e) => {
-                    tracing::warn!("cannot get a new lease yet: {e}");
+                    tracing::warn!("cannot get a new lease yet: {e:#}");
                     tokio::time::sleep(RECONCILE_EVERY / 2).await;
                 }
             }
@@ -302,6 +351,7 @@ impl ClusterNode {
         {
             let mut st = self.state.lock().await;
             me.held = st.held.keys().copied().collect();
+            me.serving = st.owned.iter().filter(|(_, o)| !o.vol.is_fenced()).map(|(&id, _)| id).collect();
             me.held_bytes = st.held.iter().map(|(&id, h)| (id, h.device.usage().allocated_bytes)).collect();
             me.resyncing = st
                 .owned
@@ -372,146 +422,25 @@ impl ClusterNode {
         let mut released = Vec::new();
         for rec in volumes {
             present.insert(rec.id);
-            let keys = VolumeKeys::new(&self.prefix, rec.id);
-            let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
-            let table = self.table(&mut st, state.map_epoch).await?;
-            let protection = protection_of(&state.protection)?;
-            let layout =
-                Arc::new(PlacementLayout::new(rec.id, protection.width(), table).with_slots(state.slots.clone()));
-            let holders = holders_of(&*layout, &rec, protection);
-            // Where the volume is going, when the map changed since it was
-            // placed: its new holders serve it before the owner moves it.
-            let next = match current_epoch {
-                Some(e) if e > state.map_epoch => {
-                    let table = self.table(&mut st, e).await?;
-                    let next = Arc::new(match stripes_of(protection, rec.block_size) {
-                        // Shards keep their slots where they stay.
-                        Some(st) => {
-                            layout.moved_to(table, st.shard_bytes(rec.size_bytes).div_ceil(layout.chunk_bytes()))
-                        }
-                        None => PlacementLayout::new(rec.id, protection.width(), table),
-                    });
-                    let next_holders = holders_of(&*next, &rec, protection);
-                    Some((e, next, next_holders))
-                }
-                _ => None,
+            // Each volume's pass is bounded and its failure its own: one
+            // bad volume never holds back the others (their deletes,
+            // takeovers and moves).
+            let pass = self.reconcile_volume(&mut st, &rec, current_epoch, &nodes, &mut remote, &mut released);
+            let outcome = match tokio::time::timeout(VOLUME_PASS_LIMIT, pass).await {
+                Ok(r) => r,
+                Err(_) => Err(anyhow::anyhow!("its reconcile pass took longer than {VOLUME_PASS_LIMIT:?}")),
             };
-            let holds_next = next.as_ref().is_some_and(|(_, _, h)| h.contains(&self.me.id));
-            if holders.contains(&self.me.id) || holds_next {
-                self.hold(&mut st, &rec, &state, protection).await?;
-            } else if st.held.contains_key(&rec.id) && !st.owned.contains_key(&rec.id) {
-                // Moved off this node: give the space back.
-                st.held.remove(&rec.id);
-                let _ = self.fabric.remove_namespace(rec.id as u32);
-                released.push(rec.id);
-                tracing::info!(volume = %rec.name, "the volume moved off this node; freeing its replica");
-            }
-            let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
-                Some(kv) => serde_json::from_slice(&kv.value).ok(),
-                None => None,
-            };
-            // Not (or no longer) the owner: stop serving at once, rather
-            // than answer Namespace Not Ready until another node shows up.
-            if owner.as_ref().is_none_or(|t| t.node != self.me.id)
-                && let Some(o) = st.owned.remove(&rec.id)
-            {
-                let by = owner.as_ref().map(|t| t.node);
-                tracing::warn!(volume = %rec.name, owner = ?by, "no longer the owner: not serving the volume");
-                self.target.remove_subsystem(&o.nqn);
-            }
-            match owner {
-                Some(t) if t.node == self.me.id && st.owned.get(&rec.id).is_some_and(|o| o.vol.is_fenced()) => {
-                    // Deposed while the key still names us (a change of
-                    // the volume's state we did not make), or stopped
-                    // because too few in-sync nodes were left: stop
-                    // serving, and give the key up so that a holder takes
-                    // it over (and recovers it) once it can.
-                    let short = st.owned.get(&rec.id).is_some_and(|o| o.vol.below_minimum());
-                    if let Some(o) = st.owned.remove(&rec.id) {
-                        self.target.remove_subsystem(&o.nqn);
-                    }
-                    if short {
-                        tracing::error!(volume = %rec.name,
-                            "the volume stopped: nodes failed that it needs to serve every chunk; giving it up \
-                             until enough are back (the next owner recovers it from their drives)");
-                    } else {
-                        tracing::warn!(volume = %rec.name, "this owner was fenced: giving the volume up");
-                    }
-                    if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
-                        tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
+            match outcome {
+                Ok(()) => {
+                    st.volume_errors.remove(&rec.id);
+                }
+                Err(e) => {
+                    let e = format!("{e:#}");
+                    if st.volume_errors.get(&rec.id) != Some(&e) {
+                        tracing::warn!(volume = %rec.name, "reconcile: {e}");
+                        st.volume_errors.insert(rec.id, e);
                     }
                 }
-                // Drained off this node and settled: hand the volume to a
-                // node that holds it (after a flush, so nothing is lost;
-                // hosts reconnect through discovery to the new owner).
-                Some(t)
-                    if t.node == self.me.id
-                        && next.is_none()
-                        && !holders.contains(&self.me.id)
-                        && holders.iter().any(|h| state.in_sync.contains(h) && nodes.contains_key(h))
-                        && st.owned.get(&rec.id).is_some_and(|o| o.vol.filling().is_empty()) =>
-                {
-                    if let Some(o) = st.owned.remove(&rec.id) {
-                        if let Err(e) = o.vol.flush().await {
-                            tracing::warn!(volume = %rec.name, "flush before handing the volume over: {e}");
-                        }
-                        self.target.remove_subsystem(&o.nqn);
-                    }
-                    tracing::info!(volume = %rec.name, "this node holds none of the volume: handing it to a holder");
-                    if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
-                        tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
-                    }
-                }
-                Some(t) if t.node == self.me.id => {
-                    let mv = match next {
-                        Some((epoch, next, next_holders)) if st.owned.contains_key(&rec.id) => {
-                            self.prepare_move(&mut st, &rec, protection, &layout, epoch, next, &next_holders, &nodes)
-                        }
-                        _ => None,
-                    };
-                    if let Some(o) = st.owned.get(&rec.id) {
-                        let allocated = volume_allocated(nodes.values(), rec.id, protection);
-                        o.vol.stats().allocated_bytes.store(allocated, std::sync::atomic::Ordering::Relaxed);
-                        self.tend(rec.id, o, &nodes, &state.in_sync, mv);
-                    }
-                }
-                Some(t) => {
-                    if let Some(n) = nodes.get(&t.node) {
-                        remote.push(RemoteSubsystem {
-                            nqn: rec.nqn.clone(),
-                            addr: n.listen,
-                            allowed_hosts: rec.allowed_hosts.clone(),
-                        });
-                    }
-                }
-                // A new volume waits until every live holder serves its
-                // replica, so that it does not start degraded.
-                None if state.epoch == 0
-                    && holders.iter().any(|h| nodes.get(h).is_some_and(|n| !n.held.contains(&rec.id))) => {}
-                None if holders.contains(&self.me.id) && state.in_sync.contains(&self.me.id) => {
-                    // Not before enough of its in-sync nodes are up to
-                    // serve every chunk (a takeover would only fail, and
-                    // bump the epoch for nothing).
-                    if let Some(group) = short_of_live(&*layout, &rec, protection, &state.in_sync, &nodes) {
-                        if st.waiting.insert(rec.id) {
-                            tracing::warn!(volume = %rec.name, chunk_nodes = ?group, in_sync = ?state.in_sync,
-                                "not taking the volume over: too few of its in-sync nodes are up to serve it; \
-                                 waiting for them to come back");
-                        }
-                        continue;
-                    }
-                    if st.waiting.remove(&rec.id) {
-                        tracing::info!(volume = %rec.name, "enough in-sync nodes are back: taking the volume over");
-                    }
-                    let claim = Claim { rec: &rec, keys: &keys, layout, protection, holders: &holders, nodes: &nodes };
-                    match self.take_over(&mut st, claim).await {
-                        Ok(o) => {
-                            st.owned.insert(rec.id, o);
-                        }
-                        Err(e) => tracing::info!(volume = %rec.name, "not taking the volume over: {e:#}"),
-                    }
-                }
-                None => {}
             }
         }
         st.owned.retain(|id, o| {
@@ -536,6 +465,193 @@ impl ClusterNode {
             tracing::info!(volumes = ?freed, "freed the replicas of deleted volumes");
         }
         self.target.set_remote_subsystems(remote);
+        Ok(())
+    }
+
+    /// The layout of `rec` under placement map `epoch` with shard `slots`.
+    async fn layout_at(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        protection: Protection,
+        epoch: u64,
+        slots: &BTreeMap<u32, Vec<NodeId>>,
+    ) -> anyhow::Result<Arc<PlacementLayout>> {
+        let table = self.table(st, epoch).await?;
+        Ok(Arc::new(PlacementLayout::new(rec.id, protection.width(), table).with_slots(slots.clone())))
+    }
+
+    /// One volume's part of a reconcile pass: hold or free its replica,
+    /// serve or stop serving it, take it over, and as its owner move it
+    /// and bring its nodes up to date.
+    async fn reconcile_volume(
+        self: &Arc<Self>,
+        st: &mut State,
+        rec: &VolumeRecord,
+        current_epoch: Option<u64>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+        remote: &mut Vec<RemoteSubsystem>,
+        released: &mut Vec<u64>,
+    ) -> anyhow::Result<()> {
+        let keys = VolumeKeys::new(&self.prefix, rec.id);
+        let state = match read_state(&self.etcd, &keys, rec.id).await {
+            Ok((state, _)) => state,
+            // Being created (its record is written first) or deleted.
+            Err(strata_pool::cluster::ClusterError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let protection = protection_of(&state.protection)?;
+        let layout = self.layout_at(st, rec, protection, state.map_epoch, &state.slots).await?;
+        let holders = holders_of(&*layout, rec, protection);
+        // A move in progress: the nodes joining chunks hold the volume too.
+        let recorded = match &state.next {
+            Some(n) => Some((n.clone(), self.layout_at(st, rec, protection, n.map_epoch, &n.slots).await?)),
+            None => None,
+        };
+        let recorded_holders = recorded.as_ref().map(|(_, l)| holders_of(&**l, rec, protection)).unwrap_or_default();
+        // Where the volume should go when the map changed since it was
+        // placed (or since its move began): its new holders serve it
+        // before the owner moves it.
+        let target = state.next.as_ref().map_or(state.map_epoch, |n| n.map_epoch);
+        let next = match current_epoch {
+            Some(e) if e > target => {
+                let table = self.table(st, e).await?;
+                let next = Arc::new(match stripes_of(protection, rec.block_size) {
+                    // Shards keep their slots where they stay.
+                    Some(s) => layout.moved_to(table, s.shard_bytes(rec.size_bytes).div_ceil(layout.chunk_bytes())),
+                    None => PlacementLayout::new(rec.id, protection.width(), table),
+                });
+                let next_holders = holders_of(&*next, rec, protection);
+                Some((e, next, next_holders))
+            }
+            _ => None,
+        };
+        let holds_next = next.as_ref().is_some_and(|(_, _, h)| h.contains(&self.me.id));
+        if holders.contains(&self.me.id) || recorded_holders.contains(&self.me.id) || holds_next {
+            self.hold(st, rec, &state, protection).await?;
+        } else if st.held.contains_key(&rec.id) && !st.owned.contains_key(&rec.id) {
+            // Moved off this node: give the space back.
+            st.held.remove(&rec.id);
+            let _ = self.fabric.remove_namespace(rec.id as u32);
+            released.push(rec.id);
+            tracing::info!(volume = %rec.name, "the volume moved off this node; freeing its replica");
+        }
+        let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
+            Some(kv) => serde_json::from_slice(&kv.value).ok(),
+            None => None,
+        };
+        // Not (or no longer) the owner: stop serving at once, rather
+        // than answer Namespace Not Ready until another node shows up.
+        if owner.as_ref().is_none_or(|t| t.node != self.me.id)
+            && let Some(o) = st.owned.remove(&rec.id)
+        {
+            let by = owner.as_ref().map(|t| t.node);
+            tracing::warn!(volume = %rec.name, owner = ?by, "no longer the owner: not serving the volume");
+            self.target.remove_subsystem(&o.nqn);
+        }
+        match owner {
+            Some(t) if t.node == self.me.id && st.owned.get(&rec.id).is_some_and(|o| o.vol.is_fenced()) => {
+                // Deposed while the key still names us (a change of
+                // the volume's state we did not make), or stopped
+                // because too few in-sync nodes were left: stop
+                // serving, and give the key up so that a holder takes
+                // it over (and recovers it) once it can.
+                let short = st.owned.get(&rec.id).is_some_and(|o| o.vol.below_minimum());
+                if let Some(o) = st.owned.remove(&rec.id) {
+                    self.target.remove_subsystem(&o.nqn);
+                }
+                if short {
+                    tracing::error!(volume = %rec.name,
+                        "the volume stopped: nodes failed that it needs to serve every chunk; giving it up \
+                         until enough are back (the next owner recovers it from their drives)");
+                } else {
+                    tracing::warn!(volume = %rec.name, "this owner was fenced: giving the volume up");
+                }
+                if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
+                    tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
+                }
+            }
+            // Drained off this node and settled: hand the volume to a
+            // node that holds it (after a flush, so nothing is lost;
+            // hosts reconnect through discovery to the new owner).
+            Some(t)
+                if t.node == self.me.id
+                    && next.is_none()
+                    && state.next.is_none()
+                    && !holders.contains(&self.me.id)
+                    && holders.iter().any(|h| state.in_sync.contains(h) && nodes.contains_key(h))
+                    && st.owned.get(&rec.id).is_some_and(|o| o.vol.filling().is_empty()) =>
+            {
+                if let Some(o) = st.owned.remove(&rec.id) {
+                    if let Err(e) = o.vol.flush().await {
+                        tracing::warn!(volume = %rec.name, "flush before handing the volume over: {e}");
+                    }
+                    self.target.remove_subsystem(&o.nqn);
+                }
+                tracing::info!(volume = %rec.name, "this node holds none of the volume: handing it to a holder");
+                if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
+                    tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
+                }
+            }
+            Some(t) if t.node == self.me.id => {
+                let mv = match next {
+                    Some((epoch, next, next_holders)) if st.owned.contains_key(&rec.id) => {
+                        self.prepare_move(st, rec, protection, &layout, epoch, next, &next_holders, nodes)
+                    }
+                    _ => None,
+                };
+                if let Some(o) = st.owned.get(&rec.id) {
+                    let allocated = volume_allocated(nodes.values(), rec.id, protection);
+                    o.vol.stats().allocated_bytes.store(allocated, std::sync::atomic::Ordering::Relaxed);
+                    self.tend(rec.id, o, nodes, &state.in_sync, mv);
+                }
+            }
+            Some(t) => {
+                if let Some(n) = nodes.get(&t.node) {
+                    remote.push(RemoteSubsystem {
+                        nqn: rec.nqn.clone(),
+                        addr: n.listen,
+                        allowed_hosts: rec.allowed_hosts.clone(),
+                    });
+                }
+            }
+            // A new volume waits until every live holder serves its
+            // replica, so that it does not start degraded.
+            None if state.epoch == 0
+                && holders.iter().any(|h| nodes.get(h).is_some_and(|n| !n.held.contains(&rec.id))) => {}
+            None if holders.contains(&self.me.id) && state.in_sync.contains(&self.me.id) => {
+                // Not before enough of its in-sync nodes are up to
+                // serve every chunk (a takeover would only fail, and
+                // bump the epoch for nothing).
+                if let Some(group) = short_of_live(&*layout, rec, protection, &state.in_sync, nodes) {
+                    if st.waiting.insert(rec.id) {
+                        tracing::warn!(volume = %rec.name, chunk_nodes = ?group, in_sync = ?state.in_sync,
+                            "not taking the volume over: too few of its in-sync nodes are up to serve it; \
+                             waiting for them to come back");
+                    }
+                    return Ok(());
+                }
+                if st.waiting.remove(&rec.id) {
+                    tracing::info!(volume = %rec.name, "enough in-sync nodes are back: taking the volume over");
+                }
+                let claim = Claim {
+                    rec,
+                    keys: &keys,
+                    layout,
+                    protection,
+                    holders: &holders,
+                    nodes,
+                    moving: recorded.map(|(target, l)| (target, l, recorded_holders)),
+                };
+                match self.take_over(st, claim).await {
+                    Ok(o) => {
+                        st.owned.insert(rec.id, o);
+                    }
+                    Err(e) => tracing::info!(volume = %rec.name, "not taking the volume over: {e:#}"),
+                }
+            }
+            None => {}
+        }
         Ok(())
     }
 
@@ -613,7 +729,7 @@ impl ClusterNode {
         membership: strata_pool::Membership,
         token: &OwnerToken,
     ) -> anyhow::Result<Owned> {
-        let Claim { rec, keys, layout, protection, holders, nodes } = claim;
+        let Claim { rec, keys, layout, protection, holders, nodes, moving } = claim;
         let stripes = stripes_of(protection, rec.block_size);
         // The log's regions cover what each node holds: the volume, or a
         // shard of it.
@@ -625,40 +741,30 @@ impl ClusterNode {
             block_size: rec.block_size,
             num_blocks: rec.size_bytes / u64::from(rec.block_size),
         };
-        let (local, nsid) = (self.me.id, rec.id as u32);
-        let kind = match stripes {
-            None => {
-                let mut replicas: Vec<Arc<dyn Replica>> = Vec::new();
-                for &n in holders {
-                    if n == local {
-                        let h = st.held.get(&rec.id).context("no local replica")?;
-                        replicas.push(Arc::new(LocalReplica::new(n, h.device.clone(), h.fence.clone())));
-                    } else {
-                        // A dead node's replica fails at once, so the volume
-                        // drops it when it fences; its link finds the node
-                        // when it is back.
-                        let link = self.link(st, n, nodes.get(&n));
-                        replicas.push(Arc::new(FabricReplica::new(link, nsid, rec.block_size)));
-                    }
-                }
-                let parts = VolumeParts { geometry, local, layout, replicas, membership, drl, control: ev };
+        // Every node that holds a chunk, and those a move in progress
+        // brings in (a dead node's handle fails at once, so the volume
+        // drops it when it fences; its link finds the node when it is
+        // back).
+        let mut all = holders.clone();
+        let moving = moving.map(|(target, next, joining)| {
+            all.extend(joining);
+            let plan = MovePlan::new(&*layout, &*next, span, regions, stripes.is_some());
+            Moving { next, target, plan, positional: stripes.is_some() }
+        });
+        if let Some(mv) = &moving {
+            tracing::info!(volume = %rec.name, map_epoch = mv.target.map_epoch, "going on with the move in progress");
+        }
+        let local = self.me.id;
+        let kind = match (stripes, self.handles(st, rec, stripes.is_some(), all.into_iter(), nodes)?) {
+            (None, Added::Replicas(replicas)) => {
+                let parts = VolumeParts { geometry, local, layout, replicas, membership, drl, control: ev, moving };
                 Kind::Replicated(Arc::new(ReplicatedVolume::open(parts).await?))
             }
-            Some(stripes) => {
-                let mut shards: Vec<Arc<dyn Shard>> = Vec::new();
-                for &n in holders {
-                    if n == local {
-                        let h = st.held.get(&rec.id).context("no local shard")?;
-                        let undo = h.undo.clone().context("the local copy has no undo log")?;
-                        shards.push(Arc::new(LocalShard::new(n, h.device.clone(), undo, h.fence.clone())));
-                    } else {
-                        let link = self.link(st, n, nodes.get(&n));
-                        shards.push(Arc::new(FabricReplica::new(link, nsid, rec.block_size)));
-                    }
-                }
-                let parts = EcParts { geometry, local, stripes, layout, shards, membership, drl, control: ev };
+            (Some(stripes), Added::Shards(shards)) => {
+                let parts = EcParts { geometry, local, stripes, layout, shards, membership, drl, control: ev, moving };
                 Kind::Erasure(Arc::new(ErasureVolume::open(parts).await?))
             }
+            _ => anyhow::bail!("the volume's protection and its handles disagree"),
         };
         let vol: Arc<dyn PoolVolume> = match &kind {
             Kind::Replicated(v) => v.clone(),
@@ -671,6 +777,43 @@ impl ClusterNode {
         self.target.add_subsystem(sub)?;
         tracing::info!(volume = %rec.name, "serving the volume");
         Ok(Owned { vol, kind, nqn: rec.nqn.clone(), resyncing: Arc::new(tokio::sync::Mutex::new(())) })
+    }
+
+    /// Handles of the copies (`shards` false) or shards of `rec` that
+    /// `nodes_of` hold: this node's own in its store, the others' over
+    /// the fabric.
+    fn handles(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        shards: bool,
+        nodes_of: impl Iterator<Item = NodeId>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+    ) -> anyhow::Result<Added> {
+        let nsid = u32::try_from(rec.id).context("volume id beyond the fabric's NSIDs")?;
+        let mut added = if shards { Added::Shards(Vec::new()) } else { Added::Replicas(Vec::new()) };
+        for n in nodes_of {
+            if n == self.me.id {
+                let h = st.held.get(&rec.id).context("no local copy")?;
+                match &mut added {
+                    Added::Shards(list) => {
+                        let undo = h.undo.clone().context("the local copy has no undo log")?;
+                        list.push(Arc::new(LocalShard::new(n, h.device.clone(), undo, h.fence.clone())));
+                    }
+                    Added::Replicas(list) => {
+                        list.push(Arc::new(LocalReplica::new(n, h.device.clone(), h.fence.clone())));
+                    }
+                }
+                continue;
+            }
+            let link = self.link(st, n, nodes.get(&n));
+            let remote = Arc::new(FabricReplica::new(link, nsid, rec.block_size));
+            match &mut added {
+                Added::Shards(list) => list.push(remote),
+                Added::Replicas(list) => list.push(remote),
+            }
+        }
+        Ok(added)
     }
 
     /// An owner's chores: clean the log, move the volume to the current
@@ -693,18 +836,19 @@ impl ClusterNode {
             if let Err(e) = vol.clean(strata_pool::volume::CLEAN_AFTER).await {
                 tracing::warn!(volume = id, "cleaning the dirty-region log: {e}");
             }
-            // One move at a time: the next waits for the last fill.
-            if let Some(mv) = mv.filter(|_| vol.filling().is_empty()) {
+            // A move to a newer map starts (or retargets the one in
+            // progress) at once; the nodes it brings in are filled below.
+            if let Some(mv) = mv {
                 let Move { map_epoch, layout, plan, added } = mv;
-                let moved = match (&kind, added) {
-                    (Kind::Replicated(v), Added::Replicas(a)) => v.relayout(layout, map_epoch, a, plan).await,
-                    (Kind::Erasure(v), Added::Shards(a)) => {
-                        let slots = layout.slots().clone();
-                        v.relayout(layout, map_epoch, slots, a, plan).await
-                    }
+                let target = strata_pool::NextLayout { map_epoch, slots: layout.slots().clone() };
+                let positional = matches!(kind, Kind::Erasure(_));
+                let moving = Moving { next: layout, target, plan, positional };
+                let begun = match (&kind, added) {
+                    (Kind::Replicated(v), Added::Replicas(a)) => v.begin_move(moving, a).await,
+                    (Kind::Erasure(v), Added::Shards(a)) => v.begin_move(moving, a).await,
                     _ => Ok(()),
                 };
-                if let Err(e) = moved {
+                if let Err(e) = begun {
                     tracing::warn!(volume = id, map_epoch, "moving the volume to the new map: {e}");
                 }
             }
@@ -713,6 +857,12 @@ impl ClusterNode {
                     Ok(()) => tracing::info!(volume = id, node = %n, "replica in sync"),
                     Err(e) => tracing::info!(volume = id, node = %n, "resync not finished: {e}"),
                 }
+            }
+            // Every node the move brought in is filled: switch.
+            if vol.moving_to().is_some()
+                && let Err(e) = vol.finish_move().await
+            {
+                tracing::warn!(volume = id, "switching the volume to its new placement: {e}");
             }
         });
     }
@@ -752,39 +902,20 @@ impl ClusterNode {
             tracing::debug!(volume = %rec.name, kept = plan.kept, k = st.data, "not moving: too few shards keep their place");
             return None;
         }
+        // Never to a placement that cannot hold the protection (a map
+        // with fewer up nodes than its width, after a node was marked
+        // down): the volume stays where it is, degraded, until the map
+        // can place it whole again.
+        let chunks = span.div_ceil(next.chunk_bytes());
+        if let Some(g) = next.groups(chunks).into_iter().find(|g| g.len() < protection.width()) {
+            tracing::debug!(volume = %rec.name, group = ?g, %protection, "not moving: the new map places a chunk on too few nodes");
+            return None;
+        }
         let joining_ready = plan.joining.iter().all(|(n, _)| nodes.contains_key(n) && serving(n));
         if !joining_ready || !new.iter().all(serving) {
             return None;
         }
-        let nsid = rec.id as u32;
-        let added = match stripes {
-            None => {
-                let mut v: Vec<Arc<dyn Replica>> = Vec::new();
-                for n in new {
-                    if n == self.me.id {
-                        let h = st.held.get(&rec.id)?;
-                        v.push(Arc::new(LocalReplica::new(n, h.device.clone(), h.fence.clone())));
-                    } else {
-                        let link = self.link(st, n, nodes.get(&n));
-                        v.push(Arc::new(FabricReplica::new(link, nsid, rec.block_size)));
-                    }
-                }
-                Added::Replicas(v)
-            }
-            Some(_) => {
-                let mut v: Vec<Arc<dyn Shard>> = Vec::new();
-                for n in new {
-                    if n == self.me.id {
-                        let h = st.held.get(&rec.id)?;
-                        v.push(Arc::new(LocalShard::new(n, h.device.clone(), h.undo.clone()?, h.fence.clone())));
-                    } else {
-                        let link = self.link(st, n, nodes.get(&n));
-                        v.push(Arc::new(FabricReplica::new(link, nsid, rec.block_size)));
-                    }
-                }
-                Added::Shards(v)
-            }
-        };
+        let added = self.handles(st, rec, stripes.is_some(), new.into_iter(), nodes).ok()?;
         Some(Move { map_epoch: epoch, layout: next, plan, added })
     }
 
@@ -929,6 +1060,42 @@ impl SettingsPatch {
     }
 }
 
+/// Refuses a volume of `size` bytes with `protection` that no node's
+/// store could open (each holder keeps a copy, or a 1/K shard, of at most
+/// `node_max` bytes) or that is larger than the pool's up nodes could
+/// ever hold with that protection, naming the limit.
+fn check_size(size: u64, protection: Protection, node_max: u64, map: &PlacementMap) -> Result<(), NodeError> {
+    let fmt = strata_meta::format_size;
+    let k = protection.data_shards() as u64;
+    let largest = node_max.saturating_mul(k.max(1));
+    if size > largest {
+        return Err(NodeError::Invalid(format!(
+            "{}: a {protection} volume can be at most {} (each node keeps {} of it, and a node's store opens \
+             volumes of at most {})",
+            fmt(size),
+            fmt(largest),
+            if k > 1 { format!("1/{k}") } else { "a whole copy".to_string() },
+            fmt(node_max)
+        )));
+    }
+    let up: Vec<&strata_pool::placement::Node> = map.nodes().iter().filter(|n| n.state == NodeState::Up).collect();
+    let raw: u64 = up.iter().map(|n| n.weight).sum();
+    let effective =
+        u64::try_from(u128::from(raw) * u128::from(k) / protection.width().max(1) as u128).unwrap_or(u64::MAX);
+    if size > effective {
+        return Err(NodeError::Invalid(format!(
+            "{}: more than the pool can ever hold as {protection}: {} ({} raw on {} up nodes, of which {protection} \
+             keeps {k}/{}); add nodes or create a smaller volume",
+            fmt(size),
+            fmt(effective),
+            fmt(raw),
+            up.len(),
+            protection.width()
+        )));
+    }
+    Ok(())
+}
+
 /// The host NQN a node connects to its peers' fabric with.
 pub fn node_nqn(name: &str) -> String {
     format!("nqn.2026-11.io.strata:node:{name}")
@@ -1011,6 +1178,7 @@ impl ClusterNode {
             )));
         }
         strata_pool::placement::check_protection(&map, wanted).map_err(|e| NodeError::Invalid(e.to_string()))?;
+        check_size(req.size_bytes, wanted, self.store.max_volume_bytes(), &map)?;
         let rec = self.meta.create_volume(req).await?;
         let table = {
             let mut st = self.state.lock().await;
@@ -1023,6 +1191,7 @@ impl ClusterNode {
             epoch: 0,
             in_sync: holders_of(&layout, &rec, wanted),
             slots: Default::default(),
+            next: None,
         };
         let keys = VolumeKeys::new(&self.prefix, rec.id);
         if let Err(e) = strata_pool::cluster::create_state(&self.etcd, &keys, rec.id, &state).await {
@@ -1135,14 +1304,75 @@ impl ClusterNode {
 
     /// Marks node `name` out of the placement map: every volume moves its
     /// copies and shards off it to other nodes, online, while it keeps
-    /// serving until each move is done.
+    /// serving (and stays in sync) until each replacement is filled.
+    /// Refused, naming the volumes, when some volume could not keep its
+    /// protection without it.
+    ///
+    /// # Errors
+    ///
+    /// [`NodeError::Conflict`] for a drain that cannot be completed,
+    /// [`NodeError::NotFound`], etcd errors.
     pub async fn drain_node(&self, name: &str) -> Result<serde_json::Value, NodeError> {
-        let map = self.set_node_state(name, NodeState::Out).await?;
+        let mut volumes = Vec::new();
+        for rec in self.meta.list_volumes().await? {
+            let keys = VolumeKeys::new(&self.prefix, rec.id);
+            let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
+            volumes.push((rec.name, protection_of(&state.protection).map_err(NodeError::Internal)?));
+        }
+        let check = |m: &PlacementMap, id: NodeId| {
+            strata_pool::placement::check_drain(m, id, volumes.iter().map(|(v, p)| (v.as_str(), *p)))
+                .map_err(|e| e.to_string())
+        };
+        let map = self.set_node_state(name, NodeState::Out, Some(&check)).await?;
+        tracing::info!(node = %name, epoch = map.epoch(), "node draining: its volumes move off it");
         Ok(serde_json::json!({ "node": name, "state": "out", "map_epoch": map.epoch() }))
     }
 
-    async fn set_node_state(&self, name: &str, state: NodeState) -> Result<PlacementMap, NodeError> {
+    /// Cancels the drain of node `name`: it is up in the placement map
+    /// again, and the moves off it are retargeted (what was copied to
+    /// other nodes is dropped there; what already moved comes back).
+    ///
+    /// # Errors
+    ///
+    /// [`NodeError::Conflict`] when the node is not draining,
+    /// [`NodeError::NotFound`], etcd errors.
+    pub async fn undrain_node(&self, name: &str) -> Result<serde_json::Value, NodeError> {
+        let map = self.map_or_missing().await?;
+        match map.nodes().iter().find(|n| n.name == name).map(|n| n.state) {
+            None => return Err(NodeError::NotFound(format!("no node {name} in the pool"))),
+            Some(NodeState::Out) => {}
+            Some(other) => {
+                return Err(NodeError::Conflict(format!(
+                    "node {name} is not draining (its placement state is {})",
+                    serde_json::to_value(other).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+                )));
+            }
+        }
+        let map = self.set_node_state(name, NodeState::Up, None).await?;
+        tracing::info!(node = %name, epoch = map.epoch(), "drain cancelled: the node is up in the placement map");
+        Ok(serde_json::json!({ "node": name, "state": "up", "map_epoch": map.epoch() }))
+    }
+
+    /// The current placement map.
+    async fn map_or_missing(&self) -> Result<PlacementMap, NodeError> {
+        match strata_pool::registry::current_map(&self.etcd, &self.prefix).await {
+            Ok(Some((map, _))) => Ok(map),
+            Ok(None) => Err(NodeError::NotFound("the pool has no placement map".into())),
+            Err(e) => Err(NodeError::Internal(e.into())),
+        }
+    }
+
+    /// Sets node `name`'s placement state to `state`, if `check` (of the
+    /// map before the change, and the node) allows it: checked inside the
+    /// compare-and-set, so two concurrent changes are judged in turn.
+    async fn set_node_state(
+        &self,
+        name: &str,
+        state: NodeState,
+        check: Option<&MapCheck<'_>>,
+    ) -> Result<PlacementMap, NodeError> {
         let name = name.to_string();
+        let refused = std::sync::Mutex::new(None);
         let map = update_map(&self.etcd, &self.prefix, |m| {
             let Some(n) = m.nodes().iter().find(|n| n.name == name) else {
                 return Err(strata_pool::cluster::ClusterError::NotFound(0));
@@ -1150,31 +1380,41 @@ impl ClusterNode {
             if n.state == state {
                 return Ok(None);
             }
+            if let Some(Err(why)) = check.map(|c| c(m, n.id)) {
+                *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+                return Err(strata_pool::cluster::ClusterError::Contention(0));
+            }
             let mut next = m.clone();
             next.set_state(n.id, state).map_err(map_refused)?;
             Ok(Some(next))
         })
         .await
-        .map_err(|e| match e {
-            strata_pool::cluster::ClusterError::NotFound(_) => {
-                NodeError::NotFound(format!("no node {name} in the pool"))
+        .map_err(|e| {
+            if let Some(why) = refused.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return NodeError::Conflict(why);
             }
-            e => NodeError::Internal(e.into()),
+            match e {
+                strata_pool::cluster::ClusterError::NotFound(_) => {
+                    NodeError::NotFound(format!("no node {name} in the pool"))
+                }
+                e => NodeError::Internal(e.into()),
+            }
         })?;
         tracing::info!(node = %name, ?state, epoch = map.epoch(), "node state changed in the placement map");
         Ok(map)
     }
 
     /// Forgets node `name`: refused until it is drained (or down and
-    /// rebuilt), that is out of the map with no volume placed on it and
-    /// no move left to run.
+    /// rebuilt), judged by the data: no volume places a copy or shard on
+    /// it, moves to it, keeps it in its in-sync set or is owned by it.
+    ///
+    /// # Errors
+    ///
+    /// [`NodeError::Conflict`] naming what still holds the node,
+    /// [`NodeError::NotFound`], etcd errors.
     pub async fn remove_node(&self, name: &str) -> Result<serde_json::Value, NodeError> {
         let internal = |e: anyhow::Error| NodeError::Internal(e);
-        let Some((map, _)) =
-            strata_pool::registry::current_map(&self.etcd, &self.prefix).await.map_err(|e| internal(e.into()))?
-        else {
-            return Err(NodeError::NotFound("the pool has no placement map".into()));
-        };
+        let map = self.map_or_missing().await?;
         let node = map.nodes().iter().find(|n| n.name == name).cloned();
         let Some(node) = node else { return Err(NodeError::NotFound(format!("no node {name} in the pool"))) };
         if node.state == NodeState::Removed {
@@ -1190,11 +1430,6 @@ impl ClusterNode {
             let keys = VolumeKeys::new(&self.prefix, rec.id);
             let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
             let protection = protection_of(&state.protection).map_err(internal)?;
-            let table = {
-                let mut st = self.state.lock().await;
-                self.table(&mut st, state.map_epoch).await.map_err(internal)?
-            };
-            let on = holders_of(&PlacementLayout::new(rec.id, protection.width(), table), &rec, protection);
             let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await.map_err(|e| internal(e.into()))? {
                 Some(kv) => serde_json::from_slice(&kv.value).ok(),
                 None => None,
@@ -1205,17 +1440,30 @@ impl ClusterNode {
                     rec.name
                 )));
             }
-            if state.map_epoch < map.epoch() || on.contains(&node.id) {
+            let mut on = {
+                let mut st = self.state.lock().await;
+                let placed = self.layout_at(&mut st, &rec, protection, state.map_epoch, &state.slots).await;
+                let moving = match &state.next {
+                    Some(n) => Some(self.layout_at(&mut st, &rec, protection, n.map_epoch, &n.slots).await),
+                    None => None,
+                };
+                let mut on = holders_of(&*placed.map_err(internal)?, &rec, protection);
+                if let Some(l) = moving {
+                    on.extend(holders_of(&*l.map_err(internal)?, &rec, protection));
+                }
+                on
+            };
+            on.extend(state.in_sync.iter().copied());
+            if on.contains(&node.id) {
+                let why = if state.next.is_some() { "its move is not finished" } else { "it has not moved yet" };
                 return Err(NodeError::Conflict(format!(
-                    "node {name} still holds data of volume {} (placed by map {}, current {}): wait until its move \
-                     is done (strata pool status)",
-                    rec.name,
-                    state.map_epoch,
-                    map.epoch()
+                    "node {name} still holds data of volume {} ({why}): wait until strata pool status shows the \
+                     volume off it",
+                    rec.name
                 )));
             }
         }
-        let map = self.set_node_state(name, NodeState::Removed).await?;
+        let map = self.set_node_state(name, NodeState::Removed, None).await?;
         Ok(serde_json::json!({ "node": name, "removed": true, "map_epoch": map.epoch() }))
     }
 
@@ -1263,11 +1511,17 @@ impl ClusterNode {
                 None => None,
             };
             let Ok(protection) = protection_of(&state.protection) else { continue };
-            let table = {
+            let (placed, next) = {
                 let mut st = self.state.lock().await;
-                self.table(&mut st, state.map_epoch).await?
+                let placed = self.layout_at(&mut st, &rec, protection, state.map_epoch, &state.slots).await?;
+                let next = match &state.next {
+                    Some(n) => Some(self.layout_at(&mut st, &rec, protection, n.map_epoch, &n.slots).await?),
+                    None => None,
+                };
+                (placed, next)
             };
-            let all = holders_of(&PlacementLayout::new(rec.id, protection.width(), table), &rec, protection);
+            let all = holders_of(&*placed, &rec, protection);
+            let next_holders = next.as_ref().map(|l| holders_of(&**l, &rec, protection)).unwrap_or_default();
             // The owner's record says which replicas it is copying back.
             let resync: Vec<&ResyncProgress> = owner
                 .as_ref()
@@ -1275,15 +1529,29 @@ impl ClusterNode {
                 .map(|n| n.resyncing.iter().filter(|r| r.volume == rec.id).collect())
                 .unwrap_or_default();
             let rate = owner.as_ref().and_then(|o| live.get(&o.node)).map_or(0, |n| n.rebuild_bytes_per_sec);
-            let moving = map.as_ref().is_some_and(|m| state.map_epoch < m.epoch());
+            let pending =
+                map.as_ref().is_some_and(|m| state.next.as_ref().map_or(state.map_epoch, |n| n.map_epoch) < m.epoch());
+            let live_ids: BTreeMap<NodeId, NodeRecord> = live.iter().map(|(k, v)| (*k, v.clone())).collect();
+            let stale: Vec<NodeId> = all.iter().copied().filter(|n| !state.in_sync.contains(n)).collect();
+            let down: Vec<NodeId> = all.iter().copied().filter(|n| !live.contains_key(n)).collect();
+            let served = owner.as_ref().and_then(|o| live.get(&o.node)).is_some_and(|n| n.serving.contains(&rec.id));
+            let waiting = short_of_live(&*placed, &rec, protection, &state.in_sync, &live_ids);
             let health = if owner.is_none() {
-                // Not served until a holder takes it over.
-                "offline"
-            } else if !all.is_subset(&state.in_sync) {
+                // Not served until a holder takes it over, which waits for
+                // enough of its in-sync nodes.
+                if waiting.is_some() { "down" } else { "offline" }
+            } else if !served {
+                "not served"
+            } else if state.next.is_some() {
+                if stale.is_empty() && down.is_empty() { "moving" } else { "rebuilding" }
+            } else if !stale.is_empty() {
                 if resync.iter().any(|r| !r.filling) { "resyncing" } else { "degraded" }
+            } else if !down.is_empty() {
+                // In sync on paper, but a holder is not up.
+                "degraded"
             } else if resync.iter().any(|r| r.filling) {
-                "rebuilding"
-            } else if moving {
+                "resyncing"
+            } else if pending {
                 "moving"
             } else {
                 "healthy"
@@ -1300,6 +1568,10 @@ impl ClusterNode {
                 "state": health,
                 "allocated_bytes": volume_allocated(live.values(), rec.id, protection),
                 "map_epoch": state.map_epoch,
+                "moving_to": state.next.as_ref().map(|n| n.map_epoch),
+                "joining": next_holders.difference(&all).map(|n| n.0).collect::<Vec<_>>(),
+                "down": down.iter().map(|n| n.0).collect::<Vec<_>>(),
+                "waiting_for": waiting.map(|g| g.iter().filter(|n| !live.contains_key(n)).map(|n| n.0).collect::<Vec<_>>()),
                 "resync": resync
                     .iter()
                     .map(|r| json!({
@@ -1354,6 +1626,29 @@ fn map_refused(e: strata_pool::placement::MapError) -> strata_pool::cluster::Clu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_volume_larger_than_the_pool_or_a_node_store_can_hold_is_refused_with_the_limit() {
+        use strata_pool::placement::{FailureDomain, Node};
+        // Six nodes of 1 GiB, one per rack.
+        let nodes = (0..6).map(|i| Node::new(i, format!("n{i}"), 1 << 30).with_label("rack", format!("r{i}")));
+        let wide = Protection::erasure_coded(8, 4).unwrap();
+        let map = PlacementMap::new(wide, FailureDomain::default(), 64, nodes.collect()).unwrap();
+        let ec = Protection::erasure_coded(4, 2).unwrap();
+        let rep3 = Protection::replicated(3).unwrap();
+        let node_max = 256 << 40;
+        // 6 GiB raw: ec:4+2 holds 4 GiB, rep:3 2 GiB.
+        assert!(check_size(4 << 30, ec, node_max, &map).is_ok());
+        let e = check_size((4 << 30) + 4096, ec, node_max, &map).unwrap_err().to_string();
+        assert!(e.contains("more than the pool can ever hold as ec:4+2: 4 GiB"), "{e}");
+        assert!(check_size(2 << 30, rep3, node_max, &map).is_ok());
+        assert!(check_size(3 << 30, rep3, node_max, &map).is_err());
+        // 1 EiB: beyond what a node's store opens, named.
+        let e = check_size(1 << 60, rep3, node_max, &map).unwrap_err().to_string();
+        assert!(e.contains("can be at most 256 TiB") && e.contains("a whole copy"), "{e}");
+        let e = check_size(1 << 60, ec, node_max, &map).unwrap_err().to_string();
+        assert!(e.contains("can be at most 1 PiB") && e.contains("1/4"), "{e}");
+    }
 
     #[test]
     fn a_stale_node_is_resynced_even_when_it_misses_no_region() {

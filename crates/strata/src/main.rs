@@ -9,6 +9,7 @@ mod bench_cmd;
 mod client;
 mod cluster;
 mod config;
+mod identity;
 mod kv_bench;
 mod kv_cmd;
 mod node;
@@ -110,6 +111,15 @@ enum NodeAction {
     /// Move every copy and shard off a node, online; `strata pool status`
     /// shows the progress.
     Drain {
+        /// The node's name.
+        name: String,
+        /// API of any node.
+        #[arg(long, env = "STRATA_API", default_value = DEFAULT_API)]
+        api: String,
+    },
+    /// Cancel a drain: the node is up in the placement map again and its
+    /// volumes stay on it (what already moved comes back).
+    Undrain {
         /// The node's name.
         name: String,
         /// API of any node.
@@ -259,11 +269,18 @@ fn node(args: node_cmd::NodeArgs) -> anyhow::Result<()> {
 fn node_action(action: NodeAction) -> anyhow::Result<()> {
     let v = match &action {
         NodeAction::Drain { name, api } => client::request(api, "POST", &format!("/api/v1/nodes/{name}/drain"), None)?,
+        NodeAction::Undrain { name, api } => {
+            client::request(api, "POST", &format!("/api/v1/nodes/{name}/undrain"), None)?
+        }
         NodeAction::Remove { name, api } => client::request(api, "DELETE", &format!("/api/v1/nodes/{name}"), None)?,
     };
     match action {
         NodeAction::Drain { name, .. } => println!(
             "node {name} is draining (map epoch {}): its volumes move off it; see strata pool status",
+            v["map_epoch"]
+        ),
+        NodeAction::Undrain { name, .. } => println!(
+            "node {name} is up again (map epoch {}): its volumes stay on it; see strata pool status",
             v["map_epoch"]
         ),
         NodeAction::Remove { name, .. } => println!("node {name} removed (map epoch {})", v["map_epoch"]),

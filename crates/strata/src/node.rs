@@ -263,8 +263,24 @@ impl Node {
         Ok(self.info(&rec))
     }
 
+    /// Refuses a size the store cannot open, naming its limit.
+    fn check_size(&self, size_bytes: u64) -> Result<(), NodeError> {
+        let max = self.store.max_volume_bytes();
+        if size_bytes > max {
+            return Err(NodeError::Invalid(format!(
+                "{}: a volume can be at most {} here ({} extents of {}; each extent costs 8 bytes of memory)",
+                strata_meta::format_size(size_bytes),
+                strata_meta::format_size(max),
+                strata_store::MAX_VOLUME_EXTENTS,
+                strata_meta::format_size(u64::from(self.store.extent_size()))
+            )));
+        }
+        Ok(())
+    }
+
     /// Creates a volume and serves it.
     pub async fn create_volume(&self, req: NewVolume) -> Result<VolumeInfo, NodeError> {
+        self.check_size(req.size_bytes)?;
         let _guard = self.admin.lock().await;
         let rec = self.meta.create_volume(req).await?;
         if let Err(e) = self.attach(&rec).await {
@@ -284,6 +300,7 @@ impl Node {
         size_bytes: u64,
         allow_shrink: bool,
     ) -> Result<VolumeInfo, NodeError> {
+        self.check_size(size_bytes)?;
         let _guard = self.admin.lock().await;
         let mut rec = self
             .meta

@@ -19,9 +19,10 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 use strata_meta::etcd::{EtcdClient, EtcdConfig};
+use strata_pool::NodeId;
 use strata_pool::fabric::fabric_nqn;
 use strata_pool::placement::{FailureDomain, Node};
-use strata_pool::registry::{NodeRecord, join_map, node_id, register};
+use strata_pool::registry::{NodeClaim, NodeRecord, claim_node, join_map, register};
 use strata_target::{PortRole, Subsystem, Target};
 
 use crate::api::{CreateBody, body_json, error, node_error, reply};
@@ -57,6 +58,11 @@ pub struct NodeArgs {
     /// move to other nodes. Default: 10.
     #[arg(long)]
     pub lease_ttl: Option<u64>,
+    /// Accept labels that differ from those the placement map holds for
+    /// this node (it moves to another failure domain, and data moves with
+    /// it). Without it such a start is refused.
+    #[arg(long)]
+    pub relabel: bool,
     /// Host-side options, as for `strata serve`.
     #[command(flatten)]
     pub serve: ServeArgs,
@@ -154,13 +160,37 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
 
+    // One node per data dir, and a data dir that knows which node it is.
+    let dir_lock = crate::identity::lock(&cfg.data_dir)?;
     let etcd = EtcdClient::new(EtcdConfig::from_urls(&settings.etcd).map_err(|e| anyhow::anyhow!("--etcd: {e}"))?);
     let prefix = settings.etcd_prefix;
     let meta =
         strata_meta::EtcdMetaStore::open(etcd.clone(), &prefix).await.context("cannot open the metadata in etcd")?;
-    let id = node_id(&etcd, &prefix, &name).await.context("cannot get the node's id")?;
     let store = crate::node::open_store(&cfg, crate::node::drive_specs(&cfg)?)?;
+    let has_data = !store.volume_ids().is_empty();
+    let identity = crate::identity::establish(&etcd, &prefix, &cfg.data_dir, &name, has_data)
+        .await
+        .with_context(|| format!("node {name} cannot join the cluster"))?;
+    let id = NodeId(identity.node_id);
     let capacity = store.stats().capacity_bytes;
+    // A node that moves to another failure domain moves data: only when
+    // asked.
+    if let Some((map, _)) = strata_pool::registry::current_map(&etcd, &prefix).await?
+        && let Some(n) = map.node(id)
+        && n.labels != labels
+        && !args.relabel
+    {
+        let show = |l: &BTreeMap<String, String>| {
+            let v: Vec<String> = l.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if v.is_empty() { "none".to_string() } else { v.join(",") }
+        };
+        anyhow::bail!(
+            "node {name}'s labels in the placement map are {}, and this start gives {}: moving a node to another \
+             failure domain moves its data; pass --relabel to do it, or start it with its labels",
+            show(&n.labels),
+            show(&labels)
+        );
+    }
 
     let target = Target::new(cfg.target.clone());
     // Only the cluster's nodes may reach the replicas: this one until the
@@ -180,6 +210,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     node.labels = labels.clone();
     let map = join_map(&etcd, &prefix, node, domain).await.context("cannot join the placement map")?;
     let lease = etcd.lease_grant(Duration::from_secs(settings.lease_ttl)).await.context("cannot get a lease")?;
+    // While this node's lease lives, no other process may run it.
+    if let NodeClaim::Taken { instance } = claim_node(&etcd, &prefix, id, identity.instance, lease.id).await? {
+        return Err(crate::identity::IdentityError::Running { name: name.clone(), id: id.0, instance }.into());
+    }
     let mut incarnation = [0u8; 8];
     getrandom::fill(&mut incarnation).map_err(|e| anyhow::anyhow!("random: {e}"))?;
     let me = NodeRecord {
@@ -192,6 +226,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         allocated_bytes: 0,
         incarnation: u64::from_le_bytes(incarnation),
         held: Vec::new(),
+        serving: Vec::new(),
         resyncing: Vec::new(),
         drives: Vec::new(),
         held_bytes: BTreeMap::new(),
@@ -209,9 +244,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         fabric,
         lease: keeper,
         discovery: cfg.discovery.first().copied(),
+        identity,
     });
     cluster.seed_settings(pool).await.context("the config file's [pool] settings")?;
-    tokio::spawn(cluster.clone().run());
+    let mut running = tokio::spawn(cluster.clone().run());
     let http = crate::api::serve_http(cfg.http, {
         let cluster = cluster.clone();
         move |req| {
@@ -228,13 +264,20 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         fabric_port.addr
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-    }
+    let stopped = tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); None }
+        _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); None }
+        // The node may not go on as it is (it was removed, another
+        // process runs it, etcd holds another cluster now).
+        e = &mut running => Some(e.unwrap_or_else(|e| anyhow::anyhow!("the node's task failed: {e}"))),
+    };
     target.shutdown(Duration::from_secs(5)).await;
     store.flush_all().await.context("flush at shutdown failed")?;
-    Ok(())
+    drop(dir_lock);
+    match stopped {
+        Some(e) => Err(e.context(format!("node {name} stopped"))),
+        None => Ok(()),
+    }
 }
 
 async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -260,6 +303,10 @@ async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<
             }
         }
         (Method::POST, ["api", "v1", "nodes", name, "drain"]) => match cluster.drain_node(name).await {
+            Ok(v) => reply(StatusCode::OK, v),
+            Err(e) => node_error(e),
+        },
+        (Method::POST, ["api", "v1", "nodes", name, "undrain"]) => match cluster.undrain_node(name).await {
             Ok(v) => reply(StatusCode::OK, v),
             Err(e) => node_error(e),
         },

@@ -117,11 +117,19 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
         assert_eq!(drives.len(), 1, "{n}");
         assert!(drives[0]["capacity_bytes"].as_u64().unwrap() > 0, "{n}");
     }
-    // Overcommitted: 1 GiB on three copies of 64 MiB drives.
-    let created = nodes[1]
-        .api("POST", "/api/v1/volumes", Some(json!({"name": "big", "size": "1G", "protect": "rep:3"})))
+    // A volume larger than the pool could ever hold is refused, naming the
+    // limit (three copies on 64 MiB drives: 64 MiB).
+    let refused = nodes[1]
+        .api("POST", "/api/v1/volumes", Some(json!({"name": "huge", "size": "1G", "protect": "rep:3"})))
         .expect("create answered");
-    assert_eq!(created["protection"], "rep:3", "overcommit is allowed: {created}");
+    let why = refused["error"].as_str().unwrap_or_default();
+    assert!(why.contains("more than the pool can ever hold as rep:3: 64 MiB"), "{refused}");
+    // As large as the drives: it cannot be filled, the drives' own
+    // metadata takes some of them.
+    let created = nodes[1]
+        .api("POST", "/api/v1/volumes", Some(json!({"name": "big", "size": "64M", "protect": "rep:3"})))
+        .expect("create answered");
+    assert_eq!(created["protection"], "rep:3", "{created}");
     let nqn = created["nqn"].as_str().unwrap().to_string();
     let addr = wait_for("an owner", Duration::from_secs(30), &nodes, || common::owner_addr(&nodes[0], "big"));
 
@@ -132,7 +140,7 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
         let c = connect_when_served(addr, &nqn).await;
         let mut written = 0;
         loop {
-            assert!(written < 1024, "1 GiB fitted on 64 MiB drives");
+            assert!(written < 64, "64 MiB fitted on 64 MiB drives and their metadata");
             match c.write(1, written * MIB_BLOCKS, mib(written), false).await {
                 Ok(()) => written += 1,
                 Err(e) => {
@@ -173,7 +181,7 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
     });
     // And it is usable again.
     let created = nodes[0]
-        .api("POST", "/api/v1/volumes", Some(json!({"name": "again", "size": "128M", "protect": "rep:3"})))
+        .api("POST", "/api/v1/volumes", Some(json!({"name": "again", "size": "64M", "protect": "rep:3"})))
         .expect("create answered");
     let nqn = created["nqn"].as_str().expect("created").to_string();
     let addr = wait_for("an owner", Duration::from_secs(30), &nodes, || common::owner_addr(&nodes[0], "again"));

@@ -97,6 +97,9 @@ pub struct EcParts {
     pub drl: Arc<DirtyRegionLog>,
     /// The metadata store.
     pub control: Arc<dyn Control>,
+    /// The move in progress, as the metadata store records it (its nodes'
+    /// handles among `shards`).
+    pub moving: Option<crate::volume::Moving>,
 }
 
 /// Update sequence numbers: handed out, running, committed.
@@ -132,6 +135,17 @@ impl std::ops::Deref for Inner {
     fn deref(&self) -> &Owner<dyn Shard> {
         &self.owner
     }
+}
+
+/// A stripe's nodes as an update sees them: by slot, the membership for
+/// its regions, the nodes being caught up there, and the nodes joining
+/// its chunk's slots in a move.
+#[derive(Clone, Copy)]
+struct StripeView<'a> {
+    slots: &'a [NodeId],
+    m: &'a Membership,
+    catching: &'a BTreeSet<NodeId>,
+    mirrors: &'a [(usize, NodeId)],
 }
 
 /// Why a step on a stripe stopped.
@@ -362,10 +376,9 @@ impl Inner {
         g: u64,
         within: &std::ops::Range<u64>,
         new: &[u8],
-        slots: &[NodeId],
-        m: &Membership,
-        catching: &BTreeSet<NodeId>,
+        view: StripeView<'_>,
     ) -> Result<Vec<(usize, Vec<u8>)>, Fault> {
+        let StripeView { slots, m, catching, mirrors } = view;
         let (k, strip) = (self.k(), self.strip());
         let codec_err = |e: super::codec::CodecError| Fault::Volume(io_error(e.to_string()));
         let touched = self.stripes.strips_of(within);
@@ -382,8 +395,12 @@ impl Inner {
             return Ok(data.into_iter().map(<[u8]>::to_vec).chain(parity).enumerate().collect());
         }
         let parity_pos = k..self.width();
+        // A node joining a parity slot in a move takes that slot's new
+        // parity: read-modify-write computes it only where the slot's
+        // shard is in sync.
         let rmw = touched.clone().all(|d| m.in_sync.contains(&slots[d]))
-            && parity_pos.clone().all(|p| !catching.contains(&slots[p]));
+            && parity_pos.clone().all(|p| !catching.contains(&slots[p]))
+            && mirrors.iter().all(|&(p, _)| p < k || m.in_sync.contains(&slots[p]));
         if rmw {
             // Read-modify-write: old data of the touched strips and the
             // in-sync parity, and the parity of the change alone.
@@ -541,7 +558,13 @@ impl Inner {
             if live < self.k() {
                 return Err(io_error(format!("stripe {g} has {live} of {} shards in sync", self.width())));
             }
-            let plan = if whole { self.plan_full(new) } else { self.plan(g, within, new, &slots, &m, &catching).await };
+            let mirrors = self.mirrors(self.chunk_of(g));
+            let plan = if whole {
+                self.plan_full(new)
+            } else {
+                let view = StripeView { slots: &slots, m: &m, catching: &catching, mirrors: &mirrors };
+                self.plan(g, within, new, view).await
+            };
             let plan = match plan {
                 Ok(p) => p,
                 Err(f) => {
@@ -550,9 +573,15 @@ impl Inner {
                 }
             };
             let lba = self.stripes.shard_offset(g) / self.bs();
+            // Each strip to its slot's shard, and to a node joining that
+            // slot in a move.
             let sends: Vec<(NodeId, Bytes)> = plan
                 .into_iter()
-                .map(|(p, s)| (slots[p], Bytes::from(s)))
+                .flat_map(|(p, s)| {
+                    let s = Bytes::from(s);
+                    let joining = mirrors.iter().filter(move |&&(q, _)| q == p).map(|&(_, n)| n);
+                    std::iter::once(slots[p]).chain(joining).map(move |n| (n, s.clone()))
+                })
                 .filter(|(n, _)| m.in_sync.contains(n) || catching.contains(n))
                 .collect();
             let results = join_all(sends.iter().map(|(n, data)| async move {
@@ -606,7 +635,8 @@ impl Inner {
             let chunk_stripes = self.layout().chunk_bytes() / self.stripes.strip;
             let mut g = first;
             while g <= last {
-                for n in self.slots(g)? {
+                let joining = self.mirrors(self.chunk_of(g)).into_iter().map(|(_, n)| n);
+                for n in self.slots(g)?.into_iter().chain(joining) {
                     if !m.in_sync.contains(&n) && !catching.contains(&n) {
                         stale.insert(n);
                     }
@@ -937,18 +967,24 @@ impl Inner {
             let parity = self.codec.encode(&data).map_err(|e| io_error(e.to_string()))?;
             let lba = self.stripes.shard_offset(g) / self.bs();
             let mut fault = None;
-            for (j, p) in parity.into_iter().enumerate() {
-                let n = slots[k + j];
-                if !m.in_sync.contains(&n) {
-                    continue;
-                }
-                let r = match self.shard(n) {
-                    Ok(s) => s.write(m.epoch, lba, Bytes::from(p), false).await.map_err(|e| self.judge(n, e)),
-                    Err(f) => Err(f),
-                };
-                if let Err(f) = r {
-                    fault = Some(f);
-                    break;
+            // Nodes joining a parity slot in a move, where already filled,
+            // must agree too.
+            let mirrors = self.mirrors(self.chunk_of(g));
+            'parity: for (j, p) in parity.into_iter().enumerate() {
+                let p = Bytes::from(p);
+                let joining = mirrors.iter().filter(|&&(q, _)| q == k + j).map(|&(_, n)| n);
+                for n in std::iter::once(slots[k + j]).chain(joining) {
+                    if !m.in_sync.contains(&n) {
+                        continue;
+                    }
+                    let r = match self.shard(n) {
+                        Ok(s) => s.write(m.epoch, lba, p.clone(), false).await.map_err(|e| self.judge(n, e)),
+                        Err(f) => Err(f),
+                    };
+                    if let Err(f) = r {
+                        fault = Some(f);
+                        break 'parity;
+                    }
                 }
             }
             match fault {
@@ -996,11 +1032,18 @@ impl Inner {
             }
             // Again each try: a move may have changed the slots.
             let slots = self.slots(first)?;
-            let Some(pos) = slots.iter().position(|&s| s == node) else { return Ok(()) };
+            let joins = self.mirrors(self.chunk_of(first)).into_iter().find(|&(_, n)| n == node).map(|(p, _)| p);
+            let Some(pos) = slots.iter().position(|&s| s == node).or(joins) else { return Ok(()) };
             let (m, _) = self.view(self.regions_of(first));
-            let mut sources: Vec<usize> =
-                (0..self.width()).filter(|&p| p != pos && m.in_sync.contains(&slots[p])).collect();
-            if sources.len() < k {
+            // A node joining a slot in a move is copied from the slot's
+            // shard while that one is readable, else decoded like a
+            // shard rebuilt in place.
+            let mut sources: Vec<usize> = if slots[pos] != node && m.in_sync.contains(&slots[pos]) {
+                vec![pos]
+            } else {
+                (0..self.width()).filter(|&p| p != pos && m.in_sync.contains(&slots[p])).collect()
+            };
+            if sources.len() < k && sources != [pos] {
                 return Err(self.too_few(&stripes, sources.len()));
             }
             sources.truncate(k);
@@ -1013,7 +1056,7 @@ impl Inner {
                     continue;
                 }
             };
-            let out = self.decode_run(&sources, &got, pos)?;
+            let out = if sources == [pos] { got[0].to_vec() } else { self.decode_run(&sources, &got, pos)? };
             if !locked {
                 held = self.lock_run(&stripes).await;
                 if !self.drl.region_quiet_since(r, seq) || self.membership().epoch != m.epoch {
@@ -1095,7 +1138,7 @@ impl ErasureVolume {
     /// store fails, the geometry does not fit the stripes, or the volume
     /// was taken over again meanwhile.
     pub async fn open(parts: EcParts) -> Result<ErasureVolume, OpenError> {
-        let EcParts { geometry, local, stripes, layout, shards, membership, drl, control } = parts;
+        let EcParts { geometry, local, stripes, layout, shards, membership, drl, control, moving } = parts;
         let codec = Codec::new(stripes.data, stripes.parity, stripes.strip as usize)
             .map_err(|e| OpenError::Io(io_error(e.to_string())))?;
         let bs = u64::from(geometry.block_size);
@@ -1107,7 +1150,8 @@ impl ErasureVolume {
             ))));
         }
         let span = stripes.shard_bytes(geometry.size_bytes());
-        let owner = Arc::new(Owner::new(geometry, local, layout, shards, membership, drl, control, span, stripes.data));
+        let owner =
+            Arc::new(Owner::new(geometry, local, layout, shards, membership, drl, control, span, stripes.data, moving));
         let inner = Arc::new(Inner {
             owner,
             stripes,
@@ -1151,25 +1195,19 @@ impl ErasureVolume {
         Ok(())
     }
 
-    /// Moves the volume to `layout`, placement map `map_epoch`, as `plan`
-    /// says (positional: see [`crate::cluster::MovePlan::new`]); `added`
-    /// are handles of the nodes new to it. Its joining nodes take writes
-    /// at once and are rebuilt by [`resync`](Self::resync).
+    /// Starts moving the volume as `mv` says (or retargets the move in
+    /// progress); `added` are handles of the nodes new to it. A node that
+    /// joins a chunk's slot mirrors the slot's current shard (it takes
+    /// every strip written there) and is filled by
+    /// [`resync`](Self::resync), copied from that shard when it is
+    /// readable, else decoded; every current shard keeps serving until
+    /// [`finish_move`](crate::volume::PoolVolume::finish_move) switches.
     ///
     /// # Errors
     ///
     /// The log or the metadata store failed, or this owner is fenced.
-    /// `slots` are the groups whose shards keep slots other than the
-    /// map's order (see [`crate::cluster::PlacementLayout::moved_to`]).
-    pub async fn relayout(
-        &self,
-        layout: Arc<dyn Layout>,
-        map_epoch: u64,
-        slots: std::collections::BTreeMap<u32, Vec<NodeId>>,
-        added: Vec<Arc<dyn Shard>>,
-        plan: crate::cluster::MovePlan,
-    ) -> Result<(), BlockError> {
-        self.inner.owner.relayout(layout, map_epoch, slots, added, plan).await
+    pub async fn begin_move(&self, mv: crate::volume::Moving, added: Vec<Arc<dyn Shard>>) -> Result<(), BlockError> {
+        self.inner.owner.begin_move(mv, added).await
     }
 
     /// The current membership.
@@ -1441,5 +1479,11 @@ impl crate::volume::PoolVolume for ErasureVolume {
     }
     fn below_minimum(&self) -> bool {
         self.inner.gave_up()
+    }
+    fn moving_to(&self) -> Option<crate::volume::NextLayout> {
+        self.inner.moving().map(|m| m.target.clone())
+    }
+    fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>> {
+        Box::pin(self.inner.owner.finish_move())
     }
 }

@@ -83,6 +83,47 @@ pub fn check_protection(map: &PlacementMap, protection: Protection) -> Result<()
     Ok(())
 }
 
+/// A drain that would leave some volume without the nodes its protection
+/// needs, with each such volume's name and what it would miss.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("draining {node} would leave {} without the nodes its protection needs: {}; add nodes (or domains) first, \
+         or delete the volume", if blocked.len() == 1 { "a volume" } else { "volumes" },
+        blocked.iter().map(|(v, e)| format!("{v}: {e}")).collect::<Vec<_>>().join("; "))]
+pub struct DrainRefused {
+    /// The node to drain.
+    pub node: String,
+    /// Each volume that could not keep its protection, with the reason.
+    pub blocked: Vec<(String, CannotHonour)>,
+}
+
+/// Checks that node `node` of `map` can be drained: with it out, every
+/// volume of `volumes` (name, protection) can still be placed with one
+/// copy or shard per failure domain. A drain that cannot be completed
+/// would leave those volumes moving (or, erasure-coded, unplaceable)
+/// for good, so it is refused before anything moves.
+///
+/// # Errors
+///
+/// [`DrainRefused`] naming every volume that would miss nodes.
+pub fn check_drain<'a>(
+    map: &PlacementMap,
+    node: super::NodeId,
+    volumes: impl IntoIterator<Item = (&'a str, Protection)>,
+) -> Result<(), DrainRefused> {
+    let mut after = map.clone();
+    let name = map.node(node).map_or_else(|| node.to_string(), |n| n.name.clone());
+    if after.set_state(node, super::NodeState::Out).is_err() {
+        return Ok(()); // not in the map: nothing to move
+    }
+    let mut seen = BTreeSet::new();
+    let blocked: Vec<(String, CannotHonour)> = volumes
+        .into_iter()
+        .filter_map(|(v, p)| check_protection(&after, p).err().map(|e| (v.to_string(), e)))
+        .filter(|(v, _)| seen.insert(v.clone()))
+        .collect();
+    if blocked.is_empty() { Ok(()) } else { Err(DrainRefused { node: name, blocked }) }
+}
+
 impl PlacementMap {
     /// [`check_protection`] with the map's own protection.
     ///
@@ -141,6 +182,31 @@ mod tests {
             map.honours().map_err(|e| e.to_string()),
             Err("rep:3 needs 3 up nodes; the cluster has 1 (n0)".into())
         );
+    }
+
+    #[test]
+    fn a_drain_that_would_leave_an_erasure_coded_volume_unplaceable_is_refused_by_name() {
+        // Six nodes, one per rack: ec:4+2 needs all six.
+        let map = cluster(6, 1, 3, 64, |_| TIB);
+        let ec = Protection::erasure_coded(4, 2).expect("valid");
+        let rep3 = Protection::default();
+        let e = check_drain(&map, NodeId(4), [("ckpt", ec), ("db", rep3)]).expect_err("ec:4+2 cannot lose a node");
+        assert_eq!(e.blocked.len(), 1, "rep:3 fits on five");
+        assert_eq!(e.blocked[0].0, "ckpt");
+        assert_eq!(
+            e.to_string(),
+            "draining n4 would leave a volume without the nodes its protection needs: ckpt: ec:4+2 needs 6 up \
+             nodes; the cluster has 5 (n0, n1, n2, n3, n5); add nodes (or domains) first, or delete the volume"
+        );
+        assert_eq!(check_drain(&map, NodeId(4), [("db", rep3)]), Ok(()));
+        // A seventh node makes room.
+        let seven = cluster(7, 1, 3, 64, |_| TIB);
+        assert_eq!(check_drain(&seven, NodeId(4), [("ckpt", ec), ("db", rep3)]), Ok(()));
+        // Two drains at once are judged together: the second sees the
+        // first one out.
+        let mut one_out = seven.clone();
+        one_out.set_state(NodeId(0), NodeState::Out).expect("known");
+        assert!(check_drain(&one_out, NodeId(4), [("ckpt", ec)]).is_err());
     }
 
     #[test]
