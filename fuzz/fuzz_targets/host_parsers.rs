@@ -1,10 +1,14 @@
 //! The structures a host decodes from a controller: Identify data, log
-//! pages, discovery log, Connect data. Invariants: never panic; what
-//! decodes re-encodes to something that decodes to the same value.
+//! pages, discovery log, Connect data, and an owner's note a replica's
+//! node returns (its layout, and the dirty-region log inside). Invariants:
+//! never panic; what decodes re-encodes to something that decodes to the
+//! same value.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use strata_nvme::command::fenced;
 use strata_nvme::fabrics::ConnectData;
+use strata_pool::{DrlState, Regions};
 use strata_nvme::identify::{self, IdentifyController, IdentifyNamespace};
 use strata_nvme::log_page;
 
@@ -25,5 +29,17 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(c) = ConnectData::decode(data) {
         assert_eq!(ConnectData::decode(&c.encode()), Ok(c));
+    }
+    if let Ok(note) = fenced::decode_note(data) {
+        assert!(note.len() <= fenced::MAX_NOTE);
+        let wire = fenced::encode_note(note, 512).expect("a note that decoded fits");
+        assert_eq!(fenced::decode_note(&wire), Ok(note));
+    }
+    // A note holds a dirty-region log; volumes of a few region counts.
+    for span in [4u64 << 20, 1 << 30, 1 << 40] {
+        let regions = Regions::for_volume(span, 64 << 20);
+        if let Ok(s) = DrlState::decode(data, regions) {
+            assert_eq!(DrlState::decode(&s.encode(regions), regions).ok(), Some(s));
+        }
     }
 });

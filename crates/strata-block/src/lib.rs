@@ -36,15 +36,17 @@ mod device;
 pub mod fence;
 pub mod lend;
 mod mem;
+pub mod note;
 mod region;
 pub mod size;
 pub mod undo;
 
 pub use buf::{IO_ALIGN, IoBuf, POISON};
 pub use device::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, blocks_in, check_range};
-pub use fence::{EpochFence, FenceGuard, Stale};
+pub use fence::{ANONYMOUS, EpochFence, FenceGuard, MAX_PROMISE, Refused, Sender, Stale, sender_id};
 pub use lend::{Lender, Lent, ReadData};
 pub use mem::MemDevice;
+pub use note::{MemNoteStore, NoteStore};
 pub use region::Region;
 pub use size::{SizeError, format_size, parse_size};
 pub use undo::UndoLog;

@@ -944,6 +944,56 @@ impl IoQueue<'_> {
         self.q.execute(Command::new(sqe)).await.map(|r| r.cqe.result)
     }
 
+    /// A Promise ([`fenced::PROMISE`]): asks the replica `nsid` to let no
+    /// owner newer than `epoch` in for `duration`.
+    ///
+    /// # Errors
+    ///
+    /// As [`IoQueue::fenced_read`].
+    pub async fn fenced_promise(&self, nsid: u32, epoch: u64, duration: std::time::Duration) -> Result<(), HostError> {
+        let mut sqe = undo_sqe(fenced::PROMISE, nsid, epoch);
+        sqe.set_arg64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
+        self.q.execute(Command::new(sqe)).await.map(|_| ())
+    }
+
+    /// Note Save ([`fenced::NOTE_SAVE`]): the replica's node keeps `note`
+    /// (at most [`fenced::MAX_NOTE`] bytes) for the owner of `nsid`.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::InvalidArgument`] for a note too large; otherwise as
+    /// [`IoQueue::fenced_read`].
+    pub async fn fenced_note_save(&self, nsid: u32, epoch: u64, note: &[u8]) -> Result<(), HostError> {
+        let block = self.transfer_len(nsid, 1).await?;
+        let wire = fenced::encode_note(note, block)
+            .ok_or_else(|| HostError::InvalidArgument(format!("a note of {} bytes is too large", note.len())))?;
+        self.check_len(wire.len())?;
+        let mut sqe = undo_sqe(fenced::NOTE_SAVE, nsid, epoch);
+        ReadWrite { slba: 0, nlb: (wire.len() / block) as u32, fua: false, limited_retry: false }.encode(&mut sqe);
+        self.q.execute(Command { sqe, data_out: Some(Bytes::from(wire)), read_len: 0 }).await.map(|_| ())
+    }
+
+    /// Note Load ([`fenced::NOTE_LOAD`]): the note the replica's node keeps
+    /// for the owner of `nsid` (empty when none).
+    ///
+    /// # Errors
+    ///
+    /// As [`IoQueue::fenced_read`]; [`HostError::QueueFailed`] with
+    /// [`QueueFailure::Protocol`](crate::QueueFailure::Protocol) for a
+    /// reply that does not hold a note.
+    pub async fn fenced_note_load(&self, nsid: u32, epoch: u64) -> Result<Vec<u8>, HostError> {
+        let block = self.transfer_len(nsid, 1).await?;
+        let len = (fenced::NOTE_LEN_LEN + fenced::MAX_NOTE).div_ceil(block) * block;
+        let len = len.min(self.ctrl.max_transfer / block * block);
+        let mut sqe = undo_sqe(fenced::NOTE_LOAD, nsid, epoch);
+        ReadWrite { slba: 0, nlb: (len / block) as u32, fua: false, limited_retry: false }.encode(&mut sqe);
+        let data = self.q.execute(Command { sqe, data_out: None, read_len: len }).await?.data;
+        fenced::decode_note(&data).map(<[u8]>::to_vec).map_err(|e| HostError::QueueFailed {
+            qid: self.qid(),
+            cause: crate::error::QueueFailure::Protocol(format!("note load: {e}")),
+        })
+    }
+
     /// A fenced Write Zeroes: as [`IoQueue::write_zeroes`], carrying `epoch`.
     ///
     /// # Errors

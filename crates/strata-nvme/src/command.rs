@@ -313,6 +313,66 @@ pub mod fenced {
         matches!(opcode, WRITE_LOGGED | COMMIT | ROLL_BACK | COMMITTED | DISCARD_UNDO)
     }
 
+    // What an owner keeps on its replicas' nodes so that it can serve
+    // while the metadata store is out of reach (docs/pool.md, "I/O through
+    // a metadata outage"). Admitted by the fence like the others; every
+    // replica namespace takes them.
+
+    /// Promise (no data): the replica promises the sender, the owner at
+    /// the command's epoch, to let no newer owner in for the milliseconds
+    /// in CDW10-CDW11 ([`super::Sqe::arg64`]). Refused with
+    /// [`super::super::status::Status::STALE_EPOCH`] once a newer owner
+    /// waits.
+    pub const PROMISE: u8 = 0x98;
+    /// Note Save (host to controller): the owner's note (its dirty-region
+    /// log, while the metadata store does not answer) replaces the one the
+    /// replica's node keeps for the volume, durably. The data is
+    /// [`NOTE_LEN_LEN`] bytes of length (u32 LE), the note, then zeros to
+    /// whole blocks.
+    pub const NOTE_SAVE: u8 = 0x99;
+    /// Note Load (controller to host): the note kept for the volume, laid
+    /// out as for [`NOTE_SAVE`] (length 0: none), in the blocks asked for.
+    pub const NOTE_LOAD: u8 = 0x9A;
+    /// Bytes of the length before a note.
+    pub const NOTE_LEN_LEN: usize = 4;
+    /// The largest note: 512 KiB, the dirty-region log of a volume of
+    /// 65,536 regions with the missed sets of dozens of nodes.
+    pub const MAX_NOTE: usize = 512 << 10;
+
+    /// True for the owner commands every replica namespace takes.
+    pub fn is_owner(opcode: u8) -> bool {
+        matches!(opcode, PROMISE | NOTE_SAVE | NOTE_LOAD)
+    }
+
+    /// A note laid out for [`NOTE_SAVE`]: length, note, zeros to a
+    /// multiple of `block` bytes. `None` for a note over [`MAX_NOTE`].
+    pub fn encode_note(note: &[u8], block: usize) -> Option<Vec<u8>> {
+        if note.len() > MAX_NOTE || block == 0 {
+            return None;
+        }
+        let len = u32::try_from(note.len()).ok()?;
+        let mut out = Vec::with_capacity((NOTE_LEN_LEN + note.len()).div_ceil(block) * block);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(note);
+        out.resize(out.len().div_ceil(block) * block, 0);
+        Some(out)
+    }
+
+    /// The note in `data` laid out as [`encode_note`] does.
+    ///
+    /// # Errors
+    ///
+    /// A length beyond the data or over [`MAX_NOTE`], as text.
+    pub fn decode_note(data: &[u8]) -> Result<&[u8], &'static str> {
+        let len: [u8; NOTE_LEN_LEN] =
+            data.get(..NOTE_LEN_LEN).and_then(|b| b.try_into().ok()).ok_or("shorter than a note's length")?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_NOTE {
+            return Err("note longer than the largest note");
+        }
+        data.get(NOTE_LEN_LEN..NOTE_LEN_LEN + len).ok_or("note longer than its data")
+    }
+
     /// The standard command a fenced opcode mirrors, or `None` when
     /// `opcode` is not a fenced command.
     pub fn standard(opcode: u8) -> Option<u8> {
@@ -671,6 +731,28 @@ mod tests {
             assert_eq!(fenced::standard(op), None);
         }
         assert!(!fenced::is_undo(fenced::WRITE));
+    }
+
+    #[test]
+    fn owner_commands_have_their_data_direction_and_notes_round_trip() {
+        assert_eq!(fenced::PROMISE & 3, 0, "no data");
+        assert!(is_host_to_controller(fenced::NOTE_SAVE));
+        assert!(is_controller_to_host(fenced::NOTE_LOAD));
+        for op in [fenced::PROMISE, fenced::NOTE_SAVE, fenced::NOTE_LOAD] {
+            assert!(fenced::is_owner(op) && !fenced::is_undo(op) && fenced::standard(op).is_none());
+        }
+        let wire = fenced::encode_note(b"dirty", 512).unwrap();
+        assert_eq!(wire.len(), 512);
+        assert_eq!(&wire[..4], &5u32.to_le_bytes());
+        assert_eq!(fenced::decode_note(&wire), Ok(&b"dirty"[..]));
+        assert_eq!(fenced::decode_note(&fenced::encode_note(b"", 512).unwrap()), Ok(&b""[..]));
+        assert!(fenced::encode_note(&vec![0; fenced::MAX_NOTE + 1], 512).is_none());
+        let mut long = wire.clone();
+        long[..4].copy_from_slice(&600u32.to_le_bytes());
+        assert!(fenced::decode_note(&long).is_err(), "beyond the data");
+        long[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(fenced::decode_note(&long).is_err(), "beyond the largest note");
+        assert!(fenced::decode_note(&[1, 0]).is_err());
     }
 
     #[test]

@@ -126,6 +126,11 @@ impl Status {
     /// strata, vendor specific: a fenced namespace takes only fenced
     /// commands (an unfenced I/O would bypass the owner's epoch).
     pub const FENCE_REQUIRED: Status = Status::new(SCT_VENDOR, 0x02);
+    /// strata, vendor specific: a fenced command's epoch is newer than the
+    /// replica's, and the replica promised its current owner to let no
+    /// newer one in for a while (the completion's result: milliseconds
+    /// left). Its sender tries again after that.
+    pub const PROMISED: Status = Status::new(SCT_VENDOR, 0x03);
 
     /// Status code type.
     pub const fn sct(self) -> u8 {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use strata_meta::etcd::{Compare, EtcdClient, EtcdError, KeyRange, LeaseId, Txn, TxnOp};
 
-use crate::drl::{DrlState, DrlStore, NodeId, SaveFuture};
+use crate::drl::{DrlState, DrlStore, NodeId, NoteSink, SaveFuture};
 use crate::regions::Regions;
 use crate::volume::{Control, ControlError, ControlFuture, Membership, NextLayout};
 
@@ -42,6 +42,15 @@ pub const METADATA_PATIENCE: std::time::Duration = std::time::Duration::from_sec
 
 /// Pause between two tries of an etcd request that got no answer.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long a save of the dirty-region log tries etcd before it keeps the
+/// log on the replicas instead ([`EtcdVolume::keep_notes_on`]): short, as
+/// every write to a clean region waits for it.
+pub const NOTE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Once the log went to the replicas, how long each later save tries etcd
+/// (it goes to the replicas as well, whatever etcd answers).
+const ETCD_TRY_IN_OUTAGE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A replicated volume's membership as etcd holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +72,12 @@ pub struct VolumeState {
     /// `map_epoch` (the nodes that leave keep serving), then it switches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<NextLayout>,
+    /// The node that took the volume over last (at `epoch`, unless the
+    /// membership changed since): while it lives, it may take its owner
+    /// key back after its lease ended, so others wait a moment before
+    /// taking the volume over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<NodeId>,
 }
 
 impl VolumeState {
@@ -195,6 +210,7 @@ pub async fn acquire(
         }
         let (mut state, rev) = read_state(client, keys, id).await?;
         state.epoch += 1;
+        state.owner = Some(me);
         let token = OwnerToken { node: me, epoch: state.epoch };
         let txn = Txn {
             compare: vec![Compare::missing(keys.owner.clone()), Compare::mod_revision_is(keys.state.clone(), rev)],
@@ -209,6 +225,35 @@ pub async fn acquire(
         }
     }
     Err(ClusterError::Contention(id))
+}
+
+/// Takes volume `id` back for its owner `token` under a new `lease`,
+/// after its owner key went with its old lease (etcd was out of reach for
+/// longer than the lease, or frozen): granted only if nobody owns it and
+/// its membership is still at `epoch`, the one the owner serves (a
+/// takeover by another node bumps it). True when taken back.
+///
+/// # Errors
+///
+/// etcd errors.
+pub async fn reclaim(
+    client: &EtcdClient,
+    keys: &VolumeKeys,
+    id: u64,
+    token: &OwnerToken,
+    epoch: u64,
+    lease: LeaseId,
+) -> Result<bool, ClusterError> {
+    let (state, rev) = read_state(client, keys, id).await?;
+    if state.epoch != epoch {
+        return Ok(false);
+    }
+    let txn = Txn {
+        compare: vec![Compare::missing(keys.owner.clone()), Compare::mod_revision_is(keys.state.clone(), rev)],
+        success: vec![TxnOp::Put { key: keys.owner.clone(), value: to_json(token), lease: Some(lease) }],
+        failure: vec![],
+    };
+    Ok(client.txn(&txn).await?.succeeded)
 }
 
 /// Gives volume `id` up: deletes its owner key if it still holds
@@ -228,20 +273,82 @@ pub async fn release(client: &EtcdClient, keys: &VolumeKeys, token: &OwnerToken)
 }
 
 /// The owner's [`Control`] and [`DrlStore`] for one volume, on etcd.
-#[derive(Debug, Clone)]
+///
+/// # The log while etcd is out of reach
+///
+/// With a [`NoteSink`] ([`keep_notes_on`](Self::keep_notes_on)), a save
+/// of the dirty-region log that etcd does not take within [`NOTE_AFTER`]
+/// goes to the replicas instead (a note on every node that takes the
+/// volume's writes), and the write that needed it goes on. From then on,
+/// for this owner's life, every save goes to the replicas too: a save that
+/// timed out may still land in etcd later, over a newer one, so etcd alone
+/// is not trusted again. A new owner loads the union of etcd's log and
+/// every reachable replica's note. One that found notes clears them after
+/// its first save etcd takes (the log it saved holds them).
 pub struct EtcdVolume {
     client: EtcdClient,
     keys: VolumeKeys,
     id: u64,
     token: Vec<u8>,
     regions: Regions,
+    sink: std::sync::OnceLock<std::sync::Weak<dyn NoteSink>>,
+    /// Saves go to the replicas too (sticky: see the type's docs).
+    noting: std::sync::atomic::AtomicBool,
+    /// Notes of an earlier owner are on the replicas: cleared after the
+    /// first save etcd takes while not `noting`.
+    stale_notes: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for EtcdVolume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdVolume").field("id", &self.id).field("regions", &self.regions).finish_non_exhaustive()
+    }
 }
 
 impl EtcdVolume {
     /// Volume `id`, owned with `token` (from [`acquire`]), cut into
     /// `regions`.
     pub fn new(client: EtcdClient, keys: VolumeKeys, id: u64, token: &OwnerToken, regions: Regions) -> EtcdVolume {
-        EtcdVolume { client, keys, id, token: to_json(token), regions }
+        EtcdVolume {
+            client,
+            keys,
+            id,
+            token: to_json(token),
+            regions,
+            sink: std::sync::OnceLock::new(),
+            noting: std::sync::atomic::AtomicBool::new(false),
+            stale_notes: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Keeps the log on the replicas, through `sink`, when etcd does not
+    /// take a save (see the type's docs).
+    pub fn keep_notes_on(&self, sink: std::sync::Weak<dyn NoteSink>) {
+        let _ = self.sink.set(sink);
+    }
+
+    /// The log as persisted, with the notes an earlier owner kept on the
+    /// replicas (`notes`, each as its node returned it: empty for none)
+    /// added: what a new owner opens the volume with. Notes that do not
+    /// decode are logged and left out.
+    ///
+    /// # Errors
+    ///
+    /// As [`load_drl`](Self::load_drl).
+    pub async fn load_drl_with(&self, notes: &[(NodeId, Vec<u8>)]) -> Result<DrlState, ClusterError> {
+        let mut state = self.load_drl().await?;
+        for (n, note) in notes.iter().filter(|(_, b)| !b.is_empty()) {
+            match DrlState::decode(note, self.regions) {
+                Ok(s) => {
+                    tracing::warn!(volume = self.id, node = %n,
+                        "the last owner kept its dirty-region log on the replicas (etcd was out of reach): adding it");
+                    state.union_with(&s);
+                    self.stale_notes.store(true, std::sync::atomic::Ordering::Release);
+                }
+                Err(e) => tracing::warn!(volume = self.id, node = %n, "a replica's note does not decode: {e}"),
+            }
+        }
+        Ok(state)
     }
 
     /// The dirty-region log as persisted (empty when none was).
@@ -381,32 +488,65 @@ impl Control for EtcdVolume {
     }
 }
 
+impl EtcdVolume {
+    /// Saves `bytes` as the log in etcd, trying for up to `patience`.
+    /// `Ok(false)` when etcd did not answer in time.
+    async fn save_in_etcd(&self, bytes: &[u8], patience: std::time::Duration) -> Result<bool, String> {
+        let txn = Txn {
+            compare: vec![self.still_owner()],
+            success: vec![TxnOp::Put { key: self.keys.drl.clone(), value: bytes.to_vec(), lease: None }],
+            failure: vec![],
+        };
+        // Saving the whole log again is idempotent: retry until etcd
+        // answers, within the patience.
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            match tokio::time::timeout_at(deadline, self.client.txn(&txn)).await {
+                Ok(Ok(r)) if r.succeeded => return Ok(true),
+                Ok(Ok(_)) => return Err(format!("volume {}: not the owner any more", self.id)),
+                Ok(Err(e)) if tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
+                    tracing::warn!(volume = self.id, "saving the dirty-region log, retrying: {e}");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(volume = self.id, "etcd did not take the dirty-region log: {e}");
+                    return Ok(false);
+                }
+                Err(_) => return Ok(false),
+            }
+        }
+    }
+}
+
 impl DrlStore for EtcdVolume {
     fn save(&self, state: DrlState) -> SaveFuture<'_> {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
         Box::pin(async move {
-            let txn = Txn {
-                compare: vec![self.still_owner()],
-                success: vec![TxnOp::Put {
-                    key: self.keys.drl.clone(),
-                    value: state.encode(self.regions),
-                    lease: None,
-                }],
-                failure: vec![],
+            let bytes = state.encode(self.regions);
+            let Some(sink) = self.sink.get().and_then(std::sync::Weak::upgrade) else {
+                return match self.save_in_etcd(&bytes, METADATA_PATIENCE).await? {
+                    true => Ok(()),
+                    false => Err(format!("volume {}: etcd did not take the dirty-region log", self.id)),
+                };
             };
-            // Saving the whole log again is idempotent: retry until
-            // etcd answers, within the patience.
-            let began = std::time::Instant::now();
-            loop {
-                match self.client.txn(&txn).await {
-                    Ok(r) if r.succeeded => return Ok(()),
-                    Ok(_) => return Err(format!("volume {}: not the owner any more", self.id)),
-                    Err(e) if began.elapsed() < METADATA_PATIENCE => {
-                        tracing::warn!(volume = self.id, "saving the dirty-region log, retrying: {e}");
-                        tokio::time::sleep(RETRY_PAUSE).await;
-                    }
-                    Err(e) => return Err(e.to_string()),
+            let noting = self.noting.load(Acquire);
+            let patience = if noting { ETCD_TRY_IN_OUTAGE } else { NOTE_AFTER };
+            let in_etcd = self.save_in_etcd(&bytes, patience).await?;
+            if in_etcd && !noting {
+                if self.stale_notes.swap(false, AcqRel)
+                    && let Err(e) = sink.save_note(Vec::new()).await
+                {
+                    tracing::info!(volume = self.id, "clearing an earlier owner's notes: {e}");
                 }
+                return Ok(());
             }
+            if !self.noting.swap(true, AcqRel) {
+                tracing::warn!(
+                    volume = self.id,
+                    "etcd does not take the dirty-region log: keeping it on the replicas (and on every later save)"
+                );
+            }
+            sink.save_note(bytes).await
         })
     }
 }

@@ -110,8 +110,31 @@ impl DrlState {
     }
 }
 
+impl DrlState {
+    /// Adds everything `other` holds: every region dirty in either, and
+    /// for each node every region it missed in either. The union of two
+    /// logs over-approximates both, which is always safe (a region
+    /// repaired or copied for nothing).
+    pub fn union_with(&mut self, other: &DrlState) {
+        self.dirty.union_with(&other.dirty);
+        for (n, set) in &other.missed {
+            self.missed.entry(*n).or_default().union_with(set);
+        }
+    }
+}
+
 /// A boxed future of the log's store.
 pub type SaveFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// Where an owner keeps its log while the metadata store does not answer:
+/// a note on every node that takes the volume's writes
+/// ([`crate::Replica::save_note`]), which a new owner reads back from
+/// every replica it reaches.
+pub trait NoteSink: Send + Sync {
+    /// Saves `note` on every node that takes the volume's writes, durably.
+    /// `Err` when any of them did not take it.
+    fn save_note(&self, note: Vec<u8>) -> SaveFuture<'_>;
+}
 
 /// Where the log is persisted (the metadata store, for a cluster).
 pub trait DrlStore: Send + Sync {

@@ -156,10 +156,12 @@ impl FabricReplica {
 
     fn error(&self, generation: u64, e: HostError) -> ReplicaError {
         match &e {
-            HostError::Status { status, .. } => {
+            HostError::Status { status, dw0, .. } => {
                 let code = status.code();
                 if code == Status::STALE_EPOCH.code() {
                     ReplicaError::Stale(0)
+                } else if code == Status::PROMISED.code() {
+                    ReplicaError::Promised(std::time::Duration::from_millis(u64::from(*dw0).max(1)))
                 } else if code == Status::CAPACITY_EXCEEDED.code() {
                     ReplicaError::NoSpace
                 } else if [Status::LBA_OUT_OF_RANGE.code(), Status::SGL_INVALID_DATA.code()].contains(&code) {
@@ -252,6 +254,30 @@ impl Replica for FabricReplica {
             let (ctrl, g) = self.conn().await?;
             let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
             q.fenced_flush(self.nsid, epoch).await.map_err(|e| self.error(g, e))
+        })
+    }
+
+    fn promise(&self, epoch: u64, duration: std::time::Duration) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            q.fenced_promise(self.nsid, epoch, duration).await.map_err(|e| self.error(g, e))
+        })
+    }
+
+    fn save_note(&self, epoch: u64, note: Vec<u8>) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            q.fenced_note_save(self.nsid, epoch, &note).await.map_err(|e| self.error(g, e))
+        })
+    }
+
+    fn load_note(&self, epoch: u64) -> ReplicaFuture<'_, Vec<u8>> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            q.fenced_note_load(self.nsid, epoch).await.map_err(|e| self.error(g, e))
         })
     }
 }

@@ -48,7 +48,7 @@ pub mod testing;
 pub mod throttle;
 pub mod volume;
 
-pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId};
+pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId, NoteSink};
 pub use regions::{RegionSet, Regions};
 pub use replica::{LocalReplica, Replica, ReplicaError};
 pub use volume::{

@@ -103,6 +103,17 @@ pub(crate) struct Owner<R: ?Sized> {
     /// node completed: a region with no write since holds nothing a
     /// restart could have lost.
     flushed_seq: std::sync::atomic::AtomicU64,
+    /// How long the promises this owner asks of its replicas last, once
+    /// it asks for them ([`Owner::keep_promises`]).
+    promise_for: std::sync::OnceLock<Duration>,
+    /// Nanoseconds after `born` until which the promises of every other
+    /// in-sync node hold, so that this owner may serve; `u64::MAX` when it
+    /// asks for none.
+    serve_until: std::sync::atomic::AtomicU64,
+    born: Instant,
+    /// Set when this owner gives the volume up: it asks for no promise
+    /// again.
+    promises_ended: AtomicBool,
 }
 
 impl<R: ?Sized + Replica + 'static> Owner<R> {
@@ -146,7 +157,129 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             min_in_sync: min_in_sync.max(1),
             gave_up: AtomicBool::new(false),
             flushed_seq: std::sync::atomic::AtomicU64::new(0),
+            promise_for: std::sync::OnceLock::new(),
+            serve_until: std::sync::atomic::AtomicU64::new(u64::MAX),
+            born: Instant::now(),
+            promises_ended: AtomicBool::new(false),
         }
+    }
+
+    fn since_born(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// True while this owner may serve by its replicas' promises (always,
+    /// when it asks for none).
+    pub(crate) fn promised(&self) -> bool {
+        let until = self.serve_until.load(Ordering::Acquire);
+        until == u64::MAX || self.since_born() < until
+    }
+
+    /// Asks every writable node for a promise of `duration` at the current
+    /// epoch ([`Replica::promise`]), and, when every other in-sync node
+    /// gave one, lets this owner serve until `duration` after the requests
+    /// left (by then each replica, which counts from when it got one, may
+    /// let a newer owner in). A node that fails leaves the in-sync set (it
+    /// needs the metadata store; while that is out of reach the owner can
+    /// only stop, which it does when its last promises run out); one that
+    /// restarted is refilled. Returns true when the promises hold.
+    ///
+    /// # Errors
+    ///
+    /// When the owner is fenced (a node has seen a newer owner).
+    pub(crate) async fn renew_promises(self: &Arc<Self>, duration: Duration) -> Result<bool, BlockError> {
+        if self.is_fenced() || self.promises_ended.load(Ordering::Acquire) {
+            return Err(BlockError::Gone);
+        }
+        let sent = self.since_born();
+        let m = self.membership().clone();
+        let nodes: Vec<NodeId> = self.writable().into_iter().collect();
+        let wait = duration / 2;
+        let results = join_all(nodes.iter().map(|&n| async move {
+            let Some(r) = self.replica(n) else { return Err(ReplicaError::Unavailable(format!("node {n} unknown"))) };
+            match tokio::time::timeout(wait, r.promise(m.epoch, duration)).await {
+                Ok(r) => r,
+                Err(_) => Err(ReplicaError::Unavailable(format!("node {n} did not answer a promise in {wait:?}"))),
+            }
+        }))
+        .await;
+        let needed = |n: NodeId| n != self.local && m.in_sync.contains(&n);
+        let (mut held, mut failed, mut refused) = (true, Vec::new(), false);
+        for (&n, r) in nodes.iter().zip(results) {
+            match r {
+                Ok(()) => {}
+                Err(ReplicaError::Stale(_)) => refused = true,
+                Err(ReplicaError::Reconnected { generation, .. }) => {
+                    self.restarted(n, generation, 0..0).await?;
+                    held &= !needed(n);
+                }
+                Err(e) => {
+                    if needed(n) {
+                        tracing::warn!(node = %n, error = %e, "a node did not give its promise");
+                        failed.push(n);
+                        held = false;
+                    }
+                }
+            }
+        }
+        if refused {
+            // Deposed, unless this owner raised the epoch itself meanwhile.
+            self.refused(m.epoch).await?;
+            return Ok(false);
+        }
+        if !failed.is_empty()
+            && let Err(e) = self.leave(&failed, 0..0).await
+        {
+            tracing::warn!(nodes = ?failed, error = %e, "cannot take the nodes that gave no promise out of the in-sync set");
+        }
+        if held {
+            let until = sent.saturating_add(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
+            self.serve_until.fetch_max(until.min(u64::MAX - 1), Ordering::AcqRel);
+        }
+        Ok(held)
+    }
+
+    /// Gives the volume up: stops serving, and has every writable node end
+    /// the promise it gave this owner, so that the next owner need not
+    /// wait for it (a handover).
+    pub(crate) async fn end_promises(&self) {
+        self.promises_ended.store(true, Ordering::Release);
+        self.serve_until.store(0, Ordering::Release);
+        let epoch = self.membership().epoch;
+        let nodes: Vec<NodeId> = self.writable().into_iter().collect();
+        join_all(nodes.iter().filter_map(|&n| self.replica(n)).map(|r| async move {
+            let _ = tokio::time::timeout(Duration::from_secs(2), r.promise(epoch, Duration::ZERO)).await;
+        }))
+        .await;
+    }
+
+    /// From now on this owner serves only while its replicas' promises of
+    /// `duration` hold: asks for them at once (waiting for the answer) and
+    /// then every third of `duration` on a task of its own, until the
+    /// owner is fenced or dropped.
+    pub(crate) async fn keep_promises(self: &Arc<Self>, duration: Duration) {
+        if self.promise_for.set(duration).is_err() {
+            return;
+        }
+        self.serve_until.store(0, Ordering::Release);
+        if let Err(e) = self.renew_promises(duration).await {
+            tracing::warn!(error = %e, "the first promises of the volume's replicas");
+        }
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(duration / 3).await;
+                let Some(owner) = weak.upgrade() else { return };
+                if owner.promises_ended.load(Ordering::Acquire) {
+                    return;
+                }
+                match owner.renew_promises(duration).await {
+                    Ok(true) => {}
+                    Ok(false) => tracing::warn!("the volume's replicas did not all renew their promises"),
+                    Err(_) => return, // fenced: nothing more to serve
+                }
+            }
+        });
     }
 
     /// The first chunk group (its nodes) that `in_sync` leaves with fewer
@@ -230,7 +363,9 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     }
 
     pub(crate) fn check_serving(&self) -> Result<(), BlockError> {
-        if self.fenced.load(Ordering::Acquire) { Err(BlockError::Gone) } else { Ok(()) }
+        // Without every other in-sync node's promise, a newer owner may be
+        // serving already: refuse (for now; hosts try again).
+        if self.fenced.load(Ordering::Acquire) || !self.promised() { Err(BlockError::Gone) } else { Ok(()) }
     }
 
     pub(crate) fn is_fenced(&self) -> bool {
@@ -640,6 +775,21 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
                 self.refused(epoch).await?;
                 continue;
             }
+            // A replica that keeps a promise to the last owner lets this
+            // (newer) one in once it ends: the fence flush of a takeover
+            // waits it out, then goes again.
+            if let Some(left) = results
+                .iter()
+                .filter_map(|r| match r {
+                    Err(ReplicaError::Promised(left)) => Some(*left),
+                    _ => None,
+                })
+                .max()
+            {
+                tracing::info!(?left, "a replica keeps a promise to the volume's last owner: waiting for it to end");
+                tokio::time::sleep(left.min(strata_block::MAX_PROMISE) + Duration::from_millis(10)).await;
+                continue;
+            }
             let mut failed = Vec::new();
             let mut restarted = Vec::new();
             for (&n, r) in nodes.iter().zip(results) {
@@ -697,6 +847,72 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         cutoff.filter(|&seq| self.drl.has_quiet_dirty(seq))
     }
 }
+
+impl<R: ?Sized + Replica + 'static> crate::drl::NoteSink for Owner<R> {
+    fn save_note(&self, note: Vec<u8>) -> crate::drl::SaveFuture<'_> {
+        Box::pin(async move {
+            let epoch = self.membership().epoch;
+            let nodes: Vec<NodeId> = self.writable().into_iter().collect();
+            let results = join_all(nodes.iter().map(|&n| {
+                let note = note.clone();
+                async move {
+                    match self.replica(n) {
+                        Some(r) => r.save_note(epoch, note).await,
+                        None => Err(ReplicaError::Unavailable(format!("node {n} unknown"))),
+                    }
+                }
+            }))
+            .await;
+            for (n, r) in nodes.iter().zip(results) {
+                r.map_err(|e| format!("node {n} did not keep the owner's note: {e}"))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The part of [`crate::volume::PoolVolume`] that is the owner core's,
+/// whatever the protection: inside an `impl PoolVolume` of a volume whose
+/// `inner` derefs to an [`Owner`] held as `inner.owner`.
+macro_rules! delegate_to_owner {
+    () => {
+        fn filling(&self) -> Vec<(NodeId, u64)> {
+            self.inner.filling()
+        }
+        fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>) {
+            let _ = self.inner.throttle.set(throttle);
+        }
+        fn is_fenced(&self) -> bool {
+            self.inner.is_fenced()
+        }
+        fn below_minimum(&self) -> bool {
+            self.inner.gave_up()
+        }
+        fn moving_to(&self) -> Option<crate::volume::NextLayout> {
+            self.inner.moving().map(|m| m.target.clone())
+        }
+        fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>> {
+            Box::pin(self.inner.owner.finish_move())
+        }
+        fn keep_promises(&self, duration: Duration) -> BlockFuture<'_, ()> {
+            Box::pin(self.inner.owner.keep_promises(duration))
+        }
+        fn promised(&self) -> bool {
+            self.inner.owner.promised()
+        }
+        fn end_promises(&self) -> BlockFuture<'_, ()> {
+            Box::pin(self.inner.owner.end_promises())
+        }
+        fn epoch(&self) -> u64 {
+            self.inner.membership().epoch
+        }
+        fn note_sink(&self) -> std::sync::Weak<dyn crate::drl::NoteSink> {
+            let owner: Arc<dyn crate::drl::NoteSink> = self.inner.owner.clone();
+            Arc::downgrade(&owner)
+        }
+    };
+}
+pub(crate) use delegate_to_owner;
 
 /// Every node that holds one of the first `chunks` chunks of `layout`.
 fn self_holders(layout: &dyn Layout, chunks: u64) -> BTreeSet<NodeId> {

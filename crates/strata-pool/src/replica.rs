@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_block::{BlockDevice, BlockError, EpochFence, IoBuf};
+use strata_block::{BlockDevice, BlockError, EpochFence, IoBuf, NoteStore, Sender};
 
 use crate::drl::NodeId;
 
@@ -54,6 +54,18 @@ pub enum ReplicaError {
         /// Why, for the log.
         reason: String,
     },
+    /// The replica promised the volume's last owner to let no newer one in
+    /// for this long: the sender (a new owner) waits and tries again.
+    #[error("the replica keeps a promise to the last owner for {0:?} more")]
+    Promised(std::time::Duration),
+}
+
+/// A fence's refusal in the replica's terms.
+pub fn refused(r: strata_block::Refused) -> ReplicaError {
+    match r {
+        strata_block::Refused::Stale(s) => ReplicaError::Stale(s.offered),
+        strata_block::Refused::Promised { left, .. } => ReplicaError::Promised(left),
+    }
 }
 
 impl ReplicaError {
@@ -97,6 +109,33 @@ pub trait Replica: Send + Sync + Debug {
     /// admitted only after every command of older epochs has finished: the
     /// fence a new owner sends first.
     fn flush(&self, epoch: u64) -> ReplicaFuture<'_, ()>;
+
+    /// Asks the replica to let no owner newer than `epoch` in for
+    /// `duration` ([`strata_block::EpochFence::promise`]): what lets an
+    /// owner go on serving while the metadata store is out of reach.
+    /// Replicas that take no part in promises grant it at once.
+    fn promise(&self, epoch: u64, duration: std::time::Duration) -> ReplicaFuture<'_, ()> {
+        let _ = (epoch, duration);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Has the replica's node keep `note` for the volume's owners (its
+    /// dirty-region log, while the metadata store does not answer),
+    /// durably, replacing the one before.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplicaError::Invalid`] where the replica keeps no notes.
+    fn save_note(&self, epoch: u64, note: Vec<u8>) -> ReplicaFuture<'_, ()> {
+        let _ = (epoch, note);
+        Box::pin(std::future::ready(Err(ReplicaError::Invalid("this replica keeps no notes".into()))))
+    }
+
+    /// The note the replica's node keeps for the volume (empty: none).
+    fn load_note(&self, epoch: u64) -> ReplicaFuture<'_, Vec<u8>> {
+        let _ = epoch;
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
 }
 
 /// The replica in this node's own store, behind its fence.
@@ -104,6 +143,10 @@ pub struct LocalReplica {
     node: NodeId,
     device: Arc<dyn BlockDevice>,
     fence: Arc<EpochFence>,
+    /// Who this node is to the fence (its commands and the fabric's from
+    /// the same node are one sender).
+    sender: Sender,
+    notes: Option<Arc<dyn NoteStore>>,
 }
 
 impl std::fmt::Debug for LocalReplica {
@@ -116,12 +159,26 @@ impl LocalReplica {
     /// The copy on `device`, guarded by `fence` (the one the node's fabric
     /// namespace for this volume uses too).
     pub fn new(node: NodeId, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> LocalReplica {
-        LocalReplica { node, device, fence }
+        LocalReplica { node, device, fence, sender: strata_block::ANONYMOUS, notes: None }
+    }
+
+    /// The same replica, whose commands come from `sender` (the node's
+    /// fabric host NQN's [`strata_block::sender_id`]) and whose node keeps
+    /// owners' notes in `notes`.
+    pub fn on_node(mut self, sender: Sender, notes: Option<Arc<dyn NoteStore>>) -> LocalReplica {
+        self.sender = sender;
+        self.notes = notes;
+        self
     }
 
     /// The fence.
     pub fn fence(&self) -> &Arc<EpochFence> {
         &self.fence
+    }
+
+    /// Admits a command at `epoch` from this node.
+    pub(crate) async fn admit(&self, epoch: u64) -> Result<strata_block::FenceGuard, ReplicaError> {
+        self.fence.admit(epoch, self.sender).await.map_err(refused)
     }
 }
 
@@ -141,7 +198,7 @@ impl Replica for LocalReplica {
 
     fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
-            let _admitted = self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))?;
+            let _admitted = self.admit(epoch).await?;
             let (_, r) = self.device.write(lba, IoBuf::from_slice(&data), fua).await;
             r.map_err(from_block)
         })
@@ -149,7 +206,7 @@ impl Replica for LocalReplica {
 
     fn read(&self, epoch: u64, lba: u64, buf: IoBuf) -> ReplicaFuture<'_, IoBuf> {
         Box::pin(async move {
-            let _admitted = self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))?;
+            let _admitted = self.admit(epoch).await?;
             let (buf, r) = self.device.read(lba, buf).await;
             r.map(|()| buf).map_err(from_block)
         })
@@ -157,15 +214,35 @@ impl Replica for LocalReplica {
 
     fn write_zeroes(&self, epoch: u64, lba: u64, blocks: u64, deallocate: bool) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
-            let _admitted = self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))?;
+            let _admitted = self.admit(epoch).await?;
             self.device.write_zeroes(lba, blocks, deallocate).await.map_err(from_block)
         })
     }
 
     fn flush(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
-            let _admitted = self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))?;
+            let _admitted = self.admit(epoch).await?;
             self.device.flush().await.map_err(from_block)
+        })
+    }
+
+    fn promise(&self, epoch: u64, duration: std::time::Duration) -> ReplicaFuture<'_, ()> {
+        Box::pin(std::future::ready(self.fence.promise(epoch, self.sender, duration).map_err(refused)))
+    }
+
+    fn save_note(&self, epoch: u64, note: Vec<u8>) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let notes = self.notes.as_ref().ok_or_else(|| ReplicaError::Invalid("this node keeps no notes".into()))?;
+            let _admitted = self.admit(epoch).await?;
+            notes.save(note).await.map_err(from_block)
+        })
+    }
+
+    fn load_note(&self, epoch: u64) -> ReplicaFuture<'_, Vec<u8>> {
+        Box::pin(async move {
+            let Some(notes) = &self.notes else { return Ok(Vec::new()) };
+            let _admitted = self.admit(epoch).await?;
+            notes.load().await.map_err(from_block)
         })
     }
 }

@@ -157,6 +157,8 @@ pub struct Faulty<R: ?Sized = dyn Replica> {
     pub reads: AtomicU64,
     /// Writes (and write-zeroes) served.
     pub writes: AtomicU64,
+    /// Promises asked for.
+    pub promises: AtomicU64,
     budget: OnceLock<Arc<AtomicU64>>,
     /// The link generation, as a [`crate::fabric::FabricReplica`] sees
     /// it: bumped by [`Faulty::restart`].
@@ -187,6 +189,7 @@ impl<R: ?Sized + Replica> Faulty<R> {
             full: AtomicBool::new(false),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            promises: AtomicU64::new(0),
             budget: OnceLock::new(),
             generation: AtomicU64::new(1),
             armed: AtomicU64::new(1),
@@ -289,6 +292,28 @@ impl<R: ?Sized + Replica> Replica for Faulty<R> {
             self.leave(self.inner.flush(epoch).await).await
         })
     }
+
+    fn promise(&self, epoch: u64, duration: std::time::Duration) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.promises.fetch_add(1, SeqCst);
+            self.leave(self.inner.promise(epoch, duration).await).await
+        })
+    }
+
+    fn save_note(&self, epoch: u64, note: Vec<u8>) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.leave(self.inner.save_note(epoch, note).await).await
+        })
+    }
+
+    fn load_note(&self, epoch: u64) -> ReplicaFuture<'_, Vec<u8>> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.leave(self.inner.load_note(epoch).await).await
+        })
+    }
 }
 
 impl<R: ?Sized + Shard> Shard for Faulty<R> {
@@ -348,6 +373,7 @@ pub struct MemShard {
     device: Arc<dyn BlockDevice>,
     fence: Arc<EpochFence>,
     undo: Mutex<Undo>,
+    notes: strata_block::MemNoteStore,
 }
 
 impl std::fmt::Debug for MemShard {
@@ -365,7 +391,7 @@ impl std::fmt::Debug for MemShard {
 impl MemShard {
     /// The shard of `node` on `device`.
     pub fn new(node: NodeId, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Arc<MemShard> {
-        Arc::new(MemShard { node, device, fence, undo: Mutex::new(Undo::default()) })
+        Arc::new(MemShard { node, device, fence, undo: Mutex::new(Undo::default()), notes: Default::default() })
     }
 
     fn undo(&self) -> std::sync::MutexGuard<'_, Undo> {
@@ -375,8 +401,12 @@ impl MemShard {
     /// Raises the fence to `epoch`, as a node does when it reads the
     /// stored epoch.
     pub fn raise_fence(&self, epoch: u64) {
-        self.fence.raise(epoch);
+        self.fence.raise(epoch, None);
     }
+
+    /// The sender every owner's commands come as (one per test: owners
+    /// are told apart by epoch alone).
+    const SENDER: strata_block::Sender = 1;
 
     /// Undo records kept.
     pub fn undo_records(&self) -> usize {
@@ -384,7 +414,7 @@ impl MemShard {
     }
 
     async fn admit(&self, epoch: u64) -> Result<strata_block::FenceGuard, ReplicaError> {
-        self.fence.admit(epoch).await.map_err(|s| ReplicaError::Stale(s.offered))
+        self.fence.admit(epoch, Self::SENDER).await.map_err(crate::replica::refused)
     }
 
     async fn put(&self, lba: u64, data: &[u8]) -> Result<(), ReplicaError> {
@@ -424,6 +454,20 @@ impl Replica for MemShard {
         Box::pin(async move {
             let _in = self.admit(epoch).await?;
             Ok(())
+        })
+    }
+
+    fn save_note(&self, epoch: u64, note: Vec<u8>) -> ReplicaFuture<'_, ()> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            strata_block::NoteStore::save(&self.notes, note).await.map_err(crate::replica::from_block)
+        })
+    }
+
+    fn load_note(&self, epoch: u64) -> ReplicaFuture<'_, Vec<u8>> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            strata_block::NoteStore::load(&self.notes).await.map_err(crate::replica::from_block)
         })
     }
 }

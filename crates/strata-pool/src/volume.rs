@@ -873,6 +873,23 @@ pub trait PoolVolume: BlockDevice {
     /// filled: the volume is placed by its new layout, and the nodes that
     /// left it are dropped. True when it switched.
     fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>>;
+    /// From now on serve only while every other in-sync node's promise of
+    /// `duration` holds (asked for at once, then every third of it): how
+    /// an owner goes on serving, safely, while the metadata store is out
+    /// of reach (docs/pool.md, "I/O through a metadata outage").
+    fn keep_promises(&self, duration: Duration) -> BlockFuture<'_, ()>;
+    /// True while the owner may serve by its replicas' promises (always,
+    /// when it keeps none).
+    fn promised(&self) -> bool;
+    /// Where the volume's dirty-region log goes while the metadata store
+    /// does not answer: a note on every node that takes its writes.
+    fn note_sink(&self) -> std::sync::Weak<dyn crate::drl::NoteSink>;
+    /// The membership epoch this owner serves at.
+    fn epoch(&self) -> u64;
+    /// Gives the volume up: stops serving it and has its replicas end the
+    /// promises they gave this owner, so that the next owner need not wait
+    /// for them.
+    fn end_promises(&self) -> BlockFuture<'_, ()>;
     /// True when this owner stopped serving because nodes failed that
     /// could not leave the in-sync set without leaving a chunk below what
     /// the protection needs (it is fenced too): the volume comes back at
@@ -896,22 +913,5 @@ impl PoolVolume for ReplicatedVolume {
     fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
         Box::pin(ReplicatedVolume::resync(self, node))
     }
-    fn filling(&self) -> Vec<(NodeId, u64)> {
-        self.inner.filling()
-    }
-    fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>) {
-        let _ = self.inner.throttle.set(throttle);
-    }
-    fn is_fenced(&self) -> bool {
-        self.inner.is_fenced()
-    }
-    fn below_minimum(&self) -> bool {
-        self.inner.gave_up()
-    }
-    fn moving_to(&self) -> Option<NextLayout> {
-        self.inner.moving().map(|m| m.target.clone())
-    }
-    fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>> {
-        Box::pin(self.inner.owner.finish_move())
-    }
+    crate::owner::delegate_to_owner!();
 }

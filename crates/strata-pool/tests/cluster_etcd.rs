@@ -40,6 +40,7 @@ async fn new_volume(etcd: &EtcdProcess) -> VolumeKeys {
         in_sync: ids(&[1, 2, 3]),
         slots: Default::default(),
         next: None,
+        owner: None,
     };
     create_state(&etcd.client(), &keys, VOL, &state).await.unwrap();
     keys
@@ -81,10 +82,12 @@ async fn one_owner_at_a_time_and_a_lost_lease_fences_the_old_one() {
     assert_eq!(read_state(&client, &keys, VOL).await.unwrap().0.in_sync, ids(&[1, 2, 3]));
 }
 
-/// Three RAM replicas behind fences, shared by whichever owner opens them.
+/// Three RAM replicas behind fences, with the notes their nodes keep for
+/// the volume's owners, shared by whichever owner opens them.
 struct Replicas {
     devices: Vec<Arc<MemDevice>>,
     fences: Vec<Arc<EpochFence>>,
+    notes: Vec<Arc<strata_block::MemNoteStore>>,
 }
 
 impl Replicas {
@@ -92,14 +95,20 @@ impl Replicas {
         Replicas {
             devices: (0..3).map(|_| Arc::new(MemDevice::new(BS, BLOCKS))).collect(),
             fences: (0..3).map(|_| EpochFence::new(0)).collect(),
+            notes: (0..3).map(|_| Arc::new(strata_block::MemNoteStore::default())).collect(),
         }
     }
 
-    fn handles(&self) -> Vec<Arc<Faulty>> {
+    /// Handles for the owner on node `me`: every command it sends comes
+    /// from it, as over the fabric.
+    fn handles(&self, me: u32) -> Vec<Arc<Faulty>> {
         (0..3)
             .map(|i| {
                 let dev = self.devices[i].clone() as Arc<dyn BlockDevice>;
-                Faulty::new(Arc::new(LocalReplica::new(NodeId(i as u32 + 1), dev, self.fences[i].clone())))
+                let notes = Some(self.notes[i].clone() as Arc<dyn strata_block::NoteStore>);
+                let r = LocalReplica::new(NodeId(i as u32 + 1), dev, self.fences[i].clone())
+                    .on_node(u64::from(me) + 100, notes);
+                Faulty::new(Arc::new(r))
             })
             .collect()
     }
@@ -115,8 +124,13 @@ async fn open_as(
     let lease = client.lease_grant(Duration::from_secs(30)).await.unwrap();
     let (membership, token) = acquire(&client, keys, VOL, NodeId(me), lease.id).await.unwrap();
     let ev = Arc::new(EtcdVolume::new(client, keys.clone(), VOL, &token, regions()));
-    let drl = DirtyRegionLog::new(regions(), ev.load_drl().await.unwrap(), ev.clone());
-    let handles = reps.handles();
+    let handles = reps.handles(me);
+    // What etcd holds, and the notes an owner left on the replicas.
+    let mut notes = Vec::new();
+    for h in &handles {
+        notes.push((Replica::node(&**h), h.load_note(membership.epoch).await.unwrap_or_default()));
+    }
+    let drl = DirtyRegionLog::new(regions(), ev.load_drl_with(&notes).await.unwrap(), ev.clone());
     let vol = ReplicatedVolume::open(VolumeParts {
         geometry: Geometry { block_size: BS, num_blocks: BLOCKS },
         local: NodeId(me),
@@ -124,11 +138,12 @@ async fn open_as(
         replicas: handles.iter().map(|h| h.clone() as Arc<dyn Replica>).collect(),
         membership,
         drl,
-        control: ev,
+        control: ev.clone(),
         moving: None,
     })
     .await
     .unwrap();
+    ev.keep_notes_on(strata_pool::PoolVolume::note_sink(&vol));
     (vol, handles, lease)
 }
 
@@ -202,4 +217,95 @@ async fn an_owner_rides_out_an_etcd_stall_longer_than_one_request_timeout() {
     assert_eq!((m.epoch, m.in_sync), (2, ids(&[1, 2])), "applied exactly once");
     assert_eq!(a.load_drl().await.unwrap(), state);
     assert_eq!(read_state(&client, &keys, VOL).await.unwrap().0.epoch, 2);
+}
+
+/// Regression (issue 21): ten seconds after etcd stopped, every node lost
+/// its lease and closed its hosts' connections, and no volume served I/O
+/// during the outage. An owner now goes on serving while every other
+/// in-sync replica promises it that no newer owner comes; the dirty-region
+/// log of what it writes meanwhile goes to the replicas' nodes, and the
+/// next owner, after etcd is back, reads it from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_it_wrote() {
+    use strata_pool::PoolVolume;
+    let mut etcd = EtcdProcess::start();
+    let keys = new_volume(&etcd).await;
+    let reps = Replicas::new();
+    let (a, _ha, lease_a) = open_as(&etcd, &keys, &reps, 1).await;
+    a.keep_promises(Duration::from_secs(2)).await;
+    a.write(0, IoBuf::from_slice(&[7u8; 4096]), false).await.1.unwrap();
+    a.flush().await.unwrap();
+    // Every region clean: the next write to one needs a save of the log.
+    for _ in 0..3 {
+        a.clean(Duration::ZERO).await.unwrap();
+    }
+    assert!(a.drl().dirty().is_empty());
+    etcd.kill();
+    // Reads and writes go on, well past the promises' length: they are
+    // renewed without etcd, and the log goes to the replicas.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let mut n = 0u64;
+    while std::time::Instant::now() < until {
+        let lba = 512 + n % 64;
+        a.write(lba, IoBuf::from_slice(&[9u8; 4096]), false).await.1.expect("a write while etcd is down");
+        let (b, r) = a.read(lba, IoBuf::zeroed(4096)).await;
+        r.expect("a read while etcd is down");
+        assert!(b.iter().all(|&x| x == 9));
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let region = a.drl().regions().touched(512 * u64::from(BS), u64::from(BS)).start;
+    for note in &reps.notes {
+        let bytes = strata_block::NoteStore::load(&**note).await.unwrap();
+        let kept = strata_pool::DrlState::decode(&bytes, regions()).expect("a note holds the log");
+        assert!(kept.dirty.contains(region), "the region written during the outage is dirty on every replica");
+    }
+    // The owner dies during the outage; etcd comes back and another node
+    // takes over: it learns the region from the notes.
+    drop(a);
+    etcd.restart();
+    etcd.client().lease_revoke(lease_a.id).await.unwrap();
+    let (b, _hb, _lease_b) = open_as(&etcd, &keys, &reps, 2).await;
+    let (back, r) = b.read(512, IoBuf::zeroed(4096)).await;
+    r.unwrap();
+    assert!(back.iter().all(|&x| x == 9));
+    for d in &reps.devices {
+        let (blk, r) = d.read(512, IoBuf::zeroed(4096)).await;
+        r.unwrap();
+        assert!(blk.iter().all(|&x| x == 9), "every replica holds what was written during the outage");
+    }
+}
+
+/// The old owner, cut off from etcd but not from its replicas, is deposed
+/// by a new owner that etcd chose: the replicas refuse to renew the old
+/// owner's promises once the new one knocks, and let it in only once they
+/// ran out, by which time the old one has stopped serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_owner_stops_before_the_next_one_serves() {
+    use strata_pool::PoolVolume;
+    let etcd = EtcdProcess::start();
+    let keys = new_volume(&etcd).await;
+    let reps = Replicas::new();
+    let (a, _ha, lease_a) = open_as(&etcd, &keys, &reps, 1).await;
+    let promise = Duration::from_secs(2);
+    a.keep_promises(promise).await;
+    a.write(0, IoBuf::from_slice(&[7u8; 4096]), false).await.1.unwrap();
+    // Etcd ends A's lease (A lost touch with it), and B takes over while
+    // A still serves and renews.
+    etcd.client().lease_revoke(lease_a.id).await.unwrap();
+    let began = std::time::Instant::now();
+    let (b, _hb, _lease_b) = open_as(&etcd, &keys, &reps, 2).await;
+    assert!(
+        began.elapsed() >= promise / 2,
+        "B opened after {:?}, before A's promises could have run out",
+        began.elapsed()
+    );
+    // By the time B serves, A serves nothing: it is fenced or its
+    // promises ended.
+    let (_, r) = a.read(0, IoBuf::zeroed(4096)).await;
+    assert!(matches!(r, Err(BlockError::Gone)), "the old owner still serves reads: {r:?}");
+    assert!(!a.promised() || a.is_fenced());
+    b.write(0, IoBuf::from_slice(&[8u8; 4096]), false).await.1.unwrap();
+    let (_, r) = a.read(0, IoBuf::zeroed(4096)).await;
+    assert!(r.is_err(), "an old owner read past the new owner's write");
 }

@@ -228,8 +228,7 @@ impl Ec21 {
                 Faulty::shard(MemShard::new(NodeId(i as u32 + 1), dev, EpochFence::new(1)) as Arc<dyn Shard>)
             })
             .collect();
-        let before =
-            Arc::new(TableLayout { chunk_bytes: EC_CHUNK, table: vec![nodes(&[1, 2, 3]), nodes(&[2, 3, 1])] });
+        let before = Arc::new(TableLayout { chunk_bytes: EC_CHUNK, table: vec![nodes(&[1, 2, 3]), nodes(&[2, 3, 1])] });
         let after = Arc::new(TableLayout { chunk_bytes: EC_CHUNK, table: vec![nodes(&[1, 4, 3]), nodes(&[4, 3, 1])] });
         let control = MemControl::new(1, nodes(&[1, 2, 3]));
         let span = stripes.shard_bytes(geometry.size_bytes());

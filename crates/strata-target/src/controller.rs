@@ -210,6 +210,8 @@ pub struct Controller {
     cntlid: u16,
     kind: ControllerKind,
     hostnqn: String,
+    /// The fence [`Sender`](strata_block::Sender) of the host NQN.
+    sender: strata_block::Sender,
     hostid: [u8; 16],
     max_io_queues: u16,
     created: Instant,
@@ -249,6 +251,7 @@ impl Controller {
             data_budget,
             cntlid,
             kind,
+            sender: strata_block::sender_id(&hostnqn),
             hostnqn,
             hostid,
             max_io_queues,
@@ -285,6 +288,12 @@ impl Controller {
     /// Host NQN that created it.
     pub fn hostnqn(&self) -> &str {
         &self.hostnqn
+    }
+
+    /// Who sends its fenced commands, as the epoch fences know it
+    /// ([`strata_block::sender_id`] of the host NQN).
+    pub fn sender(&self) -> strata_block::Sender {
+        self.sender
     }
 
     /// Host identifier from Connect.

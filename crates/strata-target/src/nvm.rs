@@ -15,7 +15,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use strata_block::{BlockError, IoBuf, ReadData};
+use std::time::Duration;
+
+use strata_block::{BlockError, IoBuf, ReadData, Refused, Sender};
 use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZeroes, fenced, io};
 use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
@@ -41,46 +43,100 @@ fn status_of(e: &BlockError, writing: bool) -> Status {
     }
 }
 
+/// The completion of a fenced command its fence refused: Stale Epoch, or
+/// Promised with the milliseconds left in the error's second field.
+fn refused(nsid: u32, r: Refused) -> (Status, u64) {
+    match r {
+        Refused::Stale(stale) => {
+            tracing::debug!(nsid, offered = stale.offered, current = stale.current, "stale epoch refused");
+            (Status::STALE_EPOCH.dnr(), 0)
+        }
+        Refused::Promised { offered, left } => {
+            tracing::debug!(nsid, offered, ?left, "a newer epoch waits for the replica's promise to its owner");
+            (Status::PROMISED, u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1))
+        }
+    }
+}
+
 /// Executes one I/O command of controller `ctrl` on queue `sqid`.
 pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command, budget: &DataBudget) -> IoReply {
     // An R2T write's buffer stays charged until the device is done with it.
     let Command { sqe, data, read_len, permit: _permit } = cmd;
     let cid = sqe.cid();
-    if fenced::is_undo(sqe.opcode()) {
-        let (status, value) = match undo_command(sub, &sqe, data).await {
-            Ok(v) => (Status::SUCCESS, v),
-            Err((status, lba)) => {
-                ctrl.record_error(sqid, cid, status, sqe.nsid(), lba);
-                (status, 0)
-            }
-        };
-        let mut cqe = Cqe::new(cid, status);
-        cqe.result = value;
-        return (cqe, None);
-    }
-    let result = dispatch(sub, &sqe, data, read_len, budget).await;
-    let (status, data) = match result {
-        Ok(data) => (Status::SUCCESS, data),
+    let sender = ctrl.sender();
+    let (result, value) = if fenced::is_undo(sqe.opcode()) {
+        match undo_command(sub, &sqe, data, sender).await {
+            Ok(v) => (Ok(None), v),
+            Err(e) => (Err(e), 0),
+        }
+    } else if fenced::is_owner(sqe.opcode()) {
+        (owner_command(sub, &sqe, data, read_len, sender).await, 0)
+    } else {
+        (dispatch(sub, &sqe, data, read_len, budget, sender).await, 0)
+    };
+    match result {
+        Ok(data) => {
+            let mut cqe = Cqe::new(cid, Status::SUCCESS);
+            cqe.result = value;
+            (cqe, data)
+        }
+        // Not an error: the sender waits the time given and tries again.
+        Err((status, left)) if status == Status::PROMISED => {
+            let mut cqe = Cqe::new(cid, status);
+            cqe.result = left;
+            (cqe, None)
+        }
         Err((status, lba)) => {
             ctrl.record_error(sqid, cid, status, sqe.nsid(), lba);
-            (status, None)
+            (Cqe::new(cid, status), None)
         }
-    };
-    (Cqe::new(cid, status), data)
+    }
+}
+
+/// The owner commands of a fenced namespace: Promise, Note Save and Note
+/// Load ([`fenced::is_owner`]), admitted by the namespace's fence.
+async fn owner_command(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize, sender: Sender) -> Outcome {
+    let Some(entry) = sub.entry(sqe.nsid()) else { return Err((Status::INVALID_NS.dnr(), 0)) };
+    let ns = &entry.ns;
+    let Some(fence) = &ns.fence else { return Err((Status::INVALID_OPCODE.dnr(), 0)) };
+    if sqe.opcode() == fenced::PROMISE {
+        let ms = sqe.arg64();
+        fence.promise(sqe.epoch(), sender, Duration::from_millis(ms)).map_err(|r| refused(ns.nsid, r))?;
+        return Ok(None);
+    }
+    let Some(notes) = &ns.notes else { return Err((Status::INVALID_OPCODE.dnr(), 0)) };
+    let _admitted = fence.admit(sqe.epoch(), sender).await.map_err(|r| refused(ns.nsid, r))?;
+    let block = ns.device.geometry().block_size as usize;
+    match sqe.opcode() {
+        fenced::NOTE_SAVE => {
+            let Some(buf) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), 0)) };
+            let note = fenced::decode_note(&buf).map_err(|_| (Status::INVALID_FIELD.dnr(), 0))?;
+            notes.save(note.to_vec()).await.map_err(|e| (status_of(&e, true), 0))?;
+            Ok(None)
+        }
+        fenced::NOTE_LOAD => {
+            let note = notes.load().await.map_err(|e| (status_of(&e, false), 0))?;
+            let mut wire = fenced::encode_note(&note, block.max(1)).ok_or((Status::INTERNAL.dnr(), 0))?;
+            if wire.len() > read_len {
+                // The host asked for fewer blocks than the note takes.
+                return Err((Status::SGL_INVALID_DATA.dnr(), 0));
+            }
+            wire.resize(read_len, 0);
+            Ok(Some((ReadData::from(IoBuf::from_slice(&wire)), None)))
+        }
+        _ => Err((Status::INVALID_OPCODE.dnr(), 0)),
+    }
 }
 
 /// The undo-log commands of an erasure-coded shard
 /// ([`strata_block::UndoLog`]), admitted by the namespace's fence. The
 /// value is the completion's result (Roll Back: updates undone;
 /// Committed: the mark).
-async fn undo_command(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>) -> Result<u64, (Status, u64)> {
+async fn undo_command(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, sender: Sender) -> Result<u64, (Status, u64)> {
     let Some(entry) = sub.entry(sqe.nsid()) else { return Err((Status::INVALID_NS.dnr(), 0)) };
     let ns = &entry.ns;
     let (Some(fence), Some(undo)) = (&ns.fence, &ns.undo) else { return Err((Status::INVALID_OPCODE.dnr(), 0)) };
-    let _admitted = fence.admit(sqe.epoch()).await.map_err(|stale| {
-        tracing::debug!(nsid = ns.nsid, offered = stale.offered, current = stale.current, "stale epoch refused");
-        (Status::STALE_EPOCH.dnr(), 0)
-    })?;
+    let _admitted = fence.admit(sqe.epoch(), sender).await.map_err(|r| refused(ns.nsid, r))?;
     let failed = |e: BlockError| (status_of(&e, true), 0);
     match sqe.opcode() {
         fenced::WRITE_LOGGED => {
@@ -133,7 +189,14 @@ impl DataBudget {
     }
 }
 
-async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usize, budget: &DataBudget) -> Outcome {
+async fn dispatch(
+    sub: &Subsystem,
+    sqe: &Sqe,
+    data: Option<IoBuf>,
+    read_len: usize,
+    budget: &DataBudget,
+    sender: Sender,
+) -> Outcome {
     let nsid = sqe.nsid();
     if sqe.opcode() == io::FLUSH && nsid == u32::MAX {
         for e in sub.entries() {
@@ -149,12 +212,9 @@ async fn dispatch(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len: usi
         (None, None) => (sqe.opcode(), None),
         (None, Some(_)) => return Err((Status::INVALID_OPCODE.dnr(), 0)),
         (Some(_), None) => return Err((Status::FENCE_REQUIRED.dnr(), 0)),
-        (Some(fence), Some(op)) => match fence.admit(sqe.epoch()).await {
+        (Some(fence), Some(op)) => match fence.admit(sqe.epoch(), sender).await {
             Ok(guard) => (op, Some(guard)),
-            Err(stale) => {
-                tracing::debug!(nsid, offered = stale.offered, current = stale.current, "stale epoch refused");
-                return Err((Status::STALE_EPOCH.dnr(), 0));
-            }
+            Err(r) => return Err(refused(nsid, r)),
         },
     };
     match opcode {

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use strata_block::{BlockDevice, EpochFence, UndoLog};
+use strata_block::{BlockDevice, EpochFence, NoteStore, UndoLog};
 
 use crate::controller::Controller;
 
@@ -46,17 +46,20 @@ pub struct Namespace {
     /// The undo log of an erasure-coded shard: a fenced namespace with one
     /// also takes the undo commands (`fenced::is_undo`).
     pub undo: Option<Arc<dyn UndoLog>>,
+    /// Where the node keeps the volume owner's note (`fenced::NOTE_SAVE`,
+    /// `fenced::NOTE_LOAD`); without one a fenced namespace refuses them.
+    pub notes: Option<Arc<dyn NoteStore>>,
 }
 
 impl Namespace {
     /// A namespace hosts address with the standard NVM commands.
     pub fn new(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>) -> Namespace {
-        Namespace { nsid, ids, device, fence: None, undo: None }
+        Namespace { nsid, ids, device, fence: None, undo: None, notes: None }
     }
 
     /// A replica on the internal fabric, guarded by `fence`.
     pub fn fenced(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence), undo: None }
+        Namespace { nsid, ids, device, fence: Some(fence), undo: None, notes: None }
     }
 
     /// A shard of an erasure-coded volume on the internal fabric: fenced,
@@ -68,7 +71,13 @@ impl Namespace {
         undo: Arc<dyn UndoLog>,
         fence: Arc<EpochFence>,
     ) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence), undo: Some(undo) }
+        Namespace { nsid, ids, device, fence: Some(fence), undo: Some(undo), notes: None }
+    }
+
+    /// The same namespace, keeping the owner's notes in `notes`.
+    pub fn with_notes(mut self, notes: Arc<dyn NoteStore>) -> Namespace {
+        self.notes = Some(notes);
+        self
     }
 }
 

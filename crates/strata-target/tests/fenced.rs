@@ -66,7 +66,7 @@ async fn a_fenced_replica_takes_the_current_epoch_and_refuses_an_older_one() {
     assert_eq!(&q.fenced_read(VOLUME, 6, 3, 1).await.unwrap()[..], &a[..]);
 
     // A replica learning a newer epoch from the metadata store fences too.
-    f.fence.raise(9);
+    f.fence.raise(9, None);
     assert_eq!(status(q.fenced_write(VOLUME, 6, 3, b.clone(), false).await), Status::STALE_EPOCH.code());
     q.fenced_write_zeroes(VOLUME, 9, 3, 1, false).await.unwrap();
     assert!(q.fenced_read(VOLUME, 9, 3, 1).await.unwrap().iter().all(|&x| x == 0));
@@ -96,7 +96,7 @@ async fn a_new_epoch_is_admitted_only_after_the_old_owners_write_lands() {
     // A command admitted under epoch 1 stands for the old owner's write,
     // still running on a slow drive.
     let f = fabric(1).await;
-    let old = f.fence.admit(1).await.unwrap();
+    let old = f.fence.admit(1, strata_block::ANONYMOUS).await.unwrap();
     let q = f.ctrl.next_io_queue().unwrap();
     let flush = q.fenced_flush(VOLUME, 2);
     tokio::pin!(flush);

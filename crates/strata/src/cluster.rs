@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use strata_block::{BlockDevice, EpochFence, UndoLog};
+use strata_block::{BlockDevice, EpochFence, NoteStore, UndoLog};
 use strata_host::HostConfig;
 use strata_meta::etcd::{EtcdClient, KeyRange, LeaseKeeper};
 use strata_meta::{MetaStore, VolumeRecord};
@@ -42,6 +42,11 @@ use crate::node::NodeError;
 /// How often a node reconciles with etcd and cleans its dirty regions.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
 
+/// How long the nodes wait before taking over a volume whose owner key
+/// went while its last owner is alive (it takes the key back at its next
+/// pass, after etcd was out of reach for longer than its lease).
+const RECLAIM_GRACE: Duration = Duration::from_secs(4);
+
 /// A check of a placement-map change (the map before it, the node it
 /// concerns): `Err` with the reason refuses the change.
 type MapCheck<'a> = dyn Fn(&PlacementMap, NodeId) -> Result<(), String> + Sync + 'a;
@@ -56,6 +61,8 @@ struct Held {
     device: Arc<dyn BlockDevice>,
     /// A shard's undo log, over the same blocks as `device`.
     undo: Option<Arc<dyn UndoLog>>,
+    /// The note this node keeps for the volume's owners.
+    notes: Arc<dyn NoteStore>,
 }
 
 /// Bytes of the undo log each node keeps for each erasure-coded shard it
@@ -86,6 +93,8 @@ struct Owned {
     kind: Kind,
     nqn: String,
     resyncing: Arc<tokio::sync::Mutex<()>>,
+    /// The owner key's value, for taking it back under a new lease.
+    token: OwnerToken,
 }
 
 /// An owned volume by protection, for what differs (the handles a move
@@ -133,6 +142,8 @@ struct State {
     /// The last error of each volume's reconcile pass (logged when it
     /// changes).
     volume_errors: HashMap<u64, String>,
+    /// Volumes seen without an owner, since when.
+    orphaned: HashMap<u64, std::time::Instant>,
 }
 
 /// One node of a cluster.
@@ -154,6 +165,8 @@ pub struct ClusterNode {
     throttle: Arc<Throttle>,
     /// Who the node is, checked again at every new lease.
     identity: crate::identity::NodeIdentity,
+    /// The node's data dir.
+    data_dir: std::path::PathBuf,
 }
 
 /// A volume's protection, `rep:N` or `ec:K+M`.
@@ -196,12 +209,15 @@ pub struct ClusterParts {
     pub discovery: Option<SocketAddr>,
     /// Who the node is (its data dir's identity).
     pub identity: crate::identity::NodeIdentity,
+    /// The node's data dir (the owners' notes live there).
+    pub data_dir: std::path::PathBuf,
 }
 
 impl ClusterNode {
     /// A node, registered and in the map.
     pub fn new(parts: ClusterParts) -> Arc<ClusterNode> {
-        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, lease, discovery, identity } = parts;
+        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, lease, discovery, identity, data_dir } =
+            parts;
         let host_cfg = HostConfig {
             hostnqn: node_nqn(&me.name),
             io_queues: 2,
@@ -225,6 +241,7 @@ impl ClusterNode {
             lease: std::sync::Mutex::new(Arc::new(lease)),
             discovery,
             identity,
+            data_dir,
             host_cfg,
             state: tokio::sync::Mutex::new(State::default()),
             throttle: Arc::new(Throttle::new(PoolSettings::default().rebuild_bytes_per_sec())),
@@ -246,8 +263,11 @@ impl ClusterNode {
             let lease = self.lease();
             tokio::select! {
                 loss = lease.lost() => {
-                    tracing::error!(?loss, "the node's lease is lost: no longer serving any volume");
-                    self.drop_all_owned().await;
+                    // Its volumes go on while their replicas promise no
+                    // other owner comes (one that cannot renew them stops
+                    // on its own), and their owner keys are taken back
+                    // under the new lease (see `reclaim`).
+                    tracing::error!(?loss, "the node's lease is lost: serving only what the replicas' promises cover");
                     if let Err(e) = self.renew_lease(&lease).await {
                         tracing::error!("the node may not rejoin the cluster: {e:#}");
                         return e;
@@ -312,13 +332,6 @@ impl ClusterNode {
 
     fn fabric_hosts(&self) -> Vec<String> {
         self.fabric.allowed_hosts()
-    }
-
-    async fn drop_all_owned(&self) {
-        let mut st = self.state.lock().await;
-        for (_, o) in st.owned.drain() {
-            self.target.remove_subsystem(&o.nqn);
-        }
     }
 
     async fn table(&self, st: &mut State, epoch: u64) -> anyhow::Result<Arc<PlacementTable>> {
@@ -464,8 +477,40 @@ impl ClusterNode {
             let freed = self.store.retain_volumes(&keep).await?;
             tracing::info!(volumes = ?freed, "freed the replicas of deleted volumes");
         }
+        // And the notes kept for their owners.
+        let (dir, keep) = (self.data_dir.clone(), keep.clone());
+        if let Err(e) = tokio::task::spawn_blocking(move || crate::notes::retain(&dir, &keep)).await? {
+            tracing::warn!("freeing the notes of deleted volumes: {e}");
+        }
         self.target.set_remote_subsystems(remote);
         Ok(())
+    }
+
+    /// Takes volume `rec`, which this node serves as `o`, back under its
+    /// current lease after its owner key went with an old one; the owner
+    /// token when it did.
+    async fn reclaim(&self, rec: &VolumeRecord, keys: &VolumeKeys, o: &Owned) -> Option<OwnerToken> {
+        let lease = self.lease().id();
+        match strata_pool::cluster::reclaim(&self.etcd, keys, rec.id, &o.token, o.vol.epoch(), lease).await {
+            Ok(true) => {
+                tracing::info!(volume = %rec.name, "its owner key went with an old lease: taken back, still serving");
+                Some(o.token.clone())
+            }
+            Ok(false) => None,
+            Err(e) => {
+                tracing::warn!(volume = %rec.name, "taking the owner key back: {e}");
+                None
+            }
+        }
+    }
+
+    /// How long the promises an owner asks of its replicas last: half the
+    /// lease, so that after an owner dies they end before its lease does
+    /// (the takeover waits for nothing), and a partitioned owner stops
+    /// half a lease after its last promise at most.
+    fn promise_duration(&self) -> Duration {
+        let ttl = u64::try_from(self.lease().lease().ttl_secs).unwrap_or(1).max(1);
+        Duration::from_millis(ttl * 500).max(Duration::from_millis(500))
     }
 
     /// The layout of `rec` under placement map `epoch` with shard `slots`.
@@ -526,9 +571,13 @@ impl ClusterNode {
             }
             _ => None,
         };
+        let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
+            Some(kv) => serde_json::from_slice(&kv.value).ok(),
+            None => None,
+        };
         let holds_next = next.as_ref().is_some_and(|(_, _, h)| h.contains(&self.me.id));
         if holders.contains(&self.me.id) || recorded_holders.contains(&self.me.id) || holds_next {
-            self.hold(st, rec, &state, protection).await?;
+            self.hold(st, rec, &state, protection, owner.as_ref(), nodes).await?;
         } else if st.held.contains_key(&rec.id) && !st.owned.contains_key(&rec.id) {
             // Moved off this node: give the space back.
             st.held.remove(&rec.id);
@@ -536,10 +585,17 @@ impl ClusterNode {
             released.push(rec.id);
             tracing::info!(volume = %rec.name, "the volume moved off this node; freeing its replica");
         }
-        let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
-            Some(kv) => serde_json::from_slice(&kv.value).ok(),
-            None => None,
+        // Still serving the volume, its owner key gone with a lease that
+        // ended (etcd was out of reach, or frozen, for longer than the
+        // lease): take it back under the new lease unless another node
+        // took it over meanwhile (the epoch tells).
+        let owner = match (owner, st.owned.get(&rec.id)) {
+            (None, Some(o)) if !o.vol.is_fenced() => self.reclaim(rec, &keys, o).await,
+            (owner, _) => owner,
         };
+        if owner.is_some() {
+            st.orphaned.remove(&rec.id);
+        }
         // Not (or no longer) the owner: stop serving at once, rather
         // than answer Namespace Not Ready until another node shows up.
         if owner.as_ref().is_none_or(|t| t.node != self.me.id)
@@ -587,6 +643,7 @@ impl ClusterNode {
                         tracing::warn!(volume = %rec.name, "flush before handing the volume over: {e}");
                     }
                     self.target.remove_subsystem(&o.nqn);
+                    o.vol.end_promises().await;
                 }
                 tracing::info!(volume = %rec.name, "this node holds none of the volume: handing it to a holder");
                 if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
@@ -634,6 +691,15 @@ impl ClusterNode {
                 if st.waiting.remove(&rec.id) {
                     tracing::info!(volume = %rec.name, "enough in-sync nodes are back: taking the volume over");
                 }
+                // Its last owner is alive: its key went with a lease that
+                // ended while etcd was out of reach, and it takes it back
+                // at its next pass. Give it that pass before taking over.
+                let since = *st.orphaned.entry(rec.id).or_insert_with(std::time::Instant::now);
+                if state.owner.is_some_and(|o| o != self.me.id && nodes.contains_key(&o))
+                    && since.elapsed() < RECLAIM_GRACE
+                {
+                    return Ok(());
+                }
                 let claim = Claim {
                     rec,
                     keys: &keys,
@@ -663,19 +729,26 @@ impl ClusterNode {
         rec: &VolumeRecord,
         state: &VolumeState,
         protection: Protection,
+        owner: Option<&OwnerToken>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
     ) -> anyhow::Result<()> {
+        // The stored epoch and its owner (a raise to another owner's epoch
+        // waits for a promise this replica gave the last one).
+        let owner_sender = owner.and_then(|t| self.sender_of(t.node, nodes));
         if let Some(h) = st.held.get(&rec.id) {
-            h.fence.raise(state.epoch);
+            h.fence.raise(state.epoch, owner_sender);
             return Ok(());
         }
         let nsid = u32::try_from(rec.id).context("volume id beyond the fabric's NSIDs")?;
         let fence = EpochFence::new(state.epoch);
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
+        let notes: Arc<dyn NoteStore> = Arc::new(crate::notes::FileNotes::new(&self.data_dir, rec.id));
         let held = match stripes_of(protection, rec.block_size) {
             None => {
                 let device = self.store.open_volume(rec.id, rec.size_bytes, rec.block_size)? as Arc<dyn BlockDevice>;
-                self.fabric.add_namespace(Namespace::fenced(nsid, ids, device.clone(), fence.clone()))?;
-                Held { fence, device, undo: None }
+                let ns = Namespace::fenced(nsid, ids, device.clone(), fence.clone()).with_notes(notes.clone());
+                self.fabric.add_namespace(ns)?;
+                Held { fence, device, undo: None, notes }
             }
             Some(stripes) => {
                 let data = self.store.open_volume(rec.id, stripes.shard_bytes(rec.size_bytes), rec.block_size)?;
@@ -683,13 +756,30 @@ impl ClusterNode {
                 let shard = UndoDevice::open(data, log).await.context("the shard's undo log")?;
                 let device = shard.clone() as Arc<dyn BlockDevice>;
                 let undo = shard as Arc<dyn UndoLog>;
-                self.fabric.add_namespace(Namespace::shard(nsid, ids, device.clone(), undo.clone(), fence.clone()))?;
-                Held { fence, device, undo: Some(undo) }
+                let ns =
+                    Namespace::shard(nsid, ids, device.clone(), undo.clone(), fence.clone()).with_notes(notes.clone());
+                self.fabric.add_namespace(ns)?;
+                Held { fence, device, undo: Some(undo), notes }
             }
         };
         tracing::info!(volume = %rec.name, epoch = state.epoch, %protection, "holding a replica");
         st.held.insert(rec.id, held);
         Ok(())
+    }
+
+    /// The fence sender of node `id` (its fabric host NQN), when its name
+    /// is known.
+    fn sender_of(&self, id: NodeId, nodes: &BTreeMap<NodeId, NodeRecord>) -> Option<strata_block::Sender> {
+        if id == self.me.id {
+            return Some(self.sender());
+        }
+        nodes.get(&id).map(|n| strata_block::sender_id(&node_nqn(&n.name)))
+    }
+
+    /// This node's fence sender: what its own replicas and its fabric
+    /// connections to its peers are known as.
+    fn sender(&self) -> strata_block::Sender {
+        strata_block::sender_id(&node_nqn(&self.me.name))
     }
 
     /// The link to node `id`, pointed at where it listens when it is
@@ -736,7 +826,10 @@ impl ClusterNode {
         let span = span_of(rec, protection);
         let regions = Regions::for_volume(span, layout.chunk_bytes());
         let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, token, regions));
-        let drl = DirtyRegionLog::new(regions, ev.load_drl().await?, ev.clone());
+        // The log etcd holds, and the notes an owner kept on the replicas
+        // while etcd was out of reach.
+        let notes = self.load_notes(st, rec, stripes.is_some(), &membership, nodes).await;
+        let drl = DirtyRegionLog::new(regions, ev.load_drl_with(&notes).await?, ev.clone());
         let geometry = strata_block::Geometry {
             block_size: rec.block_size,
             num_blocks: rec.size_bytes / u64::from(rec.block_size),
@@ -757,11 +850,13 @@ impl ClusterNode {
         let local = self.me.id;
         let kind = match (stripes, self.handles(st, rec, stripes.is_some(), all.into_iter(), nodes)?) {
             (None, Added::Replicas(replicas)) => {
-                let parts = VolumeParts { geometry, local, layout, replicas, membership, drl, control: ev, moving };
+                let control = ev.clone();
+                let parts = VolumeParts { geometry, local, layout, replicas, membership, drl, control, moving };
                 Kind::Replicated(Arc::new(ReplicatedVolume::open(parts).await?))
             }
             (Some(stripes), Added::Shards(shards)) => {
-                let parts = EcParts { geometry, local, stripes, layout, shards, membership, drl, control: ev, moving };
+                let control = ev.clone();
+                let parts = EcParts { geometry, local, stripes, layout, shards, membership, drl, control, moving };
                 Kind::Erasure(Arc::new(ErasureVolume::open(parts).await?))
             }
             _ => anyhow::bail!("the volume's protection and its handles disagree"),
@@ -771,12 +866,49 @@ impl ClusterNode {
             Kind::Erasure(v) => v.clone(),
         };
         vol.set_throttle(self.throttle.clone());
+        // While etcd does not answer the log goes to the replicas, and the
+        // volume is served only while they promise no other owner comes.
+        ev.keep_notes_on(vol.note_sink());
+        vol.keep_promises(self.promise_duration()).await;
         let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
         sub.add_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
         self.target.add_subsystem(sub)?;
         tracing::info!(volume = %rec.name, "serving the volume");
-        Ok(Owned { vol, kind, nqn: rec.nqn.clone(), resyncing: Arc::new(tokio::sync::Mutex::new(())) })
+        Ok(Owned {
+            vol,
+            kind,
+            nqn: rec.nqn.clone(),
+            resyncing: Arc::new(tokio::sync::Mutex::new(())),
+            token: token.clone(),
+        })
+    }
+
+    /// The notes the in-sync nodes of `rec` keep for its owners, each from
+    /// its node at the new owner's epoch (within a few seconds; a node that
+    /// does not answer is left out, and its replica with it, at the fence).
+    async fn load_notes(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        shards: bool,
+        membership: &strata_pool::Membership,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+    ) -> Vec<(NodeId, Vec<u8>)> {
+        let ids: Vec<NodeId> = membership.in_sync.iter().copied().collect();
+        let handles: Vec<Arc<dyn Replica>> = match self.handles(st, rec, shards, ids.iter().copied(), nodes) {
+            Ok(Added::Replicas(r)) => r,
+            Ok(Added::Shards(s)) => s.into_iter().map(|s| s as Arc<dyn Replica>).collect(),
+            Err(_) => return Vec::new(),
+        };
+        let epoch = membership.epoch;
+        let loads = handles.iter().map(|h| async move {
+            match tokio::time::timeout(Duration::from_secs(3), h.load_note(epoch)).await {
+                Ok(Ok(note)) => Some((h.node(), note)),
+                _ => None,
+            }
+        });
+        futures_util::future::join_all(loads).await.into_iter().flatten().collect()
     }
 
     /// Handles of the copies (`shards` false) or shards of `rec` that
@@ -795,13 +927,16 @@ impl ClusterNode {
         for n in nodes_of {
             if n == self.me.id {
                 let h = st.held.get(&rec.id).context("no local copy")?;
+                let (sender, notes) = (self.sender(), Some(h.notes.clone()));
                 match &mut added {
                     Added::Shards(list) => {
                         let undo = h.undo.clone().context("the local copy has no undo log")?;
-                        list.push(Arc::new(LocalShard::new(n, h.device.clone(), undo, h.fence.clone())));
+                        let local = LocalShard::new(n, h.device.clone(), undo, h.fence.clone()).on_node(sender, notes);
+                        list.push(Arc::new(local));
                     }
                     Added::Replicas(list) => {
-                        list.push(Arc::new(LocalReplica::new(n, h.device.clone(), h.fence.clone())));
+                        let local = LocalReplica::new(n, h.device.clone(), h.fence.clone()).on_node(sender, notes);
+                        list.push(Arc::new(local));
                     }
                 }
                 continue;
@@ -1192,6 +1327,7 @@ impl ClusterNode {
             in_sync: holders_of(&layout, &rec, wanted),
             slots: Default::default(),
             next: None,
+            owner: None,
         };
         let keys = VolumeKeys::new(&self.prefix, rec.id);
         if let Err(e) = strata_pool::cluster::create_state(&self.etcd, &keys, rec.id, &state).await {

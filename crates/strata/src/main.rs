@@ -14,6 +14,7 @@ mod kv_bench;
 mod kv_cmd;
 mod node;
 mod node_cmd;
+mod notes;
 mod sim_cmd;
 mod ttft;
 

@@ -245,6 +245,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         lease: keeper,
         discovery: cfg.discovery.first().copied(),
         identity,
+        data_dir: cfg.data_dir.clone(),
     });
     cluster.seed_settings(pool).await.context("the config file's [pool] settings")?;
     let mut running = tokio::spawn(cluster.clone().run());

@@ -72,10 +72,17 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
     // etcd and from the owner, then joins again with a new lease.
     let cut = replica_not_owner(VOLUME, &nodes, watcher, Some(victim));
     let watcher = (0..NODES).find(|&i| i != cut).unwrap();
+    let cut_id = volume_status(&nodes[watcher], VOLUME).map(|_| common::node_id_of(&nodes[watcher], &nodes[cut].name));
     net.link(cut, false);
+    // Degraded as soon as its record is gone; the hosts write again once
+    // the owner has dropped it (its writes to it time out first).
     watch_states(VOLUME, "degraded while a link is cut", &nodes, watcher, Duration::from_secs(40), |v| {
         v["state"] == "degraded"
+            && !v["in_sync"].as_array().is_some_and(|s| s.iter().any(|n| n.as_u64() == cut_id.flatten()))
     });
+    // Writes sent to it before it was dropped wait for the fabric's I/O
+    // timeout; then the hosts go on.
+    load.writing_again(&nodes);
     load_runs(&ctx, Duration::from_secs(5), "while a replica's link was cut");
     net.link(cut, true);
     let seen =

@@ -69,8 +69,19 @@ impl LocalShard {
         LocalShard { replica: crate::replica::LocalReplica::new(node, device, fence), undo }
     }
 
+    /// The same shard, on node `sender` keeping owners' notes in `notes`
+    /// (see [`crate::LocalReplica::on_node`]).
+    pub fn on_node(
+        mut self,
+        sender: strata_block::Sender,
+        notes: Option<std::sync::Arc<dyn strata_block::NoteStore>>,
+    ) -> LocalShard {
+        self.replica = self.replica.on_node(sender, notes);
+        self
+    }
+
     async fn admit(&self, epoch: u64) -> Result<strata_block::FenceGuard, crate::ReplicaError> {
-        self.replica.fence().admit(epoch).await.map_err(|s| crate::ReplicaError::Stale(s.offered))
+        self.replica.admit(epoch).await
     }
 }
 
@@ -93,6 +104,18 @@ impl Replica for LocalShard {
 
     fn flush(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
         self.replica.flush(epoch)
+    }
+
+    fn promise(&self, epoch: u64, duration: std::time::Duration) -> ReplicaFuture<'_, ()> {
+        self.replica.promise(epoch, duration)
+    }
+
+    fn save_note(&self, epoch: u64, note: Vec<u8>) -> ReplicaFuture<'_, ()> {
+        self.replica.save_note(epoch, note)
+    }
+
+    fn load_note(&self, epoch: u64) -> ReplicaFuture<'_, Vec<u8>> {
+        self.replica.load_note(epoch)
     }
 }
 

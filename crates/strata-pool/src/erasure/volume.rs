@@ -283,6 +283,11 @@ impl Inner {
                 Fault::Node(node)
             }
             ReplicaError::Reconnected { generation, .. } => Fault::Restarted(node, generation),
+            // A replica that still keeps a promise to the last owner: only
+            // a takeover meets it, in its fence flush (which waits it out).
+            ReplicaError::Promised(left) => Fault::Volume(io_error(format!(
+                "node {node} keeps a promise to the volume's last owner for {left:?} more"
+            ))),
         }
     }
 
@@ -1468,22 +1473,5 @@ impl crate::volume::PoolVolume for ErasureVolume {
     fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
         Box::pin(ErasureVolume::resync(self, node))
     }
-    fn filling(&self) -> Vec<(NodeId, u64)> {
-        self.inner.filling()
-    }
-    fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>) {
-        let _ = self.inner.throttle.set(throttle);
-    }
-    fn is_fenced(&self) -> bool {
-        self.inner.is_fenced()
-    }
-    fn below_minimum(&self) -> bool {
-        self.inner.gave_up()
-    }
-    fn moving_to(&self) -> Option<crate::volume::NextLayout> {
-        self.inner.moving().map(|m| m.target.clone())
-    }
-    fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>> {
-        Box::pin(self.inner.owner.finish_move())
-    }
+    crate::owner::delegate_to_owner!();
 }

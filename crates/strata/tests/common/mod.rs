@@ -113,6 +113,21 @@ impl NodeProc {
         assert!(status.success(), "kill {signal} {} failed", self.child.id());
     }
 
+    /// Waits up to `limit` for the process to exit on its own; its exit
+    /// status, or `None` if it still runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Starts the node again with the same arguments (after a kill).
     pub fn restart(&mut self) {
         self.kill9();
@@ -179,6 +194,12 @@ pub fn volume_status(via: &NodeProc, name: &str) -> Option<Value> {
 pub fn nodes_up(via: &NodeProc) -> Option<usize> {
     let s = via.api("GET", "/api/v1/pool", None)?;
     Some(s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count())
+}
+
+/// The id of node `name` in the pool status of `via`.
+pub fn node_id_of(via: &NodeProc, name: &str) -> Option<u64> {
+    let s = via.api("GET", "/api/v1/pool", None)?;
+    s["nodes"].as_array()?.iter().find(|n| n["name"] == name)?["id"].as_u64()
 }
 
 /// The name of node `id` in the pool status of `via`.
