@@ -5,7 +5,7 @@
 //! The oracle and the report sit behind std mutexes that are only ever
 //! held for a few statements, never across an `.await`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,6 +55,8 @@ pub struct Ctx {
     /// A legitimate host must get through within this under attack.
     pub legit_deadline: Duration,
     disrupted: AtomicBool,
+    /// Operations each host (by name) completed with success.
+    host_ops: Mutex<HashMap<String, u64>>,
     /// Whoever runs a Flush (or a FUA write, which commits too) holds it
     /// shared. A resetter may hold it exclusively for the instant between
     /// sending its Flush and resetting the connection, so that its Flush
@@ -80,6 +82,7 @@ impl Ctx {
             watchdog,
             legit_deadline,
             disrupted: AtomicBool::new(false),
+            host_ops: Mutex::new(HashMap::new()),
             flush_gate: Arc::new(tokio::sync::RwLock::new(())),
         }
     }
@@ -151,9 +154,12 @@ impl Ctx {
         self.report(|r| r.clone())
     }
 
-    /// Records a failure seen by `scenario`.
+    /// Records a failure seen by `scenario`, and prints it at once with
+    /// the time of day (UTC, as strata's logs have it), so that it lines
+    /// up with what the nodes logged.
     pub fn fail(&self, scenario: &str, msg: impl Into<String>) {
         let msg = msg.into();
+        eprintln!("{} strata-chaos failure [{scenario}]: {msg}", time_of_day());
         self.report(|r| r.fail(scenario, msg));
     }
 
@@ -192,6 +198,19 @@ impl Ctx {
         });
     }
 
+    /// Counts an operation host `host` completed with success.
+    pub fn host_done(&self, host: &str) {
+        *self.host_ops.lock().unwrap_or_else(|e| e.into_inner()).entry(host.to_string()).or_default() += 1;
+    }
+
+    /// The operations each host completed with success so far, by name:
+    /// a host whose count grows has no command stuck on a connection a
+    /// fault broke (its workers share one, and it is replaced only once
+    /// every worker on it ended).
+    pub fn host_ops(&self) -> HashMap<String, u64> {
+        self.host_ops.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Marks strata as being disrupted on purpose (or not any more).
     pub fn set_disrupted(&self, on: bool) {
         self.disrupted.store(on, Ordering::Release);
@@ -218,4 +237,11 @@ impl Ctx {
         self.report(|r| r.bytes_verified += data.len() as u64);
         bad
     }
+}
+
+/// The time of day, UTC, to the millisecond: `16:44:36.356Z`.
+fn time_of_day() -> String {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let (secs, ms) = (since.as_secs() % 86_400, since.subsec_millis());
+    format!("{:02}:{:02}:{:02}.{ms:03}Z", secs / 3600, secs / 60 % 60, secs % 60)
 }

@@ -261,7 +261,10 @@ impl Worker {
     fn settle<T>(&self, what: &str, ended: &Ended<T>) -> bool {
         let who = &self.plan.name;
         match ended {
-            Ended::Done(_) => true,
+            Ended::Done(_) => {
+                self.ctx.host_done(who);
+                true
+            }
             Ended::Status(e) => {
                 if !self.expected() {
                     self.ctx.fail(self.plan.scenario, format!("{who}: {what} failed: {e}"));

@@ -272,6 +272,48 @@ pub async fn release(client: &EtcdClient, keys: &VolumeKeys, token: &OwnerToken)
     Ok(client.txn(&txn).await?.succeeded)
 }
 
+/// [`release`], and the volume's record of its last owner
+/// ([`VolumeState::owner`]) cleared with it: the other nodes take the volume
+/// over at once instead of giving its owner time to take the key back (a
+/// handover, or an owner that stopped). True when released.
+///
+/// # Errors
+///
+/// etcd errors, [`ClusterError::Contention`].
+pub async fn release_for_good(
+    client: &EtcdClient,
+    keys: &VolumeKeys,
+    id: u64,
+    token: &OwnerToken,
+) -> Result<bool, ClusterError> {
+    for _ in 0..MAX_ATTEMPTS {
+        let (mut state, rev) = read_state(client, keys, id).await?;
+        if state.owner != Some(token.node) {
+            return release(client, keys, token).await;
+        }
+        state.owner = None;
+        let txn = Txn {
+            compare: vec![
+                Compare::value_is(keys.owner.clone(), to_json(token)),
+                Compare::mod_revision_is(keys.state.clone(), rev),
+            ],
+            success: vec![
+                TxnOp::Delete(KeyRange::key(keys.owner.clone())),
+                TxnOp::Put { key: keys.state.clone(), value: to_json(&state), lease: None },
+            ],
+            failure: vec![TxnOp::Range(KeyRange::key(keys.owner.clone()))],
+        };
+        let r = client.txn(&txn).await?;
+        if r.succeeded {
+            return Ok(true);
+        }
+        if client.get(&keys.owner).await?.map(|kv| kv.value) != Some(to_json(token)) {
+            return Ok(false); // not ours (any more)
+        }
+    }
+    Err(ClusterError::Contention(id))
+}
+
 /// The owner's [`Control`] and [`DrlStore`] for one volume, on etcd.
 ///
 /// # The log while etcd is out of reach

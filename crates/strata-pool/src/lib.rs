@@ -13,7 +13,8 @@
 //!   commands;
 //! - [`cluster`]: a volume's membership, owner and log in etcd, changed
 //!   by compare-and-set; [`registry`]: nodes, their ids and the
-//!   versioned placement map in etcd.
+//!   versioned placement map in etcd;
+//! - [`check`]: what a check of a volume's copies or shards found.
 //!
 //! The design, with the crash cases, is in `docs/pool.md`.
 //!
@@ -34,6 +35,7 @@
 //! # Ok::<(), strata_pool::placement::MapError>(())
 //! ```
 
+pub mod check;
 pub mod cluster;
 pub mod drl;
 pub mod erasure;

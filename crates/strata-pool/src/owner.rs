@@ -114,6 +114,9 @@ pub(crate) struct Owner<R: ?Sized> {
     /// Set when this owner gives the volume up: it asks for no promise
     /// again.
     promises_ended: AtomicBool,
+    /// Set when a fill running now should give way (a move of the volume
+    /// waits to be retargeted): the next region it would copy, it stops.
+    interrupt: AtomicBool,
 }
 
 impl<R: ?Sized + Replica + 'static> Owner<R> {
@@ -161,6 +164,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             serve_until: std::sync::atomic::AtomicU64::new(u64::MAX),
             born: Instant::now(),
             promises_ended: AtomicBool::new(false),
+            interrupt: AtomicBool::new(false),
         }
     }
 
@@ -237,6 +241,21 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             self.serve_until.fetch_max(until.min(u64::MAX - 1), Ordering::AcqRel);
         }
         Ok(held)
+    }
+
+    /// Asks the fill running now (a resync, a rebuild) to stop at its next
+    /// region, so that a move waiting behind it can be retargeted; what it
+    /// has not copied stays missed and is copied afterwards.
+    pub(crate) fn interrupt_fill(&self) {
+        self.interrupt.store(true, Ordering::Release);
+    }
+
+    /// Fails when a fill was asked to give way (once per ask).
+    pub(crate) fn check_interrupt(&self) -> Result<(), BlockError> {
+        if self.interrupt.swap(false, Ordering::AcqRel) {
+            return Err(io_error("the fill gave way to a new placement of the volume"));
+        }
+        Ok(())
     }
 
     /// Gives the volume up: stops serving, and has every writable node end
@@ -485,6 +504,8 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     /// filled (no redundancy is given up for the move). I/O waits for the
     /// change.
     pub(crate) async fn begin_move(self: &Arc<Self>, mv: Moving, replicas: Vec<Arc<R>>) -> Result<(), BlockError> {
+        // The fill that gave way to this move (if any) is over.
+        self.interrupt.store(false, Ordering::Release);
         let this = self.clone();
         run_to_end(self, async move {
             // A node that joined a chunk (at the same slot) for the move
@@ -902,6 +923,12 @@ macro_rules! delegate_to_owner {
         }
         fn end_promises(&self) -> BlockFuture<'_, ()> {
             Box::pin(self.inner.owner.end_promises())
+        }
+        fn interrupt_fill(&self) {
+            self.inner.owner.interrupt_fill()
+        }
+        fn writes_running(&self) -> usize {
+            self.inner.writes_running()
         }
         fn epoch(&self) -> u64 {
             self.inner.membership().epoch

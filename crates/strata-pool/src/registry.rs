@@ -78,6 +78,10 @@ pub struct NodeRecord {
     /// that missed them, lately (resync, rebuild, moves).
     #[serde(default)]
     pub rebuild_bytes_per_sec: u64,
+    /// Where its HTTP API listens, for the requests another node passes
+    /// on to the owner of a volume (a volume check).
+    #[serde(default)]
+    pub api: Option<SocketAddr>,
 }
 
 /// Bytes one copy of volume `id` allocates: what its holders among `nodes`
@@ -114,6 +118,10 @@ pub struct ResyncProgress {
     /// Bytes it still misses.
     #[serde(default)]
     pub bytes_left: u64,
+    /// Bytes it missed when the owner began filling it (the most it has
+    /// missed since), for the share done.
+    #[serde(default)]
+    pub bytes_total: u64,
     /// In sync, being filled with chunks it joined in a move (rebuild,
     /// drain, rebalance), rather than stale and being caught up.
     #[serde(default)]
@@ -214,7 +222,8 @@ pub async fn update_map(
         let (map, rev) = current_map(client, prefix).await?.ok_or(ClusterError::NotFound(0))?;
         let Some(next) = change(&map)? else { return Ok(map) };
         let mut next = balanced(&map, next, &settings(client, prefix).await?)?;
-        if next.nodes() == map.nodes() && next.remaps() == map.remaps() {
+        if next.nodes() == map.nodes() && next.remaps() == map.remaps() && next.failure_domain() == map.failure_domain()
+        {
             return Ok(map); // the change changed nothing
         }
         next.set_epoch(map.epoch() + 1);

@@ -41,6 +41,7 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, check_range};
 
+use crate::check::{CheckProgress, CheckReport, Difference};
 use crate::drl::{DirtyRegionLog, NodeId};
 use crate::owner::{Owner, io_error, is_zero, run_to_end};
 use crate::replica::{Replica, ReplicaError};
@@ -488,6 +489,29 @@ impl Inner {
         (buf, Ok(()))
     }
 
+    /// Waits until no write to region `r` runs, and returns the write
+    /// sequence then (to learn afterwards whether one started), with the
+    /// volume's I/O held off when `exclusive` or after a few `tries`:
+    /// writes that keep racing a copy or a check would starve it.
+    async fn quiet(
+        &self,
+        r: u64,
+        tries: &mut u32,
+        exclusive: bool,
+    ) -> Result<(Option<tokio::sync::RwLockWriteGuard<'_, ()>>, u64), BlockError> {
+        loop {
+            *tries += 1;
+            let held = if exclusive || *tries > COPY_TRIES_UNLOCKED { Some(self.gate.write().await) } else { None };
+            self.check_serving()?;
+            let seq = self.drl.sequence();
+            if self.drl.region_quiet_since(r, seq) {
+                return Ok((held, seq));
+            }
+            drop(held);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Copies region `r` from an in-sync replica to `targets`, retrying
     /// until no write raced the copy. Returns the targets that failed.
     /// A `paced` copy waits for the node's rebuild bandwidth.
@@ -500,16 +524,7 @@ impl Inner {
         const PIECE: u64 = 1 << 20;
         let mut tries = 0u32;
         'again: loop {
-            tries += 1;
-            // Writes that keep racing the copy would starve it: after a
-            // few tries, copy with the volume's I/O held off (one region).
-            let _quiet = if tries > COPY_TRIES_UNLOCKED { Some(self.gate.write().await) } else { None };
-            self.check_serving()?;
-            let seq = self.drl.sequence();
-            if !self.drl.region_quiet_since(r, seq) {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                continue;
-            }
+            let (_quiet, seq) = self.quiet(r, &mut tries, false).await?;
             let epoch = self.membership().epoch;
             let mut failed = Vec::new();
             let mut lba = first;
@@ -554,6 +569,165 @@ impl Inner {
             self.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
             return Ok(failed);
         }
+    }
+}
+
+/// Copies of a piece of a region that a check found to differ.
+struct Found {
+    /// First block of the piece (what a repair rewrites).
+    piece: u64,
+    /// First and count of the blocks that differ in it.
+    at: u64,
+    blocks: u64,
+    /// The copy kept, whether a strict majority holds it, and the nodes
+    /// whose copy differs from it.
+    kept: NodeId,
+    majority: bool,
+    wrong: Vec<NodeId>,
+    /// The kept value of the whole piece.
+    value: Bytes,
+}
+
+impl Inner {
+    /// Compares the in-sync copies of region `r`, a piece at a time, with
+    /// no write to it running (and again with the volume's I/O held off
+    /// where they differ, so that a write racing the compare is never
+    /// taken for a difference); with `repair`, writes the kept value over
+    /// the copies that differ (see [`crate::check`]).
+    async fn check_region(self: &Arc<Self>, r: u64, repair: bool, report: &mut CheckReport) -> Result<(), BlockError> {
+        let bs = self.bs();
+        let bytes = self.drl.regions().bytes_of(r, self.geometry.size_bytes());
+        let (first, end) = (bytes.start / bs, bytes.end / bs);
+        let chunk = first * bs / self.layout().chunk_bytes();
+        const PIECE: u64 = 1 << 20;
+        let (mut tries, mut held) = (0u32, false);
+        'again: loop {
+            let (_quiet, seq) = self.quiet(r, &mut tries, held).await?;
+            let epoch = self.membership().epoch;
+            let nodes = self.read_order(chunk, r..r + 1);
+            if nodes.len() < 2 {
+                report.bytes_unchecked += bytes.end - bytes.start;
+                return Ok(());
+            }
+            let mut found = Vec::new();
+            let mut lba = first;
+            while lba < end {
+                let n = (PIECE / bs).min(end - lba);
+                let reads = join_all(nodes.iter().map(|&node| async move {
+                    let rep = self.replica(node).ok_or(ReplicaError::Unavailable(format!("node {node} unknown")))?;
+                    rep.read(epoch, lba, IoBuf::recycled((n * bs) as usize)).await
+                }))
+                .await;
+                let mut copies = Vec::with_capacity(nodes.len());
+                for (&node, got) in nodes.iter().zip(reads) {
+                    match got {
+                        Ok(b) => copies.push(b),
+                        Err(e) => {
+                            self.settle_check(node, e, epoch, r).await?;
+                            continue 'again;
+                        }
+                    }
+                }
+                let views: Vec<&[u8]> = copies.iter().map(|b| &b[..]).collect();
+                if views.iter().all(|v| *v == views[0]) {
+                    lba += n;
+                    continue;
+                }
+                let (keep, majority) = crate::check::majority(&views);
+                // The blocks where some copy differs from the kept one.
+                let differs = |b: usize| {
+                    views
+                        .iter()
+                        .any(|v| v[b * bs as usize..][..bs as usize] != views[keep][b * bs as usize..][..bs as usize])
+                };
+                let blocks: Vec<usize> = (0..n as usize).filter(|&b| differs(b)).collect();
+                let (lo, hi) = (blocks[0] as u64, *blocks.last().unwrap_or(&blocks[0]) as u64);
+                let wrong: Vec<NodeId> =
+                    nodes.iter().zip(&views).filter(|(_, v)| **v != views[keep]).map(|(&x, _)| x).collect();
+                let value = Bytes::copy_from_slice(views[keep]);
+                found.push(Found {
+                    piece: lba,
+                    at: lba + lo,
+                    blocks: hi - lo + 1,
+                    kept: nodes[keep],
+                    majority,
+                    wrong,
+                    value,
+                });
+                lba += n;
+            }
+            if !self.drl.region_quiet_since(r, seq) {
+                continue 'again;
+            }
+            if !found.is_empty() && !held {
+                // Look again with the volume's I/O held off.
+                held = true;
+                continue 'again;
+            }
+            if repair {
+                for f in &found {
+                    for &w in &f.wrong {
+                        let Some(rep) = self.replica(w) else { continue };
+                        if let Err(e) = rep.write(epoch, f.piece, f.value.clone(), false).await {
+                            self.settle_check(w, e, epoch, r).await?;
+                            continue 'again;
+                        }
+                    }
+                }
+            }
+            report.bytes_checked += bytes.end - bytes.start;
+            for f in found {
+                let names: Vec<String> = f.wrong.iter().map(ToString::to_string).collect();
+                let what = if f.majority {
+                    format!("the copies on {} differ from the others", names.join(", "))
+                } else {
+                    format!("the copies disagree with no majority; the copy on {} is kept", f.kept)
+                };
+                let wrong = if f.majority { f.wrong.iter().map(|n| u64::from(n.0)).collect() } else { Vec::new() };
+                report.add(Difference { lba: f.at, blocks: f.blocks, wrong, what, repaired: repair });
+            }
+            return Ok(());
+        }
+    }
+
+    /// What a check does when `node` failed a read or write of region
+    /// `r` sent at `epoch`: it leaves, is refilled, or the epoch is
+    /// learned; the caller tries the region again.
+    async fn settle_check(&self, node: NodeId, e: ReplicaError, epoch: u64, r: u64) -> Result<(), BlockError> {
+        match e {
+            ReplicaError::Stale(_) => self.owner.refused(epoch).await,
+            ReplicaError::Reconnected { generation, .. } => self.owner.restarted(node, generation, 0..0).await,
+            e if e.is_replica_fault() => {
+                tracing::warn!(node = %node, error = %e, "replica failed during a check");
+                self.owner.leave(&[node], r..r + 1).await
+            }
+            e => Err(io_error(e.to_string())),
+        }
+    }
+}
+
+impl ReplicatedVolume {
+    /// Reads every in-sync copy of the volume, online, and reports where
+    /// they differ; with `repair`, makes them agree (see
+    /// [`crate::check`]) and flushes what it wrote.
+    ///
+    /// # Errors
+    ///
+    /// The volume failed or this owner is fenced; what was found so far
+    /// is lost with the error (run it again).
+    pub async fn check(&self, repair: bool, progress: &CheckProgress) -> Result<CheckReport, BlockError> {
+        let i = &self.inner;
+        let size = i.geometry.size_bytes();
+        let mut report = CheckReport::default();
+        for r in 0..i.drl.regions().count() {
+            i.check_region(r, repair, &mut report).await?;
+            let b = i.drl.regions().bytes_of(r, size);
+            progress.advance(b.end - b.start);
+        }
+        if report.repaired > 0 {
+            i.owner.flush().await?;
+        }
+        Ok(report)
     }
 }
 
@@ -745,6 +919,7 @@ impl ReplicatedVolume {
         loop {
             let missed = i.drl.missed(node).unwrap_or_default();
             for r in missed.iter() {
+                i.owner.check_interrupt()?;
                 let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
                 let chunk = first_lba * bs / i.layout().chunk_bytes();
                 let joins = i.mirrors(chunk).iter().any(|&(_, n)| n == node);
@@ -890,6 +1065,20 @@ pub trait PoolVolume: BlockDevice {
     /// promises they gave this owner, so that the next owner need not wait
     /// for them.
     fn end_promises(&self) -> BlockFuture<'_, ()>;
+    /// Asks the fill running now to stop at its next region (what it has
+    /// not copied stays missed), so that a newer placement can be taken up
+    /// at once: an undrain right after a drain, a node that came back.
+    fn interrupt_fill(&self);
+    /// Writes, write-zeroes and deallocates still running, including those
+    /// whose callers left.
+    fn writes_running(&self) -> usize;
+    /// Reads every copy or shard, online, and reports where they differ;
+    /// with `repair`, makes them agree (see [`crate::check`]).
+    fn check<'a>(
+        &'a self,
+        repair: bool,
+        progress: &'a CheckProgress,
+    ) -> BlockFuture<'a, Result<CheckReport, BlockError>>;
     /// True when this owner stopped serving because nodes failed that
     /// could not leave the in-sync set without leaving a chunk below what
     /// the protection needs (it is fenced too): the volume comes back at
@@ -912,6 +1101,13 @@ impl PoolVolume for ReplicatedVolume {
     }
     fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
         Box::pin(ReplicatedVolume::resync(self, node))
+    }
+    fn check<'a>(
+        &'a self,
+        repair: bool,
+        progress: &'a CheckProgress,
+    ) -> BlockFuture<'a, Result<CheckReport, BlockError>> {
+        Box::pin(ReplicatedVolume::check(self, repair, progress))
     }
     crate::owner::delegate_to_owner!();
 }

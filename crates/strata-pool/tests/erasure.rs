@@ -554,3 +554,47 @@ async fn the_in_sync_set_never_falls_below_k_and_comes_back_when_the_nodes_do() 
     c.assert_consistent().await;
     let _ = acked;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_locates_a_wrong_strip_and_a_repair_makes_every_stripe_one_codeword() {
+    use strata_pool::check::CheckProgress;
+    let c = Cluster::new();
+    let o = c.open(&[], None).await.unwrap();
+    o.vol.write(0, payload(1, 0, BLOCKS), false).await.1.unwrap();
+    o.vol.flush().await.unwrap();
+    let progress = CheckProgress::new(size());
+    let clean = o.vol.check(false, &progress).await.unwrap();
+    assert_eq!((clean.differences, clean.bytes_checked, clean.bytes_unchecked), (0, size(), 0), "{clean:?}");
+    assert_eq!(progress.get().0, size());
+
+    let rot = |dev: usize, shard_lba: u64| {
+        let d = c.devices[dev].clone();
+        async move { d.write(shard_lba, IoBuf::from_slice(&[0xa5; STRIP as usize]), false).await.1.unwrap() }
+    };
+    // Stripe 5 (chunk 0: slot p on node p+1): data strip 2, on node 3.
+    rot(2, 5).await;
+    // Stripe 12 (chunk 1: slot p on node (p+1)%6+1): parity strip 0, on node 6.
+    rot(5, 12).await;
+    // Stripe 20 (chunk 2): both parity strips, on nodes 1 and 2: no one
+    // strip explains it.
+    rot(0, 20).await;
+    rot(1, 20).await;
+    let found = o.vol.check(false, &CheckProgress::new(0)).await.unwrap();
+    let got: Vec<(u64, u64, Vec<u64>, bool)> =
+        found.listed.iter().map(|d| (d.lba, d.blocks, d.wrong.clone(), d.repaired)).collect();
+    assert_eq!(
+        got,
+        vec![(5 * 4 + 2, 1, vec![3], false), (12 * 4, 4, vec![6], false), (20 * 4, 4, vec![], false)],
+        "{found:?}"
+    );
+    assert!(found.listed[1].what.contains("parity strip 0"), "{:?}", found.listed[1]);
+
+    let fixed = o.vol.check(true, &CheckProgress::new(0)).await.unwrap();
+    assert_eq!((fixed.differences, fixed.repaired), (3, 3), "{fixed:?}");
+    c.assert_consistent().await;
+    let blocks = read_all(&o.vol).await;
+    for (lba, b) in blocks.iter().enumerate() {
+        assert_eq!(writer_of(b, lba as u64), Some(1), "block {lba} after the repair");
+    }
+    assert_eq!(o.vol.check(false, &CheckProgress::new(0)).await.unwrap().differences, 0);
+}

@@ -78,6 +78,7 @@ async fn a_node_whose_lease_ends_is_no_longer_live() {
             node: NodeId(2),
             regions_left: 12,
             bytes_left: 12 << 20,
+            bytes_total: 64 << 20,
             filling: true,
         }],
         drives: vec![strata_pool::registry::DriveRecord {
@@ -88,6 +89,7 @@ async fn a_node_whose_lease_ends_is_no_longer_live() {
         }],
         held_bytes: [(7, 1 << 30)].into(),
         rebuild_bytes_per_sec: 5 << 20,
+        api: Some("10.0.0.9:7420".parse().unwrap()),
     };
     register(&c, P, &rec, lease.id).await.unwrap();
     assert_eq!(live_nodes(&c, P).await.unwrap(), vec![rec]);

@@ -467,3 +467,60 @@ async fn a_replica_that_restarts_before_a_flush_is_refilled_where_it_may_have_lo
     o.vol.flush().await.unwrap();
     assert!(c.replicas_agree().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_finds_a_corrupt_copy_names_its_node_and_a_repair_restores_the_majority() {
+    use strata_pool::check::CheckProgress;
+    let c = Cluster::new();
+    let o = c.open(NodeId(1)).await.unwrap();
+    for i in 0..16u64 {
+        write(&o.vol, i * 200, i, 8).await.unwrap();
+    }
+    o.vol.flush().await.unwrap();
+    let progress = CheckProgress::new(BLOCKS * u64::from(BS));
+    let clean = o.vol.check(false, &progress).await.unwrap();
+    assert_eq!((clean.differences, clean.bytes_unchecked), (0, 0), "{clean:?}");
+    assert_eq!(clean.bytes_checked, BLOCKS * u64::from(BS));
+    assert_eq!(progress.get(), (BLOCKS * u64::from(BS), BLOCKS * u64::from(BS)));
+
+    // Behind the owner's back: node 3's copy of block 1203 rots.
+    let (lba, before) = (1203, c.block(2, 1203).await);
+    c.devices[2].write(lba, IoBuf::from_slice(&vec![0x5a; BS as usize]), false).await.1.unwrap();
+    // Checks run while hosts write elsewhere: those are not differences.
+    let busy = {
+        let vol = o.vol.clone();
+        tokio::spawn(async move {
+            for i in 0..200u64 {
+                write(&vol, 3000 + i % 64, 1000 + i, 1).await.unwrap();
+            }
+        })
+    };
+    let found = o.vol.check(false, &CheckProgress::new(0)).await.unwrap();
+    busy.await.unwrap();
+    assert_eq!(found.differences, 1, "{found:?}");
+    let d = &found.listed[0];
+    assert_eq!((d.lba, d.blocks, d.wrong.clone(), d.repaired), (lba, 1, vec![3], false), "{d:?}");
+    assert!(c.block(2, lba).await != before, "a check alone writes nothing");
+
+    let fixed = o.vol.check(true, &CheckProgress::new(0)).await.unwrap();
+    assert_eq!((fixed.differences, fixed.repaired), (1, 1), "{fixed:?}");
+    assert!(fixed.clean());
+    assert_eq!(c.block(2, lba).await, before, "the majority's value is back on node 3");
+    assert!(c.replicas_agree().await);
+    assert_eq!(o.vol.check(false, &CheckProgress::new(0)).await.unwrap().differences, 0);
+}
+
+#[tokio::test]
+async fn a_check_with_one_copy_in_sync_compares_nothing_and_says_so() {
+    use strata_pool::check::CheckProgress;
+    let c = Cluster::new();
+    let o = c.open(NodeId(1)).await.unwrap();
+    write(&o.vol, 0, 1, 4).await.unwrap();
+    for f in &o.faulty[1..] {
+        f.down.store(true, SeqCst);
+    }
+    // The writes that find them down take them out of the in-sync set.
+    write(&o.vol, 0, 2, 4096).await.unwrap();
+    let r = o.vol.check(false, &CheckProgress::new(0)).await.unwrap();
+    assert_eq!((r.bytes_checked, r.bytes_unchecked, r.differences), (0, BLOCKS * u64::from(BS), 0), "{r:?}");
+}

@@ -206,6 +206,16 @@ async fn handle(node: &Node, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 Err(e) => node_error(e),
             }
         }
+        (_, ["api", "v1", "volumes", name, "check"]) => match node.get_volume(name).await {
+            Ok(_) => error(
+                StatusCode::CONFLICT,
+                format!(
+                    "{name} is a volume of strata serve: one copy on one machine, with nothing to compare it with; \
+                     strata volume check compares the copies or shards of a pool volume (strata node)"
+                ),
+            ),
+            Err(e) => node_error(e),
+        },
         (&Method::GET, ["api", "v1", "volumes", name]) => match node.get_volume(name).await {
             Ok(v) => reply(StatusCode::OK, json!(v)),
             Err(e) => node_error(e),

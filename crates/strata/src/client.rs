@@ -53,6 +53,46 @@ fn request_within(
 }
 
 async fn exchange(base: &str, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+    let (status, json, bytes) = send(base, method, path, body).await?;
+    if !status.is_success() {
+        let msg = match &json {
+            Some(v) => v.get("error").and_then(Value::as_str).unwrap_or("(no message)").to_owned(),
+            None => String::from_utf8_lossy(&bytes).trim().to_owned(),
+        };
+        bail!("{msg} (HTTP {})", status.as_u16());
+    }
+    json.context("API answer is not JSON")
+}
+
+/// Sends `method path` to another node's API at `base` from inside a
+/// node (which runs a runtime already) and returns its status and JSON
+/// answer as they are, within `timeout`: a node answers for a volume
+/// another node owns by asking that one.
+///
+/// # Errors
+///
+/// The other node cannot be reached, does not answer in time, or answers
+/// something that is not JSON.
+pub async fn forward(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    timeout: Duration,
+) -> anyhow::Result<(u16, Value)> {
+    let (status, json, _) = tokio::time::timeout(timeout, send(base, method, path, body))
+        .await
+        .map_err(|_| anyhow!("the strata API at {base} did not answer within {timeout:?}"))??;
+    Ok((status.as_u16(), json.context("API answer is not JSON")?))
+}
+
+/// One request: the answer's status, its JSON (if it is JSON) and bytes.
+async fn send(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> anyhow::Result<(hyper::StatusCode, Option<Value>, Bytes)> {
     let hostport = base.strip_prefix("http://").unwrap_or(base).trim_end_matches('/');
     let stream = tokio::net::TcpStream::connect(hostport).await.with_context(|| {
         format!("cannot reach the strata API at {base}: is `strata serve` running? (--api or STRATA_API)")
@@ -77,14 +117,7 @@ async fn exchange(base: &str, method: &str, path: &str, body: Option<&Value>) ->
     let bytes = resp.into_body().collect().await.context("reading the API answer")?.to_bytes();
     let json: Option<Value> =
         if bytes.trim_ascii().is_empty() { Some(Value::Null) } else { serde_json::from_slice(&bytes).ok() };
-    if !status.is_success() {
-        let msg = match &json {
-            Some(v) => v.get("error").and_then(Value::as_str).unwrap_or("(no message)").to_owned(),
-            None => String::from_utf8_lossy(&bytes).trim().to_owned(),
-        };
-        bail!("{msg} (HTTP {})", status.as_u16());
-    }
-    json.context("API answer is not JSON")
+    Ok((status, json, bytes))
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use strata_pool::cluster::{
 };
 use strata_pool::erasure::{EcParts, ErasureVolume, LocalShard, Shard, Stripes, UndoDevice};
 use strata_pool::fabric::{FabricLink, FabricReplica, fabric_nqn};
-use strata_pool::placement::{NodeState, PlacementMap, PlacementTable, Protection};
+use strata_pool::placement::{FailureDomain, NodeState, PlacementMap, PlacementTable, Protection};
 use strata_pool::registry::{
     DriveRecord, NodeRecord, PoolSettings, ResyncProgress, live_nodes, map_at, register, update_map, volume_allocated,
 };
@@ -87,6 +87,19 @@ struct Claim<'a> {
     moving: Option<(strata_pool::NextLayout, Arc<PlacementLayout>, BTreeSet<NodeId>)>,
 }
 
+/// A volume taken over, ready to open on a task of its own.
+struct Opening {
+    rec: VolumeRecord,
+    keys: VolumeKeys,
+    token: OwnerToken,
+    membership: strata_pool::Membership,
+    layout: Arc<PlacementLayout>,
+    regions: Regions,
+    stripes: Option<Stripes>,
+    handles: Added,
+    moving: Option<Moving>,
+}
+
 /// A volume this node owns and serves.
 struct Owned {
     vol: Arc<dyn PoolVolume>,
@@ -144,6 +157,15 @@ struct State {
     volume_errors: HashMap<u64, String>,
     /// Volumes seen without an owner, since when.
     orphaned: HashMap<u64, std::time::Instant>,
+    /// Volumes taken over and being opened (see `take_over`).
+    opening: std::collections::HashSet<u64>,
+    /// The size of each fill this node's volumes run (volume, node,
+    /// whether it fills a move rather than catches up): the most it had
+    /// left since it began.
+    fill_sizes: HashMap<(u64, NodeId, bool), u64>,
+    /// When this node last got a new lease after losing one (etcd was out
+    /// of reach, or froze, for longer than the lease).
+    rejoined: Option<std::time::Instant>,
 }
 
 /// One node of a cluster.
@@ -167,6 +189,17 @@ pub struct ClusterNode {
     identity: crate::identity::NodeIdentity,
     /// The node's data dir.
     data_dir: std::path::PathBuf,
+    /// Volume checks this node ran as owner.
+    checks: crate::volume_check::Checks,
+}
+
+/// Who answers a request about a volume: this node (it owns the volume),
+/// or the owner's API at this address.
+pub enum Answer {
+    /// This node's answer.
+    Here(serde_json::Value),
+    /// Ask the owner there.
+    Owner(SocketAddr),
 }
 
 /// A volume's protection, `rep:N` or `ec:K+M`.
@@ -245,14 +278,15 @@ impl ClusterNode {
             host_cfg,
             state: tokio::sync::Mutex::new(State::default()),
             throttle: Arc::new(Throttle::new(PoolSettings::default().rebuild_bytes_per_sec())),
+            checks: Default::default(),
         })
     }
 
     /// Runs the reconcile loop. When the node's lease is lost (etcd
-    /// unreachable for longer than its TTL, as in a network partition) it
-    /// stops serving every volume it owned at once, since another node
-    /// may take them over, then gets a new lease as soon as etcd answers
-    /// and joins again; its replicas are resynced by their owners.
+    /// unreachable, or frozen, for longer than its TTL) its volumes go on
+    /// while their replicas' promises hold (an owner cut off from its
+    /// replicas stops on its own), it gets a new lease as soon as etcd
+    /// answers and takes its owner keys back (see `reclaim`).
     ///
     /// Returns only when the node may not go on: when it comes back, etcd
     /// holds another cluster, has removed it, or another process runs it.
@@ -313,6 +347,7 @@ impl ClusterNode {
                 Ok((lease, strata_pool::registry::NodeClaim::Ours)) => {
                     tracing::info!(lease = ?lease.id, "a new lease: joining the cluster again");
                     *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(self.etcd.keep_alive(lease));
+                    self.state.lock().await.rejoined = Some(std::time::Instant::now());
                     return Ok(());
                 }
                 Ok((_, strata_pool::registry::NodeClaim::Taken { instance })) => {
@@ -377,6 +412,7 @@ impl ClusterNode {
                             node,
                             regions_left,
                             bytes_left: regions_left * region,
+                            bytes_total: 0,
                             filling,
                         }
                     };
@@ -384,6 +420,13 @@ impl ClusterNode {
                     stale.chain(o.vol.filling().into_iter().map(progress(true))).collect::<Vec<_>>()
                 })
                 .collect();
+            // Each fill's size is the most it has had left since it began.
+            let sizes = std::mem::take(&mut st.fill_sizes);
+            for r in &mut me.resyncing {
+                let total = sizes.get(&(r.volume, r.node, r.filling)).copied().unwrap_or(0).max(r.bytes_left);
+                r.bytes_total = total;
+                st.fill_sizes.insert((r.volume, r.node, r.filling), total);
+            }
             let rebuilt: u64 =
                 st.owned.values().map(|o| o.vol.stats().bytes_rebuilt.load(std::sync::atomic::Ordering::Relaxed)).sum();
             let now = std::time::Instant::now();
@@ -623,9 +666,7 @@ impl ClusterNode {
                 } else {
                     tracing::warn!(volume = %rec.name, "this owner was fenced: giving the volume up");
                 }
-                if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
-                    tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
-                }
+                self.give_up(rec, &keys, &t).await;
             }
             // Drained off this node and settled: hand the volume to a
             // node that holds it (after a flush, so nothing is lost;
@@ -639,15 +680,10 @@ impl ClusterNode {
                     && st.owned.get(&rec.id).is_some_and(|o| o.vol.filling().is_empty()) =>
             {
                 if let Some(o) = st.owned.remove(&rec.id) {
-                    if let Err(e) = o.vol.flush().await {
-                        tracing::warn!(volume = %rec.name, "flush before handing the volume over: {e}");
-                    }
                     self.target.remove_subsystem(&o.nqn);
-                    o.vol.end_promises().await;
-                }
-                tracing::info!(volume = %rec.name, "this node holds none of the volume: handing it to a holder");
-                if let Err(e) = strata_pool::cluster::release(&self.etcd, &keys, &t).await {
-                    tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
+                    tracing::info!(volume = %rec.name, "this node holds none of the volume: handing it to a holder");
+                    let (this, rec, keys) = (self.clone(), rec.clone(), keys.clone());
+                    tokio::spawn(async move { this.hand_over(&rec, &keys, &t, o.vol).await });
                 }
             }
             Some(t) if t.node == self.me.id => {
@@ -660,6 +696,12 @@ impl ClusterNode {
                 if let Some(o) = st.owned.get(&rec.id) {
                     let allocated = volume_allocated(nodes.values(), rec.id, protection);
                     o.vol.stats().allocated_bytes.store(allocated, std::sync::atomic::Ordering::Relaxed);
+                    // A newer placement while a fill runs: the fill gives
+                    // way, so that the move is retargeted now rather than
+                    // after it (an undrain cancels a drain).
+                    if mv.is_some() && o.resyncing.try_lock().is_err() {
+                        o.vol.interrupt_fill();
+                    }
                     self.tend(rec.id, o, nodes, &state.in_sync, mv);
                 }
             }
@@ -676,6 +718,8 @@ impl ClusterNode {
             // replica, so that it does not start degraded.
             None if state.epoch == 0
                 && holders.iter().any(|h| nodes.get(h).is_some_and(|n| !n.held.contains(&rec.id))) => {}
+            // Being opened here already.
+            _ if st.opening.contains(&rec.id) => {}
             None if holders.contains(&self.me.id) && state.in_sync.contains(&self.me.id) => {
                 // Not before enough of its in-sync nodes are up to
                 // serve every chunk (a takeover would only fail, and
@@ -694,8 +738,12 @@ impl ClusterNode {
                 // Its last owner is alive: its key went with a lease that
                 // ended while etcd was out of reach, and it takes it back
                 // at its next pass. Give it that pass before taking over.
+                // When this node has just rejoined too, every lease ended
+                // together (etcd froze) and the last owner may not have a
+                // record yet: it is given the pass all the same.
                 let since = *st.orphaned.entry(rec.id).or_insert_with(std::time::Instant::now);
-                if state.owner.is_some_and(|o| o != self.me.id && nodes.contains_key(&o))
+                let rejoined = st.rejoined.is_some_and(|t| t.elapsed() < 2 * RECLAIM_GRACE);
+                if state.owner.is_some_and(|o| o != self.me.id && (rejoined || nodes.contains_key(&o)))
                     && since.elapsed() < RECLAIM_GRACE
                 {
                     return Ok(());
@@ -709,11 +757,8 @@ impl ClusterNode {
                     nodes,
                     moving: recorded.map(|(target, l)| (target, l, recorded_holders)),
                 };
-                match self.take_over(st, claim).await {
-                    Ok(o) => {
-                        st.owned.insert(rec.id, o);
-                    }
-                    Err(e) => tracing::info!(volume = %rec.name, "not taking the volume over: {e:#}"),
+                if let Err(e) = self.take_over(st, claim).await {
+                    tracing::info!(volume = %rec.name, "not taking the volume over: {e:#}");
                 }
             }
             None => {}
@@ -798,42 +843,93 @@ impl ClusterNode {
         link
     }
 
-    async fn take_over(&self, st: &mut State, claim: Claim<'_>) -> anyhow::Result<Owned> {
-        let (rec, keys) = (claim.rec, claim.keys);
-        let (membership, token) = acquire(&self.etcd, keys, rec.id, self.me.id, self.lease().id()).await?;
+    /// Takes volume `claim.rec` over: acquires it in etcd (epoch bump) and
+    /// builds its handles now, and opens it (fence, roll back or repair,
+    /// promises) on a task of its own, which can take long (a busy volume's
+    /// dirty regions) and must not be cut short by the pass's bound or
+    /// hold up the other volumes. The task serves the volume when it is
+    /// open, or gives it up.
+    async fn take_over(self: &Arc<Self>, st: &mut State, claim: Claim<'_>) -> anyhow::Result<()> {
+        let (rec, keys) = (claim.rec.clone(), claim.keys.clone());
+        let (membership, token) = acquire(&self.etcd, &keys, rec.id, self.me.id, self.lease().id()).await?;
         tracing::info!(volume = %rec.name, epoch = membership.epoch, "took the volume over");
-        let opened = self.open_owned(st, claim, membership, &token).await;
-        if opened.is_err() {
-            // Do not sit on a volume we cannot serve until our lease ends.
-            if let Err(e) = strata_pool::cluster::release(&self.etcd, keys, &token).await {
-                tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
+        let opening = match self.prepare_open(st, claim, membership, &token) {
+            Ok(o) => o,
+            Err(e) => {
+                self.give_up(&rec, &keys, &token).await;
+                return Err(e);
             }
-        }
-        opened
+        };
+        st.opening.insert(rec.id);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let opened = this.open_owned(opening).await;
+            let mut st = this.state.lock().await;
+            st.opening.remove(&rec.id);
+            match opened {
+                Ok(o) => {
+                    st.owned.insert(rec.id, o);
+                }
+                Err(e) => {
+                    drop(st);
+                    tracing::info!(volume = %rec.name, "could not open the volume it took over: {e:#}");
+                    // Do not sit on a volume we cannot serve until our
+                    // lease ends.
+                    this.give_up(&rec, &keys, &token).await;
+                }
+            }
+        });
+        Ok(())
     }
 
-    async fn open_owned(
+    /// Hands volume `rec` (no longer served to hosts) to the node that
+    /// takes it over next: lets the writes still running end, flushes,
+    /// cleans its dirty-region log (so that the next owner has nothing to
+    /// repair), ends its replicas' promises and gives the key up.
+    async fn hand_over(&self, rec: &VolumeRecord, keys: &VolumeKeys, token: &OwnerToken, vol: Arc<dyn PoolVolume>) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while vol.writes_running() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        match vol.flush().await {
+            Ok(()) => {
+                for _ in 0..2 {
+                    if let Err(e) = vol.clean(Duration::ZERO).await {
+                        tracing::warn!(volume = %rec.name, "cleaning the log before handing the volume over: {e}");
+                        break;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(volume = %rec.name, "flush before handing the volume over: {e}"),
+        }
+        vol.end_promises().await;
+        self.give_up(rec, keys, token).await;
+    }
+
+    /// Releases volume `rec`'s owner key (held with `token`) for good: the
+    /// other nodes may take it over at once (no grace for a live owner).
+    async fn give_up(&self, rec: &VolumeRecord, keys: &VolumeKeys, token: &OwnerToken) {
+        if let Err(e) = strata_pool::cluster::release_for_good(&self.etcd, keys, rec.id, token).await {
+            tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
+        }
+    }
+
+    /// What opening a volume just taken over needs from the node's state:
+    /// its handles (and those of a move in progress), its layout and log
+    /// regions.
+    fn prepare_open(
         &self,
         st: &mut State,
         claim: Claim<'_>,
         membership: strata_pool::Membership,
         token: &OwnerToken,
-    ) -> anyhow::Result<Owned> {
+    ) -> anyhow::Result<Opening> {
         let Claim { rec, keys, layout, protection, holders, nodes, moving } = claim;
         let stripes = stripes_of(protection, rec.block_size);
         // The log's regions cover what each node holds: the volume, or a
         // shard of it.
         let span = span_of(rec, protection);
         let regions = Regions::for_volume(span, layout.chunk_bytes());
-        let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, token, regions));
-        // The log etcd holds, and the notes an owner kept on the replicas
-        // while etcd was out of reach.
-        let notes = self.load_notes(st, rec, stripes.is_some(), &membership, nodes).await;
-        let drl = DirtyRegionLog::new(regions, ev.load_drl_with(&notes).await?, ev.clone());
-        let geometry = strata_block::Geometry {
-            block_size: rec.block_size,
-            num_blocks: rec.size_bytes / u64::from(rec.block_size),
-        };
         // Every node that holds a chunk, and those a move in progress
         // brings in (a dead node's handle fails at once, so the volume
         // drops it when it fences; its link finds the node when it is
@@ -844,11 +940,36 @@ impl ClusterNode {
             let plan = MovePlan::new(&*layout, &*next, span, regions, stripes.is_some());
             Moving { next, target, plan, positional: stripes.is_some() }
         });
+        let handles = self.handles(st, rec, stripes.is_some(), all.into_iter(), nodes)?;
+        Ok(Opening {
+            rec: rec.clone(),
+            keys: keys.clone(),
+            token: token.clone(),
+            membership,
+            layout,
+            regions,
+            stripes,
+            handles,
+            moving,
+        })
+    }
+
+    async fn open_owned(&self, opening: Opening) -> anyhow::Result<Owned> {
+        let Opening { rec, keys, token, membership, layout, regions, stripes, handles, moving } = opening;
+        let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, &token, regions));
+        // The log etcd holds, and the notes an owner kept on the replicas
+        // while etcd was out of reach.
+        let notes = load_notes(&handles, &membership).await;
+        let drl = DirtyRegionLog::new(regions, ev.load_drl_with(&notes).await?, ev.clone());
+        let geometry = strata_block::Geometry {
+            block_size: rec.block_size,
+            num_blocks: rec.size_bytes / u64::from(rec.block_size),
+        };
         if let Some(mv) = &moving {
             tracing::info!(volume = %rec.name, map_epoch = mv.target.map_epoch, "going on with the move in progress");
         }
         let local = self.me.id;
-        let kind = match (stripes, self.handles(st, rec, stripes.is_some(), all.into_iter(), nodes)?) {
+        let kind = match (stripes, handles) {
             (None, Added::Replicas(replicas)) => {
                 let control = ev.clone();
                 let parts = VolumeParts { geometry, local, layout, replicas, membership, drl, control, moving };
@@ -875,40 +996,7 @@ impl ClusterNode {
         sub.add_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
         self.target.add_subsystem(sub)?;
         tracing::info!(volume = %rec.name, "serving the volume");
-        Ok(Owned {
-            vol,
-            kind,
-            nqn: rec.nqn.clone(),
-            resyncing: Arc::new(tokio::sync::Mutex::new(())),
-            token: token.clone(),
-        })
-    }
-
-    /// The notes the in-sync nodes of `rec` keep for its owners, each from
-    /// its node at the new owner's epoch (within a few seconds; a node that
-    /// does not answer is left out, and its replica with it, at the fence).
-    async fn load_notes(
-        &self,
-        st: &mut State,
-        rec: &VolumeRecord,
-        shards: bool,
-        membership: &strata_pool::Membership,
-        nodes: &BTreeMap<NodeId, NodeRecord>,
-    ) -> Vec<(NodeId, Vec<u8>)> {
-        let ids: Vec<NodeId> = membership.in_sync.iter().copied().collect();
-        let handles: Vec<Arc<dyn Replica>> = match self.handles(st, rec, shards, ids.iter().copied(), nodes) {
-            Ok(Added::Replicas(r)) => r,
-            Ok(Added::Shards(s)) => s.into_iter().map(|s| s as Arc<dyn Replica>).collect(),
-            Err(_) => return Vec::new(),
-        };
-        let epoch = membership.epoch;
-        let loads = handles.iter().map(|h| async move {
-            match tokio::time::timeout(Duration::from_secs(3), h.load_note(epoch)).await {
-                Ok(Ok(note)) => Some((h.node(), note)),
-                _ => None,
-            }
-        });
-        futures_util::future::join_all(loads).await.into_iter().flatten().collect()
+        Ok(Owned { vol, kind, nqn: rec.nqn.clone(), resyncing: Arc::new(tokio::sync::Mutex::new(())), token })
     }
 
     /// Handles of the copies (`shards` false) or shards of `rec` that
@@ -1057,13 +1145,11 @@ impl ClusterNode {
     /// Logs a warning when the pool's fill crosses a threshold upwards
     /// (once per threshold, again after it fell below).
     fn warn_fill(&self, st: &mut State, map: &PlacementMap, live: &BTreeMap<NodeId, NodeRecord>, s: &PoolSettings) {
-        let raw: u64 = map.nodes().iter().filter(|n| n.state == NodeState::Up).map(|n| n.weight).sum();
-        let allocated: u64 = live.values().map(|n| n.allocated_bytes).sum();
-        let percent = if raw == 0 { 0.0 } else { allocated as f64 * 100.0 / raw as f64 };
-        let crossed = s.fill_warn_percent.iter().copied().filter(|&t| percent >= f64::from(t)).max().unwrap_or(0);
+        let fill = pool_fill(map, live);
+        let crossed = fill.crossed(&s.fill_warn_percent);
         if crossed > st.fill_warned {
-            for w in fill_warnings(s, percent) {
-                tracing::warn!(fill_percent = percent, threshold = crossed, "{w}");
+            for w in fill.warnings(&s.fill_warn_percent, &[s.balance_for]) {
+                tracing::warn!(fill_percent = fill.percent(), threshold = crossed, "{w}");
             }
         }
         st.fill_warned = crossed;
@@ -1121,19 +1207,13 @@ impl ClusterNode {
     }
 }
 
-/// The fill warnings the pool's fill (percent of raw capacity allocated)
-/// raises: one for the highest threshold it crossed.
-fn fill_warnings(settings: &PoolSettings, fill_percent: f64) -> Vec<String> {
-    let crossed = settings.fill_warn_percent.iter().copied().filter(|&t| fill_percent >= f64::from(t)).max();
-    crossed
-        .map(|t| {
-            format!(
-                "the pool is {fill_percent:.1}% full (warning threshold {t}%): add nodes or free space; writes fail \
-                 with Capacity Exceeded when the drives of a chunk are full"
-            )
-        })
-        .into_iter()
-        .collect()
+/// The fill of the nodes that take new data: up in `map`, with a live
+/// record.
+fn pool_fill(map: &PlacementMap, live: &BTreeMap<NodeId, NodeRecord>) -> crate::fill::Fill {
+    crate::fill::Fill::of(map.nodes().iter().filter(|n| n.state == NodeState::Up).filter_map(|n| {
+        let rec = live.get(&n.id)?;
+        Some(crate::fill::NodeFill { name: n.name.clone(), capacity: n.weight, allocated: rec.allocated_bytes })
+    }))
 }
 
 /// A change of the pool's settings: the fields given replace the stored
@@ -1149,6 +1229,9 @@ pub struct SettingsPatch {
     pub fill_warn_percent: Option<Vec<u8>>,
     /// The protection the balancer evens out, e.g. `rep:3`, `ec:4+2`.
     pub balance_for: Option<String>,
+    /// The failure domain: `node`, or a label key such as `rack`. Kept
+    /// in the placement map (a change moves data), not in the settings.
+    pub failure_domain: Option<String>,
 }
 
 impl SettingsPatch {
@@ -1164,6 +1247,7 @@ impl SettingsPatch {
             rebuild_mbps: f.rebuild_mbps,
             fill_warn_percent: f.fill_warn,
             balance_for: f.balance_for,
+            failure_domain: None,
         })
     }
 
@@ -1371,6 +1455,72 @@ impl ClusterNode {
         Ok(serde_json::json!({"name": rec.name, "id": rec.id, "deleted": true}))
     }
 
+    /// Starts a check of volume `name`'s copies or shards (with
+    /// `repair`, a repair of what differs) on its owner: here, or says
+    /// where the owner is.
+    ///
+    /// # Errors
+    ///
+    /// [`NodeError::NotFound`]; [`NodeError::Conflict`] while a check
+    /// runs or while no node serves the volume; etcd errors.
+    pub async fn start_check(&self, name: &str, repair: bool) -> Result<Answer, NodeError> {
+        let rec = self.volume_record(name).await?;
+        match self.served_here(rec.id).await {
+            Some(vol) => Ok(Answer::Here(self.checks.start(rec.id, &rec.name, vol, repair)?)),
+            None => self.owner_api(&rec).await.map(Answer::Owner),
+        }
+    }
+
+    /// The last check of volume `name` its owner ran: here, or says where
+    /// the owner is.
+    ///
+    /// # Errors
+    ///
+    /// [`NodeError::NotFound`] for no such volume or no check run by
+    /// its owner; [`NodeError::Conflict`] while no node serves it.
+    pub async fn check_status(&self, name: &str) -> Result<Answer, NodeError> {
+        let rec = self.volume_record(name).await?;
+        if self.served_here(rec.id).await.is_none() {
+            return self.owner_api(&rec).await.map(Answer::Owner);
+        }
+        self.checks.get(rec.id).map(Answer::Here).ok_or_else(|| {
+            NodeError::NotFound(format!(
+                "no check of {name} has run on its owner ({}) since it took the volume over: start one with \
+                 strata volume check {name}",
+                self.me.name
+            ))
+        })
+    }
+
+    async fn volume_record(&self, name: &str) -> Result<VolumeRecord, NodeError> {
+        self.meta.get_volume(name).await?.ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))
+    }
+
+    /// Volume `id` if this node serves it now.
+    async fn served_here(&self, id: u64) -> Option<Arc<dyn PoolVolume>> {
+        let st = self.state.lock().await;
+        st.owned.get(&id).filter(|o| !o.vol.is_fenced()).map(|o| o.vol.clone())
+    }
+
+    /// The API of the node that owns `rec` now.
+    async fn owner_api(&self, rec: &VolumeRecord) -> Result<SocketAddr, NodeError> {
+        let internal = |e: strata_meta::etcd::EtcdError| NodeError::Internal(e.into());
+        let keys = VolumeKeys::new(&self.prefix, rec.id);
+        let owner: Option<OwnerToken> =
+            self.etcd.get(&keys.owner).await.map_err(internal)?.and_then(|kv| serde_json::from_slice(&kv.value).ok());
+        let not_served =
+            || NodeError::Conflict(format!("no node serves volume {} now; try again once one does", rec.name));
+        let owner = owner.ok_or_else(not_served)?;
+        if owner.node == self.me.id {
+            return Err(not_served());
+        }
+        let live = live_nodes(&self.etcd, &self.prefix).await.map_err(|e| NodeError::Internal(e.into()))?;
+        let node = live.into_iter().find(|n| n.id == owner.node).ok_or_else(not_served)?;
+        node.api.ok_or_else(|| {
+            NodeError::Conflict(format!("the owner of {}, {}, runs a version without this API", rec.name, node.name))
+        })
+    }
+
     /// Volume `name` as pool status shows it.
     ///
     /// # Errors
@@ -1388,6 +1538,11 @@ impl ClusterNode {
     /// one. Every node applies them at its next pass.
     pub async fn update_settings(&self, patch: SettingsPatch) -> Result<serde_json::Value, NodeError> {
         let internal = |e: strata_pool::cluster::ClusterError| NodeError::Internal(e.into());
+        // The failure domain first: refused, it changes nothing else.
+        if let Some(d) = &patch.failure_domain {
+            let d = FailureDomain::parse(d).map_err(|e| NodeError::Invalid(format!("failure_domain: {e}")))?;
+            self.set_failure_domain(&d).await?;
+        }
         let mut s = strata_pool::registry::settings(&self.etcd, &self.prefix).await.map_err(internal)?;
         let before = s.balance_for;
         patch.apply(&mut s)?;
@@ -1398,7 +1553,52 @@ impl ClusterNode {
             let map = strata_pool::registry::rebalance(&self.etcd, &self.prefix).await.map_err(internal)?;
             tracing::info!(epoch = map.epoch(), remaps = map.remaps().len(), "placement map rebalanced");
         }
-        Ok(serde_json::to_value(&s).unwrap_or_default())
+        self.settings().await
+    }
+
+    /// Places the pool by failure domain `domain` from now on: a new map
+    /// epoch, to which every volume moves (online, as for a drain).
+    /// Refused, naming the volumes, when some volume could not be placed
+    /// with one copy or shard per domain.
+    ///
+    /// # Errors
+    ///
+    /// [`NodeError::Conflict`] for a domain some volume cannot honour or
+    /// a node lacks the label of; etcd errors.
+    async fn set_failure_domain(&self, domain: &FailureDomain) -> Result<PlacementMap, NodeError> {
+        let volumes = self.protections().await?;
+        let refused = std::sync::Mutex::new(None);
+        let map = update_map(&self.etcd, &self.prefix, |m| {
+            if m.failure_domain() == domain {
+                return Ok(None);
+            }
+            let vols = volumes.iter().map(|(v, p)| (v.as_str(), *p));
+            match strata_pool::placement::check_failure_domain(m, domain, vols) {
+                Ok(next) => Ok(Some(next)),
+                Err(why) => {
+                    *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
+                    Err(strata_pool::cluster::ClusterError::Contention(0))
+                }
+            }
+        })
+        .await
+        .map_err(|e| match refused.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(why) => NodeError::Conflict(why),
+            None => NodeError::Internal(e.into()),
+        })?;
+        tracing::info!(%domain, epoch = map.epoch(), "the pool's failure domain changed: volumes move to the new map");
+        Ok(map)
+    }
+
+    /// Every volume's name and protection.
+    async fn protections(&self) -> Result<Vec<(String, Protection)>, NodeError> {
+        let mut volumes = Vec::new();
+        for rec in self.meta.list_volumes().await? {
+            let keys = VolumeKeys::new(&self.prefix, rec.id);
+            let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
+            volumes.push((rec.name, protection_of(&state.protection).map_err(NodeError::Internal)?));
+        }
+        Ok(volumes)
     }
 
     /// Stores `wanted` (the config file's `[pool]` table) as the pool's
@@ -1435,7 +1635,15 @@ impl ClusterNode {
         let s = strata_pool::registry::settings(&self.etcd, &self.prefix)
             .await
             .map_err(|e| NodeError::Internal(e.into()))?;
-        Ok(serde_json::to_value(&s).unwrap_or_default())
+        let mut v = serde_json::to_value(&s).unwrap_or_default();
+        // The failure domain lives in the placement map.
+        if let Some((map, _)) = strata_pool::registry::current_map(&self.etcd, &self.prefix)
+            .await
+            .map_err(|e| NodeError::Internal(e.into()))?
+        {
+            v["failure_domain"] = serde_json::json!(map.failure_domain().to_string());
+        }
+        Ok(v)
     }
 
     /// Marks node `name` out of the placement map: every volume moves its
@@ -1449,12 +1657,7 @@ impl ClusterNode {
     /// [`NodeError::Conflict`] for a drain that cannot be completed,
     /// [`NodeError::NotFound`], etcd errors.
     pub async fn drain_node(&self, name: &str) -> Result<serde_json::Value, NodeError> {
-        let mut volumes = Vec::new();
-        for rec in self.meta.list_volumes().await? {
-            let keys = VolumeKeys::new(&self.prefix, rec.id);
-            let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
-            volumes.push((rec.name, protection_of(&state.protection).map_err(NodeError::Internal)?));
-        }
+        let volumes = self.protections().await?;
         let check = |m: &PlacementMap, id: NodeId| {
             strata_pool::placement::check_drain(m, id, volumes.iter().map(|(v, p)| (v.as_str(), *p)))
                 .map_err(|e| e.to_string())
@@ -1638,6 +1841,7 @@ impl ClusterNode {
         }
         let mut volumes = Vec::new();
         let mut provisioned = 0u64;
+        let mut protections = BTreeMap::new();
         for rec in self.meta.list_volumes().await? {
             let keys = VolumeKeys::new(&self.prefix, rec.id);
             let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
@@ -1647,6 +1851,7 @@ impl ClusterNode {
                 None => None,
             };
             let Ok(protection) = protection_of(&state.protection) else { continue };
+            protections.insert(protection.to_string(), protection);
             let (placed, next) = {
                 let mut st = self.state.lock().await;
                 let placed = self.layout_at(&mut st, &rec, protection, state.map_epoch, &state.slots).await?;
@@ -1692,12 +1897,21 @@ impl ClusterNode {
             } else {
                 "healthy"
             };
+            let owner_rec = owner.as_ref().and_then(|o| live.get(&o.node));
             volumes.push(json!({
                 "name": rec.name,
                 "id": rec.id,
                 "size_bytes": rec.size_bytes,
+                "size": strata_meta::format_size(rec.size_bytes),
+                "block_size": rec.block_size,
+                "nqn": rec.nqn,
+                "uuid": rec.uuid_string(),
                 "protection": state.protection,
                 "owner": owner.as_ref().map(|o| o.node.0),
+                "owner_name": owner_rec.map(|n| n.name.clone()),
+                // Where hosts connect while it is served (discovery on
+                // any node lists it there).
+                "address": owner_rec.filter(|_| served).map(|n| n.listen.to_string()),
                 "epoch": state.epoch,
                 "replicas": all.iter().map(|n| n.0).collect::<Vec<_>>(),
                 "in_sync": state.in_sync.iter().map(|n| n.0).collect::<Vec<_>>(),
@@ -1715,6 +1929,7 @@ impl ClusterNode {
                         "kind": if r.filling { "rebuild" } else { "resync" },
                         "regions_left": r.regions_left,
                         "bytes_left": r.bytes_left,
+                        "bytes_total": r.bytes_total.max(r.bytes_left),
                         "rate_bytes_per_sec": rate,
                         "eta_secs": (rate > 0).then(|| r.bytes_left.div_ceil(rate)),
                     }))
@@ -1723,7 +1938,12 @@ impl ClusterNode {
         }
         let settings = strata_pool::registry::settings(&self.etcd, &self.prefix).await.unwrap_or_default();
         let fill_percent = if raw == 0 { 0.0 } else { allocated as f64 * 100.0 / raw as f64 };
-        let warnings: Vec<String> = fill_warnings(&settings, fill_percent);
+        let fill = map.as_ref().map(|m| pool_fill(m, &live)).unwrap_or_default();
+        protections.insert(settings.balance_for.to_string(), settings.balance_for);
+        let protections: Vec<Protection> = protections.into_values().collect();
+        let warnings: Vec<String> = fill.warnings(&settings.fill_warn_percent, &protections);
+        let room: serde_json::Map<String, serde_json::Value> =
+            protections.iter().map(|&p| (p.to_string(), json!(fill.room(p)))).collect();
         Ok(json!({
             "node": self.me.name,
             "map_epoch": map.as_ref().map(PlacementMap::epoch),
@@ -1732,9 +1952,29 @@ impl ClusterNode {
             "settings": settings,
             "warnings": warnings,
             "totals": {"raw_bytes": raw, "provisioned_bytes": provisioned, "allocated_bytes": allocated,
-                       "free_bytes": raw.saturating_sub(allocated), "fill_percent": fill_percent},
+                       "free_bytes": raw.saturating_sub(allocated), "fill_percent": fill_percent,
+                       "effective_fill_percent": fill.percent(), "room_bytes": room,
+                       "fullest_node": fill.fullest.as_ref().map(|(n, p)| json!({"name": n, "fill_percent": p}))},
         }))
     }
+}
+
+/// The notes the in-sync nodes of a volume keep for its owners, from
+/// `handles` at the new owner's epoch (within a few seconds; a node that
+/// does not answer is left out, and its replica with it, at the fence).
+async fn load_notes(handles: &Added, membership: &strata_pool::Membership) -> Vec<(NodeId, Vec<u8>)> {
+    let list: Vec<Arc<dyn Replica>> = match handles {
+        Added::Replicas(r) => r.clone(),
+        Added::Shards(s) => s.iter().map(|s| s.clone() as Arc<dyn Replica>).collect(),
+    };
+    let epoch = membership.epoch;
+    let loads = list.iter().filter(|h| membership.in_sync.contains(&h.node())).map(|h| async move {
+        match tokio::time::timeout(Duration::from_secs(3), h.load_note(epoch)).await {
+            Ok(Ok(note)) => Some((h.node(), note)),
+            _ => None,
+        }
+    });
+    futures_util::future::join_all(loads).await.into_iter().flatten().collect()
 }
 
 /// The nodes an owner brings up to date: stale nodes that are alive, and

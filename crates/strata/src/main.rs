@@ -9,14 +9,17 @@ mod bench_cmd;
 mod client;
 mod cluster;
 mod config;
+mod fill;
 mod identity;
 mod kv_bench;
 mod kv_cmd;
 mod node;
 mod node_cmd;
 mod notes;
+mod pool_view;
 mod sim_cmd;
 mod ttft;
+mod volume_check;
 
 use std::time::Duration;
 
@@ -103,6 +106,12 @@ enum PoolCommand {
         /// nodes (that of most of the pool's data), e.g. rep:3, ec:4+2.
         #[arg(long)]
         balance_for: Option<String>,
+        /// What copies and shards of a chunk never share: `node`, or a
+        /// label key such as `rack` or `zone`. A change moves data (every
+        /// volume is placed anew); refused when some volume could not be
+        /// placed under it.
+        #[arg(long)]
+        failure_domain: Option<String>,
     },
 }
 
@@ -184,6 +193,27 @@ enum VolumeCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Compare every copy or shard of a pool volume, online, and report
+    /// where they differ (with --repair, make them agree). Runs on the
+    /// volume's owner; waits for the end, showing progress, and fails
+    /// when a difference is left.
+    Check {
+        /// Volume name.
+        name: String,
+        /// Rewrite what differs: the copy a majority holds, a strip the
+        /// others locate, or else the parity from the data.
+        #[arg(long)]
+        repair: bool,
+        /// Show the last check's state instead of starting one.
+        #[arg(long, conflicts_with = "repair")]
+        status: bool,
+        /// Start it and return at once (follow it with --status).
+        #[arg(long)]
+        no_wait: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Delete a volume and free its space.
     Delete {
         /// Volume name.
@@ -216,12 +246,16 @@ fn main() -> std::process::ExitCode {
             quiet_on_broken_pipe();
             pool_status(&api, as_json)
         }
-        Command::Pool { api, command: PoolCommand::Set { rebuild_grace, rebuild_mbps, fill_warn, balance_for } } => {
+        Command::Pool {
+            api,
+            command: PoolCommand::Set { rebuild_grace, rebuild_mbps, fill_warn, balance_for, failure_domain },
+        } => {
             let body = serde_json::json!({
                 "rebuild_grace_secs": rebuild_grace,
                 "rebuild_mbps": rebuild_mbps,
                 "fill_warn_percent": fill_warn,
                 "balance_for": balance_for,
+                "failure_domain": failure_domain,
             });
             pool_set(&api, body)
         }
@@ -305,84 +339,8 @@ fn pool_status(api: &str, as_json: bool) -> anyhow::Result<()> {
     let v = client::request(api, "GET", "/api/v1/pool", None)?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
-    }
-    println!(
-        "{:<4} {:<16} {:<9} {:>6} {:>12} {:>12}  LABELS",
-        "ID", "NODE", "STATE", "DRIVES", "CAPACITY", "ALLOCATED"
-    );
-    for n in v["nodes"].as_array().cloned().unwrap_or_default() {
-        let labels: Vec<String> = n["labels"]
-            .as_object()
-            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
-            .unwrap_or_default();
-        let drives = n["drives"].as_array().map(|d| {
-            let failed = d.iter().filter(|x| x["failed"] == true).count();
-            if failed > 0 { format!("{}({failed}!)", d.len()) } else { d.len().to_string() }
-        });
-        println!(
-            "{:<4} {:<16} {:<9} {:>6} {:>12} {:>12}  {}",
-            field(&n, "id"),
-            field(&n, "name"),
-            match n["placement"].as_str() {
-                Some("up") | None => field(&n, "state"),
-                Some(p) => format!("{}/{p}", field(&n, "state")),
-            },
-            drives.unwrap_or_else(|| "-".into()),
-            strata_meta::format_size(n["capacity_bytes"].as_u64().unwrap_or(0)),
-            strata_meta::format_size(n["allocated_bytes"].as_u64().unwrap_or(0)),
-            labels.join(",")
-        );
-    }
-    println!();
-    println!(
-        "{:<20} {:>10} {:<6} {:<6} {:<12} {:<12}  STATE",
-        "VOLUME", "SIZE", "PROT", "OWNER", "REPLICAS", "IN SYNC"
-    );
-    let ids = |x: &Value| -> String {
-        x.as_array().map(|a| a.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")).unwrap_or_default()
-    };
-    for vol in v["volumes"].as_array().cloned().unwrap_or_default() {
-        let resync: Vec<String> = vol["resync"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|r| {
-                        let eta = r["eta_secs"].as_u64().map_or_else(|| "-".to_string(), |s| format!("{s}s"));
-                        format!(
-                            " ({} node {}: {} left at {}/s, eta {eta})",
-                            field(r, "kind"),
-                            r["node"],
-                            strata_meta::format_size(r["bytes_left"].as_u64().unwrap_or(0)),
-                            strata_meta::format_size(r["rate_bytes_per_sec"].as_u64().unwrap_or(0)),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        println!(
-            "{:<20} {:>10} {:<6} {:<6} {:<12} {:<12}  {}{}",
-            field(&vol, "name"),
-            strata_meta::format_size(vol["size_bytes"].as_u64().unwrap_or(0)),
-            field(&vol, "protection"),
-            field(&vol, "owner"),
-            ids(&vol["replicas"]),
-            ids(&vol["in_sync"]),
-            field(&vol, "state"),
-            resync.concat()
-        );
-    }
-    let t = &v["totals"];
-    println!();
-    println!(
-        "raw {}  provisioned {}  allocated {}  free {}",
-        strata_meta::format_size(t["raw_bytes"].as_u64().unwrap_or(0)),
-        strata_meta::format_size(t["provisioned_bytes"].as_u64().unwrap_or(0)),
-        strata_meta::format_size(t["allocated_bytes"].as_u64().unwrap_or(0)),
-        strata_meta::format_size(t["free_bytes"].as_u64().unwrap_or(0))
-    );
-    for w in v["warnings"].as_array().cloned().unwrap_or_default() {
-        println!("warning: {}", w.as_str().unwrap_or_default());
+    } else {
+        print!("{}", pool_view::render(&v));
     }
     Ok(())
 }
@@ -470,6 +428,9 @@ fn volume(api: &str, command: VolumeCommand) -> anyhow::Result<()> {
             let v = client::request(api, "PATCH", &format!("/api/v1/volumes/{name}"), Some(&body))?;
             print_volume(&v, as_json);
         }
+        VolumeCommand::Check { name, repair, status, no_wait, json: as_json } => {
+            return check_volume(api, &name, repair, status, no_wait, as_json);
+        }
         VolumeCommand::Delete { name, json: as_json } => {
             let v = client::request(api, "DELETE", &format!("/api/v1/volumes/{name}"), None)?;
             if as_json {
@@ -501,17 +462,62 @@ fn print_volume(v: &Value, as_json: bool) {
     println!("  connect: {}", field(v, "connect"));
 }
 
+/// `strata volume check`: starts a check (unless `status`), follows it
+/// to its end (unless `no_wait`), prints it; an error when it failed or
+/// left a difference.
+fn check_volume(api: &str, name: &str, repair: bool, status: bool, no_wait: bool, as_json: bool) -> anyhow::Result<()> {
+    let path = format!("/api/v1/volumes/{name}/check");
+    let mut v = if status {
+        client::request(api, "GET", &path, None)?
+    } else {
+        client::request(api, "POST", &path, Some(&json!({ "repair": repair })))?
+    };
+    let interactive = !as_json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    while v["state"] == "running" && !(no_wait || status) {
+        if interactive {
+            eprint!("\r{}   ", volume_check::render(&v));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        v = client::request(api, "GET", &path, None)?;
+    }
+    if interactive {
+        eprint!("\r\x1b[K");
+    }
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("{}", volume_check::render(&v).trim_end());
+    }
+    match v["state"].as_str() {
+        Some("failed") => anyhow::bail!("the check of {name} failed"),
+        Some("done") => {
+            let r = &v["report"];
+            let left = r["differences"].as_u64().unwrap_or(0).saturating_sub(r["repaired"].as_u64().unwrap_or(0));
+            if left > 0 {
+                anyhow::bail!("{left} ranges of {name} differ (strata volume check {name} --repair makes them agree)");
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 fn print_table(list: &Value) {
     let rows = list.as_array().cloned().unwrap_or_default();
-    println!("{:<20} {:>10} {:>14} {:>6}  NQN", "NAME", "SIZE", "ALLOCATED", "BLOCK");
+    // A cluster's volumes have a protection and a state; a single node's
+    // are one copy, always served.
+    let pool = rows.iter().any(|v| v.get("protection").is_some());
+    let extra = |prot: &str, state: &str| if pool { format!("{prot:<7} {state:<11} ") } else { String::new() };
+    println!("{:<20} {:>10} {:>10} {:>6} {}NQN", "NAME", "SIZE", "ALLOCATED", "BLOCK", extra("PROT", "STATE"));
     for v in rows {
         let alloc = v.get("allocated_bytes").and_then(Value::as_u64).unwrap_or(0);
         println!(
-            "{:<20} {:>10} {:>14} {:>6}  {}",
+            "{:<20} {:>10} {:>10} {:>6} {}{}",
             field(&v, "name"),
             field(&v, "size"),
-            strata_meta::format_size(alloc),
+            pool_view::approx_size(alloc),
             field(&v, "block_size"),
+            extra(&field(&v, "protection"), &field(&v, "state")),
             field(&v, "nqn")
         );
     }

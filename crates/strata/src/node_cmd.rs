@@ -26,7 +26,7 @@ use strata_pool::registry::{NodeClaim, NodeRecord, claim_node, join_map, registe
 use strata_target::{PortRole, Subsystem, Target};
 
 use crate::api::{CreateBody, body_json, error, node_error, reply};
-use crate::cluster::ClusterNode;
+use crate::cluster::{Answer, ClusterNode};
 use crate::config::{NodeFile, ServeArgs, ServeConfig};
 
 /// Options of `strata node`; each may also be set in the `[node]` table
@@ -47,7 +47,8 @@ pub struct NodeArgs {
     #[arg(long = "label", value_name = "KEY=VALUE")]
     pub labels: Vec<String>,
     /// The failure domain copies are spread over (a label key, or "node").
-    /// Used when this node creates the cluster's map. Default: rack.
+    /// Used when this node creates the cluster's map (later: strata pool
+    /// set --failure-domain). Default: rack.
     #[arg(long)]
     pub failure_domain: Option<String>,
     /// The internal fabric listener other nodes reach. Default:
@@ -208,7 +209,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
 
     let mut node = Node::new(id.0, name.clone(), capacity);
     node.labels = labels.clone();
-    let map = join_map(&etcd, &prefix, node, domain).await.context("cannot join the placement map")?;
+    let map = join_map(&etcd, &prefix, node, domain.clone()).await.context("cannot join the placement map")?;
+    if args.failure_domain.is_some() && map.failure_domain() != &domain {
+        tracing::warn!(pool = %map.failure_domain(), asked = %domain,
+            "--failure-domain only sets the domain of a new pool; this pool's stays as it is: change it with \
+             strata pool set --failure-domain");
+    }
     let lease = etcd.lease_grant(Duration::from_secs(settings.lease_ttl)).await.context("cannot get a lease")?;
     // While this node's lease lives, no other process may run it.
     if let NodeClaim::Taken { instance } = claim_node(&etcd, &prefix, id, identity.instance, lease.id).await? {
@@ -231,6 +237,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         drives: Vec::new(),
         held_bytes: BTreeMap::new(),
         rebuild_bytes_per_sec: 0,
+        api: Some(reachable(cfg.http, cfg.listen[0].ip())),
     };
     register(&etcd, &prefix, &me, lease.id).await?;
     let keeper = etcd.keep_alive(lease);
@@ -279,6 +286,35 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         Some(e) => Err(e.context(format!("node {name} stopped"))),
         None => Ok(()),
     }
+}
+
+/// The body of `POST /api/v1/volumes/NAME/check`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    /// Make what differs agree again.
+    #[serde(default)]
+    repair: bool,
+}
+
+/// The answer of the volume owner's API at `at` to the same request, as
+/// it gave it.
+async fn forwarded(
+    at: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Response<Full<Bytes>> {
+    match crate::client::forward(&format!("http://{at}"), method, path, body, Duration::from_secs(10)).await {
+        Ok((status, v)) => reply(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), v),
+        Err(e) => error(StatusCode::BAD_GATEWAY, format!("the volume's owner (API {at}) did not answer: {e:#}")),
+    }
+}
+
+/// `addr` as another node reaches it: an unspecified address (listen on
+/// every interface) becomes `ip`, the address hosts reach this node at.
+fn reachable(addr: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() && !ip.is_unspecified() { SocketAddr::new(ip, addr.port()) } else { addr }
 }
 
 async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -333,6 +369,22 @@ async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<
                 Err(e) => node_error(e),
             }
         }
+        (Method::POST, ["api", "v1", "volumes", name, "check"]) => {
+            let body: CheckBody = match body_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            match cluster.start_check(name, body.repair).await {
+                Ok(Answer::Here(v)) => reply(StatusCode::ACCEPTED, v),
+                Ok(Answer::Owner(at)) => forwarded(at, "POST", &path, Some(&json!({"repair": body.repair}))).await,
+                Err(e) => node_error(e),
+            }
+        }
+        (Method::GET, ["api", "v1", "volumes", name, "check"]) => match cluster.check_status(name).await {
+            Ok(Answer::Here(v)) => reply(StatusCode::OK, v),
+            Ok(Answer::Owner(at)) => forwarded(at, "GET", &path, None).await,
+            Err(e) => node_error(e),
+        },
         (Method::GET, ["api", "v1", "volumes", name]) => match cluster.volume(name).await {
             Ok(v) => reply(StatusCode::OK, v),
             Err(e) => node_error(e),

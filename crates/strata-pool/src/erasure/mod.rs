@@ -4,6 +4,7 @@
 //!
 //! - [`codec`]: the Reed-Solomon code over strips;
 //! - [`stripe`]: where a volume byte lives (stripe, strip, shard offset);
+//! - [`scrub`]: whether a stripe's strips are one codeword (the check);
 //! - [`shard`]: one node's shard volume with its undo log;
 //! - [`undo_log`]: the node side of that undo log, durable on a device;
 //! - [`volume`]: the volume its owner serves.
@@ -12,6 +13,7 @@
 //! "Erasure coding".
 
 pub mod codec;
+pub mod scrub;
 pub mod shard;
 pub mod stripe;
 pub mod undo_log;

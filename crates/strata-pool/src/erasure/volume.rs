@@ -37,8 +37,10 @@ use futures_util::future::join_all;
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, check_range};
 
 use super::codec::{Codec, xor_into};
+use super::scrub;
 use super::shard::Shard;
 use super::stripe::{StripePiece, Stripes};
+use crate::check::{CheckProgress, CheckReport, Difference};
 use crate::drl::{DirtyRegionLog, NodeId};
 use crate::owner::{Owner, io_error, is_zero, run_to_end};
 use crate::replica::ReplicaError;
@@ -948,33 +950,41 @@ impl Inner {
         }
     }
 
-    /// Recomputes the parity of stripe `g` from its data strips, when all
-    /// are in sync (after a roll-back they are consistent already; this
-    /// covers a shard that lost its undo to a power cut).
-    async fn repair_stripe(&self, g: u64) -> Result<(), BlockError> {
-        let _stripe = self.lock(g).await;
+    /// Recomputes the parity of the stripes of `run` (consecutive, inside
+    /// one chunk) from their data strips, when all are in sync (after a
+    /// roll-back they are consistent already; this covers a shard that
+    /// lost its undo to a power cut): one read per data shard and one
+    /// write per parity shard for the whole run, under its stripes' locks.
+    async fn repair_run(&self, run: std::ops::Range<u64>) -> Result<(), BlockError> {
+        let _stripes = self.lock_stripes(&run).await;
+        let (at, len) = (self.stripes.shard_offset(run.start), (run.end - run.start) as usize * self.strip());
+        let regions = self.regions_of_run(&run);
         loop {
             self.check_serving()?;
-            let (m, _) = self.view(self.regions_of(g));
-            let slots = self.slots(g)?;
+            let (m, _) = self.view(regions.clone());
+            let slots = self.slots(run.start)?;
             let k = self.k();
             if !slots[..k].iter().all(|n| m.in_sync.contains(n)) {
                 return Ok(());
             }
-            let all: Vec<usize> = (0..k).collect();
-            let data = match self.strips(g, &slots, &m, &all).await {
+            let read = join_all(slots[..k].iter().map(|&n| self.read_at(n, m.epoch, at, len))).await;
+            let data = match read.into_iter().collect::<Result<Vec<IoBuf>, Fault>>() {
                 Ok(d) => d,
                 Err(f) => {
-                    self.settle(g, f, m.epoch).await?;
+                    self.settle_in(regions.clone(), f, m.epoch).await?;
                     continue;
                 }
             };
+            // The code works symbol by symbol: the parity of each data
+            // position's strips one after the other is each stripe's
+            // parity one after the other.
+            let data: Vec<&[u8]> = data.iter().map(|b| &b[..]).collect();
             let parity = self.codec.encode(&data).map_err(|e| io_error(e.to_string()))?;
-            let lba = self.stripes.shard_offset(g) / self.bs();
+            let lba = at / self.bs();
             let mut fault = None;
             // Nodes joining a parity slot in a move, where already filled,
             // must agree too.
-            let mirrors = self.mirrors(self.chunk_of(g));
+            let mirrors = self.mirrors(self.chunk_of(run.start));
             'parity: for (j, p) in parity.into_iter().enumerate() {
                 let p = Bytes::from(p);
                 let joining = mirrors.iter().filter(|&&(q, _)| q == k + j).map(|&(_, n)| n);
@@ -994,8 +1004,137 @@ impl Inner {
             }
             match fault {
                 None => return Ok(()),
-                Some(f) => self.settle(g, f, m.epoch).await?,
+                Some(f) => self.settle_in(regions.clone(), f, m.epoch).await?,
             }
+        }
+    }
+
+    /// Checks the stripes of `run` (consecutive, inside one chunk) under
+    /// their locks: reads every in-sync strip, judges each stripe (see
+    /// [`scrub::judge`]) and, with `repair`, writes what is wrong: a
+    /// located strip from the others, else the parity from the data.
+    async fn check_run(
+        &self,
+        run: std::ops::Range<u64>,
+        repair: bool,
+        report: &mut CheckReport,
+    ) -> Result<(), BlockError> {
+        let _stripes = self.lock_stripes(&run).await;
+        let strip = self.strip();
+        let (at, len) = (self.stripes.shard_offset(run.start), (run.end - run.start) as usize * strip);
+        let regions = self.regions_of_run(&run);
+        let (k, width) = (self.k(), self.width());
+        let data_bytes = (run.end - run.start) * (k * strip) as u64;
+        loop {
+            self.check_serving()?;
+            let (m, _) = self.view(regions.clone());
+            let slots = self.slots(run.start)?;
+            let at_hand: Vec<usize> = (0..width).filter(|&p| m.in_sync.contains(&slots[p])).collect();
+            if at_hand.len() <= k {
+                report.bytes_unchecked += data_bytes;
+                return Ok(());
+            }
+            let read = join_all(at_hand.iter().map(|&p| self.read_at(slots[p], m.epoch, at, len))).await;
+            let got = match read.into_iter().collect::<Result<Vec<IoBuf>, Fault>>() {
+                Ok(d) => d,
+                Err(f) => {
+                    self.settle_in(regions.clone(), f, m.epoch).await?;
+                    continue;
+                }
+            };
+            let mut runs: Vec<Option<&[u8]>> = vec![None; width];
+            for (&p, b) in at_hand.iter().zip(&got) {
+                runs[p] = Some(&b[..]);
+            }
+            let internal = |e: super::codec::CodecError| io_error(e.to_string());
+            report.bytes_checked += data_bytes;
+            if scrub::judge(&self.codec, &runs).map_err(internal)? == scrub::Verdict::Consistent {
+                return Ok(());
+            }
+            // Stripe by stripe, to say where and to write no more than
+            // what is wrong.
+            let mut writes: Vec<(usize, u64, Vec<u8>)> = Vec::new();
+            let mut found = Vec::new();
+            for (i, g) in run.clone().enumerate() {
+                let piece: Vec<Option<&[u8]>> =
+                    runs.iter().map(|r| r.map(|b| &b[i * strip..(i + 1) * strip])).collect();
+                let verdict = scrub::judge(&self.codec, &piece).map_err(internal)?;
+                let fixes: Vec<(usize, Vec<u8>)> = match &verdict {
+                    scrub::Verdict::Consistent | scrub::Verdict::Unchecked => continue,
+                    scrub::Verdict::Wrong { position, value } => vec![(*position, value.clone())],
+                    scrub::Verdict::Inconsistent if (0..k).all(|p| piece[p].is_some()) => {
+                        let data: Vec<&[u8]> = piece[..k].iter().flatten().copied().collect();
+                        let parity = self.codec.encode(&data).map_err(internal)?;
+                        parity.into_iter().enumerate().map(|(j, v)| (k + j, v)).collect()
+                    }
+                    scrub::Verdict::Inconsistent => Vec::new(),
+                };
+                let shard_lba = (at + (i * strip) as u64) / self.bs();
+                for (p, v) in &fixes {
+                    writes.push((*p, shard_lba, v.clone()));
+                }
+                found.push((g, verdict, !fixes.is_empty()));
+            }
+            let mut fault = None;
+            if repair {
+                'writes: for (p, lba, v) in &writes {
+                    if !m.in_sync.contains(&slots[*p]) {
+                        continue;
+                    }
+                    let v = Bytes::from(v.clone());
+                    let r = match self.shard(slots[*p]) {
+                        Ok(s) => s.write(m.epoch, *lba, v, false).await.map_err(|e| self.judge(slots[*p], e)),
+                        Err(f) => Err(f),
+                    };
+                    if let Err(f) = r {
+                        fault = Some(f);
+                        break 'writes;
+                    }
+                }
+            }
+            if let Some(f) = fault {
+                report.bytes_checked -= data_bytes;
+                self.settle_in(regions.clone(), f, m.epoch).await?;
+                continue;
+            }
+            let bs = self.bs();
+            for (g, verdict, fixable) in found {
+                let stripe_lba = g * (k * strip) as u64 / bs;
+                let strip_blocks = strip as u64 / bs;
+                let d = match verdict {
+                    scrub::Verdict::Wrong { position, .. } if position < k => Difference {
+                        lba: stripe_lba + position as u64 * strip_blocks,
+                        blocks: strip_blocks,
+                        wrong: vec![u64::from(slots[position].0)],
+                        what: format!("stripe {g}: data strip {position} does not fit the other strips"),
+                        repaired: repair,
+                    },
+                    scrub::Verdict::Wrong { position, .. } => Difference {
+                        lba: stripe_lba,
+                        blocks: k as u64 * strip_blocks,
+                        wrong: vec![u64::from(slots[position].0)],
+                        what: format!("stripe {g}: parity strip {} does not fit the data", position - k),
+                        repaired: repair,
+                    },
+                    _ => Difference {
+                        lba: stripe_lba,
+                        blocks: k as u64 * strip_blocks,
+                        wrong: Vec::new(),
+                        what: if fixable {
+                            format!(
+                                "stripe {g}: its strips disagree and no one strip explains it; the parity is rewritten from the data"
+                            )
+                        } else {
+                            format!(
+                                "stripe {g}: its strips disagree, and a data strip is not in sync to rewrite the parity from"
+                            )
+                        },
+                        repaired: repair && fixable,
+                    },
+                };
+                report.add(d);
+            }
+            return Ok(());
         }
     }
 
@@ -1190,14 +1329,47 @@ impl ErasureVolume {
         tracing::info!(regions = dirty.len(), "recomputing parity where the last owner was writing");
         let seq = i.drl.sequence();
         for r in dirty.iter() {
-            for g in i.stripes_of_region(r) {
-                i.repair_stripe(g).await?;
+            let stripes = i.stripes_of_region(r);
+            let mut g = stripes.start;
+            while g < stripes.end {
+                let run = g..(g + REBUILD_RUN_STRIPES).min(stripes.end);
+                g = run.end;
+                i.repair_run(run).await?;
             }
             i.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
         }
         i.owner.flush().await?;
         i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))?;
         Ok(())
+    }
+
+    /// Reads every shard of the volume, online, and reports the stripes
+    /// whose strips disagree; with `repair`, makes them agree (see
+    /// [`crate::check`]) and flushes what it wrote.
+    ///
+    /// # Errors
+    ///
+    /// The volume failed or this owner is fenced; what was found so far
+    /// is lost with the error (run it again).
+    pub async fn check(&self, repair: bool, progress: &CheckProgress) -> Result<CheckReport, BlockError> {
+        let i = &self.inner;
+        let mut report = CheckReport::default();
+        let per_stripe = (i.k() * i.strip()) as u64;
+        for r in 0..i.drl.regions().count() {
+            let stripes = i.stripes_of_region(r);
+            let mut g = stripes.start;
+            while g < stripes.end {
+                let run = g..(g + REBUILD_RUN_STRIPES).min(stripes.end);
+                g = run.end;
+                let bytes = (run.end - run.start) * per_stripe;
+                i.check_run(run, repair, &mut report).await?;
+                progress.advance(bytes);
+            }
+        }
+        if report.repaired > 0 {
+            i.owner.flush().await?;
+        }
+        Ok(report)
     }
 
     /// Starts moving the volume as `mv` says (or retargets the move in
@@ -1317,6 +1489,7 @@ impl ErasureVolume {
             let missed: Vec<u64> = i.drl.missed(node).unwrap_or_default().iter().collect();
             for batch in missed.chunks(REBUILD_COMMIT_REGIONS) {
                 for &r in batch {
+                    i.owner.check_interrupt()?;
                     let stripes = i.stripes_of_region(r);
                     let mut g = stripes.start;
                     while g < stripes.end {
@@ -1472,6 +1645,13 @@ impl crate::volume::PoolVolume for ErasureVolume {
     }
     fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
         Box::pin(ErasureVolume::resync(self, node))
+    }
+    fn check<'a>(
+        &'a self,
+        repair: bool,
+        progress: &'a CheckProgress,
+    ) -> BlockFuture<'a, Result<CheckReport, BlockError>> {
+        Box::pin(ErasureVolume::check(self, repair, progress))
     }
     crate::owner::delegate_to_owner!();
 }

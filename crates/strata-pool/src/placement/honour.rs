@@ -115,13 +115,67 @@ pub fn check_drain<'a>(
     if after.set_state(node, super::NodeState::Out).is_err() {
         return Ok(()); // not in the map: nothing to move
     }
-    let mut seen = BTreeSet::new();
-    let blocked: Vec<(String, CannotHonour)> = volumes
-        .into_iter()
-        .filter_map(|(v, p)| check_protection(&after, p).err().map(|e| (v.to_string(), e)))
-        .filter(|(v, _)| seen.insert(v.clone()))
-        .collect();
+    let blocked = unplaceable(&after, volumes);
     if blocked.is_empty() { Ok(()) } else { Err(DrainRefused { node: name, blocked }) }
+}
+
+/// The volumes of `volumes` (name, protection) that `map` cannot place
+/// with one copy or shard per failure domain, each once, with the reason.
+fn unplaceable<'a>(
+    map: &PlacementMap,
+    volumes: impl IntoIterator<Item = (&'a str, Protection)>,
+) -> Vec<(String, CannotHonour)> {
+    let mut seen = BTreeSet::new();
+    volumes
+        .into_iter()
+        .filter_map(|(v, p)| check_protection(map, p).err().map(|e| (v.to_string(), e)))
+        .filter(|(v, _)| seen.insert(v.clone()))
+        .collect()
+}
+
+/// Why the pool's failure domain cannot be changed to the one asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DomainRefused {
+    /// Some volume could not be placed with one copy or shard per domain;
+    /// each such volume's name, with what it would miss.
+    #[error("with one copy or shard per {domain} {} could not be placed: {}; add nodes in more {plural} first, \
+             or choose a finer failure domain", if blocked.len() == 1 { "a volume" } else { "volumes" },
+            blocked.iter().map(|(v, e)| format!("{v}: {e}")).collect::<Vec<_>>().join("; "), plural = domain.plural())]
+    Unplaceable {
+        /// The failure domain asked for.
+        domain: FailureDomain,
+        /// Each volume that could not keep its protection, with the reason.
+        blocked: Vec<(String, CannotHonour)>,
+    },
+    /// The map's nodes do not make a map under it (a node lacks the label).
+    #[error("the failure domain {domain} cannot be used: {reason}")]
+    Invalid {
+        /// The failure domain asked for.
+        domain: FailureDomain,
+        /// The broken invariant.
+        reason: String,
+    },
+}
+
+/// `map` with failure domain `domain` (its nodes as they are; the caller
+/// balances it and bumps its epoch), when every volume of `volumes` can
+/// be placed under it with one copy or shard per domain: moving to a
+/// domain some volume cannot honour would leave it moving for good.
+///
+/// # Errors
+///
+/// [`DomainRefused`] naming every volume that could not be placed, or the
+/// node that lacks the domain's label.
+pub fn check_failure_domain<'a>(
+    map: &PlacementMap,
+    domain: &FailureDomain,
+    volumes: impl IntoIterator<Item = (&'a str, Protection)>,
+) -> Result<PlacementMap, DomainRefused> {
+    let after = PlacementMap::new(map.protection(), domain.clone(), map.pg_count(), map.nodes().to_vec())
+        .map_err(|e| DomainRefused::Invalid { domain: domain.clone(), reason: e.to_string() })?;
+    let blocked = unplaceable(&after, volumes);
+    if blocked.is_empty() { Ok(after) } else { Err(DomainRefused::Unplaceable { domain: domain.clone(), blocked }) }
 }
 
 impl PlacementMap {
@@ -207,6 +261,35 @@ mod tests {
         let mut one_out = seven.clone();
         one_out.set_state(NodeId(0), NodeState::Out).expect("known");
         assert!(check_drain(&one_out, NodeId(4), [("ckpt", ec)]).is_err());
+    }
+
+    #[test]
+    fn a_failure_domain_some_volume_cannot_honour_is_refused_by_name() {
+        // Six nodes, two per rack: three racks. The README's ec:4+2 on
+        // three racks needs `node` as the failure domain.
+        let map = cluster(6, 2, 3, 64, |_| TIB);
+        let ec = Protection::erasure_coded(4, 2).expect("valid");
+        let rep3 = Protection::default();
+        let e = check_protection(&map, ec).expect_err("three racks");
+        assert!(e.to_string().contains("needs 6 racks"), "{e}");
+        let by_node = check_failure_domain(&map, &FailureDomain::Node, [("ckpt", ec), ("db", rep3)])
+            .expect("six nodes hold ec:4+2 one shard per node");
+        assert_eq!(by_node.failure_domain(), &FailureDomain::Node);
+        assert_eq!(by_node.nodes(), map.nodes(), "the nodes stay as they are");
+        assert_eq!(check_protection(&by_node, ec), Ok(()));
+        // Back to racks: ec:4+2 could not be placed, and says so.
+        let rack = FailureDomain::parse("rack").expect("valid");
+        let e = check_failure_domain(&by_node, &rack, [("ckpt", ec), ("db", rep3)]).expect_err("three racks");
+        assert_eq!(
+            e.to_string(),
+            "with one copy or shard per rack a volume could not be placed: ckpt: ec:4+2 needs 6 racks with up \
+             nodes; the cluster has 3 (r0, r1, r2); add nodes in more racks first, or choose a finer failure domain"
+        );
+        // A label no node has.
+        let zone = FailureDomain::parse("zone").expect("valid");
+        let e = check_failure_domain(&map, &zone, [("db", rep3)]).expect_err("no zone labels");
+        assert!(matches!(e, DomainRefused::Invalid { .. }), "{e}");
+        assert!(e.to_string().contains("zone"), "{e}");
     }
 
     #[test]

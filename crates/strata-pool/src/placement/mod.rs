@@ -28,7 +28,7 @@ pub(crate) mod test_utils;
 
 pub use balance::{BalanceOptions, Balanced, balance};
 pub use chunk::{CHUNK_SIZE, ChunkId, PG_COPIES_PER_NODE, PG_PARTNERS_PER_NODE, pg_count_for};
-pub use honour::{CannotHonour, DrainRefused, check_drain, check_protection};
+pub use honour::{CannotHonour, DomainRefused, DrainRefused, check_drain, check_failure_domain, check_protection};
 pub use map::{
     ALGORITHM, FailureDomain, MAX_NODES, MAX_PG_COUNT, MapError, Node, NodeId, NodeState, PlacementMap, Remap,
 };

@@ -181,6 +181,8 @@ pub struct Load {
     rt: tokio::runtime::Runtime,
     stop: tokio::sync::watch::Sender<bool>,
     hosts: Vec<tokio::task::JoinHandle<()>>,
+    /// The hosts' names.
+    names: Vec<String>,
     rng: Rng,
 }
 
@@ -197,10 +199,11 @@ impl Load {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let mut rng = Rng::new(seed);
+        let names: Vec<String> = (0..2).map(|h| format!("host{h}")).collect();
         let hosts = (0..2u64)
             .map(|h| {
                 let plan = HostPlan {
-                    name: format!("host{h}"),
+                    name: names[h as usize].clone(),
                     scenario: "cluster",
                     volume: vol.clone(),
                     range: h * blocks / 2..(h + 1) * blocks / 2,
@@ -210,21 +213,36 @@ impl Load {
                 rt.spawn(host::run(ctx.clone(), plan, rng.fork(), stop_rx.clone()))
             })
             .collect();
-        Load { ctx, vol, rt, stop, hosts, rng }
+        Load { ctx, vol, rt, stop, hosts, names, rng }
     }
 
-    /// Waits until the hosts write again (after a takeover).
+    /// Waits until the hosts write again (after a takeover), and every
+    /// host completed an operation since: none is left with commands on
+    /// a connection the fault broke, which would fail later.
     pub fn writing_again(&self, nodes: &[NodeProc]) {
+        let before = self.ctx.host_ops();
         wait_for("the hosts writing again", Duration::from_secs(90), nodes, || {
-            let before = written(&self.ctx);
+            let written_before = written(&self.ctx);
             std::thread::sleep(Duration::from_millis(500));
-            (written(&self.ctx) > before).then_some(())
+            let now = self.ctx.host_ops();
+            let every = self.names.iter().all(|h| now.get(h) > before.get(h));
+            (written(&self.ctx) > written_before && every).then_some(())
         });
     }
 
     /// Stops the hosts, reads every block back, and asserts that nothing
     /// was lost, flipped or hung (with the nodes' logs if so).
-    pub fn finish(mut self, nodes: &[NodeProc]) {
+    pub fn finish(self, nodes: &[NodeProc]) {
+        let report = self.verify();
+        let summary = report.summary();
+        eprintln!("{summary}");
+        let logs: Vec<String> = nodes.iter().map(NodeProc::log_tail).collect();
+        assert!(report.bytes_verified > 0, "nothing was verified\n{summary}");
+        assert!(report.is_clean(), "the cluster lost, flipped or hung something:\n{summary}\n{}", logs.join("\n"));
+    }
+
+    /// Stops the hosts, reads every block back, and returns the report.
+    pub fn verify(mut self) -> Report {
         let _ = self.stop.send(true);
         let (ctx, vol, rng) = (&self.ctx, &self.vol, &mut self.rng);
         let hosts = std::mem::take(&mut self.hosts);
@@ -234,13 +252,52 @@ impl Load {
             }
             host::verify_volume(ctx, vol, None, &|_| "cluster", rng).await;
         });
-        let report = self.ctx.snapshot();
-        let summary = report.summary();
-        eprintln!("{summary}");
-        let logs: Vec<String> = nodes.iter().map(NodeProc::log_tail).collect();
-        assert!(report.bytes_verified > 0, "nothing was verified\n{summary}");
-        assert!(report.is_clean(), "the cluster lost, flipped or hung something:\n{summary}\n{}", logs.join("\n"));
+        self.ctx.snapshot()
     }
+}
+
+/// The ids of a volume status's holders (`replicas`).
+pub fn holders(v: &serde_json::Value) -> Vec<u64> {
+    v["replicas"].as_array().map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect()).unwrap_or_default()
+}
+
+/// Changes the pool's settings through `via`, asserting they were taken.
+pub fn settings(via: &NodeProc, patch: serde_json::Value) {
+    let s = via.api("PATCH", "/api/v1/pool/settings", Some(patch.clone())).expect("settings answered");
+    assert!(s.get("error").is_none(), "settings {patch} refused: {s}");
+}
+
+/// Volume `volume` healthy on the current map, as seen by `via`, and
+/// served by one of its holders (an owner a move left without a copy or
+/// shard hands the volume over next): its status.
+pub fn settled(via: &NodeProc, volume: &str) -> Option<serde_json::Value> {
+    let s = via.api("GET", "/api/v1/pool", None)?;
+    let v = s["volumes"].as_array()?.iter().find(|v| v["name"] == volume)?.clone();
+    let owner = v["owner"].as_u64()?;
+    (v["state"] == "healthy"
+        && v["map_epoch"] == s["map_epoch"]
+        && v["moving_to"].is_null()
+        && holders(&v).contains(&owner))
+    .then_some(v)
+}
+
+/// Runs `strata volume check` of `volume` through `nodes[via]` (which
+/// passes it to the owner) to its end; asserts that every byte of its
+/// `size` was compared and nothing differs; returns the report.
+pub fn check_clean(nodes: &[NodeProc], via: usize, volume: &str, size: u64) -> serde_json::Value {
+    let path = format!("/api/v1/volumes/{volume}/check");
+    let started = nodes[via].api("POST", &path, Some(serde_json::json!({"repair": false}))).expect("answered");
+    assert_eq!(started["state"], "running", "{started}");
+    let done = wait_for("the check to end", Duration::from_secs(180), nodes, || {
+        let v = nodes[via].api("GET", &path, None)?;
+        (v["state"] != "running").then_some(v)
+    });
+    assert_eq!(done["state"], "done", "{done}");
+    let r = done["report"].clone();
+    assert_eq!(r["differences"], 0, "the copies or shards of {volume} disagree: {done}");
+    assert_eq!(r["bytes_unchecked"], 0, "{done}");
+    assert_eq!(r["bytes_checked"], size, "{done}");
+    r
 }
 
 /// Creates volume `name` of `size` with `protect` through `nodes[0]` and

@@ -1,0 +1,299 @@
+//! `strata pool status` for people: the pool API's JSON
+//! (`GET /api/v1/pool`, see `docs/api.md`) as tables, with node names
+//! rather than ids, each fill (rebuild, drain, resync) on a line of its
+//! own with what is left, how fast and when it ends, and the room left
+//! for each protection.
+//!
+//! Pure: a `serde_json::Value` in, a `String` out. Fields the JSON lacks
+//! (an older node answered) show as `-`, never as a panic.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// Bytes for people, rounded: `1.2 MiB`, `384 MiB`, `12 KiB`, `900 B`.
+pub fn approx_size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value >= 100.0 { format!("{value:.0} {}", UNITS[unit]) } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
+/// Seconds for people: `45s`, `12m 5s`, `3h 20m`.
+pub fn approx_duration(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m {}s", secs / 60, secs % 60),
+        _ => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+fn text(v: &Value, k: &str) -> String {
+    match v.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => "-".to_string(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn bytes(v: &Value, k: &str) -> String {
+    v[k].as_u64().map_or_else(|| "-".to_string(), approx_size)
+}
+
+/// Node ids to names, from the status's node list.
+struct Names(BTreeMap<u64, String>);
+
+impl Names {
+    fn of(status: &Value) -> Names {
+        let nodes = status["nodes"].as_array().map(Vec::as_slice).unwrap_or_default();
+        Names(nodes.iter().filter_map(|n| Some((n["id"].as_u64()?, n["name"].as_str()?.to_string()))).collect())
+    }
+
+    /// The name of node `id` (a JSON number), or `#id` for a node the map
+    /// no longer lists.
+    fn name(&self, id: &Value) -> String {
+        match id.as_u64() {
+            Some(i) => self.0.get(&i).cloned().unwrap_or_else(|| format!("#{i}")),
+            None => "-".to_string(),
+        }
+    }
+
+    fn list(&self, ids: &Value) -> Vec<String> {
+        ids.as_array().map(|a| a.iter().map(|i| self.name(i)).collect()).unwrap_or_default()
+    }
+}
+
+/// The holders of a volume, each marked: `*` not in sync, `!` down.
+fn holders(vol: &Value, names: &Names) -> String {
+    let ids = |k: &str| -> Vec<u64> {
+        vol[k].as_array().map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
+    };
+    let (in_sync, down) = (ids("in_sync"), ids("down"));
+    let list: Vec<String> = ids("replicas")
+        .into_iter()
+        .map(|n| {
+            let mark = if down.contains(&n) {
+                "!"
+            } else if !in_sync.contains(&n) {
+                "*"
+            } else {
+                ""
+            };
+            format!("{}{mark}", names.name(&Value::from(n)))
+        })
+        .collect();
+    if list.is_empty() { "-".to_string() } else { list.join(",") }
+}
+
+/// One line per fill of `vol`: what it copies, how much is done, at what
+/// rate, and when it should end.
+fn fills(vol: &Value, names: &Names, out: &mut String) {
+    for r in vol["resync"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let what = match r["kind"].as_str() {
+            Some("rebuild") => "filling",
+            _ => "resyncing",
+        };
+        let left = r["bytes_left"].as_u64().unwrap_or(0);
+        let total = r["bytes_total"].as_u64().unwrap_or(0).max(left);
+        let done = if total == 0 { 100.0 } else { (total - left) as f64 * 100.0 / total as f64 };
+        let rate = r["rate_bytes_per_sec"].as_u64().unwrap_or(0);
+        let pace = if rate == 0 {
+            "waiting to copy".to_string()
+        } else {
+            let eta = r["eta_secs"].as_u64().map_or_else(|| "-".to_string(), approx_duration);
+            format!("at {}/s, ETA {eta}", approx_size(rate))
+        };
+        let _ = writeln!(
+            out,
+            "    {what} {}: {} of {} left ({done:.0}% done), {pace}",
+            names.name(&r["node"]),
+            approx_size(left),
+            approx_size(total),
+        );
+    }
+    if let Some(to) = vol["moving_to"].as_u64() {
+        let joining = names.list(&vol["joining"]);
+        let joining = if joining.is_empty() { String::new() } else { format!(": {} joining", joining.join(",")) };
+        let _ = writeln!(out, "    moving to map epoch {to}{joining}; the current holders serve until it is filled");
+    }
+    let waiting = names.list(&vol["waiting_for"]);
+    if !waiting.is_empty() {
+        let _ = writeln!(out, "    waiting for {} to come back: too few in-sync holders are up", waiting.join(","));
+    }
+}
+
+/// The whole status as text.
+pub fn render(status: &Value) -> String {
+    let names = Names::of(status);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<16} {:>4} {:<10} {:>6} {:>10} {:>10} {:>5}  LABELS",
+        "NODE", "ID", "STATE", "DRIVES", "CAPACITY", "ALLOCATED", "FILL"
+    );
+    for n in status["nodes"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let labels: Vec<String> = n["labels"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
+            .unwrap_or_default();
+        let drives = n["drives"].as_array().map_or_else(
+            || "-".to_string(),
+            |d| {
+                let failed = d.iter().filter(|x| x["failed"] == true).count();
+                if failed > 0 { format!("{}({failed}!)", d.len()) } else { d.len().to_string() }
+            },
+        );
+        let state = match n["placement"].as_str() {
+            Some("up") | None => text(n, "state"),
+            Some(p) => format!("{}/{p}", text(n, "state")),
+        };
+        let fill = match (n["allocated_bytes"].as_u64(), n["capacity_bytes"].as_u64()) {
+            (Some(a), Some(c)) if c > 0 => format!("{:.0}%", a as f64 * 100.0 / c as f64),
+            _ => "-".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<16} {:>4} {:<10} {:>6} {:>10} {:>10} {:>5}  {}",
+            text(n, "name"),
+            text(n, "id"),
+            state,
+            drives,
+            bytes(n, "capacity_bytes"),
+            bytes(n, "allocated_bytes"),
+            fill,
+            labels.join(",")
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<20} {:>10} {:<7} {:<10} {:<12} HOLDERS (* not in sync, ! down)",
+        "VOLUME", "SIZE", "PROT", "OWNER", "STATE"
+    );
+    for vol in status["volumes"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let _ = writeln!(
+            out,
+            "{:<20} {:>10} {:<7} {:<10} {:<12} {}",
+            text(vol, "name"),
+            bytes(vol, "size_bytes"),
+            text(vol, "protection"),
+            names.name(&vol["owner"]),
+            text(vol, "state"),
+            holders(vol, &names)
+        );
+        fills(vol, &names, &mut out);
+    }
+    let t = &status["totals"];
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "raw {}  provisioned {}  allocated {}  free {}",
+        bytes(t, "raw_bytes"),
+        bytes(t, "provisioned_bytes"),
+        bytes(t, "allocated_bytes"),
+        bytes(t, "free_bytes")
+    );
+    if let Some(room) = t["room_bytes"].as_object().filter(|r| !r.is_empty()) {
+        let each: Vec<String> = room
+            .iter()
+            .map(|(p, b)| format!("{} of {p}", b.as_u64().map_or_else(|| "-".into(), approx_size)))
+            .collect();
+        let fullest = &t["fullest_node"];
+        let why = match (fullest["name"].as_str(), fullest["fill_percent"].as_f64()) {
+            (Some(n), Some(f)) => format!(" (the fullest node, {n}, is {f:.0}% full)"),
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "room for about {}{why}", each.join(", "));
+    }
+    for w in status["warnings"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let _ = writeln!(out, "warning: {}", w.as_str().unwrap_or_default());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn status() -> Value {
+        json!({
+            "nodes": [
+                {"id": 1, "name": "n0", "state": "up", "placement": "up", "capacity_bytes": 1u64 << 30,
+                 "allocated_bytes": 768u64 << 20, "labels": {"rack": "r0"}, "drives": [{"failed": false}]},
+                {"id": 2, "name": "n1", "state": "down", "placement": "up", "capacity_bytes": 1u64 << 30,
+                 "allocated_bytes": null, "labels": {}, "drives": []},
+                {"id": 3, "name": "n2", "state": "up", "placement": "out", "capacity_bytes": 1u64 << 30,
+                 "allocated_bytes": 0, "labels": {}, "drives": [{"failed": true}]},
+            ],
+            "volumes": [
+                {"name": "db", "size_bytes": 256u64 << 20, "protection": "rep:3", "owner": 3, "state": "rebuilding",
+                 "replicas": [1, 2, 3], "in_sync": [1, 3], "down": [2], "moving_to": 9, "joining": [7],
+                 "resync": [{"node": 7, "kind": "rebuild", "bytes_left": 96u64 << 20, "bytes_total": 384u64 << 20,
+                             "rate_bytes_per_sec": 1_218_316u64, "eta_secs": 83}]},
+                {"name": "off", "size_bytes": 1u64 << 30, "protection": "ec:4+2", "owner": null, "state": "down",
+                 "replicas": [1, 2], "in_sync": [1, 2], "down": [2], "waiting_for": [2], "resync": []},
+            ],
+            "totals": {"raw_bytes": 3u64 << 30, "provisioned_bytes": 5u64 << 29, "allocated_bytes": 768u64 << 20,
+                       "free_bytes": (3u64 << 30) - (768u64 << 20),
+                       "room_bytes": {"rep:3": 256u64 << 20, "ec:4+2": 512u64 << 20},
+                       "fullest_node": {"name": "n0", "fill_percent": 75.0}},
+            "warnings": ["the fullest node, n0, is 75% full"],
+        })
+    }
+
+    #[test]
+    fn volumes_name_their_nodes_and_fills_read_in_units_percent_and_eta() {
+        let out = render(&status());
+        let db = out.lines().find(|l| l.starts_with("db ")).unwrap();
+        assert!(db.contains(" n2 "), "the owner by name: {db}");
+        assert!(db.ends_with("n0,n1!,n2"), "holders by name, the down one marked: {db}");
+        assert!(out.contains("filling #7: 96.0 MiB of 384 MiB left (75% done), at 1.2 MiB/s, ETA 1m 23s"), "{out}");
+        assert!(out.contains("moving to map epoch 9: #7 joining"), "{out}");
+        assert!(out.contains("waiting for n1 to come back"), "{out}");
+        assert!(!out.contains("1218316"), "no raw byte rates: {out}");
+        assert!(out.lines().all(|l| l.len() < 120), "every line fits a terminal:\n{out}");
+    }
+
+    #[test]
+    fn nodes_show_fill_and_placement_state_and_the_room_left_per_protection() {
+        let out = render(&status());
+        let n0 = out.lines().find(|l| l.starts_with("n0 ")).unwrap();
+        assert!(n0.contains("75%") && n0.contains("1.0 GiB") && n0.contains("768 MiB"), "{n0}");
+        assert!(out.lines().any(|l| l.starts_with("n2 ") && l.contains("up/out") && l.contains("1(1!)")), "{out}");
+        assert!(out.lines().any(|l| l.starts_with("n1 ") && l.contains("down")), "{out}");
+        assert!(
+            out.contains("room for about 512 MiB of ec:4+2, 256 MiB of rep:3 (the fullest node, n0, is 75% full)"),
+            "{out}"
+        );
+        assert!(out.contains("warning: the fullest node, n0, is 75% full"), "{out}");
+    }
+
+    #[test]
+    fn a_sparse_answer_renders_without_panicking() {
+        for v in [json!({}), json!({"nodes": 3, "volumes": [{"resync": [{}]}], "totals": []}), json!(null)] {
+            let out = render(&v);
+            assert!(out.contains("VOLUME"), "{out}");
+        }
+    }
+
+    #[test]
+    fn sizes_and_durations_round_for_people() {
+        assert_eq!(approx_size(900), "900 B");
+        assert_eq!(approx_size(1_218_316), "1.2 MiB");
+        assert_eq!(approx_size(384 << 20), "384 MiB");
+        assert_eq!(approx_size(u64::MAX), "16.0 EiB");
+        assert_eq!(approx_duration(45), "45s");
+        assert_eq!(approx_duration(83), "1m 23s");
+        assert_eq!(approx_duration(12_000), "3h 20m");
+    }
+}
