@@ -164,9 +164,19 @@ impl NodeProc {
 }
 
 impl Drop for NodeProc {
+    /// Kills the node; when the test is failing and `STRATA_TEST_LOGS`
+    /// names a directory, keeps its whole log there (the failure message
+    /// holds only the tail).
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking()
+            && let Some(dir) = std::env::var_os("STRATA_TEST_LOGS")
+        {
+            let dir = PathBuf::from(dir);
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.log, dir.join(format!("{}.log", self.name)));
+        }
     }
 }
 
