@@ -1,6 +1,8 @@
 //! The structures a host decodes from a controller: Identify data, log
-//! pages, discovery log, Connect data, and an owner's note a replica's
-//! node returns (its layout, and the dirty-region log inside). Invariants:
+//! pages, discovery log, Connect data, an owner's note a replica's node
+//! returns (its layout, and the dirty-region log inside), and the lists
+//! of the undo commands (a shard's records; the updates a Roll Back Only
+//! names, which the controller decodes the same way). Invariants:
 //! never panic; what decodes re-encodes to something that decodes to the
 //! same value.
 #![no_main]
@@ -34,6 +36,13 @@ fuzz_target!(|data: &[u8]| {
         assert!(note.len() <= fenced::MAX_NOTE);
         let wire = fenced::encode_note(note, 512).expect("a note that decoded fits");
         assert_eq!(fenced::decode_note(&wire), Ok(note));
+    }
+    for width in [1, 3] {
+        if let Ok(values) = fenced::decode_list(data, width) {
+            assert!(values.len() / width <= fenced::MAX_LIST && values.len() % width == 0);
+            let wire = fenced::encode_list(&values, width, 512).expect("a list that decoded fits");
+            assert_eq!(fenced::decode_list(&wire, width), Ok(values));
+        }
     }
     // A note holds a dirty-region log; volumes of a few region counts.
     for span in [4u64 << 20, 1 << 30, 1 << 40] {

@@ -49,4 +49,4 @@ pub use mem::MemDevice;
 pub use note::{MemNoteStore, NoteStore};
 pub use region::Region;
 pub use size::{SizeError, format_size, parse_size};
-pub use undo::UndoLog;
+pub use undo::{UndoLog, UndoRecord};

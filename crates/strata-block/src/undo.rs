@@ -45,4 +45,40 @@ pub trait UndoLog: Send + Sync {
     /// Forgets every record without applying it (the shard is stale and
     /// about to be rewritten where it missed updates).
     fn discard(&self) -> BlockFuture<'_, Result<(), BlockError>>;
+
+    /// The records kept of updates after `after`, oldest first: what a
+    /// new owner looks at to tell the updates that reached every shard
+    /// of their stripes (kept) from those that did not (undone).
+    fn records(&self, after: u64) -> BlockFuture<'_, Result<Vec<UndoRecord>, BlockError>>;
+
+    /// Puts back what the updates in `undo` overwrote, newest first,
+    /// forgets every record (those of the other updates stay applied),
+    /// raises the committed mark to `mark`, and returns how many records
+    /// it undid. `undo` names updates after the committed mark; the
+    /// caller includes every newer update that overlaps one of them (an
+    /// older update is never undone under a newer one it kept).
+    fn roll_back_only(&self, undo: Vec<u64>, mark: u64) -> BlockFuture<'_, Result<u64, BlockError>>;
+}
+
+/// A record an [`UndoLog`] keeps: update `seq` overwrote `blocks` blocks
+/// at `lba`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UndoRecord {
+    /// The owner's update sequence number.
+    pub seq: u64,
+    /// First block overwritten.
+    pub lba: u64,
+    /// Blocks overwritten.
+    pub blocks: u64,
+}
+
+impl UndoRecord {
+    /// Bytes of one record in a list on the wire: seq, lba, blocks, each
+    /// a little-endian u64.
+    pub const WIRE_LEN: usize = 24;
+
+    /// The blocks it overwrote.
+    pub fn range(&self) -> std::ops::Range<u64> {
+        self.lba..self.lba.saturating_add(self.blocks)
+    }
 }

@@ -936,12 +936,83 @@ impl IoQueue<'_> {
     /// [`HostError::InvalidArgument`] for another opcode; otherwise as
     /// [`IoQueue::fenced_read`].
     pub async fn undo_command(&self, opcode: u8, nsid: u32, epoch: u64, arg: u64) -> Result<u64, HostError> {
-        if !fenced::is_undo(opcode) || opcode == fenced::WRITE_LOGGED {
+        let with_data = [fenced::WRITE_LOGGED, fenced::UNDO_RECORDS, fenced::ROLL_BACK_ONLY];
+        if !fenced::is_undo(opcode) || with_data.contains(&opcode) {
             return Err(HostError::InvalidArgument(format!("{opcode:#04x} is not an undo-log command without data")));
         }
         let mut sqe = undo_sqe(opcode, nsid, epoch);
         sqe.set_arg64(arg);
         self.q.execute(Command::new(sqe)).await.map(|r| r.cqe.result)
+    }
+
+    /// Undo Records ([`fenced::UNDO_RECORDS`]): the records shard `nsid`
+    /// keeps of the updates after `after`, oldest first, as (seq, lba,
+    /// blocks).
+    ///
+    /// # Errors
+    ///
+    /// As [`IoQueue::fenced_read`]; [`HostError::QueueFailed`] with
+    /// [`QueueFailure::Protocol`](crate::QueueFailure::Protocol) for a
+    /// reply that does not hold a list.
+    pub async fn fenced_undo_records(&self, nsid: u32, epoch: u64, after: u64) -> Result<Vec<[u64; 3]>, HostError> {
+        let block = self.transfer_len(nsid, 1).await?;
+        let len = (fenced::LIST_COUNT_LEN + fenced::MAX_LIST * 24).div_ceil(block) * block;
+        let len = len.min(self.ctrl.max_transfer / block * block).max(block);
+        let protocol = |why: String| HostError::QueueFailed {
+            qid: self.qid(),
+            cause: crate::error::QueueFailure::Protocol(format!("undo records: {why}")),
+        };
+        // Page by page: a shard answers what the blocks hold, whole
+        // updates, and says when more are left (result 1).
+        let (mut out, mut from) = (Vec::new(), after);
+        loop {
+            let mut sqe = undo_sqe(fenced::UNDO_RECORDS, nsid, epoch);
+            sqe.set_arg64(from);
+            ReadWrite { slba: 0, nlb: (len / block) as u32, fua: false, limited_retry: false }.encode(&mut sqe);
+            let reply = self.q.execute(Command { sqe, data_out: None, read_len: len }).await?;
+            let values = fenced::decode_list(&reply.data, 3).map_err(|e| protocol(e.to_string()))?;
+            let page: Vec<[u64; 3]> = values.chunks_exact(3).map(|v| [v[0], v[1], v[2]]).collect();
+            let more = reply.cqe.result != 0;
+            match page.last() {
+                Some(last) if more => {
+                    if last[0] <= from {
+                        return Err(protocol(format!("a page ends at update {} after {from}", last[0])));
+                    }
+                    from = last[0];
+                }
+                None if more => return Err(protocol("an empty page with more to come".into())),
+                _ => {}
+            }
+            out.extend(page);
+            if !more {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Roll Back Only ([`fenced::ROLL_BACK_ONLY`]): shard `nsid` puts back
+    /// what updates `undo` overwrote, forgets every record and raises its
+    /// committed mark to `mark`. Returns how many records it undid.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::InvalidArgument`] for a list too long; otherwise as
+    /// [`IoQueue::fenced_read`].
+    pub async fn fenced_roll_back_only(
+        &self,
+        nsid: u32,
+        epoch: u64,
+        undo: &[u64],
+        mark: u64,
+    ) -> Result<u64, HostError> {
+        let block = self.transfer_len(nsid, 1).await?;
+        let wire = fenced::encode_list(undo, 1, block)
+            .ok_or_else(|| HostError::InvalidArgument(format!("a roll back of {} updates is too long", undo.len())))?;
+        self.check_len(wire.len())?;
+        let mut sqe = undo_sqe(fenced::ROLL_BACK_ONLY, nsid, epoch);
+        sqe.set_arg64(mark);
+        ReadWrite { slba: 0, nlb: (wire.len() / block) as u32, fua: false, limited_retry: false }.encode(&mut sqe);
+        self.q.execute(Command { sqe, data_out: Some(Bytes::from(wire)), read_len: 0 }).await.map(|r| r.cqe.result)
     }
 
     /// A Promise ([`fenced::PROMISE`]): asks the replica `nsid` to let no

@@ -307,10 +307,68 @@ pub mod fenced {
     pub const COMMITTED: u8 = 0x90;
     /// Discard Undo (no data): forgets every undo record.
     pub const DISCARD_UNDO: u8 = 0x94;
+    /// Undo Records (controller to host): the shard's undo records of the
+    /// updates after the sequence number in CDW10-CDW11, oldest first, as
+    /// a list ([`encode_list`]) of (seq, lba, blocks), in the blocks
+    /// asked for (CDW12 as for Read).
+    pub const UNDO_RECORDS: u8 = 0x8E;
+    /// Roll Back Only (host to controller): puts back what the updates
+    /// listed in the data ([`encode_list`] of sequence numbers) overwrote,
+    /// newest first, forgets every record and raises the committed mark
+    /// to CDW10-CDW11; the completion's result is how many records it
+    /// undid.
+    pub const ROLL_BACK_ONLY: u8 = 0x8D;
+    /// The most items a list of [`UNDO_RECORDS`] or [`ROLL_BACK_ONLY`]
+    /// holds: more than a shard's log keeps between two commits (2,048
+    /// updates, each one record per shard).
+    pub const MAX_LIST: usize = 16_384;
+    /// Bytes of the item count before a list.
+    pub const LIST_COUNT_LEN: usize = 4;
 
     /// True for the undo-log commands, which only a shard namespace takes.
     pub fn is_undo(opcode: u8) -> bool {
-        matches!(opcode, WRITE_LOGGED | COMMIT | ROLL_BACK | COMMITTED | DISCARD_UNDO)
+        matches!(opcode, WRITE_LOGGED | COMMIT | ROLL_BACK | COMMITTED | DISCARD_UNDO | UNDO_RECORDS | ROLL_BACK_ONLY)
+    }
+
+    /// A list of items of `width` little-endian u64s each (`values` holds
+    /// them one after the other): the item count (u32 LE), the values,
+    /// zeros to a multiple of `block` bytes. `None` for more than
+    /// [`MAX_LIST`] items, a `values` that is not whole items, or a zero
+    /// `width` or `block`.
+    pub fn encode_list(values: &[u64], width: usize, block: usize) -> Option<Vec<u8>> {
+        if width == 0 || block == 0 || !values.len().is_multiple_of(width) || values.len() / width > MAX_LIST {
+            return None;
+        }
+        let count = u32::try_from(values.len() / width).ok()?;
+        let len = LIST_COUNT_LEN + values.len() * 8;
+        let mut out = Vec::with_capacity(len.div_ceil(block) * block);
+        out.extend_from_slice(&count.to_le_bytes());
+        for v in values {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.resize(len.div_ceil(block) * block, 0);
+        Some(out)
+    }
+
+    /// The values of a list of `width`-u64 items laid out as
+    /// [`encode_list`] does (the bytes after it are not read).
+    ///
+    /// # Errors
+    ///
+    /// A count over [`MAX_LIST`] or beyond the data, or a zero `width`,
+    /// as text.
+    pub fn decode_list(data: &[u8], width: usize) -> Result<Vec<u64>, &'static str> {
+        if width == 0 {
+            return Err("a list of items of no values");
+        }
+        let count: [u8; LIST_COUNT_LEN] =
+            data.get(..LIST_COUNT_LEN).and_then(|b| b.try_into().ok()).ok_or("shorter than a list's count")?;
+        let count = u32::from_le_bytes(count) as usize;
+        if count > MAX_LIST {
+            return Err("a list longer than the longest list");
+        }
+        let body = data.get(LIST_COUNT_LEN..LIST_COUNT_LEN + count * width * 8).ok_or("a list longer than its data")?;
+        Ok(body.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).collect())
     }
 
     // What an owner keeps on its replicas' nodes so that it can serve
@@ -731,6 +789,36 @@ mod tests {
             assert_eq!(fenced::standard(op), None);
         }
         assert!(!fenced::is_undo(fenced::WRITE));
+    }
+
+    #[test]
+    fn undo_lists_have_their_data_direction_and_round_trip_at_pinned_offsets() {
+        assert!(is_controller_to_host(fenced::UNDO_RECORDS));
+        assert!(is_host_to_controller(fenced::ROLL_BACK_ONLY));
+        let used = [0x80, 0x81, 0x82, 0x84, 0x85, 0x88, 0x8C, 0x90, 0x94, 0x98, 0x99, 0x9A];
+        for op in [fenced::UNDO_RECORDS, fenced::ROLL_BACK_ONLY] {
+            assert!(fenced::is_undo(op) && !fenced::is_owner(op) && fenced::standard(op).is_none());
+            assert!(!used.contains(&op), "{op:#x} is taken");
+        }
+        // Two records of (seq, lba, blocks): count, then 48 bytes.
+        let wire = fenced::encode_list(&[7, 100, 1, 9, 200, 32], 3, 512).unwrap();
+        assert_eq!(wire.len(), 512);
+        assert_eq!(&wire[..4], &2u32.to_le_bytes());
+        assert_eq!(&wire[4..12], &7u64.to_le_bytes());
+        assert_eq!(&wire[44..52], &32u64.to_le_bytes());
+        assert!(wire[52..].iter().all(|&b| b == 0));
+        assert_eq!(fenced::decode_list(&wire, 3), Ok(vec![7, 100, 1, 9, 200, 32]));
+        assert_eq!(fenced::decode_list(&fenced::encode_list(&[], 1, 512).unwrap(), 1), Ok(vec![]));
+        assert!(fenced::encode_list(&[1, 2], 3, 512).is_none(), "not whole items");
+        assert!(fenced::encode_list(&vec![0; fenced::MAX_LIST + 1], 1, 4096).is_none());
+        assert!(fenced::encode_list(&vec![0; fenced::MAX_LIST], 1, 4096).is_some());
+        let mut long = wire.clone();
+        long[..4].copy_from_slice(&30u32.to_le_bytes());
+        assert!(fenced::decode_list(&long, 3).is_err(), "beyond the data");
+        long[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(fenced::decode_list(&long, 3).is_err(), "beyond the longest list");
+        assert!(fenced::decode_list(&[1, 0], 1).is_err());
+        assert!(fenced::decode_list(&wire, 0).is_err());
     }
 
     #[test]

@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::regions::{RegionSet, RegionSetError, Regions};
@@ -161,6 +161,20 @@ struct Inner {
     /// Per region, the sequence number of the last write to start.
     last_write: HashMap<u64, u64>,
     seq: u64,
+    /// Dirty regions a new owner has not yet made agree on every in-sync
+    /// node ([`DirtyRegionLog::hold_for_repair`]): never cleaned.
+    unrepaired: RegionSet,
+}
+
+impl Inner {
+    /// True when dirty region `r` may be cleaned by a clean that took
+    /// `seq` before its flush: no write runs there, none started after
+    /// `seq`, and it is not waiting for a repair.
+    fn cleanable(&self, r: u64, seq: u64) -> bool {
+        !self.inflight.contains_key(&r)
+            && self.last_write.get(&r).is_none_or(|&w| w <= seq)
+            && !self.unrepaired.contains(r)
+    }
 }
 
 /// The log of one replicated volume, held by its owner.
@@ -172,6 +186,9 @@ pub struct DirtyRegionLog {
     /// `inner`'s lock, before the membership that makes a missing node
     /// readable changes.
     missing: AtomicBool,
+    /// How many regions `unrepaired` holds: the I/O path skips the lock
+    /// when it is zero, which is always but for a while after a takeover.
+    unrepaired: AtomicU64,
     /// One save at a time; later callers find their version saved.
     saving: tokio::sync::Mutex<()>,
     store: Arc<dyn DrlStore>,
@@ -213,6 +230,7 @@ impl DirtyRegionLog {
         Arc::new(DirtyRegionLog {
             regions,
             missing: AtomicBool::new(missing),
+            unrepaired: AtomicU64::new(0),
             inner: Mutex::new(Inner { wanted: persisted, ..Inner::default() }),
             saving: tokio::sync::Mutex::new(()),
             store,
@@ -384,6 +402,40 @@ impl DirtyRegionLog {
         }
     }
 
+    /// Holds every dirty region until [`repaired`](Self::repaired) says
+    /// the in-sync nodes agree on it (a new owner serves while it makes
+    /// them agree; the log must not forget a region meanwhile, or the next
+    /// owner would leave it unequal), and returns them.
+    pub fn hold_for_repair(&self) -> RegionSet {
+        let mut inner = self.lock();
+        inner.unrepaired = inner.wanted.dirty.clone();
+        self.unrepaired.store(inner.unrepaired.len(), Ordering::SeqCst);
+        inner.unrepaired.clone()
+    }
+
+    /// True when region `r` still waits for its repair after a takeover.
+    pub fn needs_repair(&self, r: u64) -> bool {
+        self.unrepaired.load(Ordering::Acquire) > 0 && self.lock().unrepaired.contains(r)
+    }
+
+    /// How many regions still wait for their repair.
+    pub fn unrepaired(&self) -> u64 {
+        self.unrepaired.load(Ordering::Acquire)
+    }
+
+    /// Region `r` agrees on every in-sync node: it may be cleaned, but
+    /// only by a clean whose flush began after now (what the repair wrote
+    /// must be durable first), so it counts as written now.
+    pub fn repaired(&self, r: u64) {
+        let mut inner = self.lock();
+        if inner.unrepaired.remove(r) {
+            inner.seq += 1;
+            let seq = inner.seq;
+            inner.last_write.insert(r, seq);
+            self.unrepaired.store(inner.unrepaired.len(), Ordering::SeqCst);
+        }
+    }
+
     /// The write sequence now: compare with [`region_quiet_since`]
     /// (Self::region_quiet_since) to learn whether a region was written
     /// meanwhile.
@@ -401,11 +453,7 @@ impl DirtyRegionLog {
     /// [`clean_flushed`](Self::clean_flushed) would clear it).
     pub fn has_quiet_dirty(&self, seq: u64) -> bool {
         let inner = self.lock();
-        inner
-            .wanted
-            .dirty
-            .iter()
-            .any(|r| !inner.inflight.contains_key(&r) && inner.last_write.get(&r).is_none_or(|&w| w <= seq))
+        inner.wanted.dirty.iter().any(|r| inner.cleanable(r, seq))
     }
 
     /// Clears the dirty regions that stayed quiet since `seq`, which the
@@ -419,12 +467,7 @@ impl DirtyRegionLog {
     pub async fn clean_flushed(&self, seq: u64) -> Result<u64, DrlError> {
         let (cleared, version) = {
             let mut inner = self.lock();
-            let quiet: Vec<u64> = inner
-                .wanted
-                .dirty
-                .iter()
-                .filter(|r| !inner.inflight.contains_key(r) && inner.last_write.get(r).is_none_or(|&w| w <= seq))
-                .collect();
+            let quiet: Vec<u64> = inner.wanted.dirty.iter().filter(|&r| inner.cleanable(r, seq)).collect();
             for r in &quiet {
                 inner.wanted.dirty.remove(*r);
                 inner.last_write.remove(r);
@@ -525,6 +568,34 @@ mod tests {
         let g2 = log.begin(3..4, &[]).await.unwrap();
         assert_eq!(store.saves.load(SeqCst), 1);
         drop((g, g2));
+    }
+
+    #[tokio::test]
+    async fn a_region_held_for_repair_stays_dirty_until_a_clean_after_its_repair() {
+        let store = Arc::new(MemDrlStore::default());
+        let mut left = DrlState::default();
+        left.dirty.insert(2);
+        left.dirty.insert(5);
+        let log = DirtyRegionLog::new(Regions::for_volume(64 << 20, 64 << 20), left, store.clone());
+        assert_eq!(log.hold_for_repair().iter().collect::<Vec<_>>(), vec![2, 5]);
+        assert_eq!(log.unrepaired(), 2);
+        assert!(log.needs_repair(2) && !log.needs_repair(3));
+        // Quiet, but not repaired: no clean forgets them.
+        let before = log.sequence();
+        assert!(!log.has_quiet_dirty(before));
+        assert_eq!(log.clean_flushed(before).await.unwrap(), 0);
+        // Repaired: a clean whose flush began before the repair ended may
+        // not rely on it; one that began after may.
+        log.repaired(2);
+        assert!(!log.needs_repair(2));
+        assert_eq!(log.unrepaired(), 1);
+        assert_eq!(log.clean_flushed(before).await.unwrap(), 0);
+        let after = log.sequence();
+        assert_eq!(log.clean_flushed(after).await.unwrap(), 1);
+        assert_eq!(store.saved().dirty.iter().collect::<Vec<_>>(), vec![5]);
+        log.repaired(5);
+        log.repaired(5);
+        assert_eq!(log.unrepaired(), 0);
     }
 
     #[tokio::test]

@@ -313,6 +313,23 @@ impl crate::erasure::Shard for FabricReplica {
         self.undo_command(fenced::ROLL_BACK, epoch, after)
     }
 
+    fn records(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, Vec<strata_block::UndoRecord>> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            let list = q.fenced_undo_records(self.nsid, epoch, after).await.map_err(|e| self.error(g, e))?;
+            Ok(list.into_iter().map(|[seq, lba, blocks]| strata_block::UndoRecord { seq, lba, blocks }).collect())
+        })
+    }
+
+    fn roll_back_only(&self, epoch: u64, undo: Vec<u64>, mark: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            let (ctrl, g) = self.conn().await?;
+            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
+            q.fenced_roll_back_only(self.nsid, epoch, &undo, mark).await.map_err(|e| self.error(g, e))
+        })
+    }
+
     fn discard_undo(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
         Box::pin(async move { self.undo_command(fenced::DISCARD_UNDO, epoch, 0).await.map(|_| ()) })
     }

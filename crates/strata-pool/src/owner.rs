@@ -62,6 +62,81 @@ pub(crate) fn is_zero(b: &[u8]) -> bool {
     head.iter().all(|&x| x == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&x| x == 0)
 }
 
+/// Starts repairing, on a task of its own, every region the last owner
+/// of `vol` left dirty (held in the log until repaired, see
+/// [`DirtyRegionLog::hold_for_repair`]), with `repair`; I/O to a region
+/// not yet repaired repairs it first ([`Owner::repaired_before`]). So a
+/// takeover serves at once, whatever the number of dirty regions. Once
+/// all are repaired, flushes and cleans the log. A region that fails is
+/// tried again later, and by the first I/O there; the task ends when the
+/// volume is dropped or fenced.
+pub(crate) fn repair_in_background<V, R, F, Fut>(vol: &Arc<V>, owner: fn(&V) -> &Arc<Owner<R>>, repair: F)
+where
+    V: Send + Sync + 'static,
+    R: ?Sized + Replica + 'static,
+    F: Fn(Arc<V>, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), BlockError>> + Send,
+{
+    let pending = owner(vol).drl.hold_for_repair();
+    if pending.is_empty() {
+        return;
+    }
+    /// Ends the repair, whichever way its task returns.
+    struct Running<R: ?Sized>(std::sync::Weak<Owner<R>>);
+    impl<R: ?Sized> Drop for Running<R> {
+        fn drop(&mut self) {
+            if let Some(o) = self.0.upgrade() {
+                o.repair_running.store(false, Ordering::Release);
+                o.repair_ended.notify_waiters();
+            }
+        }
+    }
+    owner(vol).repair_running.store(true, Ordering::Release);
+    let running = Running(Arc::downgrade(owner(vol)));
+    let weak = Arc::downgrade(vol);
+    tokio::spawn(async move {
+        let _running = running;
+        let began = Instant::now();
+        tracing::info!(regions = pending.len(), "serving; repairing the regions the last owner may have left unequal");
+        let mut wait = Duration::from_millis(500);
+        loop {
+            let mut failed = 0u64;
+            for r in pending.iter() {
+                let Some(v) = weak.upgrade() else { return };
+                if owner(&v).is_fenced() {
+                    return;
+                }
+                if let Err(e) = owner(&v).repaired_before(r..r + 1, |r| repair(v.clone(), r)).await {
+                    if owner(&v).is_fenced() {
+                        return;
+                    }
+                    if failed == 0 {
+                        tracing::warn!(region = r, error = %e, "a region the last owner left dirty could not be repaired; trying again later");
+                    }
+                    failed += 1;
+                }
+            }
+            let Some(v) = weak.upgrade() else { return };
+            let o = owner(&v);
+            if failed == 0 {
+                let seq = o.drl.sequence();
+                if let Err(e) = o.flush().await {
+                    tracing::warn!(error = %e, "the flush after the repair failed; the log stays dirty");
+                    return;
+                }
+                if let Err(e) = o.drl.clean_flushed(seq).await {
+                    tracing::warn!(error = %e, "cleaning the log after the repair failed; it stays dirty");
+                }
+                tracing::info!(regions = pending.len(), took = ?began.elapsed(), "the regions the last owner left dirty agree again");
+                return;
+            }
+            drop(v);
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(30));
+        }
+    });
+}
+
 /// The owner's state of one volume; `R` is what its nodes hold (a
 /// replica, a shard).
 pub(crate) struct Owner<R: ?Sized> {
@@ -117,7 +192,25 @@ pub(crate) struct Owner<R: ?Sized> {
     /// Set when a fill running now should give way (a move of the volume
     /// waits to be retargeted): the next region it would copy, it stops.
     interrupt: AtomicBool,
+    /// Regions the last owner left dirty are repaired while this one
+    /// serves, each once, by whichever of the background repair and the
+    /// first I/O there comes first ([`Owner::repaired_before`]): one lock
+    /// per slot of regions.
+    repair_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Woken after every round of promises and when the owner stops:
+    /// I/O that found the promises lapsed waits for the next round
+    /// ([`Owner::serving`]).
+    renewed: tokio::sync::Notify,
+    /// Turns true when the owner is fenced ([`Owner::fenced_signal`]).
+    fenced_tx: tokio::sync::watch::Sender<bool>,
+    /// True while the background repair after the takeover runs.
+    repair_running: AtomicBool,
+    /// Wakes [`Owner::repair_ended`]'s waiters.
+    repair_ended: tokio::sync::Notify,
 }
+
+/// Slots of [`Owner::repair_locks`].
+const REPAIR_LOCKS: usize = 64;
 
 impl<R: ?Sized + Replica + 'static> Owner<R> {
     /// The core of a volume just taken over at `membership`; `span` is
@@ -165,7 +258,59 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             born: Instant::now(),
             promises_ended: AtomicBool::new(false),
             interrupt: AtomicBool::new(false),
+            repair_locks: (0..REPAIR_LOCKS).map(|_| tokio::sync::Mutex::new(())).collect(),
+            renewed: tokio::sync::Notify::new(),
+            fenced_tx: tokio::sync::watch::Sender::new(false),
+            repair_running: AtomicBool::new(false),
+            repair_ended: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Waits until the background repair after the takeover ended
+    /// ([`repair_in_background`]): every region the last owner left dirty
+    /// agrees again and the log is clean of them, or the owner is fenced.
+    pub(crate) async fn repair_ended(&self) {
+        loop {
+            let ended = self.repair_ended.notified();
+            if !self.repair_running.load(Ordering::Acquire) {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// Repairs (with `repair`) every region of `regions` that still waits
+    /// for its repair after the takeover, before the caller touches it:
+    /// a host never reads a block of a region its in-sync nodes may not
+    /// agree on, so a block once read cannot flip when the node reads
+    /// come from changes. Costs one atomic load once every region is
+    /// repaired.
+    ///
+    /// A dropped caller leaves its region waiting: the next one repairs
+    /// it again, whole.
+    pub(crate) async fn repaired_before<F, Fut>(
+        &self,
+        regions: std::ops::Range<u64>,
+        repair: F,
+    ) -> Result<(), BlockError>
+    where
+        F: Fn(u64) -> Fut,
+        Fut: Future<Output = Result<(), BlockError>>,
+    {
+        if self.drl.unrepaired() == 0 {
+            return Ok(());
+        }
+        for r in regions {
+            if !self.drl.needs_repair(r) {
+                continue;
+            }
+            let _one = self.repair_locks[(r % REPAIR_LOCKS as u64) as usize].lock().await;
+            if self.drl.needs_repair(r) {
+                repair(r).await?;
+                self.drl.repaired(r);
+            }
+        }
+        Ok(())
     }
 
     fn since_born(&self) -> u64 {
@@ -192,6 +337,12 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     ///
     /// When the owner is fenced (a node has seen a newer owner).
     pub(crate) async fn renew_promises(self: &Arc<Self>, duration: Duration) -> Result<bool, BlockError> {
+        let held = self.renew_promises_once(duration).await;
+        self.renewed.notify_waiters();
+        held
+    }
+
+    async fn renew_promises_once(self: &Arc<Self>, duration: Duration) -> Result<bool, BlockError> {
         if self.is_fenced() || self.promises_ended.load(Ordering::Acquire) {
             return Err(BlockError::Gone);
         }
@@ -221,7 +372,6 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
                     if needed(n) {
                         tracing::warn!(node = %n, error = %e, "a node did not give its promise");
                         failed.push(n);
-                        held = false;
                     }
                 }
             }
@@ -231,10 +381,16 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             self.refused(m.epoch).await?;
             return Ok(false);
         }
+        // A node that gave no promise no longer counts once it is out of
+        // the in-sync set: the promises of the others, given to this same
+        // holder, still hold at the epoch that took it out. Serving on
+        // them at once leaves no gap in which hosts see Namespace Not
+        // Ready while a dead node's promise times out.
         if !failed.is_empty()
             && let Err(e) = self.leave(&failed, 0..0).await
         {
             tracing::warn!(nodes = ?failed, error = %e, "cannot take the nodes that gave no promise out of the in-sync set");
+            held = false;
         }
         if held {
             let until = sent.saturating_add(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
@@ -264,6 +420,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     pub(crate) async fn end_promises(&self) {
         self.promises_ended.store(true, Ordering::Release);
         self.serve_until.store(0, Ordering::Release);
+        self.renewed.notify_waiters();
         let epoch = self.membership().epoch;
         let nodes: Vec<NodeId> = self.writable().into_iter().collect();
         join_all(nodes.iter().filter_map(|&n| self.replica(n)).map(|r| async move {
@@ -381,10 +538,40 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         u64::from(self.geometry.block_size)
     }
 
-    pub(crate) fn check_serving(&self) -> Result<(), BlockError> {
-        // Without every other in-sync node's promise, a newer owner may be
-        // serving already: refuse (for now; hosts try again).
-        if self.fenced.load(Ordering::Acquire) || !self.promised() { Err(BlockError::Gone) } else { Ok(()) }
+    /// Ok while this owner may serve: not fenced, and every other in-sync
+    /// node's promise holds. Without the promises a newer owner may be
+    /// serving already, so nothing may be served; but a round of them may
+    /// be on its way (one that had to take a silent node out of the
+    /// in-sync set first, or one that found a node reconnected), so the
+    /// caller waits for the rounds of up to one promise's length before
+    /// it is refused: hosts see a pause, not Namespace Not Ready, when
+    /// a replica dies.
+    pub(crate) async fn serving(&self) -> Result<(), BlockError> {
+        if !self.fenced.load(Ordering::Acquire) && self.promised() {
+            return Ok(());
+        }
+        let Some(&wait) = self.promise_for.get() else { return Err(BlockError::Gone) };
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let renewed = self.renewed.notified();
+            tokio::pin!(renewed);
+            renewed.as_mut().enable();
+            if self.fenced.load(Ordering::Acquire) || self.promises_ended.load(Ordering::Acquire) {
+                return Err(BlockError::Gone);
+            }
+            if self.promised() {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, renewed).await.is_err() {
+                return Err(BlockError::Gone);
+            }
+        }
+    }
+
+    /// Turns true when this owner is fenced; closed (an error on
+    /// `changed`) when it is dropped unfenced.
+    pub(crate) fn fenced_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.fenced_tx.subscribe()
     }
 
     pub(crate) fn is_fenced(&self) -> bool {
@@ -399,6 +586,8 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     pub(crate) fn lose(&self, why: &dyn std::fmt::Display) -> BlockError {
         if !self.fenced.swap(true, Ordering::AcqRel) {
             tracing::warn!(%why, "volume fenced: this node no longer owns it; refusing I/O");
+            self.renewed.notify_waiters();
+            self.fenced_tx.send_replace(true);
         }
         BlockError::Gone
     }
@@ -781,7 +970,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     /// and one whose link reconnected is refilled and flushed again.
     pub(crate) async fn flush(self: &Arc<Self>) -> Result<(), BlockError> {
         loop {
-            self.check_serving()?;
+            self.serving().await?;
             let seq = self.drl.sequence();
             let epoch = self.membership().epoch;
             let nodes: Vec<NodeId> = self.writable().into_iter().collect();
@@ -936,6 +1125,15 @@ macro_rules! delegate_to_owner {
         fn note_sink(&self) -> std::sync::Weak<dyn crate::drl::NoteSink> {
             let owner: Arc<dyn crate::drl::NoteSink> = self.inner.owner.clone();
             Arc::downgrade(&owner)
+        }
+        fn unrepaired(&self) -> u64 {
+            self.inner.drl.unrepaired()
+        }
+        fn repair_ended(&self) -> BlockFuture<'_, ()> {
+            Box::pin(self.inner.owner.repair_ended())
+        }
+        fn fenced_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+            self.inner.owner.fenced_signal()
         }
     };
 }

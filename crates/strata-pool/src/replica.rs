@@ -69,10 +69,14 @@ pub fn refused(r: strata_block::Refused) -> ReplicaError {
 }
 
 impl ReplicaError {
-    /// True when the replica itself failed (it leaves the in-sync set),
-    /// rather than refusing the request.
+    /// True when the replica cannot take the request, so that it leaves
+    /// the in-sync set (or stops catching up): it failed, or it keeps a
+    /// promise to the volume's last owner. A takeover's fence flush waits
+    /// a promise out; a node that missed that flush (down or frozen then)
+    /// and came back still promised meets this owner's writes with it,
+    /// and must not fail them.
     pub fn is_replica_fault(&self) -> bool {
-        matches!(self, ReplicaError::Unavailable(_))
+        matches!(self, ReplicaError::Unavailable(_) | ReplicaError::Promised(_))
     }
 }
 

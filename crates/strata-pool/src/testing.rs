@@ -153,6 +153,10 @@ pub struct Faulty<R: ?Sized = dyn Replica> {
     pub down: AtomicBool,
     /// When set, writes fail with [`ReplicaError::NoSpace`].
     pub full: AtomicBool,
+    /// When set, writes and reads are refused with
+    /// [`ReplicaError::Promised`]: the node still keeps a promise to the
+    /// volume's last owner (it missed the takeover's fence flush).
+    pub promised: AtomicBool,
     /// Reads served.
     pub reads: AtomicU64,
     /// Writes (and write-zeroes) served.
@@ -187,6 +191,7 @@ impl<R: ?Sized + Replica> Faulty<R> {
             inner,
             down: AtomicBool::new(false),
             full: AtomicBool::new(false),
+            promised: AtomicBool::new(false),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             promises: AtomicU64::new(0),
@@ -265,6 +270,9 @@ impl<R: ?Sized + Replica> Replica for Faulty<R> {
             if self.full.load(SeqCst) {
                 return Err(ReplicaError::NoSpace);
             }
+            if self.promised.load(SeqCst) {
+                return Err(ReplicaError::Promised(std::time::Duration::from_millis(400)));
+            }
             self.writes.fetch_add(1, SeqCst);
             self.leave(self.inner.write(epoch, lba, data, fua).await).await
         })
@@ -273,6 +281,9 @@ impl<R: ?Sized + Replica> Replica for Faulty<R> {
     fn read(&self, epoch: u64, lba: u64, buf: IoBuf) -> ReplicaFuture<'_, IoBuf> {
         Box::pin(async move {
             self.enter().await?;
+            if self.promised.load(SeqCst) {
+                return Err(ReplicaError::Promised(std::time::Duration::from_millis(400)));
+            }
             self.reads.fetch_add(1, SeqCst);
             self.leave(self.inner.read(epoch, lba, buf).await).await
         })
@@ -349,6 +360,20 @@ impl<R: ?Sized + Shard> Shard for Faulty<R> {
         })
     }
 
+    fn records(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, Vec<strata_block::UndoRecord>> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.leave(self.inner.records(epoch, after).await).await
+        })
+    }
+
+    fn roll_back_only(&self, epoch: u64, undo: Vec<u64>, mark: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.leave(self.inner.roll_back_only(epoch, undo, mark).await).await
+        })
+    }
+
     fn discard_undo(&self, epoch: u64) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
             self.enter().await?;
@@ -415,6 +440,24 @@ impl MemShard {
 
     async fn admit(&self, epoch: u64) -> Result<strata_block::FenceGuard, ReplicaError> {
         self.fence.admit(epoch, Self::SENDER).await.map_err(crate::replica::refused)
+    }
+
+    /// Puts back what the updates `undo` picks overwrote, newest first,
+    /// forgets every record and raises the mark to `mark`.
+    async fn undo_where(&self, undo: impl Fn(u64) -> bool, mark: u64) -> Result<u64, ReplicaError> {
+        let records: Vec<(u64, u64, Bytes)> = {
+            let mut u = self.undo();
+            u.committed = u.committed.max(mark);
+            std::mem::take(&mut u.records)
+        };
+        let mut n = 0;
+        for (seq, lba, old) in records.iter().rev() {
+            if undo(*seq) {
+                self.put(*lba, old).await?;
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     async fn put(&self, lba: u64, data: &[u8]) -> Result<(), ReplicaError> {
@@ -503,19 +546,27 @@ impl Shard for MemShard {
     fn roll_back(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, u64> {
         Box::pin(async move {
             let _in = self.admit(epoch).await?;
-            let undo: Vec<(u64, u64, Bytes)> = {
-                let mut u = self.undo();
-                u.committed = u.committed.max(after);
-                std::mem::take(&mut u.records)
-            };
-            let mut n = 0;
-            for (seq, lba, old) in undo.iter().rev() {
-                if *seq > after {
-                    self.put(*lba, old).await?;
-                    n += 1;
-                }
-            }
-            Ok(n)
+            self.undo_where(|seq| seq > after, after).await
+        })
+    }
+
+    fn records(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, Vec<strata_block::UndoRecord>> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            let bs = u64::from(self.device.geometry().block_size);
+            let u = self.undo();
+            Ok(u.records
+                .iter()
+                .filter(|r| r.0 > after)
+                .map(|r| strata_block::UndoRecord { seq: r.0, lba: r.1, blocks: r.2.len() as u64 / bs })
+                .collect())
+        })
+    }
+
+    fn roll_back_only(&self, epoch: u64, undo: Vec<u64>, mark: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            self.undo_where(|seq| undo.contains(&seq), mark).await
         })
     }
 

@@ -287,6 +287,7 @@ impl Inner {
     /// Runs `op` on every replica that must take it and settles the
     /// outcome. Runs to the end (see the module docs).
     async fn fan_out(self: Arc<Self>, lba: u64, blocks: u64, op: Op) -> Result<(), BlockError> {
+        self.repaired_before(lba, blocks).await?;
         // Again at the new epoch when a replica refused the old one that
         // this owner raised itself meanwhile (see `settle`).
         while self.clone().fan_out_once(lba, blocks, op.clone()).await? {}
@@ -295,7 +296,7 @@ impl Inner {
 
     /// One try of [`Inner::fan_out`]; true when it must be tried again.
     async fn fan_out_once(self: Arc<Self>, lba: u64, blocks: u64, op: Op) -> Result<bool, BlockError> {
-        self.check_serving()?;
+        self.serving().await?;
         let _io = self.gate.read().await;
         let m = self.membership().clone();
         let catching = self.catching_up().clone();
@@ -403,6 +404,43 @@ impl Inner {
         outcome.map(|()| false)
     }
 
+    /// Repairs, first, the regions of `blocks` blocks at `lba` that the
+    /// last owner left dirty and that are not repaired yet.
+    async fn repaired_before(self: &Arc<Self>, lba: u64, blocks: u64) -> Result<(), BlockError> {
+        if self.drl.unrepaired() == 0 {
+            return Ok(());
+        }
+        self.owner.repaired_before(self.regions(lba, blocks), |r| self.repair_region(r)).await
+    }
+
+    /// Makes the in-sync replicas agree on dirty region `r`: copies it
+    /// from the replica reads use (so that what a host may have read
+    /// stays) to the other in-sync ones, and to nodes joining its chunk in
+    /// a move; a node that fails the copy leaves.
+    async fn repair_region(self: &Arc<Self>, r: u64) -> Result<(), BlockError> {
+        let bs = self.bs();
+        let first_lba = self.drl.regions().bytes_of(r, self.geometry.size_bytes()).start / bs;
+        let chunk = first_lba * bs / self.layout().chunk_bytes();
+        let order = {
+            let m = self.membership();
+            self.layout().replicas(chunk).into_iter().filter(|n| m.in_sync.contains(n)).collect::<Vec<_>>()
+        };
+        let source = self.read_order(chunk, r..r + 1).first().copied();
+        // Nodes joining the chunk in a move hold what they were filled
+        // with: they must agree too.
+        let joined =
+            self.mirrors(chunk).into_iter().map(|(_, n)| n).filter(|&n| self.readable(&self.membership(), n, r..r + 1));
+        let targets: Vec<NodeId> = order.into_iter().chain(joined).filter(|&n| Some(n) != source).collect();
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let failed = self.copy_region(r, &targets, false).await?;
+        if !failed.is_empty() {
+            self.owner.leave(&failed, r..r + 1).await?;
+        }
+        Ok(())
+    }
+
     /// The replicas of `chunk` that may answer reads of `regions`, in the
     /// order reads try them: the local one first, then placement order.
     fn read_order(&self, chunk: u64, regions: std::ops::Range<u64>) -> Vec<NodeId> {
@@ -419,7 +457,7 @@ impl Inner {
     /// replica, dropping replicas that fail and trying the next.
     async fn read_segment(self: &Arc<Self>, chunk: u64, lba: u64, mut buf: IoBuf) -> Result<IoBuf, BlockError> {
         loop {
-            self.check_serving()?;
+            self.serving().await?;
             let (epoch, local_in_sync) = {
                 let m = self.membership();
                 (m.epoch, m.in_sync.contains(&self.local))
@@ -467,6 +505,9 @@ impl Inner {
         if let Err(e) = check_range(self.geometry, lba, blocks) {
             return (buf, Err(e));
         }
+        if let Err(e) = self.repaired_before(lba, blocks).await {
+            return (buf, Err(e));
+        }
         let per_chunk = self.layout().chunk_bytes() / bs;
         if blocks > 0 && lba / per_chunk == (lba + blocks - 1) / per_chunk {
             let len = buf.len();
@@ -502,7 +543,7 @@ impl Inner {
         loop {
             *tries += 1;
             let held = if exclusive || *tries > COPY_TRIES_UNLOCKED { Some(self.gate.write().await) } else { None };
-            self.check_serving()?;
+            self.serving().await?;
             let seq = self.drl.sequence();
             if self.drl.region_quiet_since(r, seq) {
                 return Ok((held, seq));
@@ -595,6 +636,9 @@ impl Inner {
     /// taken for a difference); with `repair`, writes the kept value over
     /// the copies that differ (see [`crate::check`]).
     async fn check_region(self: &Arc<Self>, r: u64, repair: bool, report: &mut CheckReport) -> Result<(), BlockError> {
+        // A region the last owner left dirty is made to agree first: what
+        // differs there is no fault of a copy's.
+        self.owner.repaired_before(r..r + 1, |r| self.repair_region(r)).await?;
         let bs = self.bs();
         let bytes = self.drl.regions().bytes_of(r, self.geometry.size_bytes());
         let (first, end) = (bytes.start / bs, bytes.end / bs);
@@ -736,8 +780,10 @@ impl ReplicatedVolume {
     /// (whose epoch the metadata store already holds): fences every
     /// in-sync replica with a flush at that epoch (the old owner's writes
     /// are over once it completes), drops those that cannot be reached,
-    /// and repairs every dirty region so that the in-sync replicas agree
-    /// byte for byte before the first read.
+    /// and serves at once: every region the last owner left dirty is made
+    /// to agree byte for byte on the in-sync replicas on a task of its
+    /// own, and before the first read or write there, whichever comes
+    /// first.
     ///
     /// # Errors
     ///
@@ -752,7 +798,11 @@ impl ReplicatedVolume {
         let vol = ReplicatedVolume { inner };
         vol.inner.owner.flush().await?;
         vol.check_available()?;
-        vol.repair().await?;
+        crate::owner::repair_in_background(
+            &vol.inner,
+            |i| &i.owner,
+            |i: Arc<Inner>, r| async move { i.repair_region(r).await },
+        );
         Ok(vol)
     }
 
@@ -768,46 +818,6 @@ impl ReplicatedVolume {
                 return Err(OpenError::Unavailable { chunk, replicas });
             }
         }
-        Ok(())
-    }
-
-    /// Makes the in-sync replicas agree on every dirty region: copies it
-    /// from the first in-sync replica of its chunk (placement order) to
-    /// the others, flushes, and cleans the log.
-    async fn repair(&self) -> Result<(), BlockError> {
-        let i = &self.inner;
-        let dirty = i.drl.dirty();
-        if dirty.is_empty() {
-            return Ok(());
-        }
-        tracing::info!(regions = dirty.len(), "repairing regions the last owner may have left unequal");
-        let seq = i.drl.sequence();
-        let bs = i.bs();
-        for r in dirty.iter() {
-            let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
-            let chunk = first_lba * bs / i.layout().chunk_bytes();
-            let order = {
-                let m = i.membership();
-                i.layout().replicas(chunk).into_iter().filter(|n| m.in_sync.contains(n)).collect::<Vec<_>>()
-            };
-            // Reads take the local replica first; repair must copy from
-            // the one reads use, so that what a host may have read stays.
-            let source = i.read_order(chunk, r..r + 1).first().copied();
-            // Nodes joining the chunk in a move hold what they were filled
-            // with: they must agree too.
-            let joined =
-                i.mirrors(chunk).into_iter().map(|(_, n)| n).filter(|&n| i.readable(&i.membership(), n, r..r + 1));
-            let targets: Vec<NodeId> = order.into_iter().chain(joined).filter(|&n| Some(n) != source).collect();
-            if targets.is_empty() {
-                continue;
-            }
-            let failed = i.copy_region(r, &targets, false).await?;
-            if !failed.is_empty() {
-                i.owner.leave(&failed, r..r + 1).await?;
-            }
-        }
-        i.owner.flush().await?;
-        i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))?;
         Ok(())
     }
 
@@ -1079,6 +1089,15 @@ pub trait PoolVolume: BlockDevice {
         repair: bool,
         progress: &'a CheckProgress,
     ) -> BlockFuture<'a, Result<CheckReport, BlockError>>;
+    /// Regions the last owner left dirty that this one, serving already,
+    /// has not yet made agree (see `owner::repair_in_background`).
+    fn unrepaired(&self) -> u64;
+    /// Waits until those regions all agree again and the log is clean of
+    /// them (or the owner is fenced).
+    fn repair_ended(&self) -> BlockFuture<'_, ()>;
+    /// Turns true when this owner is fenced (it serves nothing more); its
+    /// `changed` fails once the volume is dropped unfenced.
+    fn fenced_signal(&self) -> tokio::sync::watch::Receiver<bool>;
     /// True when this owner stopped serving because nodes failed that
     /// could not leave the in-sync set without leaving a chunk below what
     /// the protection needs (it is fenced too): the volume comes back at

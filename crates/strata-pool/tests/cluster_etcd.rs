@@ -276,6 +276,34 @@ async fn an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_
     }
 }
 
+/// Regression (CI, issue 21): a new owner whose in-sync set still holds
+/// a dead node waited for that node's promise to time out, took it out,
+/// and then served nothing until the next renewal, so hosts saw Namespace
+/// Not Ready for a moment after every takeover of a killed owner. The
+/// promises of the others hold as soon as the dead node is out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_serves_as_soon_as_a_node_that_gave_no_promise_is_out_of_the_in_sync_set() {
+    use strata_pool::PoolVolume;
+    let etcd = EtcdProcess::start();
+    let keys = new_volume(&etcd).await;
+    let reps = Replicas::new();
+    let (a, handles, _lease) = open_as(&etcd, &keys, &reps, 1).await;
+    // Node 3 dies: it never answers again.
+    handles[2].freeze_after(Arc::new(std::sync::atomic::AtomicU64::new(0)));
+    a.keep_promises(Duration::from_secs(2)).await;
+    assert_eq!(a.membership().in_sync, ids(&[1, 2]), "the silent node left the in-sync set");
+    assert!(a.promised(), "the owner does not serve on the promises of the nodes left");
+    a.write(0, IoBuf::from_slice(&[5u8; 4096]), false).await.1.expect("a write right after the first promises");
+    let (b, r) = a.read(0, IoBuf::zeroed(4096)).await;
+    r.expect("a read right after the first promises");
+    assert!(b.iter().all(|&x| x == 5));
+    // And it goes on serving across renewals.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        a.read(0, IoBuf::zeroed(4096)).await.1.expect("a read across renewals");
+    }
+}
+
 /// The old owner, cut off from etcd but not from its replicas, is deposed
 /// by a new owner that etcd chose: the replicas refuse to renew the old
 /// owner's promises once the new one knocks, and let it in only once they

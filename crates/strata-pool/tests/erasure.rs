@@ -598,3 +598,35 @@ async fn a_check_locates_a_wrong_strip_and_a_repair_makes_every_stripe_one_codew
     }
     assert_eq!(o.vol.check(false, &CheckProgress::new(0)).await.unwrap().differences, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_the_last_owner_acknowledged_survive_a_takeover_while_more_than_k_shards_are_left() {
+    // Partial stripes, a stripe's two halves, and a run of whole stripes.
+    let writes: [(u64, u64); 4] = [(3, 1), (17, 2), (40, 32), (100, 5)];
+    for down in [vec![], vec![NodeId(2)]] {
+        let c = Cluster::new();
+        let o = c.open(&[], None).await.unwrap();
+        o.vol.write(0, payload(1, 0, BLOCKS), false).await.1.unwrap();
+        o.vol.flush().await.unwrap();
+        for (i, &(lba, n)) in writes.iter().enumerate() {
+            o.vol.write(lba, payload(2 + i as u32, lba, n), false).await.1.unwrap();
+        }
+        assert!(c.shards.iter().any(|s| s.undo_records() > 0), "the writes are not committed yet");
+        // The owner is gone without a commit; the next one opens with
+        // `down` lost as well.
+        drop(o);
+        let next = c.open(&down, None).await.unwrap();
+        let blocks = read_all(&next.vol).await;
+        for (lba, b) in blocks.iter().enumerate() {
+            let lba = lba as u64;
+            let want = writes.iter().position(|&(at, n)| (at..at + n).contains(&lba)).map_or(1, |i| 2 + i as u32);
+            assert_eq!(writer_of(b, lba), Some(want), "block {lba} with {down:?} down");
+        }
+        c.assert_consistent().await;
+        let in_sync = c.control.get().in_sync;
+        for s in &c.shards {
+            let n = strata_pool::Replica::node(&**s);
+            assert!(!in_sync.contains(&n) || s.undo_records() == 0, "{n} keeps undo records");
+        }
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, MemDevice, UndoLog};
-use strata_pool::erasure::undo_log::{UndoDevice, UndoRecord};
+use strata_pool::erasure::undo_log::{RingRecord, UndoDevice};
 use tokio::sync::Semaphore;
 
 const BS: u32 = 512;
@@ -71,7 +71,7 @@ fn models(initial: &[u8], updates: &[Update]) -> Vec<Vec<u8>> {
 }
 
 /// The seqs of `records`, in order.
-fn seqs(records: &[UndoRecord]) -> Vec<u64> {
+fn seqs(records: &[RingRecord]) -> Vec<u64> {
     records.iter().map(|r| r.seq).collect()
 }
 
@@ -86,11 +86,11 @@ async fn reopen_and_roll_back(
     mark: u64,
     want: &[u8],
 ) {
-    let records = dev.records();
+    let records = dev.ring_records();
     assert_eq!(seqs(&records), live);
     drop(dev);
     let dev = open(data, log).await;
-    assert_eq!(dev.records(), records, "reopened");
+    assert_eq!(dev.ring_records(), records, "reopened");
     assert_eq!(dev.committed(), mark);
     assert_eq!(dev.roll_back(mark).await.unwrap(), live.len() as u64);
     assert!(bytes(&**data).await == want, "data after rolling back to {mark}");
@@ -179,10 +179,10 @@ async fn roll_back_restores_the_bytes_before_every_update_newest_first() {
         write(&dev, u).await;
     }
     assert_ne!(bytes(&*data).await, initial);
-    assert_eq!(dev.records().len(), 3);
+    assert_eq!(dev.ring_records().len(), 3);
     assert_eq!(dev.roll_back(0).await.unwrap(), 3);
     assert_eq!(bytes(&*data).await, initial);
-    assert!(dev.records().is_empty());
+    assert!(dev.ring_records().is_empty());
     assert_eq!(dev.committed(), 0);
     // Nothing is left to undo.
     assert_eq!(dev.roll_back(0).await.unwrap(), 0);
@@ -200,14 +200,45 @@ async fn roll_back_after_a_commit_undoes_only_later_updates() {
     }
     dev.commit(2).await.unwrap();
     assert_eq!(dev.committed(), 2);
-    assert_eq!(seqs(&dev.records()), [3, 4]);
+    assert_eq!(seqs(&dev.ring_records()), [3, 4]);
     assert_eq!(dev.roll_back(2).await.unwrap(), 2);
     assert_eq!(bytes(&*data).await, model[2]);
     // A roll back past the mark raises it.
     write(&dev, (5, 7, 1)).await;
     assert_eq!(dev.roll_back(9).await.unwrap(), 0);
     assert_eq!(dev.committed(), 9);
-    assert!(dev.records().is_empty(), "roll back forgets every record");
+    assert!(dev.ring_records().is_empty(), "roll back forgets every record");
+}
+
+#[tokio::test]
+async fn a_selective_roll_back_undoes_only_the_updates_named_and_forgets_the_rest_durably() {
+    let data = data_with_pattern(16).await;
+    let log = mem(64);
+    // 2 and 4 overlap block 1; 3 is elsewhere; 5 overlaps nothing.
+    let updates = [(1, 0, 2), (2, 1, 2), (3, 6, 1), (4, 1, 1), (5, 9, 1)];
+    let model = models(&bytes(&*data).await, &updates);
+    let dev = open(&data, &log).await;
+    for u in updates {
+        write(&dev, u).await;
+    }
+    dev.commit(1).await.unwrap();
+    let recs: Vec<(u64, u64, u64)> = dev.records(1).await.unwrap().iter().map(|r| (r.seq, r.lba, r.blocks)).collect();
+    assert_eq!(recs, [(2, 1, 2), (3, 6, 1), (4, 1, 1), (5, 9, 1)], "oldest first, after the mark");
+    assert_eq!(dev.records(4).await.unwrap().len(), 1);
+    // Undo 2 and the newer 4 over it (newest first); keep 3 and 5.
+    assert_eq!(dev.roll_back_only(vec![4, 2], 5).await.unwrap(), 2);
+    let mut want = model[1].clone();
+    for (seq, lba, blocks) in [(3u64, 6u64, 1u64), (5, 9, 1)] {
+        let at = lba as usize * BSZ;
+        want[at..at + blocks as usize * BSZ].copy_from_slice(&update(seq, blocks));
+    }
+    assert!(bytes(&*data).await == want, "2 and 4 undone, 3 and 5 kept");
+    assert_eq!(dev.committed(), 5);
+    assert!(dev.ring_records().is_empty(), "every record is forgotten");
+    drop(dev);
+    let dev = open(&data, &log).await;
+    assert_eq!((dev.committed(), dev.ring_records().len()), (5, 0), "durably");
+    assert!(dev.records(0).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -227,7 +258,7 @@ async fn reopening_finds_the_same_records_and_mark() {
     reopen_and_roll_back(dev, (&data, &log), &[3, 4, 5], 2, &model[2]).await;
 
     let dev = open(&data, &log).await;
-    assert!(dev.records().is_empty());
+    assert!(dev.ring_records().is_empty());
     assert_eq!(dev.committed(), 2);
     assert_eq!(bytes(&*data).await, model[2]);
 }
@@ -244,16 +275,16 @@ async fn a_record_forgotten_behind_a_live_one_stays_forgotten_after_reopening() 
     write(&dev, (1, 1, 1)).await;
     write(&dev, (3, 2, 1)).await;
     dev.commit(1).await.unwrap();
-    assert_eq!(seqs(&dev.records()), [2, 3]);
+    assert_eq!(seqs(&dev.ring_records()), [2, 3]);
     // An update at or below the mark logged after the commit stays live,
     // as in the in-memory reference.
     write(&dev, (1, 3, 1)).await;
-    let live = dev.records();
+    let live = dev.ring_records();
     assert_eq!(seqs(&live), [2, 3, 1]);
     drop(dev);
 
     let dev = open(&data, &log).await;
-    assert_eq!(dev.records(), live);
+    assert_eq!(dev.ring_records(), live);
     assert_eq!(dev.committed(), 1);
     assert_eq!(dev.roll_back(1).await.unwrap(), 2);
     let after = bytes(&*data).await;
@@ -312,7 +343,7 @@ async fn a_crash_after_any_write_rolls_back_to_a_committed_state() {
         assert!(bytes(&*data).await == model[mark as usize], "crash after {n} writes: data is not as at {mark}");
         drop(dev);
         let dev = open(&data, &log).await;
-        assert!(dev.records().is_empty(), "crash after {n} writes: the roll back was not durable");
+        assert!(dev.ring_records().is_empty(), "crash after {n} writes: the roll back was not durable");
         assert!(bytes(&*data).await == model[mark as usize]);
     }
     assert_eq!(last_mark, 14, "with no crash the last commit is there");
@@ -342,7 +373,7 @@ async fn a_roll_back_cut_short_at_any_write_rolls_back_to_the_same_bytes() {
         let undone = dev.roll_back(4).await.unwrap();
         assert!(bytes(&*data).await == model[4], "roll back cut after {n} writes");
         assert_eq!(dev.committed(), 4);
-        assert!(dev.records().is_empty());
+        assert!(dev.ring_records().is_empty());
         if !cut {
             assert_eq!(undone, 0, "the whole roll back was durable");
             break;
@@ -362,7 +393,7 @@ async fn the_ring_wraps_many_times_and_reopens_with_exactly_the_live_records() {
     let mut last_block = 0;
     for u in &updates {
         write(&dev, *u).await;
-        let newest = *dev.records().last().unwrap();
+        let newest = *dev.ring_records().last().unwrap();
         if newest.ring_block < last_block {
             laps += 1;
         }
@@ -394,7 +425,7 @@ async fn a_full_ring_waits_until_a_commit_frees_room() {
     dev.commit(1).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("the commit freed room").unwrap();
     assert_eq!(bytes(&*data).await[20 * BSZ..24 * BSZ], update(4, 4)[..]);
-    assert_eq!(seqs(&dev.records()), [2, 3, 4]);
+    assert_eq!(seqs(&dev.ring_records()), [2, 3, 4]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -427,7 +458,7 @@ async fn concurrent_logged_writes_and_commits_roll_back_exactly_the_uncommitted(
     // An update whose record was appended after a commit covering it
     // stays live (as in the in-memory reference), so only those above
     // the mark are known.
-    let above: std::collections::BTreeSet<u64> = dev.records().iter().map(|r| r.seq).filter(|&s| s > 30).collect();
+    let above: std::collections::BTreeSet<u64> = dev.ring_records().iter().map(|r| r.seq).filter(|&s| s > 30).collect();
     assert_eq!(above, (31..=40).collect());
     assert_eq!(dev.roll_back(30).await.unwrap(), 10);
     let after = bytes(&*data).await;
@@ -449,7 +480,7 @@ async fn new_bytes_wait_for_every_older_record() {
         let dev = dev.clone();
         async move { write(&dev, (1, 0, 1)).await }
     });
-    while dev.records().is_empty() {
+    while dev.ring_records().is_empty() {
         tokio::task::yield_now().await;
     }
     let second = tokio::spawn({
@@ -463,19 +494,19 @@ async fn new_bytes_wait_for_every_older_record() {
     // it does not cover was written.
     let (data_image, log_image) = (copy(&data).await, copy(&log.inner).await);
     let reopened = open(&data_image, &log_image).await;
-    assert!(reopened.records().is_empty());
+    assert!(reopened.ring_records().is_empty());
     // The record of update 2 it left past the chain's end carries LSN 2,
     // which the reopened log hands out again: it must be gone by then.
     write(&reopened, (7, 0, 1)).await;
     drop(reopened);
     let reopened = open(&data_image, &log_image).await;
-    assert_eq!(seqs(&reopened.records()), [7]);
+    assert_eq!(seqs(&reopened.ring_records()), [7]);
     drop(reopened);
     // Released, both complete.
     gate.add_permits(1);
     first.await.unwrap();
     second.await.unwrap();
-    assert_eq!(seqs(&dev.records()), [1, 2]);
+    assert_eq!(seqs(&dev.ring_records()), [1, 2]);
     assert_eq!(bytes(&*data).await[5 * BSZ..6 * BSZ], update(2, 1)[..]);
 }
 
@@ -488,7 +519,7 @@ async fn a_dropped_logged_write_still_runs_to_the_end() {
     assert!(tokio::time::timeout(Duration::from_millis(20), fut).await.is_err(), "held at the gate, then dropped");
     gate.add_permits(1);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(dev.records().len(), 1);
+    assert_eq!(dev.ring_records().len(), 1);
     assert_eq!(bytes(&*data).await[2 * BSZ..3 * BSZ], update(1, 1)[..]);
     // Nothing stays reserved: a roll back (which waits for logged writes
     // in flight) completes and undoes it.
@@ -508,7 +539,7 @@ async fn bad_requests_fail_and_log_nothing() {
     let (buf, r) = dev.write_logged(1, u64::MAX, IoBuf::from_slice(&[1; BSZ])).await;
     assert!(matches!(r, Err(BlockError::OutOfRange { .. })));
     assert_eq!(buf.len(), BSZ, "the buffer comes back");
-    assert!(dev.records().is_empty());
+    assert!(dev.ring_records().is_empty());
     assert_eq!(bytes(&*log).await, log_before);
     assert!(bytes(&*data).await.iter().all(|&b| b == 0));
 }
@@ -521,7 +552,7 @@ async fn plain_io_goes_to_the_data_device_without_undo() {
     let (_, r) = dev.write(3, IoBuf::from_slice(&[7; BSZ]), false).await;
     r.unwrap();
     dev.flush().await.unwrap();
-    assert!(dev.records().is_empty());
+    assert!(dev.ring_records().is_empty());
     assert_eq!(bytes(&*data).await[3 * BSZ..4 * BSZ], [7; BSZ]);
     let (b, r) = dev.read(3, IoBuf::zeroed(BSZ)).await;
     r.unwrap();
@@ -540,12 +571,12 @@ async fn discard_forgets_every_record_and_keeps_the_mark() {
     write(&dev, (3, 2, 1)).await;
     let after_writes = bytes(&*data).await;
     dev.discard().await.unwrap();
-    assert!(dev.records().is_empty());
+    assert!(dev.ring_records().is_empty());
     assert_eq!(dev.committed(), 1);
     assert_eq!(bytes(&*data).await, after_writes, "nothing applied");
     drop(dev);
     let dev = open(&data, &log).await;
-    assert!(dev.records().is_empty());
+    assert!(dev.ring_records().is_empty());
     assert_eq!(dev.committed(), 1);
     assert_eq!(dev.roll_back(0).await.unwrap(), 0);
 }
@@ -556,7 +587,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// A log holding live records (seqs 2..=5; seq 1 committed and freed),
 /// its data device, and the live records.
-async fn log_with_records() -> (Arc<MemDevice>, Arc<MemDevice>, Vec<UndoRecord>) {
+async fn log_with_records() -> (Arc<MemDevice>, Arc<MemDevice>, Vec<RingRecord>) {
     let (data, log) = (mem(16), mem(16));
     let dev = open(&data, &log).await;
     for seq in 1..=5 {
@@ -565,7 +596,7 @@ async fn log_with_records() -> (Arc<MemDevice>, Arc<MemDevice>, Vec<UndoRecord>)
             dev.commit(1).await.unwrap();
         }
     }
-    let live = dev.records();
+    let live = dev.ring_records();
     (data, log, live)
 }
 
@@ -603,7 +634,7 @@ proptest! {
             let (_, r) = log.write(block, b, false).await;
             r.unwrap();
             let dev = open(&data, &log).await;
-            let found = dev.records();
+            let found = dev.ring_records();
             prop_assert!(found.len() <= live.len());
             prop_assert_eq!(&found[..], &live[..found.len()]);
             // A record's crc covers its header fields (bytes 0..44 of its

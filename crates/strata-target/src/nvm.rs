@@ -65,8 +65,8 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
     let cid = sqe.cid();
     let sender = ctrl.sender();
     let (result, value) = if fenced::is_undo(sqe.opcode()) {
-        match undo_command(sub, &sqe, data, sender).await {
-            Ok(v) => (Ok(None), v),
+        match undo_command(sub, &sqe, data, read_len, sender).await {
+            Ok((v, data)) => (Ok(data.map(|d| (d, None))), v),
             Err(e) => (Err(e), 0),
         }
     } else if fenced::is_owner(sqe.opcode()) {
@@ -130,9 +130,15 @@ async fn owner_command(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, read_len
 
 /// The undo-log commands of an erasure-coded shard
 /// ([`strata_block::UndoLog`]), admitted by the namespace's fence. The
-/// value is the completion's result (Roll Back: updates undone;
-/// Committed: the mark).
-async fn undo_command(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, sender: Sender) -> Result<u64, (Status, u64)> {
+/// value is the completion's result (Roll Back, Roll Back Only: records
+/// undone; Committed: the mark) and the data for the host (Undo Records).
+async fn undo_command(
+    sub: &Subsystem,
+    sqe: &Sqe,
+    data: Option<IoBuf>,
+    read_len: usize,
+    sender: Sender,
+) -> Result<(u64, Option<ReadData>), (Status, u64)> {
     let Some(entry) = sub.entry(sqe.nsid()) else { return Err((Status::INVALID_NS.dnr(), 0)) };
     let ns = &entry.ns;
     let (Some(fence), Some(undo)) = (&ns.fence, &ns.undo) else { return Err((Status::INVALID_OPCODE.dnr(), 0)) };
@@ -146,14 +152,51 @@ async fn undo_command(sub: &Subsystem, sqe: &Sqe, data: Option<IoBuf>, sender: S
             let (_, res) = undo.write_logged(sqe.update_seq(), rw.slba, buf).await;
             res.map_err(|e| (status_of(&e, true), rw.slba))?;
             entry.counters.count_write(len as u64);
-            Ok(0)
+            Ok((0, None))
         }
-        fenced::COMMIT => undo.commit(sqe.arg64()).await.map(|()| 0).map_err(failed),
-        fenced::ROLL_BACK => undo.roll_back(sqe.arg64()).await.map_err(failed),
-        fenced::COMMITTED => Ok(undo.committed()),
-        fenced::DISCARD_UNDO => undo.discard().await.map(|()| 0).map_err(failed),
+        fenced::COMMIT => undo.commit(sqe.arg64()).await.map(|()| (0, None)).map_err(failed),
+        fenced::ROLL_BACK => undo.roll_back(sqe.arg64()).await.map(|n| (n, None)).map_err(failed),
+        fenced::COMMITTED => Ok((undo.committed(), None)),
+        fenced::DISCARD_UNDO => undo.discard().await.map(|()| (0, None)).map_err(failed),
+        fenced::UNDO_RECORDS => {
+            let mut records = undo.records(sqe.arg64()).await.map_err(failed)?;
+            let take = undo_page(&mut records, read_len).ok_or((Status::SGL_INVALID_DATA.dnr(), 0))?;
+            let values: Vec<u64> = records[..take].iter().flat_map(|r| [r.seq, r.lba, r.blocks]).collect();
+            let block = (ns.device.geometry().block_size as usize).max(1);
+            let mut wire = fenced::encode_list(&values, 3, block).ok_or((Status::INTERNAL.dnr(), 0))?;
+            if wire.len() > read_len {
+                return Err((Status::SGL_INVALID_DATA.dnr(), 0));
+            }
+            wire.resize(read_len, 0);
+            Ok((u64::from(take < records.len()), Some(ReadData::from(IoBuf::from_slice(&wire)))))
+        }
+        fenced::ROLL_BACK_ONLY => {
+            let Some(buf) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), 0)) };
+            let undo_seqs = fenced::decode_list(&buf, 1).map_err(|_| (Status::INVALID_FIELD.dnr(), 0))?;
+            undo.roll_back_only(undo_seqs, sqe.arg64()).await.map(|n| (n, None)).map_err(failed)
+        }
         _ => Err((Status::INVALID_OPCODE.dnr(), 0)),
     }
+}
+
+/// How many of `records` one Undo Records reply of `read_len` bytes
+/// carries: sorts them by update (a shard logs concurrent updates of
+/// different stripes in any order), then takes as many as the bytes hold,
+/// whole updates only, so that the host asks again after the last one's
+/// sequence number. `None` when one update alone does not fit.
+fn undo_page(records: &mut [strata_block::UndoRecord], read_len: usize) -> Option<usize> {
+    records.sort_by_key(|r| r.seq);
+    let fit = read_len.saturating_sub(fenced::LIST_COUNT_LEN) / 24;
+    let mut take = records.len().min(fit).min(fenced::MAX_LIST);
+    if take < records.len() {
+        while take > 0 && records[take].seq == records[take - 1].seq {
+            take -= 1;
+        }
+        if take == 0 {
+            return None;
+        }
+    }
+    Some(take)
 }
 
 type Outcome = Result<Option<(ReadData, Option<Permit>)>, (Status, u64)>;
@@ -324,4 +367,32 @@ async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>, budget: &D
         return Err((Status::COMPARE_FAILURE.dnr(), rw.slba));
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod undo_page_tests {
+    use super::undo_page;
+    use strata_block::UndoRecord;
+
+    fn recs(seqs: &[u64]) -> Vec<UndoRecord> {
+        seqs.iter().enumerate().map(|(i, &seq)| UndoRecord { seq, lba: i as u64, blocks: 1 }).collect()
+    }
+
+    #[test]
+    fn a_page_is_sorted_by_update_and_splits_only_between_updates() {
+        // Room for three records (4 + 3 * 24 bytes).
+        let len = 4 + 3 * 24;
+        let mut r = recs(&[7, 5, 6, 6, 6]);
+        assert_eq!(undo_page(&mut r, len), Some(1), "5 fits; the three records of 6 do not with it");
+        assert_eq!(r.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![5, 6, 6, 6, 7]);
+        let mut r = recs(&[7, 5, 6, 6]);
+        assert_eq!(undo_page(&mut r, len), Some(3), "5, 6, 6; 7 on the next page");
+        let mut r = recs(&[3, 1, 2]);
+        assert_eq!(undo_page(&mut r, len), Some(3), "all fit: no more to ask for");
+        let mut r = recs(&[4, 4, 4, 4]);
+        assert_eq!(undo_page(&mut r, len), None, "one update larger than a page");
+        let mut r = recs(&[]);
+        assert_eq!(undo_page(&mut r, len), Some(0));
+        assert_eq!(undo_page(&mut recs(&[1]), 0), None, "no room at all");
+    }
 }

@@ -178,6 +178,22 @@ impl Target {
         Some(sub)
     }
 
+    /// Removes subsystem `sub` (and disconnects its controllers) if it is
+    /// still the one registered under its NQN, not one added since.
+    pub fn remove_this_subsystem(&self, sub: &Arc<Subsystem>) -> bool {
+        let mut map = self.inner.subsystems.write().unwrap_or_else(|e| e.into_inner());
+        if !map.get(sub.nqn()).is_some_and(|s| Arc::ptr_eq(s, sub)) {
+            return false;
+        }
+        map.remove(sub.nqn());
+        drop(map);
+        self.inner.genctr.fetch_add(1, Ordering::Relaxed);
+        for c in sub.controllers() {
+            c.kill();
+        }
+        true
+    }
+
     /// Replaces the subsystems other nodes serve, which the discovery log
     /// lists after this node's own (a local subsystem of the same NQN
     /// wins).

@@ -994,8 +994,21 @@ impl ClusterNode {
         let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
         sub.add_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
-        self.target.add_subsystem(sub)?;
+        self.target.add_subsystem(sub.clone())?;
         tracing::info!(volume = %rec.name, "serving the volume");
+        // Fenced: the hosts' connections close at once, so that they look
+        // for the new owner rather than get Namespace Not Ready until the
+        // next reconcile notices.
+        let (mut fenced, target, sub, name) =
+            (vol.fenced_signal(), self.target.clone(), Arc::downgrade(&sub), rec.name.clone());
+        tokio::spawn(async move {
+            if fenced.wait_for(|&f| f).await.is_ok()
+                && let Some(sub) = sub.upgrade()
+                && target.remove_this_subsystem(&sub)
+            {
+                tracing::warn!(volume = %name, "fenced: not serving the volume; the hosts' connections are closed");
+            }
+        });
         Ok(Owned { vol, kind, nqn: rec.nqn.clone(), resyncing: Arc::new(tokio::sync::Mutex::new(())), token })
     }
 

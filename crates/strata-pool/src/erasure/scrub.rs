@@ -1,6 +1,10 @@
 //! Whether one stripe's strips are one codeword, and if not, which strip
 //! is wrong: the pure part of an erasure-coded volume's check (see
-//! [`crate::check`]). No I/O.
+//! [`crate::check`]) and of a new owner's roll back ([`to_undo`]). No
+//! I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 
 use super::codec::{Codec, CodecError};
 
@@ -84,11 +88,63 @@ pub fn judge(codec: &Codec, strips: &[Option<&[u8]>]) -> Result<Verdict, CodecEr
     }
 }
 
+/// Which of the updates a new owner found undo records of (`updates`:
+/// each update's sequence number and the stripes it wrote) to undo, when
+/// the stripes in `bad` are not one codeword (or cannot be told to be).
+///
+/// A stripe that is one codeword has every update whole, and they are
+/// kept (an acknowledged write survives the takeover). On a bad stripe
+/// every update is undone, back to the committed version (which every
+/// in-sync shard holds whole): not only the newest can be partial there,
+/// since an update that failed on a node that could not leave the
+/// in-sync set (the owner gave up, or the metadata store was out of
+/// reach) ends without reaching it, and a later update of the stripe may
+/// still run. Undoing an update puts back older bytes on every stripe it
+/// wrote, so every newer update that wrote one of them is undone too,
+/// first (the caller undoes newest first).
+pub fn to_undo(updates: &BTreeMap<u64, Range<u64>>, bad: &BTreeSet<u64>) -> BTreeSet<u64> {
+    let overlaps = |a: &Range<u64>, b: &Range<u64>| a.start < b.end && b.start < a.end;
+    let mut undo: BTreeSet<u64> =
+        updates.iter().filter(|(_, r)| bad.range(Range::clone(r)).next().is_some()).map(|(&seq, _)| seq).collect();
+    let mut work: Vec<u64> = undo.iter().copied().collect();
+    while let Some(u) = work.pop() {
+        let Some(range) = updates.get(&u) else { continue };
+        for (&v, r) in updates.range(u + 1..) {
+            if overlaps(range, r) && undo.insert(v) {
+                work.push(v);
+            }
+        }
+    }
+    undo
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const STRIP: usize = 64;
+
+    #[test]
+    fn a_bad_stripe_undoes_every_update_over_it_and_every_newer_one_over_those() {
+        let updates: BTreeMap<u64, Range<u64>> =
+            [(10, 0..32), (11, 40..41), (12, 5..6), (13, 40..41), (14, 31..33), (15, 60..61)].into_iter().collect();
+        let bad = |v: &[u64]| v.iter().copied().collect::<BTreeSet<u64>>();
+        // Every stripe a codeword: everything is kept.
+        assert!(to_undo(&updates, &bad(&[])).is_empty());
+        // Stripe 40: both its updates, 11 and 13 (11 may have missed a
+        // node that could not leave).
+        assert_eq!(to_undo(&updates, &bad(&[40])), bad(&[11, 13]));
+        // Stripe 5: 10 and 12; 10 puts back 0..32, under 14 too.
+        assert_eq!(to_undo(&updates, &bad(&[5])), bad(&[10, 12, 14]));
+        // Stripe 20: only update 10 wrote it, a run of 32 stripes: undoing
+        // it puts back stripes 0..32, under 12 (stripe 5) and 14 (stripe
+        // 31), which go first.
+        assert_eq!(to_undo(&updates, &bad(&[20])), bad(&[10, 12, 14]));
+        // Stripe 32: 14, which overlaps nothing newer.
+        assert_eq!(to_undo(&updates, &bad(&[32])), bad(&[14]));
+        // A stripe no update wrote: nothing to undo there.
+        assert!(to_undo(&updates, &bad(&[100])).is_empty());
+    }
 
     fn stripe(codec: &Codec, seed: u8) -> Vec<Vec<u8>> {
         let data: Vec<Vec<u8>> =

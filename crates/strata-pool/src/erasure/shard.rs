@@ -19,9 +19,9 @@ use crate::replica::{Replica, ReplicaFuture};
 /// - [`Shard::write_logged`] keeps the bytes it overwrites durably before
 ///   the new bytes can land (a node that crashes between the two has the
 ///   old bytes and their copy, which rolls back to the same bytes).
-/// - Only [`Shard::commit`] and [`Shard::roll_back`] and
-///   [`Shard::discard_undo`] forget undo records; the committed mark
-///   only grows.
+/// - Only [`Shard::commit`], [`Shard::roll_back`],
+///   [`Shard::roll_back_only`] and [`Shard::discard_undo`] forget undo
+///   records; the committed mark only grows.
 pub trait Shard: Replica {
     /// Writes `data` (whole blocks) at `lba` as update `seq`, keeping the
     /// bytes it overwrites until `seq` is committed.
@@ -38,6 +38,14 @@ pub trait Shard: Replica {
     /// forgets them, and raises the committed mark to `after`. Returns how
     /// many updates it undid.
     fn roll_back(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, u64>;
+
+    /// The undo records kept of the updates after `after`, oldest first.
+    fn records(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, Vec<strata_block::UndoRecord>>;
+
+    /// Puts back what the updates in `undo` overwrote, newest first,
+    /// forgets every record (the other updates stay), and raises the
+    /// committed mark to `mark`. Returns how many records it undid.
+    fn roll_back_only(&self, epoch: u64, undo: Vec<u64>, mark: u64) -> ReplicaFuture<'_, u64>;
 
     /// Forgets every undo record without applying it: the shard was stale
     /// and is about to be rewritten where it missed updates.
@@ -146,6 +154,20 @@ impl Shard for LocalShard {
         Box::pin(async move {
             let _in = self.admit(epoch).await?;
             self.undo.roll_back(after).await.map_err(crate::replica::from_block)
+        })
+    }
+
+    fn records(&self, epoch: u64, after: u64) -> ReplicaFuture<'_, Vec<strata_block::UndoRecord>> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            self.undo.records(after).await.map_err(crate::replica::from_block)
+        })
+    }
+
+    fn roll_back_only(&self, epoch: u64, undo: Vec<u64>, mark: u64) -> ReplicaFuture<'_, u64> {
+        Box::pin(async move {
+            let _in = self.admit(epoch).await?;
+            self.undo.roll_back_only(undo, mark).await.map_err(crate::replica::from_block)
         })
     }
 

@@ -145,7 +145,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use strata_block::{
-    BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, ReadData, UndoLog, blocks_in, check_range,
+    BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, ReadData, UndoLog, UndoRecord, blocks_in,
+    check_range,
 };
 use tokio::sync::Notify;
 
@@ -306,9 +307,10 @@ pub enum UndoError {
     Io(#[from] BlockError),
 }
 
-/// A live undo record, as [`UndoDevice::records`] reports it.
+/// A live undo record where it lies in the ring, as
+/// [`UndoDevice::ring_records`] reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UndoRecord {
+pub struct RingRecord {
     /// Log sequence number.
     pub lsn: u64,
     /// The update it belongs to.
@@ -646,12 +648,12 @@ impl UndoDevice {
 
     /// The live records (not forgotten, including those still being
     /// written), oldest first.
-    pub fn records(&self) -> Vec<UndoRecord> {
+    pub fn ring_records(&self) -> Vec<RingRecord> {
         let s = self.state();
         s.entries
             .iter()
             .filter(|e| !e.forgotten)
-            .map(|e| UndoRecord { lsn: e.lsn, seq: e.seq, lba: e.lba, blocks: e.blocks, ring_block: e.block })
+            .map(|e| RingRecord { lsn: e.lsn, seq: e.seq, lba: e.lba, blocks: e.blocks, ring_block: e.block })
             .collect()
     }
 
@@ -827,12 +829,15 @@ impl UndoDevice {
         self.write_header(h).await
     }
 
-    async fn do_roll_back(&self, after: u64) -> Result<u64, BlockError> {
+    /// Puts back the old bytes of every live record `undo` picks, newest
+    /// first, flushes the data, then forgets every record and raises the
+    /// mark to `mark` (durably).
+    async fn do_roll_back(&self, undo: impl Fn(&Entry) -> bool, mark: u64) -> Result<u64, BlockError> {
         let _ops = self.ops.lock().await;
         let end = self.quiesce().await?;
         let undo: Vec<Entry> = {
             let s = self.state();
-            s.entries.iter().rev().filter(|e| e.lsn < end && !e.forgotten && e.seq > after).copied().collect()
+            s.entries.iter().rev().filter(|e| e.lsn < end && !e.forgotten && undo(e)).copied().collect()
         };
         for e in &undo {
             self.restore(e).await?;
@@ -840,8 +845,19 @@ impl UndoDevice {
         if !undo.is_empty() {
             self.data.flush().await?;
         }
-        self.forget_all(end, after).await?;
+        self.forget_all(end, mark).await?;
         Ok(undo.len() as u64)
+    }
+
+    async fn do_records(&self, after: u64) -> Result<Vec<UndoRecord>, BlockError> {
+        let _ops = self.ops.lock().await;
+        let end = self.quiesce().await?;
+        let s = self.state();
+        Ok(s.entries
+            .iter()
+            .filter(|e| e.lsn < end && !e.forgotten && e.seq > after)
+            .map(|e| UndoRecord { seq: e.seq, lba: e.lba, blocks: e.blocks })
+            .collect())
     }
 
     /// Puts back the old bytes of `e`, after checking its crc again (the
@@ -1058,7 +1074,16 @@ impl UndoLog for UndoDevice {
     }
 
     fn roll_back(&self, after: u64) -> BlockFuture<'_, Result<u64, BlockError>> {
-        Box::pin(self.on_task(move |me| async move { me.do_roll_back(after).await }))
+        Box::pin(self.on_task(move |me| async move { me.do_roll_back(|e| e.seq > after, after).await }))
+    }
+
+    fn records(&self, after: u64) -> BlockFuture<'_, Result<Vec<UndoRecord>, BlockError>> {
+        Box::pin(self.on_task(move |me| async move { me.do_records(after).await }))
+    }
+
+    fn roll_back_only(&self, undo: Vec<u64>, mark: u64) -> BlockFuture<'_, Result<u64, BlockError>> {
+        let undo: BTreeSet<u64> = undo.into_iter().collect();
+        Box::pin(self.on_task(move |me| async move { me.do_roll_back(|e| undo.contains(&e.seq), mark).await }))
     }
 
     fn discard(&self) -> BlockFuture<'_, Result<(), BlockError>> {
@@ -1268,11 +1293,11 @@ mod tests {
         // A ring of 7 blocks: one record of 6 data blocks fills it.
         let (_, r) = dev.write_logged(1, 0, IoBuf::from_slice(&[1; 6 * 512])).await;
         r.unwrap();
-        let before = dev.records();
+        let before = dev.ring_records();
         let (_, r) = dev.write_logged(2, 7, IoBuf::from_slice(&[2; 512])).await;
         let err = r.unwrap_err().to_string();
         assert!(err.contains("undo log full"), "{err}");
-        assert_eq!(dev.records(), before);
+        assert_eq!(dev.ring_records(), before);
         let (b, r) = data.read(7, IoBuf::zeroed(512)).await;
         r.unwrap();
         assert!(b.iter().all(|&x| x == 0), "the data was not written");

@@ -27,7 +27,7 @@
 //! dropped anywhere (a commit sent to some shards and not others is one
 //! the next owner treats as made; see `docs/pool.md`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -285,11 +285,14 @@ impl Inner {
                 Fault::Node(node)
             }
             ReplicaError::Reconnected { generation, .. } => Fault::Restarted(node, generation),
-            // A replica that still keeps a promise to the last owner: only
-            // a takeover meets it, in its fence flush (which waits it out).
-            ReplicaError::Promised(left) => Fault::Volume(io_error(format!(
-                "node {node} keeps a promise to the volume's last owner for {left:?} more"
-            ))),
+            // A shard that still keeps a promise to the last owner: a
+            // takeover's fence flush waits it out; one that missed it
+            // (down or frozen then) cannot take this owner's I/O, as if
+            // failed.
+            ReplicaError::Promised(left) => {
+                tracing::warn!(node = %node, ?left, "shard keeps a promise to the volume's last owner");
+                Fault::Node(node)
+            }
         }
     }
 
@@ -517,7 +520,7 @@ impl Inner {
         let blocks = (run.end - run.start) * self.stripes.strip / self.bs();
         let regions = self.regions_of_run(run);
         loop {
-            self.check_serving()?;
+            self.serving().await?;
             let epoch = self.membership().epoch;
             let nodes: Vec<NodeId> = self.writable().into_iter().collect();
             let results = join_all(nodes.iter().map(|&n| async move {
@@ -558,7 +561,7 @@ impl Inner {
         let whole = run.end - run.start > 1;
         let regions = self.regions_of_run(run);
         loop {
-            self.check_serving()?;
+            self.serving().await?;
             let (m, catching) = self.view(regions.clone());
             let slots = self.slots(g)?;
             let live = slots.iter().filter(|n| m.in_sync.contains(n)).count();
@@ -629,7 +632,11 @@ impl Inner {
     /// of the whole stripes it covers is freed on the shards
     /// ([`zero_run`](Self::zero_run)).
     async fn write_or_free(self: Arc<Self>, lba: u64, data: Bytes, fua: bool, free: bool) -> Result<(), BlockError> {
-        self.check_serving()?;
+        self.serving().await?;
+        if self.drl.unrepaired() > 0 {
+            let pieces: Vec<StripePiece> = self.stripes.pieces(lba * self.bs(), data.len() as u64).collect();
+            self.repaired_before(&pieces).await?;
+        }
         let seq = {
             let _io = self.gate.read().await;
             let bs = self.bs();
@@ -689,6 +696,7 @@ impl Inner {
         let bs = self.bs();
         let offset = lba * bs;
         let pieces: Vec<StripePiece> = self.stripes.pieces(offset, buf.len() as u64).collect();
+        self.repaired_before(&pieces).await?;
         let chunk_stripes = self.layout().chunk_bytes() / self.stripes.strip;
         // One chunk at a time: its shards are fixed.
         for group in pieces.chunk_by(|a, b| a.stripe / chunk_stripes == b.stripe / chunk_stripes) {
@@ -738,7 +746,7 @@ impl Inner {
             (node, m.epoch, self.readable(&m, node, self.drl.regions().touched(start, end - start)))
         };
         if in_sync {
-            self.check_serving()?;
+            self.serving().await?;
             match self.read_at(node, epoch, start, (end - start) as usize).await {
                 Ok(b) => {
                     return Ok(parts
@@ -775,7 +783,7 @@ impl Inner {
         let (at, len) = (self.stripes.shard_offset(run.start), (run.end - run.start) as usize * self.strip());
         let regions = self.regions_of_run(&run);
         loop {
-            self.check_serving()?;
+            self.serving().await?;
             let (m, _) = self.view(regions.clone());
             let slots = self.slots(run.start)?;
             let sources: Vec<usize> = if m.in_sync.contains(&slots[pos]) {
@@ -902,8 +910,15 @@ impl Inner {
         Ok(())
     }
 
-    /// Rolls every in-sync shard back to the newest update committed on
-    /// any of them; returns that update.
+    /// Brings every in-sync shard to one consistent version after a
+    /// takeover (docs/pool.md, "The write hole, and the undo log"): takes
+    /// the highest committed mark S, gathers the undo records of updates
+    /// after S, keeps every update whose stripes are one codeword now (it
+    /// reached every shard it wrote, so a write the last owner
+    /// acknowledged survives), undoes every update of every stripe that
+    /// is not (or cannot be told to be), with every newer update over
+    /// those ([`scrub::to_undo`]), and forgets the rest. Returns the new
+    /// committed mark.
     async fn roll_back(self: &Arc<Self>) -> Result<u64, BlockError> {
         loop {
             let m = self.membership().clone();
@@ -913,41 +928,134 @@ impl Inner {
                 shard.committed(m.epoch).await.map_err(|e| self.judge(n, e))
             }))
             .await;
-            let marks = Answers::sort(marks);
-            if let Some(e) = marks.error {
-                return Err(e);
-            }
-            if marks.refused {
-                self.owner.refused(m.epoch).await?;
-                continue;
-            }
-            if !marks.failed.is_empty() || !marks.restarted.is_empty() {
-                self.settle_nodes(&marks, 0..0).await?;
+            let mut marks = Answers::sort(marks);
+            if self.settle_all(&mut marks, m.epoch).await? {
                 continue;
             }
             let through = marks.done.iter().copied().max().unwrap_or(0);
-            let undone = join_all(nodes.iter().map(|&n| async move {
+            let lists = join_all(nodes.iter().map(|&n| async move {
                 let shard = self.shard(n)?;
-                shard.roll_back(m.epoch, through).await.map_err(|e| self.judge(n, e))
+                shard.records(m.epoch, through).await.map_err(|e| self.judge(n, e))
             }))
             .await;
-            let undone = Answers::sort(undone);
-            if let Some(e) = undone.error {
-                return Err(e);
-            }
-            if undone.refused {
-                self.owner.refused(m.epoch).await?;
+            let mut lists = Answers::sort(lists);
+            if self.settle_all(&mut lists, m.epoch).await? {
                 continue;
             }
-            if self.settle_nodes(&undone, 0..0).await? {
+            // Each update and the stripes it wrote (the same shard blocks
+            // on every shard it wrote).
+            let mut updates: BTreeMap<u64, std::ops::Range<u64>> = BTreeMap::new();
+            for r in lists.done.iter().flatten() {
+                let stripes = self.stripes_of_blocks(r.range());
+                let e = updates.entry(r.seq).or_insert(stripes.clone());
+                *e = e.start.min(stripes.start)..e.end.max(stripes.end);
+            }
+            let Some(&newest) = updates.keys().next_back() else { return Ok(through) };
+            let bad = match self.bad_stripes(updates.values().flat_map(Clone::clone).collect()).await {
+                Ok(b) => b,
+                Err(f) => {
+                    self.settle_in(0..0, f, m.epoch).await?;
+                    continue;
+                }
+            };
+            let undo = scrub::to_undo(&updates, &bad);
+            // What is kept must be durable before its undo is forgotten.
+            self.owner.flush().await?;
+            let list: Vec<u64> = undo.iter().copied().collect();
+            let undone = join_all(nodes.iter().map(|&n| {
+                let list = list.clone();
+                async move {
+                    let shard = self.shard(n)?;
+                    shard.roll_back_only(m.epoch, list, newest).await.map_err(|e| self.judge(n, e))
+                }
+            }))
+            .await;
+            let mut undone = Answers::sort(undone);
+            if self.settle_all(&mut undone, m.epoch).await? {
                 continue;
             }
-            let total: u64 = undone.done.iter().sum();
-            if total > 0 {
-                tracing::info!(updates = total, through, "rolled back updates the last owner did not commit");
-            }
-            return Ok(through);
+            tracing::info!(
+                kept = updates.len() - undo.len(),
+                undone = undo.len(),
+                records_undone = undone.done.iter().sum::<u64>(),
+                committed = through,
+                stripes_not_whole = bad.len(),
+                "the last owner's uncommitted updates: kept those whole on every shard, undid the others"
+            );
+            return Ok(newest);
         }
+    }
+
+    /// Settles what the shards of `a` answered at `epoch` (an error fails,
+    /// a refusal learns the epoch, failed or restarted shards leave or
+    /// are refilled); true when the caller must try again.
+    async fn settle_all<T>(&self, a: &mut Answers<T>, epoch: u64) -> Result<bool, BlockError> {
+        if let Some(e) = a.error.take() {
+            return Err(e);
+        }
+        if a.refused {
+            self.owner.refused(epoch).await?;
+            return Ok(true);
+        }
+        self.settle_nodes(a, 0..0).await
+    }
+
+    /// The stripes whose blocks of a shard are `blocks`.
+    fn stripes_of_blocks(&self, blocks: std::ops::Range<u64>) -> std::ops::Range<u64> {
+        let bs = self.bs();
+        let strip = self.stripes.strip;
+        (blocks.start * bs / strip)..(blocks.end * bs).div_ceil(strip)
+    }
+
+    /// Of `stripes`, those whose in-sync strips are not one codeword, or
+    /// are too few to tell.
+    async fn bad_stripes(&self, stripes: BTreeSet<u64>) -> Result<BTreeSet<u64>, Fault> {
+        let count = self.stripes.count(self.geometry.size_bytes());
+        let mut bad = BTreeSet::new();
+        let mut it = stripes.into_iter().filter(|&g| g < count).peekable();
+        while let Some(first) = it.next() {
+            // A run of consecutive stripes of one chunk.
+            let mut run = first..first + 1;
+            while let Some(&g) = it.peek() {
+                if g != run.end
+                    || self.chunk_of(g) != self.chunk_of(first)
+                    || run.end - run.start >= REBUILD_RUN_STRIPES
+                {
+                    break;
+                }
+                run.end += 1;
+                it.next();
+            }
+            let (runs, _) = self.read_run(&run).await?;
+            let strip = self.strip();
+            for (i, g) in run.enumerate() {
+                let piece: Vec<Option<&[u8]>> =
+                    runs.iter().map(|r| r.as_ref().map(|b| &b[i * strip..(i + 1) * strip])).collect();
+                let verdict = scrub::judge(&self.codec, &piece).map_err(|e| Fault::Volume(io_error(e.to_string())))?;
+                if verdict != scrub::Verdict::Consistent {
+                    bad.insert(g);
+                }
+            }
+        }
+        Ok(bad)
+    }
+
+    /// The strips of `run` (consecutive stripes inside one chunk) from
+    /// every shard in sync there, by position (`None` where it is not),
+    /// with the nodes of the run's slots.
+    async fn read_run(&self, run: &std::ops::Range<u64>) -> Result<(Vec<Option<IoBuf>>, Vec<NodeId>), Fault> {
+        let (at, len) = (self.stripes.shard_offset(run.start), (run.end - run.start) as usize * self.strip());
+        let (m, _) = self.view(self.regions_of_run(run));
+        let slots = self.slots(run.start).map_err(Fault::Volume)?;
+        let reads =
+            join_all(slots.iter().map(|&n| {
+                let m = &m;
+                async move {
+                    if m.in_sync.contains(&n) { self.read_at(n, m.epoch, at, len).await.map(Some) } else { Ok(None) }
+                }
+            }))
+            .await;
+        Ok((reads.into_iter().collect::<Result<Vec<_>, Fault>>()?, slots))
     }
 
     /// Recomputes the parity of the stripes of `run` (consecutive, inside
@@ -960,7 +1068,7 @@ impl Inner {
         let (at, len) = (self.stripes.shard_offset(run.start), (run.end - run.start) as usize * self.strip());
         let regions = self.regions_of_run(&run);
         loop {
-            self.check_serving()?;
+            self.serving().await?;
             let (m, _) = self.view(regions.clone());
             let slots = self.slots(run.start)?;
             let k = self.k();
@@ -1026,7 +1134,7 @@ impl Inner {
         let (k, width) = (self.k(), self.width());
         let data_bytes = (run.end - run.start) * (k * strip) as u64;
         loop {
-            self.check_serving()?;
+            self.serving().await?;
             let (m, _) = self.view(regions.clone());
             let slots = self.slots(run.start)?;
             let at_hand: Vec<usize> = (0..width).filter(|&p| m.in_sync.contains(&slots[p])).collect();
@@ -1159,6 +1267,8 @@ impl Inner {
         node: NodeId,
         shard: &Arc<dyn Shard>,
     ) -> Result<(), BlockError> {
+        // Decoding needs the parity the last owner may have left stale.
+        self.owner.repaired_before(r..r + 1, |r| self.repair_region(r)).await?;
         let (first, n) = (stripes.start, stripes.end - stripes.start);
         let (k, strip) = (self.k(), self.strip());
         let (at, len) = (self.stripes.shard_offset(first), n as usize * strip);
@@ -1168,7 +1278,7 @@ impl Inner {
             tries += 1;
             let locked = tries > REBUILD_TRIES_UNLOCKED;
             let mut held = if locked { self.lock_run(&stripes).await } else { Vec::new() };
-            self.check_serving()?;
+            self.serving().await?;
             let seq = self.drl.sequence();
             if !locked && !self.drl.region_quiet_since(r, seq) {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
@@ -1260,6 +1370,31 @@ impl Inner {
         runs
     }
 
+    /// Repairs, first, the regions of the stripes of `pieces` that the
+    /// last owner left dirty and that are not repaired yet.
+    async fn repaired_before(&self, pieces: &[StripePiece]) -> Result<(), BlockError> {
+        let (Some(first), Some(last)) = (pieces.first(), pieces.last()) else { return Ok(()) };
+        if self.drl.unrepaired() == 0 {
+            return Ok(());
+        }
+        let regions = self.regions_of(first.stripe).start..self.regions_of(last.stripe).end;
+        self.owner.repaired_before(regions, |r| self.repair_region(r)).await
+    }
+
+    /// Makes dirty region `r` consistent: recomputes the parity of its
+    /// stripes from their data strips (see [`repair_run`](Self::repair_run)).
+    async fn repair_region(&self, r: u64) -> Result<(), BlockError> {
+        let stripes = self.stripes_of_region(r);
+        let mut g = stripes.start;
+        while g < stripes.end {
+            let run = g..(g + REBUILD_RUN_STRIPES).min(stripes.end);
+            g = run.end;
+            self.repair_run(run).await?;
+        }
+        self.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// The stripes of dirty-log region `r` that exist.
     fn stripes_of_region(&self, r: u64) -> std::ops::Range<u64> {
         let size = self.stripes.shard_bytes(self.geometry.size_bytes());
@@ -1272,8 +1407,10 @@ impl Inner {
 impl ErasureVolume {
     /// Opens a volume this node has just taken over at `parts.membership`:
     /// fences every in-sync shard with a flush at that epoch, rolls back
-    /// every update the last owner had not committed, recomputes the
-    /// parity of the dirty stripes, and only then serves.
+    /// (or forward) every update the last owner had not committed, and
+    /// serves: the parity of the stripes the last owner left dirty is
+    /// recomputed on a task of its own, and before the first read or
+    /// write there, whichever comes first.
     ///
     /// # Errors
     ///
@@ -1311,36 +1448,17 @@ impl ErasureVolume {
         let through = inner.roll_back().await?;
         inner.check_available()?;
         {
+            // Updates after the last owner's newest are this one's.
             let mut s = inner.seqs();
             s.next = through + 1;
             s.committed = through;
         }
-        let vol = ErasureVolume { inner };
-        vol.repair().await?;
-        Ok(vol)
-    }
-
-    async fn repair(&self) -> Result<(), BlockError> {
-        let i = &self.inner;
-        let dirty = i.drl.dirty();
-        if dirty.is_empty() {
-            return Ok(());
-        }
-        tracing::info!(regions = dirty.len(), "recomputing parity where the last owner was writing");
-        let seq = i.drl.sequence();
-        for r in dirty.iter() {
-            let stripes = i.stripes_of_region(r);
-            let mut g = stripes.start;
-            while g < stripes.end {
-                let run = g..(g + REBUILD_RUN_STRIPES).min(stripes.end);
-                g = run.end;
-                i.repair_run(run).await?;
-            }
-            i.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
-        }
-        i.owner.flush().await?;
-        i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))?;
-        Ok(())
+        crate::owner::repair_in_background(
+            &inner,
+            |i| &i.owner,
+            |i: Arc<Inner>, r| async move { i.repair_region(r).await },
+        );
+        Ok(ErasureVolume { inner })
     }
 
     /// Reads every shard of the volume, online, and reports the stripes
@@ -1356,6 +1474,8 @@ impl ErasureVolume {
         let mut report = CheckReport::default();
         let per_stripe = (i.k() * i.strip()) as u64;
         for r in 0..i.drl.regions().count() {
+            // A region the last owner left dirty is made to agree first.
+            i.owner.repaired_before(r..r + 1, |r| i.repair_region(r)).await?;
             let stripes = i.stripes_of_region(r);
             let mut g = stripes.start;
             while g < stripes.end {
@@ -1607,7 +1727,7 @@ impl BlockDevice for ErasureVolume {
 
     fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
         Box::pin(async move {
-            self.inner.check_serving()?;
+            self.inner.serving().await?;
             let through = self.inner.seqs().next - 1;
             self.inner.commit_through(through).await
         })
