@@ -157,6 +157,9 @@ pub struct Faulty<R: ?Sized = dyn Replica> {
     /// [`ReplicaError::Promised`]: the node still keeps a promise to the
     /// volume's last owner (it missed the takeover's fence flush).
     pub promised: AtomicBool,
+    /// When set, every call waits (before reaching the replica) until it
+    /// is cleared: a cut link, before the fabric's I/O timeout.
+    pub hung: AtomicBool,
     /// Reads served.
     pub reads: AtomicU64,
     /// Writes (and write-zeroes) served.
@@ -192,6 +195,7 @@ impl<R: ?Sized + Replica> Faulty<R> {
             down: AtomicBool::new(false),
             full: AtomicBool::new(false),
             promised: AtomicBool::new(false),
+            hung: AtomicBool::new(false),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             promises: AtomicU64::new(0),
@@ -229,6 +233,9 @@ impl<R: ?Sized + Replica> Faulty<R> {
     async fn enter(&self) -> Result<(), ReplicaError> {
         tokio::task::yield_now().await;
         self.step().await;
+        while self.hung.load(SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         if self.down.load(SeqCst) {
             return Err(ReplicaError::Unavailable(format!("node {} is down (injected)", self.inner.node())));
         }

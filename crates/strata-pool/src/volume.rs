@@ -904,6 +904,11 @@ impl ReplicatedVolume {
             return Err(io_error(format!("node {node} holds no chunk of this volume")));
         };
         rep.rearm();
+        // A node that does not answer is not given writes: each would wait
+        // for its link's I/O timeout (a cut link whose node record has not
+        // expired yet looks alive to the cluster).
+        let epoch = i.membership().epoch;
+        rep.flush(epoch).await.map_err(|e| io_error(format!("node {node} does not answer: {e}")))?;
         {
             // Writes that began before see the node as stale and mark
             // what they write missed; those after send it the data.

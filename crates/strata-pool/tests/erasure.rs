@@ -630,3 +630,28 @@ async fn writes_the_last_owner_acknowledged_survive_a_takeover_while_more_than_k
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_of_a_shard_that_does_not_answer_never_holds_up_host_writes() {
+    let c = Cluster::new();
+    let o = c.open(&[], None).await.expect("open");
+    o.faulty[2].down.store(true, SeqCst);
+    o.vol.write(0, payload(1, 0, 4), false).await.1.expect("write"); // node 3 leaves here
+    // Its link is cut: its record still looks alive, but nothing it is
+    // sent returns (until the link's I/O timeout, never here).
+    o.faulty[2].down.store(false, SeqCst);
+    o.faulty[2].hung.store(true, SeqCst);
+    let vol = o.vol.clone();
+    let resync = tokio::spawn(async move { vol.resync(NodeId(3)).await });
+    for w in 0..32u32 {
+        let lba = u64::from(w) * 97 % (BLOCKS - 4);
+        let done = tokio::time::timeout(Duration::from_secs(5), o.vol.write(lba, payload(10 + w, lba, 4), false));
+        done.await.expect("a host write waited on the shard that does not answer").1.expect("write");
+    }
+    assert!(!resync.is_finished(), "the resync gave up on a node that may still answer");
+    o.faulty[2].hung.store(false, SeqCst);
+    resync.await.unwrap().expect("resync");
+    assert_eq!(o.vol.membership().in_sync.len(), K + M);
+    o.vol.flush().await.expect("flush");
+    c.assert_consistent().await;
+}

@@ -421,6 +421,31 @@ async fn a_replica_that_comes_back_copies_only_what_it_missed_and_rejoins() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_of_a_node_that_does_not_answer_never_holds_up_host_writes() {
+    let c = Cluster::new();
+    let o = c.open(NodeId(1)).await.unwrap();
+    o.faulty[2].down.store(true, SeqCst);
+    write(&o.vol, 0, 1, 4).await.unwrap(); // node 3 leaves here
+    // Its link is cut: its record still looks alive, but nothing it is
+    // sent returns (until the link's I/O timeout, never here).
+    o.faulty[2].down.store(false, SeqCst);
+    o.faulty[2].hung.store(true, SeqCst);
+    let vol = o.vol.clone();
+    let resync = tokio::spawn(async move { vol.resync(NodeId(3)).await });
+    for i in 0..32u64 {
+        let done = tokio::time::timeout(std::time::Duration::from_secs(5), write(&o.vol, i * 97 % BLOCKS, 10 + i, 1));
+        done.await.expect("a host write waited on the node that does not answer").unwrap();
+    }
+    assert!(!resync.is_finished(), "the resync gave up on a node that may still answer");
+    // The link heals: the resync goes on and the node rejoins.
+    o.faulty[2].hung.store(false, SeqCst);
+    resync.await.unwrap().unwrap();
+    assert_eq!(c.control.get().in_sync, NODES.into_iter().collect::<BTreeSet<_>>());
+    o.vol.flush().await.unwrap();
+    assert!(c.replicas_agree().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_during_a_resync_end_on_every_replica() {
     let c = Cluster::new();
     let o = c.open(NodeId(1)).await.unwrap();
