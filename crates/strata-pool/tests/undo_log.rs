@@ -105,8 +105,9 @@ async fn write(dev: &UndoDevice, (seq, lba, blocks): Update) {
 /// - with a budget (shared with its siblings) it applies only the writes
 ///   (write, write-zeroes, deallocate) within it; later ones complete but
 ///   never happen: the process was killed after the budget's last write;
-/// - with a gate, its first write to the gated block waits until the test
-///   releases it: a log write still in flight.
+/// - with a gate, its first record write to the gated block waits until
+///   the test releases it: a log write still in flight (the zeros the log
+///   writes to map its ring ahead of records pass).
 struct Faulty {
     inner: Arc<MemDevice>,
     budget: Option<Arc<AtomicU64>>,
@@ -143,7 +144,8 @@ impl BlockDevice for Faulty {
     fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
         let gate = {
             let mut g = self.gate.lock().unwrap();
-            if g.as_ref().is_some_and(|(block, _)| *block == lba) { g.take() } else { None }
+            let record = buf.as_slice().iter().any(|&b| b != 0);
+            if record && g.as_ref().is_some_and(|(block, _)| *block == lba) { g.take() } else { None }
         };
         Box::pin(async move {
             if let Some((_, g)) = gate {
@@ -292,6 +294,165 @@ async fn a_record_forgotten_behind_a_live_one_stays_forgotten_after_reopening() 
     assert_eq!(after[BSZ..2 * BSZ], update(1, 1)[..], "update 1 was committed");
     assert_eq!(after[2 * BSZ..3 * BSZ], initial[2 * BSZ..3 * BSZ], "update 3 undone");
     assert_eq!(after[3 * BSZ..4 * BSZ], update(1, 1)[..], "not rolled back: seq 1 <= 1");
+}
+
+/// A thin-provisioned device that loses what a store loses when its
+/// process is killed (strata-store's behaviour under kill -9): a write
+/// over a block whose mapping is durable lands in place and survives;
+/// a write that maps a block (it was never written, or deallocated since
+/// the last flush) and a deallocation are lost unless a flush follows.
+/// `crash()` is the image a restart would find.
+struct Thin {
+    now: MemDevice,
+    /// What a crash leaves.
+    on_crash: MemDevice,
+    /// Per block: (mapped now, mapping durable).
+    map: Mutex<Vec<(bool, bool)>>,
+}
+
+impl Thin {
+    fn new(blocks: u64) -> Arc<Thin> {
+        Arc::new(Thin {
+            now: MemDevice::new(BS, blocks),
+            on_crash: MemDevice::new(BS, blocks),
+            map: Mutex::new(vec![(false, false); blocks as usize]),
+        })
+    }
+
+    /// A device holding `bytes`, flushed.
+    async fn holding(bytes: &[u8]) -> Arc<Thin> {
+        let t = Thin::new((bytes.len() / BSZ) as u64);
+        let (_, r) = t.write(0, IoBuf::from_slice(bytes), false).await;
+        r.unwrap();
+        t.flush().await.unwrap();
+        t
+    }
+
+    /// The disk image a restart after a kill -9 now finds.
+    async fn crash(&self) -> Arc<MemDevice> {
+        copy(&self.on_crash).await
+    }
+
+    async fn sync(&self) {
+        let (_, r) = self.on_crash.write(0, IoBuf::from_slice(&bytes(&self.now).await), false).await;
+        r.unwrap();
+        for b in self.map.lock().unwrap().iter_mut() {
+            b.1 = b.0;
+        }
+    }
+}
+
+impl BlockDevice for Thin {
+    fn geometry(&self) -> Geometry {
+        self.now.geometry()
+    }
+    fn usage(&self) -> DeviceUsage {
+        self.now.usage()
+    }
+    fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        self.now.read(lba, buf)
+    }
+    fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        Box::pin(async move {
+            let in_place: Vec<bool> = {
+                let mut m = self.map.lock().unwrap();
+                let blocks = m.iter_mut().skip(lba as usize).take(buf.len() / BSZ);
+                blocks.map(|b| std::mem::replace(&mut b.0, true) && b.1).collect()
+            };
+            for (i, &p) in in_place.iter().enumerate() {
+                if p {
+                    let (_, r) =
+                        self.on_crash.write(lba + i as u64, IoBuf::from_slice(&buf[i * BSZ..][..BSZ]), false).await;
+                    r.unwrap();
+                }
+            }
+            let (buf, r) = self.now.write(lba, buf, false).await;
+            if r.is_ok() && fua {
+                self.sync().await;
+            }
+            (buf, r)
+        })
+    }
+    fn write_zeroes(&self, lba: u64, blocks: u64, _deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
+        self.deallocate(vec![(lba, blocks)])
+    }
+    fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(async move {
+            {
+                let mut m = self.map.lock().unwrap();
+                for &(lba, n) in &ranges {
+                    for b in m.iter_mut().skip(lba as usize).take(n as usize) {
+                        *b = (false, false);
+                    }
+                }
+            }
+            self.now.deallocate(ranges).await
+        })
+    }
+    fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(async move {
+            self.sync().await;
+            Ok(())
+        })
+    }
+}
+
+/// Logged writes on a thin store killed after each of them: every
+/// record must survive with the bytes it covers. The ring's blocks are
+/// unmapped when the log is formatted and, past the chain, when it is
+/// reopened, so a record written there would be lost with the kill while
+/// the new data bytes, written in place, stay.
+#[tokio::test]
+async fn a_kill_after_any_logged_write_on_a_thin_store_rolls_back_to_a_committed_state() {
+    let initial = bytes(&*data_with_pattern(16).await).await;
+    let updates = crash_updates();
+    let model = models(&initial, &updates);
+    assert_eq!(updates[7].0, 8);
+    // Two lives: the second reopens the first's image after its last
+    // write (the ring past the chain is erased again) and goes on.
+    let (data, log) = (Thin::holding(&initial).await, Thin::new(64));
+    let mut images = Vec::new();
+    let dev = UndoDevice::open(data.clone(), log.clone()).await.unwrap();
+    let mut committed = vec![0];
+    for &u in &updates[..8] {
+        write(&dev, u).await;
+        if u.0 % 3 == 0 {
+            dev.flush().await.unwrap();
+            dev.commit(u.0 - 1).await.unwrap();
+            committed.push(u.0 - 1);
+        }
+        images.push((data.crash().await, log.crash().await));
+    }
+    drop(dev);
+    let (d1, l1) = images.last().unwrap().clone();
+    let (data, log) = (Thin::holding(&bytes(&*d1).await).await, Thin::new(64));
+    let (_, r) = log.write(0, IoBuf::from_slice(&bytes(&*l1).await), false).await;
+    r.unwrap();
+    log.flush().await.unwrap();
+    let dev = UndoDevice::open(data.clone(), log.clone()).await.unwrap();
+    let resumed = dev.committed();
+    dev.roll_back(resumed).await.unwrap();
+    for &u in &updates[8..] {
+        write(&dev, u).await;
+        if u.0 % 3 == 0 {
+            dev.flush().await.unwrap();
+            dev.commit(u.0 - 1).await.unwrap();
+            committed.push(u.0 - 1);
+        }
+        images.push((data.crash().await, log.crash().await));
+    }
+    // The second life starts from the first's data at its mark (it
+    // rolled back the rest), then applies updates 9..=16.
+    let second = models(&model[resumed as usize], &updates[8..]);
+    for (i, (d, l)) in images.iter().enumerate() {
+        let (d, l) = (copy(d).await, copy(l).await);
+        let dev = open(&d, &l).await;
+        let mark = dev.committed();
+        assert!(committed.contains(&mark), "kill after write {}: mark {mark} was never committed", i + 1);
+        dev.roll_back(mark).await.unwrap();
+        let want = if i < 8 { &model[mark as usize] } else { &second[mark.saturating_sub(8) as usize] };
+        assert!(bytes(&*d).await == *want, "kill after write {}: data is not as at {mark}", i + 1);
+    }
 }
 
 /// The updates of the crash test: writes of 1 or 2 blocks over a small

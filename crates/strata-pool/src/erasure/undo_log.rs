@@ -88,9 +88,27 @@
 //!
 //! Assumptions about the devices, from the [`BlockDevice`] contract: a
 //! one-block write is atomic (a block reads back as before or as after,
-//! never torn); a multi-block write may land in part; a completed write
-//! survives a process crash; only a flush or FUA survives a power cut.
+//! never torn); a multi-block write may land in part; only a flush or FUA
+//! makes a write durable. Beyond the contract, the log assumes that a
+//! completed write over a block that is *durably mapped* (written and
+//! flushed since it was last deallocated) survives a process crash: true
+//! of a raw device (the page cache outlives the process) and of a
+//! strata-store volume (it overwrites a mapped block in place). A write
+//! to an unmapped block of a thin device is not: the store maps a new
+//! extent for it, and that mapping is durable only at the next flush.
 //!
+//! - Records are written only over durably mapped ring blocks. The ring
+//!   is deallocated at format and past the chain at every open, so each
+//!   device tracks which ring blocks are mapped (the chain's blocks are,
+//!   after an open): a record that would land on an unmapped block
+//!   first *premaps* a window of [`PREMAP_BYTES`] from there (zeros over
+//!   its unmapped blocks, no record lies there), flushes the log, and
+//!   only then takes its place. Without this, kill -9 of a node could keep
+//!   an overwrite of a data block (mapped, in place) and lose the record
+//!   that restores it (a new mapping, not yet flushed): a roll back would
+//!   leave the stripe inconsistent, and degraded reads would decode
+//!   garbage. The cost is one flush per 8 MiB of the first lap after an
+//!   open.
 //! - A logged write reads the old bytes, writes the record (no FUA) and
 //!   waits until it completes **and every older record has completed**,
 //!   and only then writes the new bytes. So if the new bytes of an update
@@ -167,6 +185,14 @@ const RING_START: u64 = 1;
 
 /// Blocks read at a time when recovery checks a record's crc.
 const CHECK_CHUNK_BLOCKS: u64 = 64;
+
+/// Bytes of the ring mapped at once ahead of a record that needs
+/// unmapped blocks (see "Write ordering"): one flush per this much of
+/// the first lap after an open.
+const PREMAP_BYTES: u64 = 8 << 20;
+
+/// Bytes of zeros one premapping write carries.
+const PREMAP_WRITE_BYTES: u64 = 1 << 20;
 
 /// Log header fields; offsets as in the module's format table.
 mod header {
@@ -497,6 +523,57 @@ impl Entry {
     }
 }
 
+/// Which ring blocks are durably mapped: written and flushed since the
+/// log last deallocated them, so that a write over them lands in place.
+#[derive(Debug, Clone)]
+struct Mapped {
+    words: Vec<u64>,
+}
+
+impl Mapped {
+    /// No block of `0..blocks` mapped.
+    fn none(blocks: u64) -> Mapped {
+        Mapped { words: vec![0; blocks.div_ceil(64) as usize] }
+    }
+
+    fn get(&self, b: u64) -> bool {
+        self.words.get((b / 64) as usize).is_some_and(|w| w >> (b % 64) & 1 == 1)
+    }
+
+    fn set(&mut self, blocks: std::ops::Range<u64>) {
+        for b in blocks {
+            if let Some(w) = self.words.get_mut((b / 64) as usize) {
+                *w |= 1 << (b % 64);
+            }
+        }
+    }
+
+    fn all(&self, blocks: std::ops::Range<u64>) -> bool {
+        blocks.into_iter().all(|b| self.get(b))
+    }
+
+    /// The runs of unmapped blocks in `blocks`.
+    fn gaps(&self, blocks: std::ops::Range<u64>) -> Vec<std::ops::Range<u64>> {
+        let mut out: Vec<std::ops::Range<u64>> = Vec::new();
+        for b in blocks.filter(|&b| !self.get(b)) {
+            match out.last_mut() {
+                Some(r) if r.end == b => r.end = b + 1,
+                _ => out.push(b..b + 1),
+            }
+        }
+        out
+    }
+}
+
+/// What [`State::allocate`] found.
+enum Placed {
+    /// Ring space taken for the record.
+    At(Entry),
+    /// The record goes at these blocks, some of them not durably mapped
+    /// yet: map them first.
+    Unmapped(std::ops::Range<u64>),
+}
+
 /// Everything that changes, under one short std mutex.
 #[derive(Debug)]
 struct State {
@@ -516,20 +593,26 @@ struct State {
     /// Logged writes between their ring allocation and their end.
     inflight: usize,
     failed: bool,
+    /// Ring blocks a record may be written over.
+    mapped: Mapped,
 }
 
 impl State {
-    /// Takes ring space for a record of `span` blocks, if there is room.
-    fn allocate(&mut self, seq: u64, lba: u64, blocks: u64) -> Option<Entry> {
+    /// Takes ring space for a record of `span` blocks, if there is room
+    /// and it is mapped.
+    fn allocate(&mut self, seq: u64, lba: u64, blocks: u64) -> Option<Placed> {
         let span = blocks + 1;
         let block = place(self.ring_end, self.head_block, self.cursor, self.entries.is_empty(), span)?;
+        if !self.mapped.all(block..block + span) {
+            return Some(Placed::Unmapped(block..block + span));
+        }
         let e = Entry { lsn: self.next_lsn, block, seq, lba, blocks, forgotten: false };
         self.entries.push_back(e);
         self.unwritten.insert(e.lsn);
         self.cursor = after(self.ring_end, block, span);
         self.next_lsn += 1;
         self.inflight += 1;
-        Some(e)
+        Some(Placed::At(e))
     }
 
     /// The header that makes the current state durable: the head moves
@@ -573,6 +656,8 @@ pub struct UndoDevice {
     /// Serialises header writers (commit, roll back, discard) so that
     /// their headers land in order.
     ops: tokio::sync::Mutex<()>,
+    /// One premapping of ring blocks at a time.
+    mapping: tokio::sync::Mutex<()>,
     full_wait: Duration,
     /// This device, for the tasks that run its operations to the end.
     me: Weak<UndoDevice>,
@@ -641,6 +726,7 @@ impl UndoDevice {
             state: Mutex::new(state),
             progress: Notify::new(),
             ops: tokio::sync::Mutex::new(()),
+            mapping: tokio::sync::Mutex::new(()),
             full_wait,
             me: me.clone(),
         }))
@@ -736,13 +822,19 @@ impl UndoDevice {
         let (old, r) = self.data.read(lba, IoBuf::recycled(new.len())).await;
         r?;
         let deadline = tokio::time::Instant::now() + self.full_wait;
-        let entry = self.wait_for(Some(deadline), |s| s.allocate(seq, lba, blocks)).await?.ok_or_else(|| {
-            io_error(format!(
-                "undo log full: no room for a record of {} blocks after {:?}; commit or roll back to free it",
-                blocks + 1,
-                self.full_wait
-            ))
-        })?;
+        let entry = loop {
+            let placed = self.wait_for(Some(deadline), |s| s.allocate(seq, lba, blocks)).await?.ok_or_else(|| {
+                io_error(format!(
+                    "undo log full: no room for a record of {} blocks after {:?}; commit or roll back to free it",
+                    blocks + 1,
+                    self.full_wait
+                ))
+            })?;
+            match placed {
+                Placed::At(e) => break e,
+                Placed::Unmapped(blocks) => self.premap(blocks).await?,
+            }
+        };
         let inflight = InFlight(self);
         // One buffer for the whole record, so that it is one write with
         // one completion; the copy of the old bytes is cheap beside it.
@@ -761,6 +853,41 @@ impl UndoDevice {
         self.progress.notify_waiters();
         self.wait_for(None, |s| s.unwritten.first().is_none_or(|&l| l > entry.lsn).then_some(())).await?;
         Ok(inflight)
+    }
+
+    /// Maps the ring blocks `need` and the window after them: writes zeros
+    /// over the blocks of it not durably mapped (no record lies there:
+    /// records are placed only on mapped blocks), flushes the log, and
+    /// only then lets records go there (see "Write ordering").
+    async fn premap(&self, need: std::ops::Range<u64>) -> Result<(), BlockError> {
+        let _one = self.mapping.lock().await;
+        let bs = u64::from(self.block_size);
+        let gaps = {
+            let s = self.state();
+            let end = need.end.max(need.start + (PREMAP_BYTES / bs).max(1)).min(s.ring_end);
+            s.mapped.gaps(need.start..end)
+        };
+        if gaps.is_empty() {
+            return Ok(());
+        }
+        let per_write = (PREMAP_WRITE_BYTES / bs).max(1);
+        for gap in &gaps {
+            let mut at = gap.start;
+            while at < gap.end {
+                let n = (gap.end - at).min(per_write);
+                let (_, r) = self.log.write(at, IoBuf::zeroed((n * bs) as usize), false).await;
+                r?;
+                at += n;
+            }
+        }
+        self.log.flush().await?;
+        let mut s = self.state();
+        for gap in gaps {
+            s.mapped.set(gap);
+        }
+        drop(s);
+        self.progress.notify_waiters();
+        Ok(())
     }
 
     /// Writes `h` to block 0 with FUA, then frees what it frees; a failed
@@ -924,6 +1051,7 @@ fn empty_state(h: &Header) -> State {
         commit_lsn: h.commit_lsn,
         inflight: 0,
         failed: false,
+        mapped: Mapped::none(h.ring_end),
     }
 }
 
@@ -950,6 +1078,8 @@ async fn recover(data: &dyn BlockDevice, log: &dyn BlockDevice, h: &Header) -> R
         s.entries.push_back(Entry { lsn: r.lsn, block: at, seq: r.seq, lba: r.lba, blocks: r.blocks, forgotten });
         s.cursor = after(s.ring_end, at, r.blocks + 1);
         s.next_lsn += 1;
+        // Read back after a restart: its mapping is durable.
+        s.mapped.set(at..at + r.blocks + 1);
     }
     Ok(s)
 }
