@@ -166,6 +166,11 @@ struct State {
     /// When this node last got a new lease after losing one (etcd was out
     /// of reach, or froze, for longer than the lease).
     rejoined: Option<std::time::Instant>,
+    /// This node is not up in the current map (drained, down, removed):
+    /// it hands every volume it owns and holds none of to a holder. An up
+    /// node that a rebalance moved off a volume keeps serving it (its
+    /// hosts would only see their connections closed for nothing).
+    leaving: bool,
 }
 
 /// One node of a cluster.
@@ -466,6 +471,7 @@ impl ClusterNode {
             None => None,
         };
         let current_epoch = map.as_ref().map(PlacementMap::epoch);
+        st.leaving = map.as_ref().is_some_and(|m| m.node(self.me.id).is_none_or(|n| n.state != NodeState::Up));
         if let Some(map) = &map {
             self.warn_fill(&mut st, map, &nodes, &settings);
         }
@@ -673,6 +679,7 @@ impl ClusterNode {
             // hosts reconnect through discovery to the new owner).
             Some(t)
                 if t.node == self.me.id
+                    && st.leaving
                     && next.is_none()
                     && state.next.is_none()
                     && !holders.contains(&self.me.id)
