@@ -14,7 +14,8 @@
 # DURATION is seconds or 90s / 30m / 2h. Needs root (network namespaces),
 # iproute2 and etcd (Debian etcd-server). The report (rounds, faults,
 # bytes written and verified, blocks lost, wrong reads, hangs, the
-# checks) is printed and kept under target/pool-soak/. Exit status 0:
+# checks) is printed and kept under target/pool-soak/, with every node's
+# log when the run fails. Exit status 0:
 # nothing lost or unreadable; 1 otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,11 +33,12 @@ esac
 [[ "$secs" =~ ^[0-9]+$ ]] || { echo "pool-soak: DURATION $DURATION is not 90s, 30m, 2h or seconds" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "pool-soak: needs root for network namespaces (sudo -E)" >&2; exit 2; }
 
-out=target/pool-soak/$(date +%Y%m%d-%H%M%S)-$SEED
+# Absolute: cargo runs the test in its crate directory.
+out=$root/target/pool-soak/$(date +%Y%m%d-%H%M%S)-$SEED
 mkdir -p "$out"
 echo "pool soak: $secs s, seed $SEED (replay: bench/pool-soak.sh $DURATION $SEED); output in $out"
 set +e
-STRATA_SOAK_SECS=$secs STRATA_SOAK_SEED=$SEED STRATA_SOAK_REPORT=$out/report.json \
+STRATA_SOAK_SECS=$secs STRATA_SOAK_SEED=$SEED STRATA_SOAK_REPORT=$out/report.json STRATA_TEST_LOGS=$out/logs \
     cargo test --profile "$PROFILE" -p strata --test pool_soak -- --nocapture 2>&1 | tee "$out/output.txt"
 status=${PIPESTATUS[0]}
 set -e
