@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
-use strata_block::{BlockDevice, EpochFence, IoBuf};
+use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, EpochFence, Geometry, IoBuf, MemDevice};
 
 use crate::drl::NodeId;
 use crate::erasure::Shard;
@@ -583,5 +583,94 @@ impl Shard for MemShard {
             self.undo().records.clear();
             Ok(())
         })
+    }
+}
+
+/// A RAM device that loses, at [`Volatile::crash`], every block written
+/// since its last flush: a node killed -9 over a thin store, whose new
+/// mappings are durable only at a flush (strata-store's behaviour).
+pub struct Volatile {
+    now: MemDevice,
+    durable: MemDevice,
+    unflushed: Mutex<BTreeSet<u64>>,
+}
+
+impl std::fmt::Debug for Volatile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Volatile").field("unflushed", &self.unflushed()).finish_non_exhaustive()
+    }
+}
+
+impl Volatile {
+    /// A device of `blocks` blocks of `block_size` bytes, all zeros.
+    pub fn new(block_size: u32, blocks: u64) -> Arc<Volatile> {
+        Arc::new(Volatile {
+            now: MemDevice::new(block_size, blocks),
+            durable: MemDevice::new(block_size, blocks),
+            unflushed: Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    fn touch(&self, lba: u64, blocks: u64) {
+        self.unflushed.lock().unwrap_or_else(|e| e.into_inner()).extend(lba..lba + blocks);
+    }
+
+    /// Blocks written since the last flush.
+    pub fn unflushed(&self) -> usize {
+        self.unflushed.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Copies each unflushed block from `from` to `to`, and forgets it.
+    async fn settle(&self, from: &MemDevice, to: &MemDevice) -> Result<(), BlockError> {
+        let blocks = std::mem::take(&mut *self.unflushed.lock().unwrap_or_else(|e| e.into_inner()));
+        let bs = from.geometry().block_size as usize;
+        for lba in blocks {
+            let (b, r) = from.read(lba, IoBuf::zeroed(bs)).await;
+            r?;
+            to.write(lba, b, false).await.1?;
+        }
+        Ok(())
+    }
+
+    /// The restart after a kill -9: every unflushed block reads as it did
+    /// at the last flush.
+    pub async fn crash(&self) {
+        // RAM to RAM within range: cannot fail.
+        let _ = self.settle(&self.durable, &self.now).await;
+    }
+}
+
+impl BlockDevice for Volatile {
+    fn geometry(&self) -> Geometry {
+        self.now.geometry()
+    }
+    fn usage(&self) -> DeviceUsage {
+        self.now.usage()
+    }
+    fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        self.now.read(lba, buf)
+    }
+    fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        self.touch(lba, (buf.len() / self.now.geometry().block_size as usize) as u64);
+        Box::pin(async move {
+            let (buf, r) = self.now.write(lba, buf, false).await;
+            if r.is_ok() && fua {
+                return (buf, self.settle(&self.now, &self.durable).await);
+            }
+            (buf, r)
+        })
+    }
+    fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
+        self.touch(lba, blocks);
+        self.now.write_zeroes(lba, blocks, deallocate)
+    }
+    fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
+        for &(lba, blocks) in &ranges {
+            self.touch(lba, blocks);
+        }
+        self.now.deallocate(ranges)
+    }
+    fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(self.settle(&self.now, &self.durable))
     }
 }

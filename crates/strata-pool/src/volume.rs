@@ -252,6 +252,10 @@ pub enum OpenError {
 /// Tries a region copy makes while writes go on before it holds them off.
 const COPY_TRIES_UNLOCKED: u32 = 8;
 
+/// Regions a resync or fill copies onto a node between two flushes of it;
+/// only flushed regions are marked copied.
+const COPY_FLUSH_REGIONS: usize = 16;
+
 /// An operation fanned out to replicas.
 #[derive(Clone)]
 enum Op {
@@ -931,28 +935,44 @@ impl ReplicatedVolume {
         let bs = i.bs();
         let still =
             |i: &Inner| if rejoin { i.catching_up().contains(&node) } else { i.membership().in_sync.contains(&node) };
+        let failed_write = || io_error(format!("node {node} failed a write while being copied to"));
         loop {
-            let missed = i.drl.missed(node).unwrap_or_default();
-            for r in missed.iter() {
-                i.owner.check_interrupt()?;
-                let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
-                let chunk = first_lba * bs / i.layout().chunk_bytes();
-                let joins = i.mirrors(chunk).iter().any(|&(_, n)| n == node);
-                if joins || i.layout().replicas(chunk).contains(&node) {
-                    let failed = i.copy_region(r, &[node], true).await?;
-                    if !failed.is_empty() {
-                        i.owner.leave(&failed, r..r + 1).await?;
-                    }
-                    if !still(i) {
-                        return Err(io_error(format!("node {node} failed a write while being copied to")));
+            let rep = i.replica(node).ok_or_else(|| io_error("replica vanished"))?;
+            let missed: Vec<u64> = i.drl.missed(node).unwrap_or_default().iter().collect();
+            for batch in missed.chunks(COPY_FLUSH_REGIONS) {
+                for &r in batch {
+                    i.owner.check_interrupt()?;
+                    let first_lba = i.drl.regions().bytes_of(r, i.geometry.size_bytes()).start / bs;
+                    let chunk = first_lba * bs / i.layout().chunk_bytes();
+                    let joins = i.mirrors(chunk).iter().any(|&(_, n)| n == node);
+                    if joins || i.layout().replicas(chunk).contains(&node) {
+                        let failed = i.copy_region(r, &[node], true).await?;
+                        if !failed.is_empty() {
+                            i.owner.leave(&failed, r..r + 1).await?;
+                        }
+                        if !still(i) {
+                            return Err(failed_write());
+                        }
                     }
                 }
-                i.drl.copied(node, r);
+                // Durable on the node before the log says it holds them:
+                // a node killed before its next flush loses what it did
+                // not flush, and a region marked copied is never copied
+                // again.
+                let epoch = i.membership().epoch;
+                rep.flush(epoch)
+                    .await
+                    .map_err(|e| io_error(format!("node {node} failed a flush while being copied to: {e}")))?;
+                if !still(i) {
+                    return Err(failed_write());
+                }
+                for &r in batch {
+                    i.drl.copied(node, r);
+                }
             }
             if !rejoin {
                 return i.owner.fill_done(node).await;
             }
-            let rep = i.replica(node).ok_or_else(|| io_error("replica vanished"))?;
             let epoch = i.membership().epoch;
             rep.flush(epoch).await.map_err(|e| io_error(format!("node {node} failed the resync flush: {e}")))?;
             i.drl.sync().await.map_err(|e| io_error(e.to_string()))?;

@@ -10,7 +10,7 @@ use std::task::{Context, Waker};
 
 use strata_block::{BlockDevice, BlockError, EpochFence, IoBuf, MemDevice};
 use strata_pool::drl::{DirtyRegionLog, DrlState, MemDrlStore};
-use strata_pool::testing::{Faulty, MemControl, TableLayout};
+use strata_pool::testing::{Faulty, MemControl, TableLayout, Volatile};
 use strata_pool::{LocalReplica, Membership, NodeId, PoolVolume, Regions, Replica, ReplicatedVolume, VolumeParts};
 
 fn nodes(ids: &[u32]) -> Vec<NodeId> {
@@ -29,7 +29,7 @@ const NODES: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(3)];
 /// Three nodes' devices and fences: the cluster's state, shared by every
 /// owner that opens the volume.
 struct Cluster {
-    devices: Vec<Arc<MemDevice>>,
+    devices: Vec<Arc<dyn BlockDevice>>,
     fences: Vec<Arc<EpochFence>>,
     control: Arc<MemControl>,
     drl_store: Arc<MemDrlStore>,
@@ -44,7 +44,7 @@ struct Owner {
 impl Cluster {
     fn new() -> Cluster {
         Cluster {
-            devices: NODES.iter().map(|_| Arc::new(MemDevice::new(BS, BLOCKS))).collect(),
+            devices: NODES.iter().map(|_| Arc::new(MemDevice::new(BS, BLOCKS)) as Arc<dyn BlockDevice>).collect(),
             fences: NODES.iter().map(|_| EpochFence::new(0)).collect(),
             control: MemControl::new(0, NODES),
             drl_store: Arc::new(MemDrlStore::default()),
@@ -66,7 +66,7 @@ impl Cluster {
             .iter()
             .enumerate()
             .map(|(i, &n)| {
-                let dev = self.devices[i].clone() as Arc<dyn BlockDevice>;
+                let dev = self.devices[i].clone();
                 Faulty::new(Arc::new(LocalReplica::new(n, dev, self.fences[i].clone())))
             })
             .collect();
@@ -443,6 +443,46 @@ async fn a_resync_of_a_node_that_does_not_answer_never_holds_up_host_writes() {
     assert_eq!(c.control.get().in_sync, NODES.into_iter().collect::<BTreeSet<_>>());
     o.vol.flush().await.unwrap();
     assert!(c.replicas_agree().await);
+}
+
+/// The soak found degraded reads decoding garbage after M + 1 kills: a
+/// node killed during its resync lost the regions copied since its last
+/// flush, while the log already said it held them, so no later resync
+/// copied them again.
+#[tokio::test]
+async fn a_node_killed_during_its_resync_gets_again_what_it_had_not_flushed() {
+    let mut c = Cluster::new();
+    let third = Volatile::new(BS, BLOCKS);
+    c.devices[2] = third.clone();
+    let o = c.open(NodeId(1)).await.unwrap();
+    o.faulty[2].down.store(true, SeqCst);
+    for i in 0..BLOCKS / 16 {
+        write(&o.vol, i * 16, 100 + i, 1).await.unwrap(); // every region
+    }
+    o.vol.flush().await.unwrap();
+    // Quiet: no region is dirty any more, node 3 alone misses them.
+    for _ in 0..2 {
+        o.vol.clean(std::time::Duration::ZERO).await.unwrap();
+    }
+    assert!(o.vol.drl().state().dirty.is_empty());
+    o.faulty[2].down.store(false, SeqCst);
+    let vol = o.vol.clone();
+    let resync = tokio::spawn(async move { vol.resync(NodeId(3)).await });
+    // Killed once a quarter of the volume is copied, none of it flushed.
+    while third.unflushed() < (BLOCKS / 4) as usize && !resync.is_finished() {
+        tokio::task::yield_now().await;
+    }
+    o.faulty[2].down.store(true, SeqCst);
+    assert!(resync.await.unwrap().is_err(), "the resync ended before the kill");
+    third.crash().await;
+    // Back: a resync must copy whatever the kill took.
+    o.faulty[2].down.store(false, SeqCst);
+    o.faulty[2].restart();
+    o.vol.resync(NodeId(3)).await.unwrap();
+    o.vol.flush().await.unwrap();
+    for lba in (0..BLOCKS).step_by(16) {
+        assert!(c.block(2, lba).await == c.block(0, lba).await, "block {lba} of the resynced node differs");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1627,6 +1627,19 @@ impl ErasureVolume {
                 // says the node holds the regions.
                 let through = i.seqs().next - 1;
                 i.commit_through(through).await?;
+                // The strips must be durable on the node before the log
+                // says it holds them (the commit flushes only when it has
+                // something to commit): a node killed before its next
+                // flush loses what it did not flush, and a region marked
+                // copied is never rebuilt again.
+                let epoch = i.membership().epoch;
+                shard
+                    .flush(epoch)
+                    .await
+                    .map_err(|e| io_error(format!("node {node} failed a flush during its rebuild: {e}")))?;
+                if !still(i) {
+                    return Err(io_error(format!("node {node} failed a write during its rebuild")));
+                }
                 for &r in batch {
                     i.stats.regions_copied.fetch_add(1, Ordering::Relaxed);
                     i.drl.copied(node, r);
