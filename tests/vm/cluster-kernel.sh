@@ -81,20 +81,30 @@ pool_status() {
     timeout 10 "$STRATA" pool status --api "$(api_of "$1")" 2>/dev/null || true
 }
 
-# The text status is two tables. Nodes: "ID NODE STATE CAPACITY ALLOCATED
-# LABELS", capacity and allocated as "1 GiB" (two words). Volumes: "VOLUME
-# SIZE PROT OWNER REPLICAS IN_SYNC STATE", size two words, replicas and
-# in-sync as comma-separated node ids, owner "null" when there is none. The
-# parsers find the PROT column (rep:N or ec:K+M) and count from there, so an empty
-# in-sync column does not shift the others.
+# The text status is two tables (crates/strata/src/pool_view.rs). Nodes:
+# "NODE ID STATE DRIVES CAPACITY ALLOCATED FILL LABELS", capacity and
+# allocated as "1.0 GiB" (two words), state "up", "down" or "up/out".
+# Volumes: "VOLUME SIZE PROT OWNER STATE HOLDERS", size two words, the
+# owner a node name ("-" when none), holders a comma-separated list of node
+# names, each marked "*" when not in sync and "!" when down. The volume
+# parser finds the PROT column (rep:N or ec:K+M) and counts from there.
 
-# vol_field STATUS owner|replicas|in_sync|state
+# vol_field STATUS owner|replicas|in_sync|state: owner a node name (null
+# when none), replicas and in_sync comma-separated node names.
 vol_field() {
     awk -v v="$VOL" -v f="$2" '
         $1 == v {
             for (p = 2; p <= NF && $p !~ /^(rep|ec):/; p++) {}
-            owner = $(p + 1); replicas = $(p + 2)
-            if (NF - p == 4) { in_sync = $(p + 3); state = $(p + 4) } else { in_sync = ""; state = $NF }
+            owner = $(p + 1); state = $(p + 2); holders = $(p + 3)
+            if (owner == "-" || owner == "") owner = "null"
+            n = split(holders, h, ",")
+            replicas = ""; in_sync = ""
+            for (i = 1; i <= n; i++) {
+                name = h[i]; gsub(/[*!]/, "", name)
+                if (name == "" || name == "-") continue
+                replicas = replicas (replicas == "" ? "" : ",") name
+                if (h[i] !~ /[*!]/) in_sync = in_sync (in_sync == "" ? "" : ",") name
+            }
             if (f == "owner") print owner
             else if (f == "replicas") print replicas
             else if (f == "in_sync") print in_sync
@@ -102,22 +112,19 @@ vol_field() {
         }' <<<"$1"
 }
 
-# node_field STATUS NAME id|state; nodes_up STATUS; name_of STATUS ID
+# node_field STATUS NAME id|state; nodes_up STATUS (nodes whose state is up)
 node_field() {
-    awk -v n="$2" -v f="$3" '$1 ~ /^[0-9]+$/ && $2 == n && $3 ~ /^(up|down)$/ { print (f == "id") ? $1 : $3 }' <<<"$1"
+    awk -v n="$2" -v f="$3" '$1 == n && $2 ~ /^[0-9]+$/ { print (f == "id") ? $2 : $3 }' <<<"$1"
 }
-nodes_up() { awk '$1 ~ /^[0-9]+$/ && $3 == "up" { n++ } END { print n + 0 }' <<<"$1"; }
-name_of() { awk -v id="$2" '$1 == id && $3 ~ /^(up|down)$/ { print $2 }' <<<"$1"; }
+nodes_up() { awk '$2 ~ /^[0-9]+$/ && $3 == "up" { n++ } END { print n + 0 }' <<<"$1"; }
 
 # The node index (1..3) of the volume's owner as node i sees it; empty if
 # it has none.
 owner_index() {
-    local s o name
+    local s name
     s=$(pool_status "$1")
-    o=$(vol_field "$s" owner)
-    [ -n "$o" ] && [ "$o" != null ] || return 1
-    name=$(name_of "$s" "$o")
-    [ -n "$name" ] || return 1
+    name=$(vol_field "$s" owner)
+    [ -n "$name" ] && [ "$name" != null ] || return 1
     echo "${name#n}"
 }
 
@@ -156,12 +163,11 @@ cond_healthy() {
 # degraded: node nk down and out of the in-sync set, the two others up and
 # in it
 cond_degraded() {
-    local s k=$2 id
+    local s k=$2
     s=$(pool_status "$1")
-    id=$(node_field "$s" "n$k" id)
     [ "$(vol_field "$s" state)" = degraded ] && [ "$(node_field "$s" "n$k" state)" = down ] &&
         [ "$(nodes_up "$s")" = 2 ] &&
-        [ "$(count_ids "$(vol_field "$s" in_sync)")" = 2 ] && ! grep -qw "$id" <<<"$(vol_field "$s" in_sync | tr , ' ')"
+        [ "$(count_ids "$(vol_field "$s" in_sync)")" = 2 ] && ! grep -qw "n$k" <<<"$(vol_field "$s" in_sync | tr , ' ')"
 }
 # node i owns the volume (as node i sees it)
 cond_owner_is() { [ "$(owner_index "$1" || true)" = "$2" ]; }
