@@ -231,11 +231,16 @@ pub async fn acquire(
 /// after its owner key went with its old lease (etcd was out of reach for
 /// longer than the lease, or frozen): granted only if nobody owns it and
 /// its membership is still at `epoch`, the one the owner serves (a
-/// takeover by another node bumps it). True when taken back.
+/// takeover by another node bumps it). True when taken back; false when
+/// another node owns it or its membership moved on.
+///
+/// A change of the volume's state that keeps its epoch (the owner's own
+/// resync marking a node in sync) is not a reason to give it up: the
+/// owner tries again.
 ///
 /// # Errors
 ///
-/// etcd errors.
+/// etcd errors, [`ClusterError::Contention`].
 pub async fn reclaim(
     client: &EtcdClient,
     keys: &VolumeKeys,
@@ -244,16 +249,24 @@ pub async fn reclaim(
     epoch: u64,
     lease: LeaseId,
 ) -> Result<bool, ClusterError> {
-    let (state, rev) = read_state(client, keys, id).await?;
-    if state.epoch != epoch {
-        return Ok(false);
+    for _ in 0..MAX_ATTEMPTS {
+        let (state, rev) = read_state(client, keys, id).await?;
+        if state.epoch != epoch {
+            return Ok(false);
+        }
+        let txn = Txn {
+            compare: vec![Compare::missing(keys.owner.clone()), Compare::mod_revision_is(keys.state.clone(), rev)],
+            success: vec![TxnOp::Put { key: keys.owner.clone(), value: to_json(token), lease: Some(lease) }],
+            failure: vec![],
+        };
+        if client.txn(&txn).await?.succeeded {
+            return Ok(true);
+        }
+        if client.get(&keys.owner).await?.is_some() {
+            return Ok(false);
+        }
     }
-    let txn = Txn {
-        compare: vec![Compare::missing(keys.owner.clone()), Compare::mod_revision_is(keys.state.clone(), rev)],
-        success: vec![TxnOp::Put { key: keys.owner.clone(), value: to_json(token), lease: Some(lease) }],
-        failure: vec![],
-    };
-    Ok(client.txn(&txn).await?.succeeded)
+    Err(ClusterError::Contention(id))
 }
 
 /// Gives volume `id` up: deletes its owner key if it still holds

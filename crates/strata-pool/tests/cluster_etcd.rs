@@ -10,7 +10,7 @@ use std::time::Duration;
 use strata_block::{BlockDevice, BlockError, EpochFence, Geometry, IoBuf, MemDevice};
 use strata_meta::testing::EtcdProcess;
 use strata_pool::cluster::{
-    ClusterError, EtcdVolume, OwnerToken, VolumeKeys, VolumeState, acquire, create_state, read_state, release,
+    ClusterError, EtcdVolume, OwnerToken, VolumeKeys, VolumeState, acquire, create_state, read_state, reclaim, release,
 };
 use strata_pool::drl::DirtyRegionLog;
 use strata_pool::testing::{Faulty, TableLayout};
@@ -80,6 +80,39 @@ async fn one_owner_at_a_time_and_a_lost_lease_fences_the_old_one() {
     b.save(drl.clone()).await.unwrap();
     assert_eq!(b.load_drl().await.unwrap(), drl);
     assert_eq!(read_state(&client, &keys, VOL).await.unwrap().0.in_sync, ids(&[1, 2, 3]));
+}
+
+/// An owner whose key went with a lease that ended (etcd was frozen
+/// past it) takes the key back under its new lease, also after a change
+/// of the volume's state that kept its epoch; not once another node owns
+/// the volume, nor once its membership moved on.
+#[tokio::test]
+async fn an_owner_takes_its_key_back_unless_another_took_the_volume_or_its_epoch_moved() {
+    let etcd = EtcdProcess::start();
+    let client = etcd.client();
+    let keys = new_volume(&etcd).await;
+    let old = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let (m, token) = acquire(&client, &keys, VOL, NodeId(1), old.id).await.unwrap();
+    client.lease_revoke(old.id).await.unwrap();
+    assert!(client.get(&keys.owner).await.unwrap().is_none(), "the key went with the lease");
+    // The state written again at the same epoch (its revision moves).
+    let (state, _) = read_state(&client, &keys, VOL).await.unwrap();
+    client.put(&keys.state, &serde_json::to_vec(&state).unwrap(), None).await.unwrap();
+    let new = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    assert!(reclaim(&client, &keys, VOL, &token, m.epoch, new.id).await.unwrap(), "taken back");
+    let held: OwnerToken = serde_json::from_slice(&client.get(&keys.owner).await.unwrap().unwrap().value).unwrap();
+    assert_eq!(held, token);
+    // Another node took it over meanwhile: not taken back.
+    client.lease_revoke(new.id).await.unwrap();
+    let other = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let (m2, _) = acquire(&client, &keys, VOL, NodeId(2), other.id).await.unwrap();
+    let again = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    assert!(!reclaim(&client, &keys, VOL, &token, m.epoch, again.id).await.unwrap(), "another node owns it");
+    // Its key gone too, the epoch tells: the first owner may not come back.
+    client.lease_revoke(other.id).await.unwrap();
+    assert!(m2.epoch > m.epoch);
+    assert!(!reclaim(&client, &keys, VOL, &token, m.epoch, again.id).await.unwrap(), "the epoch moved on");
+    assert!(client.get(&keys.owner).await.unwrap().is_none());
 }
 
 /// Three RAM replicas behind fences, with the notes their nodes keep for

@@ -47,6 +47,11 @@ pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
 /// pass, after etcd was out of reach for longer than its lease).
 const RECLAIM_GRACE: Duration = Duration::from_secs(4);
 
+/// How long they wait when that owner's record says it still serves the
+/// volume (it is taking the key back); past this it is taken over all the
+/// same (an owner stuck serving without its key).
+const RECLAIM_LIMIT: Duration = Duration::from_secs(30);
+
 /// A check of a placement-map change (the map before it, the node it
 /// concerns): `Err` with the reason refuses the change.
 type MapCheck<'a> = dyn Fn(&PlacementMap, NodeId) -> Result<(), String> + Sync + 'a;
@@ -537,20 +542,21 @@ impl ClusterNode {
 
     /// Takes volume `rec`, which this node serves as `o`, back under its
     /// current lease after its owner key went with an old one; the owner
-    /// token when it did.
-    async fn reclaim(&self, rec: &VolumeRecord, keys: &VolumeKeys, o: &Owned) -> Option<OwnerToken> {
+    /// token when it did, `None` when another node took the volume over.
+    ///
+    /// # Errors
+    ///
+    /// When etcd did not say: the node goes on serving (its replicas'
+    /// promises keep any other owner out) and tries again at its next pass.
+    async fn reclaim(&self, rec: &VolumeRecord, keys: &VolumeKeys, o: &Owned) -> anyhow::Result<Option<OwnerToken>> {
         let lease = self.lease().id();
-        match strata_pool::cluster::reclaim(&self.etcd, keys, rec.id, &o.token, o.vol.epoch(), lease).await {
-            Ok(true) => {
-                tracing::info!(volume = %rec.name, "its owner key went with an old lease: taken back, still serving");
-                Some(o.token.clone())
-            }
-            Ok(false) => None,
-            Err(e) => {
-                tracing::warn!(volume = %rec.name, "taking the owner key back: {e}");
-                None
-            }
+        let taken = strata_pool::cluster::reclaim(&self.etcd, keys, rec.id, &o.token, o.vol.epoch(), lease)
+            .await
+            .context("taking its owner key back (still serving; trying again)")?;
+        if taken {
+            tracing::info!(volume = %rec.name, "its owner key went with an old lease: taken back, still serving");
         }
+        Ok(taken.then(|| o.token.clone()))
     }
 
     /// How long the promises an owner asks of its replicas last: half the
@@ -639,7 +645,7 @@ impl ClusterNode {
         // lease): take it back under the new lease unless another node
         // took it over meanwhile (the epoch tells).
         let owner = match (owner, st.owned.get(&rec.id)) {
-            (None, Some(o)) if !o.vol.is_fenced() => self.reclaim(rec, &keys, o).await,
+            (None, Some(o)) if !o.vol.is_fenced() => self.reclaim(rec, &keys, o).await?,
             (owner, _) => owner,
         };
         if owner.is_some() {
@@ -747,12 +753,17 @@ impl ClusterNode {
                 // at its next pass. Give it that pass before taking over.
                 // When this node has just rejoined too, every lease ended
                 // together (etcd froze) and the last owner may not have a
-                // record yet: it is given the pass all the same.
+                // record yet: it is given the pass all the same. A last
+                // owner whose record says it still serves the volume is
+                // reclaiming it in the pass that wrote the record (after
+                // a thaw etcd may answer it slowly): a takeover would
+                // only close its hosts' connections, so it gets longer.
                 let since = *st.orphaned.entry(rec.id).or_insert_with(std::time::Instant::now);
                 let rejoined = st.rejoined.is_some_and(|t| t.elapsed() < 2 * RECLAIM_GRACE);
-                if state.owner.is_some_and(|o| o != self.me.id && (rejoined || nodes.contains_key(&o)))
-                    && since.elapsed() < RECLAIM_GRACE
-                {
+                let last = state.owner.filter(|&o| o != self.me.id);
+                let serves = last.and_then(|o| nodes.get(&o)).is_some_and(|n| n.serving.contains(&rec.id));
+                let grace = if serves { RECLAIM_LIMIT } else { RECLAIM_GRACE };
+                if last.is_some_and(|o| rejoined || nodes.contains_key(&o)) && since.elapsed() < grace {
                     return Ok(());
                 }
                 let claim = Claim {
