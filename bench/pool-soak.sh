@@ -10,6 +10,7 @@
 #   sudo bench/pool-soak.sh                # 30 minutes, seed from the time
 #   sudo bench/pool-soak.sh 2h 12345       # DURATION SEED (replay a seed)
 #   PROFILE=release sudo -E bench/pool-soak.sh 30m 7
+#   STRATA_SOAK_FAULTS=KillMPlusOne sudo -E bench/pool-soak.sh 10m 7   # one fault kind only
 #
 # DURATION is seconds or 90s / 30m / 2h. Needs root (network namespaces),
 # iproute2 and etcd (Debian etcd-server). The report (rounds, faults,

@@ -55,6 +55,8 @@ pub struct Ctx {
     /// A legitimate host must get through within this under attack.
     pub legit_deadline: Duration,
     disrupted: AtomicBool,
+    /// Bumped at every start and end of a disruption.
+    disruption_era: AtomicU64,
     /// Operations each host (by name) completed with success.
     host_ops: Mutex<HashMap<String, u64>>,
     /// Whoever runs a Flush (or a FUA write, which commits too) holds it
@@ -82,6 +84,7 @@ impl Ctx {
             watchdog,
             legit_deadline,
             disrupted: AtomicBool::new(false),
+            disruption_era: AtomicU64::new(0),
             host_ops: Mutex::new(HashMap::new()),
             flush_gate: Arc::new(tokio::sync::RwLock::new(())),
         }
@@ -172,10 +175,11 @@ impl Ctx {
         });
     }
 
-    /// Records a read the oracle rejected. `after` names the restart the
-    /// read follows ("kill -9", "clean restart"), if any: a block whose
-    /// durable value was the suite's data then counts as lost. The same
-    /// block read wrong the same way again is not counted again.
+    /// Records a read the oracle rejected (and prints it at once, as
+    /// [`Ctx::fail`] does). `after` names the restart the read follows
+    /// ("kill -9", "clean restart"), if any: a block whose durable value
+    /// was the suite's data then counts as lost. The same block read wrong
+    /// the same way again is not counted again.
     pub fn violation(&self, scenario: &str, v: &Violation, after: Option<&str>) {
         let key = (v.volume, v.lba, v.got.clone());
         if !self.reported.lock().unwrap_or_else(|e| e.into_inner()).insert(key) {
@@ -188,6 +192,7 @@ impl Ctx {
             _ => "WRONG READ".to_string(),
         };
         let msg = format!("{what}: {v}");
+        eprintln!("{} strata-chaos failure [{scenario}]: {msg}", time_of_day());
         self.report(|r| {
             if lost {
                 r.blocks_lost += 1;
@@ -213,7 +218,17 @@ impl Ctx {
 
     /// Marks strata as being disrupted on purpose (or not any more).
     pub fn set_disrupted(&self, on: bool) {
-        self.disrupted.store(on, Ordering::Release);
+        if self.disrupted.swap(on, Ordering::AcqRel) != on {
+            self.disruption_era.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A count of disruptions begun and ended: an operation that saw it
+    /// change overlapped a disruption, and an error it ends with (a
+    /// connection the fault broke, whose end reached the host late) is
+    /// expected even when the disruption is over.
+    pub fn disruption_era(&self) -> u64 {
+        self.disruption_era.load(Ordering::Acquire)
     }
 
     /// True while strata is being killed or restarted on purpose.
@@ -244,4 +259,26 @@ fn time_of_day() -> String {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let (secs, ms) = (since.as_secs() % 86_400, since.subsec_millis());
     format!("{:02}:{:02}:{:02}.{ms:03}Z", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_disruption_era_moves_at_each_start_and_end_only() {
+        let addr: SocketAddr = "127.0.0.1:4420".parse().unwrap();
+        let ctx = Ctx::new(addr, Duration::from_secs(1), Duration::from_secs(1), Report::default());
+        let era = ctx.disruption_era();
+        ctx.set_disrupted(false);
+        assert_eq!(ctx.disruption_era(), era, "no disruption began");
+        ctx.set_disrupted(true);
+        ctx.set_disrupted(true);
+        assert_eq!(ctx.disruption_era(), era + 1);
+        ctx.set_disrupted(false);
+        // An operation begun before the disruption, ending after it, saw
+        // the era change.
+        assert_eq!(ctx.disruption_era(), era + 2);
+        assert!(!ctx.disrupted());
+    }
 }

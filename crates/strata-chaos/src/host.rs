@@ -148,7 +148,8 @@ pub async fn run(ctx: Arc<Ctx>, plan: HostPlan, mut rng: Rng, mut stop: watch::R
     ctx.report(|r| r.ran(plan.scenario));
     let cfg = host_config(&ctx, &mut rng, 2);
     loop {
-        let expected = || ctx.disrupted() || plan.expect_errors.load(Ordering::Acquire);
+        let era = ctx.disruption_era();
+        let expected = || ctx.disrupted() || ctx.disruption_era() != era || plan.expect_errors.load(Ordering::Acquire);
         let ctrl = match connect_retrying(&ctx, &plan.volume.nqn, &cfg, ctx.watchdog, &mut stop).await {
             Ok(Some(c)) => Arc::new(c),
             Ok(None) => return,
@@ -252,13 +253,19 @@ impl Worker {
         }
     }
 
-    fn expected(&self) -> bool {
-        self.ctx.disrupted() || self.plan.expect_errors.load(Ordering::Acquire)
+    /// Whether an operation begun in disruption era `era` may fail: a
+    /// disruption runs now or ran during it, or the plan expects errors.
+    fn expected(&self, era: u64) -> bool {
+        self.overlapped(era) || self.plan.expect_errors.load(Ordering::Acquire)
+    }
+
+    fn overlapped(&self, era: u64) -> bool {
+        self.ctx.disrupted() || self.ctx.disruption_era() != era
     }
 
     /// Reports a non-success end of `what`; returns false when the
     /// controller must be replaced.
-    fn settle<T>(&self, what: &str, ended: &Ended<T>) -> bool {
+    fn settle<T>(&self, what: &str, ended: &Ended<T>, era: u64) -> bool {
         let who = &self.plan.name;
         match ended {
             Ended::Done(_) => {
@@ -266,19 +273,19 @@ impl Worker {
                 true
             }
             Ended::Status(e) => {
-                if !self.expected() {
+                if !self.expected(era) {
                     self.ctx.fail(self.plan.scenario, format!("{who}: {what} failed: {e}"));
                 }
                 true
             }
             Ended::Transport(e) => {
-                if !self.expected() {
+                if !self.expected(era) {
                     self.ctx.fail(self.plan.scenario, format!("{who}: {what}: connection failed: {e}"));
                 }
                 false
             }
             Ended::Hang => {
-                if !self.ctx.disrupted() {
+                if !self.overlapped(era) {
                     self.ctx.hang(self.plan.scenario, format!("{who}: {what}"));
                 }
                 false
@@ -291,6 +298,7 @@ impl Worker {
         let wd = self.ctx.watchdog;
         while !*self.stop.borrow() && !self.broken.load(Ordering::Acquire) {
             let op = self.pick(&mut rng);
+            let era = self.ctx.disruption_era();
             let ok = match op {
                 Op::Write { lba, n, fua } => {
                     let seq = self.ctx.seq();
@@ -313,7 +321,7 @@ impl Worker {
                             r.bytes_written += u64::from(n) * BLOCK_SIZE as u64;
                         }
                     });
-                    self.settle(&format!("write lba {lba}+{n}{}", if fua { " FUA" } else { "" }), &ended)
+                    self.settle(&format!("write lba {lba}+{n}{}", if fua { " FUA" } else { "" }), &ended, era)
                 }
                 Op::Read { lba, n } => {
                     let ended = guarded(wd, self.ctrl.read(NSID, lba, n)).await;
@@ -328,7 +336,7 @@ impl Worker {
                             self.ctx.check_blocks(self.plan.scenario, vol, lba, data, None);
                         }
                     }
-                    self.settle(&format!("read lba {lba}+{n}"), &ended)
+                    self.settle(&format!("read lba {lba}+{n}"), &ended, era)
                 }
                 Op::Flush => {
                     let gate = self.ctx.flush_gate.read().await;
@@ -339,7 +347,7 @@ impl Worker {
                         self.ctx.oracle(|o| o.flush_succeeded(t));
                     }
                     self.ctx.report(|r| r.op("flush", 1));
-                    self.settle("flush", &ended)
+                    self.settle("flush", &ended, era)
                 }
                 Op::WriteZeroes { lba, n } | Op::Deallocate { lba, n } => {
                     let zeroes = matches!(op, Op::WriteZeroes { .. });
@@ -352,7 +360,7 @@ impl Worker {
                     self.ctx.oracle(|o| o.end_write(t, ended.write_outcome(), false));
                     let kind = if zeroes { "write_zeroes" } else { "deallocate" };
                     self.ctx.report(|r| r.op(kind, 1));
-                    self.settle(&format!("{kind} lba {lba}+{n}"), &ended)
+                    self.settle(&format!("{kind} lba {lba}+{n}"), &ended, era)
                 }
             };
             if !ok {

@@ -22,7 +22,8 @@
 //! written as JSON to `STRATA_SOAK_REPORT` when set.
 //!
 //! `STRATA_SOAK_SECS` and `STRATA_SOAK_SEED` choose how long and which
-//! faults; `bench/pool-soak.sh DURATION SEED` runs it. Without them (in
+//! faults (`STRATA_SOAK_FAULTS`, a comma list of [`Fault`] names, draws
+//! from those alone); `bench/pool-soak.sh DURATION SEED` runs it. Without them (in
 //! CI) it runs one round: the `ec:4+2` volume's owner cut off.
 //! Needs root (CAP_NET_ADMIN) and iproute2, as in CI.
 
@@ -269,6 +270,20 @@ fn random_pool_faults_under_verified_load_lose_nothing_and_leave_every_copy_agre
     for (v, ..) in VOLUMES {
         wait_for("settled", Duration::from_secs(120), &pool.nodes, || settled(&pool.nodes[0], v));
     }
+    // `STRATA_SOAK_FAULTS=KillMPlusOne,EtcdPause` draws from those alone
+    // (to hunt one failure faster).
+    let faults_in: Vec<Fault> = match std::env::var("STRATA_SOAK_FAULTS") {
+        Ok(list) => list
+            .split(',')
+            .map(|name| {
+                *FAULTS
+                    .iter()
+                    .find(|f| format!("{f:?}") == name.trim())
+                    .unwrap_or_else(|| panic!("STRATA_SOAK_FAULTS: no fault {name}; the faults are {FAULTS:?}"))
+            })
+            .collect(),
+        Err(_) => FAULTS.to_vec(),
+    };
     let deadline = began + Duration::from_secs(secs);
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let mut rounds = 0u64;
@@ -276,7 +291,7 @@ fn random_pool_faults_under_verified_load_lose_nothing_and_leave_every_copy_agre
         rounds += 1;
         // The single round of a plain `cargo test`: a partitioned owner,
         // which pool_chaos.rs does not do.
-        let fault = if secs == 0 { Fault::CutOwnerLink } else { FAULTS[rng.below(FAULTS.len() as u64) as usize] };
+        let fault = if secs == 0 { Fault::CutOwnerLink } else { faults_in[rng.below(faults_in.len() as u64) as usize] };
         let what = pool.run(fault, &mut rng);
         eprintln!("{:7.1}s round {rounds}: {what}", began.elapsed().as_secs_f64());
         *faults.entry(format!("{fault:?}")).or_default() += 1;
