@@ -729,6 +729,24 @@ fn undo_sqe(opcode: u8, nsid: u32, epoch: u64) -> Sqe {
     sqe
 }
 
+/// An undo-log or owner command that carries data ([`fenced::UNDO_RECORDS`],
+/// [`fenced::ROLL_BACK_ONLY`], the notes): `arg` in CDW10-CDW11 and the
+/// data's length in CDW12 as for Read (`blocks`, 1-based).
+///
+/// The argument is written last and nothing else touches CDW10-CDW11: an
+/// earlier version encoded the length as a whole Read (`ReadWrite`, whose
+/// starting LBA is CDW10-CDW11) after setting the argument, so every
+/// shard answered Undo Records after update 0 and Roll Back Only raised
+/// no mark. A shard that had missed a commit then reported committed
+/// updates, a takeover undid them there alone, and degraded reads of
+/// `ec:K+M` decoded garbage (the pool soak's M+1 kills).
+fn undo_list_sqe(opcode: u8, nsid: u32, epoch: u64, arg: u64, blocks: u32) -> Sqe {
+    let mut sqe = undo_sqe(opcode, nsid, epoch);
+    sqe.set_cdw12(blocks.saturating_sub(1) & 0xffff);
+    sqe.set_arg64(arg);
+    sqe
+}
+
 fn check_blocks(nblocks: u32) -> Result<(), HostError> {
     if nblocks == 0 || nblocks > MAX_BLOCKS_PER_COMMAND {
         return Err(HostError::InvalidArgument(format!("block count {nblocks} is outside 1..=65536")));
@@ -966,9 +984,7 @@ impl IoQueue<'_> {
         // updates, and says when more are left (result 1).
         let (mut out, mut from) = (Vec::new(), after);
         loop {
-            let mut sqe = undo_sqe(fenced::UNDO_RECORDS, nsid, epoch);
-            sqe.set_arg64(from);
-            ReadWrite { slba: 0, nlb: (len / block) as u32, fua: false, limited_retry: false }.encode(&mut sqe);
+            let sqe = undo_list_sqe(fenced::UNDO_RECORDS, nsid, epoch, from, (len / block) as u32);
             let reply = self.q.execute(Command { sqe, data_out: None, read_len: len }).await?;
             let values = fenced::decode_list(&reply.data, 3).map_err(|e| protocol(e.to_string()))?;
             let page: Vec<[u64; 3]> = values.chunks_exact(3).map(|v| [v[0], v[1], v[2]]).collect();
@@ -1009,9 +1025,7 @@ impl IoQueue<'_> {
         let wire = fenced::encode_list(undo, 1, block)
             .ok_or_else(|| HostError::InvalidArgument(format!("a roll back of {} updates is too long", undo.len())))?;
         self.check_len(wire.len())?;
-        let mut sqe = undo_sqe(fenced::ROLL_BACK_ONLY, nsid, epoch);
-        sqe.set_arg64(mark);
-        ReadWrite { slba: 0, nlb: (wire.len() / block) as u32, fua: false, limited_retry: false }.encode(&mut sqe);
+        let sqe = undo_list_sqe(fenced::ROLL_BACK_ONLY, nsid, epoch, mark, (wire.len() / block) as u32);
         self.q.execute(Command { sqe, data_out: Some(Bytes::from(wire)), read_len: 0 }).await.map(|r| r.cqe.result)
     }
 
@@ -1039,8 +1053,7 @@ impl IoQueue<'_> {
         let wire = fenced::encode_note(note, block)
             .ok_or_else(|| HostError::InvalidArgument(format!("a note of {} bytes is too large", note.len())))?;
         self.check_len(wire.len())?;
-        let mut sqe = undo_sqe(fenced::NOTE_SAVE, nsid, epoch);
-        ReadWrite { slba: 0, nlb: (wire.len() / block) as u32, fua: false, limited_retry: false }.encode(&mut sqe);
+        let sqe = undo_list_sqe(fenced::NOTE_SAVE, nsid, epoch, 0, (wire.len() / block) as u32);
         self.q.execute(Command { sqe, data_out: Some(Bytes::from(wire)), read_len: 0 }).await.map(|_| ())
     }
 
@@ -1056,8 +1069,7 @@ impl IoQueue<'_> {
         let block = self.transfer_len(nsid, 1).await?;
         let len = (fenced::NOTE_LEN_LEN + fenced::MAX_NOTE).div_ceil(block) * block;
         let len = len.min(self.ctrl.max_transfer / block * block);
-        let mut sqe = undo_sqe(fenced::NOTE_LOAD, nsid, epoch);
-        ReadWrite { slba: 0, nlb: (len / block) as u32, fua: false, limited_retry: false }.encode(&mut sqe);
+        let sqe = undo_list_sqe(fenced::NOTE_LOAD, nsid, epoch, 0, (len / block) as u32);
         let data = self.q.execute(Command { sqe, data_out: None, read_len: len }).await?.data;
         fenced::decode_note(&data).map(<[u8]>::to_vec).map_err(|e| HostError::QueueFailed {
             qid: self.qid(),
@@ -1115,6 +1127,17 @@ mod tests {
         assert_eq!(max_transfer_bytes(1, 1 << 48), 16384);
         assert_eq!(max_transfer_bytes(0, 0), MAX_TRANSFER_CAP_BYTES);
         assert_eq!(max_transfer_bytes(255, 0), MAX_TRANSFER_CAP_BYTES);
+    }
+
+    #[test]
+    fn undo_list_commands_carry_their_argument_and_length() {
+        for opcode in [fenced::UNDO_RECORDS, fenced::ROLL_BACK_ONLY] {
+            let sqe = undo_list_sqe(opcode, 7, 42, 0x0123_4567_89ab_cdef, 3);
+            assert_eq!(sqe.opcode(), opcode);
+            assert_eq!((sqe.nsid(), sqe.epoch()), (7, 42));
+            assert_eq!(sqe.arg64(), 0x0123_4567_89ab_cdef, "the sequence number or mark survives");
+            assert_eq!(ReadWrite::decode(&sqe).nlb, 3, "CDW12 as for Read");
+        }
     }
 
     #[test]

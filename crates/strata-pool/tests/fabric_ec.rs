@@ -184,3 +184,74 @@ async fn concurrent_full_stripe_writes_commit_as_they_go_and_keep_every_shard() 
     assert_eq!(control.get().in_sync.len(), K + M, "no shard left");
     assert!(vol.committed() > 0, "the owner committed without a flush");
 }
+
+/// The undo-log commands that carry a list keep their sequence number
+/// across the wire. The bug this pins: the host wrote the list's length
+/// as a whole Read over CDW10-CDW11 after the argument, so Undo Records
+/// always asked for the records after update 0 and Roll Back Only raised
+/// no mark; the in-memory shards of `erasure.rs` never cross the wire and
+/// could not see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_records_and_roll_back_only_carry_their_sequence_numbers_over_the_fabric() {
+    let nodes = cluster().await;
+    let n = &nodes[0];
+    for (seq, lba) in [(3, 0), (7, 1), (9, 2)] {
+        n.shard.write_logged(seq, lba, data(seq as u8, 1)).await.1.unwrap();
+    }
+    let link = FabricLink::new(n.id, n.addr, fabric_nqn(&format!("n{}", n.id)), host_cfg());
+    let remote = FabricReplica::new(link, VOLUME, BS);
+    for (after, want) in [(0, vec![3, 7, 9]), (3, vec![7, 9]), (9, vec![])] {
+        let list = remote.records(1, after).await.unwrap();
+        assert_eq!(list.iter().map(|r| r.seq).collect::<Vec<u64>>(), want, "the records after update {after}");
+    }
+    assert_eq!(remote.roll_back_only(1, vec![9], 12).await.unwrap(), 1, "one record undone");
+    assert_eq!(remote.committed(1).await.unwrap(), 12, "the mark sent is the mark kept");
+    assert_eq!(n.shard.committed(), 12);
+    let (b, r) = n.shard.read(2, IoBuf::zeroed(BS as usize)).await;
+    r.unwrap();
+    assert!(b.iter().all(|&x| x == 0), "update 9 undone");
+    let (b, r) = n.shard.read(1, IoBuf::zeroed(BS as usize)).await;
+    r.unwrap();
+    assert!(b.to_vec() == data(7, 1).to_vec(), "update 7 forgotten, not undone");
+}
+
+/// Crash case 4 of docs/pool.md with M nodes lost: the owner flushed every
+/// shard and died while committing, so one shard kept the undo record of a
+/// committed update; then M other nodes die, and the new owner serves
+/// from exactly K shards, that one among them. The flushed write must
+/// read back: the new owner takes the highest mark, so the shard that
+/// missed the commit forgets the record rather than undoing it alone
+/// (which leaves the K shards two versions that decode to garbage).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_that_missed_a_commit_keeps_the_flushed_write_when_k_shards_are_left() {
+    let mut nodes = cluster().await;
+    let ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
+    let control = MemControl::new(0, ids);
+    let store = Arc::new(MemDrlStore::default());
+    let vol = open(&nodes, NodeId(1), &control, &store).await;
+    // Whole stripes (K blocks each) in chunk 0, whose slot i is node i+1.
+    vol.write(0, data(1, 8), false).await.1.unwrap();
+    vol.flush().await.unwrap();
+    vol.write(0, data(2, 8), false).await.1.unwrap();
+    let seqs: Vec<u64> = nodes[3].shard.records(0).await.unwrap().iter().map(|r| r.seq).collect();
+    let newest = *seqs.iter().max().expect("node 4 holds records of the second write");
+    // The owner's commit: every shard flushed, then the commit reaches
+    // all but node 4 (a data slot) before the owner dies.
+    for n in &nodes {
+        n.shard.flush().await.unwrap();
+    }
+    for n in nodes.iter().filter(|n| n.id != NodeId(4)) {
+        n.shard.commit(newest).await.unwrap();
+    }
+    drop(vol);
+    // Both parity slots' nodes die: K shards are left, node 4 among them.
+    nodes[4].stop().await;
+    nodes[5].stop().await;
+    let vol = open(&nodes, NodeId(2), &control, &store).await;
+    assert_eq!(control.get().in_sync.len(), K);
+    assert!(read(&vol, 0, 8).await == data(2, 8).to_vec(), "the flushed write reads back whole");
+    for n in &nodes[..4] {
+        assert!(n.shard.committed() >= newest, "node {} raised its mark past the last owner's updates", n.id);
+        assert!(n.shard.records(0).await.unwrap().is_empty(), "node {} forgot every record", n.id);
+    }
+}

@@ -716,6 +716,10 @@ impl UndoDevice {
         } else {
             let h = Header::decode(&block0, lg)?;
             let state = recover(&*data, &*log, &h).await?;
+            let live = state.entries.iter().filter(|e| !e.forgotten).count();
+            tracing::info!(committed = h.committed, records = live, "undo log recovered");
+            tracing::debug!(live = ?state.entries.iter().filter(|e| !e.forgotten).map(|e| (e.seq, e.lba, e.blocks)).collect::<Vec<_>>(),
+                "undo records kept (seq, lba, blocks)");
             erase_off_chain(&*log, &state).await?;
             state
         };
@@ -966,6 +970,8 @@ impl UndoDevice {
             let s = self.state();
             s.entries.iter().rev().filter(|e| e.lsn < end && !e.forgotten && undo(e)).copied().collect()
         };
+        tracing::debug!(undo = ?undo.iter().map(|e| (e.seq, e.lba, e.blocks)).collect::<Vec<_>>(), mark,
+            "rolling back these updates (seq, lba, blocks), newest first");
         for e in &undo {
             self.restore(e).await?;
         }

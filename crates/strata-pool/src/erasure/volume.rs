@@ -942,15 +942,27 @@ impl Inner {
             if self.settle_all(&mut lists, m.epoch).await? {
                 continue;
             }
-            // Each update and the stripes it wrote (the same shard blocks
-            // on every shard it wrote).
+            // Each update after the mark and the stripes it wrote (the
+            // same shard blocks on every shard it wrote). A shard that
+            // missed the last commit may still hold records of committed
+            // updates (durable on every shard: the commit came after the
+            // flush). They are forgotten, never undone: an undo on that
+            // shard alone would leave its stripes two versions, which
+            // decode to garbage once only K are left.
             let mut updates: BTreeMap<u64, std::ops::Range<u64>> = BTreeMap::new();
-            for r in lists.done.iter().flatten() {
+            for r in lists.done.iter().flatten().filter(|r| r.seq > through) {
                 let stripes = self.stripes_of_blocks(r.range());
                 let e = updates.entry(r.seq).or_insert(stripes.clone());
                 *e = e.start.min(stripes.start)..e.end.max(stripes.end);
             }
-            let Some(&newest) = updates.keys().next_back() else { return Ok(through) };
+            let behind = marks.done.iter().any(|&mark| mark < through);
+            let newest = match updates.keys().next_back() {
+                Some(&newest) => newest,
+                // Nothing to decide; a shard behind the mark still forgets
+                // what it kept of committed updates and takes the mark.
+                None if behind => through,
+                None => return Ok(through),
+            };
             let bad = match self.bad_stripes(updates.values().flat_map(Clone::clone).collect()).await {
                 Ok(b) => b,
                 Err(f) => {
@@ -959,6 +971,7 @@ impl Inner {
                 }
             };
             let undo = scrub::to_undo(&updates, &bad);
+            tracing::debug!(marks = ?marks.done, ?undo, stripes_not_whole = ?bad, "the roll back's plan");
             // What is kept must be durable before its undo is forgotten.
             self.owner.flush().await?;
             let list: Vec<u64> = undo.iter().copied().collect();
