@@ -310,11 +310,8 @@ struct Target {
 
 impl Target {
     fn start(dir: &Path) -> Target {
-        let port = |_| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let [io, disc, http]: [u16; 3] = std::array::from_fn(port);
+        let ports = strata_meta::testing::loopback_ports(3);
+        let (io, disc, http) = (ports[0], ports[1], ports[2]);
         let io: SocketAddr = format!("127.0.0.1:{io}").parse().unwrap();
         let child = Target::spawn(dir, io, disc, http);
         Target { child, io, dir: dir.to_path_buf(), disc, http }

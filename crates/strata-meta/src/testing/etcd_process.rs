@@ -11,7 +11,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,8 +57,8 @@ impl EtcdProcess {
     fn start_with(also_on: Option<std::net::Ipv4Addr>) -> Self {
         let binary = find_binary();
         let mut last_log = String::new();
-        // Ports are picked by binding port 0 and letting go, so another
-        // process may grab one before etcd does: try again on new ports.
+        // A port free when picked may be taken by another process before
+        // etcd binds it: try again on new ports.
         for _ in 0..3 {
             let base = std::path::Path::new("/dev/shm");
             let dir = if base.is_dir() {
@@ -67,7 +67,8 @@ impl EtcdProcess {
                 tempfile::Builder::new().prefix("strata-etcd-").tempdir()
             }
             .expect("cannot create a temp dir for etcd");
-            let (client_port, peer_port) = free_ports();
+            let ports = super::loopback_ports(2);
+            let (client_port, peer_port) = (ports[0], ports[1]);
             let mut p = EtcdProcess { binary: binary.clone(), dir, client_port, peer_port, also_on, child: None };
             match p.spawn_and_wait() {
                 Ok(()) => return p,
@@ -226,15 +227,6 @@ fn find_binary() -> PathBuf {
              install etcd-server (apt-get install etcd-server) or set STRATA_ETCD to an etcd binary"
         )
     })
-}
-
-/// Two loopback ports that were free a moment ago.
-fn free_ports() -> (u16, u16) {
-    let a = TcpListener::bind("127.0.0.1:0").expect("cannot bind a loopback port");
-    let b = TcpListener::bind("127.0.0.1:0").expect("cannot bind a loopback port");
-    let ports = (a.local_addr().expect("bound").port(), b.local_addr().expect("bound").port());
-    drop((a, b));
-    ports
 }
 
 /// Whether etcd on `port` answers `/health` with `"health":"true"`.

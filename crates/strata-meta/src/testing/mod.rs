@@ -4,6 +4,8 @@
 
 mod conformance;
 mod etcd_process;
+mod ports;
 
 pub use conformance::check_conformance;
 pub use etcd_process::EtcdProcess;
+pub use ports::loopback_ports;

@@ -3,7 +3,6 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,11 +11,10 @@ use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_strata");
 
-/// Distinct free loopback ports: all listeners are held until every port
-/// is chosen, so one test never gets the same port twice.
+/// Distinct free loopback ports from outside the ephemeral range (see
+/// [`strata_meta::testing::loopback_ports`]).
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind(("127.0.0.1", 0)).expect("free port")).collect();
-    held.iter().map(|l| l.local_addr().expect("port").port()).collect()
+    strata_meta::testing::loopback_ports(n)
 }
 
 /// Where one node listens.
