@@ -219,6 +219,18 @@ impl EpochFence {
         s.holder = owner;
     }
 
+    /// How long the promise this fence keeps to its holder still holds
+    /// against `sender` (`None` when none holds, or `sender` is the
+    /// holder). A node that would take a volume over asks its own replica:
+    /// a promise that is still being renewed means the last owner is alive
+    /// and serving, though its lease may have ended (etcd froze).
+    pub fn promise_left(&self, sender: Sender) -> Option<Duration> {
+        let now = self.now();
+        let mut s = self.lock();
+        s.settle(now);
+        s.held_against(sender, now)
+    }
+
     /// Promises `holder`, which sends commands at `epoch`, that no newer
     /// owner is let in for `duration` (at most [`MAX_PROMISE`]), and makes
     /// it the fence's holder.
@@ -453,6 +465,20 @@ mod tests {
             Poll::Ready(r) => r.expect("the new owner's command"),
             Poll::Pending => panic!("waited"),
         });
+    }
+
+    #[test]
+    fn a_promise_left_is_told_to_others_until_it_ends() {
+        let (t, c) = clock();
+        let f = EpochFence::with_clock(3, c);
+        assert_eq!(f.promise_left(NEW), None, "no promise yet");
+        f.promise(3, OLD, Duration::from_secs(2)).unwrap();
+        assert_eq!(f.promise_left(NEW), Some(Duration::from_secs(2)));
+        assert_eq!(f.promise_left(OLD), None, "not against its own holder");
+        *t.lock().unwrap() += Duration::from_millis(1500);
+        assert_eq!(f.promise_left(NEW), Some(Duration::from_millis(500)));
+        *t.lock().unwrap() += Duration::from_millis(500);
+        assert_eq!(f.promise_left(NEW), None, "ended: the holder stopped renewing it");
     }
 
     #[test]

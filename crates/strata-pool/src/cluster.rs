@@ -238,6 +238,12 @@ pub async fn acquire(
 /// resync marking a node in sync) is not a reason to give it up: the
 /// owner tries again.
 ///
+/// With `held`, the owner key still holds `token` at that mod revision,
+/// under a lease the owner lost (etcd came back with the old leases still
+/// counting down): the key moves to `lease` now, rather than vanishing
+/// when the old lease ends and leaving the volume without a listed owner
+/// until the next pass takes it back.
+///
 /// # Errors
 ///
 /// etcd errors, [`ClusterError::Contention`].
@@ -248,21 +254,27 @@ pub async fn reclaim(
     token: &OwnerToken,
     epoch: u64,
     lease: LeaseId,
+    held: Option<i64>,
 ) -> Result<bool, ClusterError> {
+    let owner_is = || match held {
+        Some(rev) => Compare::mod_revision_is(keys.owner.clone(), rev),
+        None => Compare::missing(keys.owner.clone()),
+    };
     for _ in 0..MAX_ATTEMPTS {
         let (state, rev) = read_state(client, keys, id).await?;
         if state.epoch != epoch {
             return Ok(false);
         }
         let txn = Txn {
-            compare: vec![Compare::missing(keys.owner.clone()), Compare::mod_revision_is(keys.state.clone(), rev)],
+            compare: vec![owner_is(), Compare::mod_revision_is(keys.state.clone(), rev)],
             success: vec![TxnOp::Put { key: keys.owner.clone(), value: to_json(token), lease: Some(lease) }],
             failure: vec![],
         };
         if client.txn(&txn).await?.succeeded {
             return Ok(true);
         }
-        if client.get(&keys.owner).await?.is_some() {
+        let now = client.get(&keys.owner).await?;
+        if now.is_some_and(|kv| held != Some(kv.mod_revision)) {
             return Ok(false);
         }
     }

@@ -99,7 +99,7 @@ async fn an_owner_takes_its_key_back_unless_another_took_the_volume_or_its_epoch
     let (state, _) = read_state(&client, &keys, VOL).await.unwrap();
     client.put(&keys.state, &serde_json::to_vec(&state).unwrap(), None).await.unwrap();
     let new = client.lease_grant(Duration::from_secs(30)).await.unwrap();
-    assert!(reclaim(&client, &keys, VOL, &token, m.epoch, new.id).await.unwrap(), "taken back");
+    assert!(reclaim(&client, &keys, VOL, &token, m.epoch, new.id, None).await.unwrap(), "taken back");
     let held: OwnerToken = serde_json::from_slice(&client.get(&keys.owner).await.unwrap().unwrap().value).unwrap();
     assert_eq!(held, token);
     // Another node took it over meanwhile: not taken back.
@@ -107,12 +107,38 @@ async fn an_owner_takes_its_key_back_unless_another_took_the_volume_or_its_epoch
     let other = client.lease_grant(Duration::from_secs(30)).await.unwrap();
     let (m2, _) = acquire(&client, &keys, VOL, NodeId(2), other.id).await.unwrap();
     let again = client.lease_grant(Duration::from_secs(30)).await.unwrap();
-    assert!(!reclaim(&client, &keys, VOL, &token, m.epoch, again.id).await.unwrap(), "another node owns it");
+    assert!(!reclaim(&client, &keys, VOL, &token, m.epoch, again.id, None).await.unwrap(), "another node owns it");
     // Its key gone too, the epoch tells: the first owner may not come back.
     client.lease_revoke(other.id).await.unwrap();
     assert!(m2.epoch > m.epoch);
-    assert!(!reclaim(&client, &keys, VOL, &token, m.epoch, again.id).await.unwrap(), "the epoch moved on");
+    assert!(!reclaim(&client, &keys, VOL, &token, m.epoch, again.id, None).await.unwrap(), "the epoch moved on");
     assert!(client.get(&keys.owner).await.unwrap().is_none());
+}
+
+/// An owner that got a new lease while its key still counts down under
+/// the old one (etcd came back with the old leases alive) moves the key to
+/// the new lease at once, so the volume never shows no owner while it
+/// serves; not once the key changed hands.
+#[tokio::test]
+async fn an_owner_moves_its_key_to_its_new_lease_before_the_old_one_ends() {
+    let etcd = EtcdProcess::start();
+    let client = etcd.client();
+    let keys = new_volume(&etcd).await;
+    let old = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let (m, token) = acquire(&client, &keys, VOL, NodeId(1), old.id).await.unwrap();
+    let new = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let kv = client.get(&keys.owner).await.unwrap().expect("the key");
+    assert_eq!(kv.lease, Some(old.id));
+    assert!(reclaim(&client, &keys, VOL, &token, m.epoch, new.id, Some(kv.mod_revision)).await.unwrap(), "moved");
+    client.lease_revoke(old.id).await.unwrap();
+    let kv = client.get(&keys.owner).await.unwrap().expect("the key outlives the old lease");
+    assert_eq!(kv.lease, Some(new.id));
+    assert_eq!(serde_json::from_slice::<OwnerToken>(&kv.value).unwrap(), token);
+    // A key written since (another owner's) is not taken.
+    let stale = kv.mod_revision - 1;
+    let later = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    assert!(!reclaim(&client, &keys, VOL, &token, m.epoch, later.id, Some(stale)).await.unwrap(), "not its key");
+    assert_eq!(client.get(&keys.owner).await.unwrap().unwrap().lease, Some(new.id));
 }
 
 /// Three RAM replicas behind fences, with the notes their nodes keep for

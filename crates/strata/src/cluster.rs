@@ -548,12 +548,20 @@ impl ClusterNode {
     ///
     /// When etcd did not say: the node goes on serving (its replicas'
     /// promises keep any other owner out) and tries again at its next pass.
-    async fn reclaim(&self, rec: &VolumeRecord, keys: &VolumeKeys, o: &Owned) -> anyhow::Result<Option<OwnerToken>> {
+    async fn reclaim(
+        &self,
+        rec: &VolumeRecord,
+        keys: &VolumeKeys,
+        o: &Owned,
+        held: Option<i64>,
+    ) -> anyhow::Result<Option<OwnerToken>> {
         let lease = self.lease().id();
-        let taken = strata_pool::cluster::reclaim(&self.etcd, keys, rec.id, &o.token, o.vol.epoch(), lease)
+        let taken = strata_pool::cluster::reclaim(&self.etcd, keys, rec.id, &o.token, o.vol.epoch(), lease, held)
             .await
             .context("taking its owner key back (still serving; trying again)")?;
-        if taken {
+        if taken && held.is_some() {
+            tracing::info!(volume = %rec.name, "its owner key moved from the lost lease to the new one, still serving");
+        } else if taken {
             tracing::info!(volume = %rec.name, "its owner key went with an old lease: taken back, still serving");
         }
         Ok(taken.then(|| o.token.clone()))
@@ -626,10 +634,8 @@ impl ClusterNode {
             }
             _ => None,
         };
-        let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
-            Some(kv) => serde_json::from_slice(&kv.value).ok(),
-            None => None,
-        };
+        let owner_kv = self.etcd.get(&keys.owner).await?;
+        let owner: Option<OwnerToken> = owner_kv.as_ref().and_then(|kv| serde_json::from_slice(&kv.value).ok());
         let holds_next = next.as_ref().is_some_and(|(_, _, h)| h.contains(&self.me.id));
         if holders.contains(&self.me.id) || recorded_holders.contains(&self.me.id) || holds_next {
             self.hold(st, rec, &state, protection, owner.as_ref(), nodes).await?;
@@ -643,9 +649,22 @@ impl ClusterNode {
         // Still serving the volume, its owner key gone with a lease that
         // ended (etcd was out of reach, or frozen, for longer than the
         // lease): take it back under the new lease unless another node
-        // took it over meanwhile (the epoch tells).
+        // took it over meanwhile (the epoch tells). A key still under the
+        // lease this node lost (etcd came back before that lease ran
+        // out) moves to the new lease at once, so that the volume never
+        // shows no owner while it is served.
+        let lease = self.lease().id();
         let owner = match (owner, st.owned.get(&rec.id)) {
-            (None, Some(o)) if !o.vol.is_fenced() => self.reclaim(rec, &keys, o).await?,
+            (None, Some(o)) if !o.vol.is_fenced() => self.reclaim(rec, &keys, o, None).await?,
+            (Some(t), Some(o))
+                if t == o.token
+                    && !o.vol.is_fenced()
+                    && owner_kv.as_ref().is_some_and(|kv| kv.lease != Some(lease)) =>
+            {
+                let held = owner_kv.as_ref().map(|kv| kv.mod_revision);
+                self.reclaim(rec, &keys, o, held).await?;
+                Some(t)
+            }
             (owner, _) => owner,
         };
         if owner.is_some() {
@@ -758,12 +777,21 @@ impl ClusterNode {
                 // reclaiming it in the pass that wrote the record (after
                 // a thaw etcd may answer it slowly): a takeover would
                 // only close its hosts' connections, so it gets longer.
+                // So does a last owner that still renews the promise this
+                // node's replica keeps it: it serves, though its record
+                // went with its lease (etcd froze past the lease while
+                // this node's own lease held, so this node did not
+                // rejoin). A dead or cut-off owner renews nothing: its
+                // promise ends within half a lease and the takeover goes
+                // on without waiting.
                 let since = *st.orphaned.entry(rec.id).or_insert_with(std::time::Instant::now);
                 let rejoined = st.rejoined.is_some_and(|t| t.elapsed() < 2 * RECLAIM_GRACE);
                 let last = state.owner.filter(|&o| o != self.me.id);
                 let serves = last.and_then(|o| nodes.get(&o)).is_some_and(|n| n.serving.contains(&rec.id));
-                let grace = if serves { RECLAIM_LIMIT } else { RECLAIM_GRACE };
-                if last.is_some_and(|o| rejoined || nodes.contains_key(&o)) && since.elapsed() < grace {
+                let promised = last.is_some()
+                    && st.held.get(&rec.id).is_some_and(|h| h.fence.promise_left(self.sender()).is_some());
+                let grace = if serves || promised { RECLAIM_LIMIT } else { RECLAIM_GRACE };
+                if last.is_some_and(|o| rejoined || promised || nodes.contains_key(&o)) && since.elapsed() < grace {
                     return Ok(());
                 }
                 let claim = Claim {

@@ -93,9 +93,19 @@ impl Pool {
         })
     }
 
-    /// Each volume's owner, as an index.
+    /// Each volume's owner, as an index (waiting, as the settle does, for
+    /// one to be listed: an owner whose key moves to a new lease after
+    /// etcd came back may be missing from the status for a pass).
     fn owners(&self) -> Vec<usize> {
-        VOLUMES.iter().map(|(v, ..)| self.index_of(self.status(v, &[])["owner"].as_u64().expect("an owner"))).collect()
+        VOLUMES
+            .iter()
+            .map(|(v, ..)| {
+                let owner = wait_for(&format!("an owner of {v}"), Duration::from_secs(30), &self.nodes, || {
+                    volume_status(&self.nodes[self.via(&[])], v)?["owner"].as_u64()
+                });
+                self.index_of(owner)
+            })
+            .collect()
     }
 
     /// Marks every load disrupted (errors expected) or not.
