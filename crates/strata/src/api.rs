@@ -89,7 +89,7 @@ where
     Ok(bound)
 }
 
-pub(crate) fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+pub(crate) fn reply(status: StatusCode, body: impl serde::Serialize) -> Response<Full<Bytes>> {
     let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
     text.push(b'\n');
     Response::builder()

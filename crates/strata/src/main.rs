@@ -16,6 +16,7 @@ mod kv_cmd;
 mod node;
 mod node_cmd;
 mod notes;
+mod pool_status;
 mod pool_view;
 mod sim_cmd;
 mod ttft;

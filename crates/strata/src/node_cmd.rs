@@ -352,7 +352,7 @@ async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<
             Err(e) => node_error(e),
         },
         (Method::GET, ["api", "v1", "volumes"]) => match cluster.status().await {
-            Ok(v) => reply(StatusCode::OK, v["volumes"].clone()),
+            Ok(v) => reply(StatusCode::OK, v.volumes),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
         },
         (Method::POST, ["api", "v1", "volumes"]) => {

@@ -4,13 +4,18 @@
 //! own with what is left, how fast and when it ends, and the room left
 //! for each protection.
 //!
-//! Pure: a `serde_json::Value` in, a `String` out. Fields the JSON lacks
-//! (an older node answered) show as `-`, never as a panic.
+//! Pure: a [`PoolStatus`] (or its JSON) in, a `String` out. Fields the
+//! JSON lacks (an older node answered) read as their defaults, never as
+//! a panic.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use serde::Deserialize as _;
 use serde_json::Value;
+use strata_pool::placement::NodeState;
+
+use crate::pool_status::{FillKind, Liveness, PoolStatus, VolumeStatus};
 
 /// Bytes for people, rounded: `1.2 MiB`, `384 MiB`, `12 KiB`, `900 B`.
 pub fn approx_size(bytes: u64) -> String {
@@ -36,58 +41,44 @@ pub fn approx_duration(secs: u64) -> String {
     }
 }
 
-fn text(v: &Value, k: &str) -> String {
-    match v.get(k) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Null) | None => "-".to_string(),
-        Some(other) => other.to_string(),
-    }
-}
-
-fn bytes(v: &Value, k: &str) -> String {
-    v[k].as_u64().map_or_else(|| "-".to_string(), approx_size)
+/// Bytes for people, or `-` when the answer lacked them.
+fn maybe_size(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "-".to_string(), approx_size)
 }
 
 /// Node ids to names, from the status's node list.
-struct Names(BTreeMap<u64, String>);
+struct Names(BTreeMap<u32, String>);
 
 impl Names {
-    fn of(status: &Value) -> Names {
-        let nodes = status["nodes"].as_array().map(Vec::as_slice).unwrap_or_default();
-        Names(nodes.iter().filter_map(|n| Some((n["id"].as_u64()?, n["name"].as_str()?.to_string()))).collect())
+    fn of(status: &PoolStatus) -> Names {
+        Names(status.nodes.iter().map(|n| (n.id, n.name.clone())).collect())
     }
 
-    /// The name of node `id` (a JSON number), or `#id` for a node the map
-    /// no longer lists.
-    fn name(&self, id: &Value) -> String {
-        match id.as_u64() {
-            Some(i) => self.0.get(&i).cloned().unwrap_or_else(|| format!("#{i}")),
-            None => "-".to_string(),
-        }
+    /// The name of node `id`, or `#id` for a node the map no longer
+    /// lists.
+    fn name(&self, id: u32) -> String {
+        self.0.get(&id).cloned().unwrap_or_else(|| format!("#{id}"))
     }
 
-    fn list(&self, ids: &Value) -> Vec<String> {
-        ids.as_array().map(|a| a.iter().map(|i| self.name(i)).collect()).unwrap_or_default()
+    fn list(&self, ids: &[u32]) -> Vec<String> {
+        ids.iter().map(|&i| self.name(i)).collect()
     }
 }
 
 /// The holders of a volume, each marked: `*` not in sync, `!` down.
-fn holders(vol: &Value, names: &Names) -> String {
-    let ids = |k: &str| -> Vec<u64> {
-        vol[k].as_array().map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
-    };
-    let (in_sync, down) = (ids("in_sync"), ids("down"));
-    let list: Vec<String> = ids("replicas")
-        .into_iter()
+fn holders(vol: &VolumeStatus, names: &Names) -> String {
+    let list: Vec<String> = vol
+        .replicas
+        .iter()
         .map(|n| {
-            let mark = if down.contains(&n) {
+            let mark = if vol.down.contains(n) {
                 "!"
-            } else if !in_sync.contains(&n) {
+            } else if !vol.in_sync.contains(n) {
                 "*"
             } else {
                 ""
             };
-            format!("{}{mark}", names.name(&Value::from(n)))
+            format!("{}{mark}", names.name(*n))
         })
         .collect();
     if list.is_empty() { "-".to_string() } else { list.join(",") }
@@ -95,43 +86,59 @@ fn holders(vol: &Value, names: &Names) -> String {
 
 /// One line per fill of `vol`: what it copies, how much is done, at what
 /// rate, and when it should end.
-fn fills(vol: &Value, names: &Names, out: &mut String) {
-    for r in vol["resync"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        let what = match r["kind"].as_str() {
-            Some("rebuild") => "filling",
-            _ => "resyncing",
+fn fills(vol: &VolumeStatus, names: &Names, out: &mut String) {
+    for r in &vol.resync {
+        let what = match r.kind {
+            FillKind::Rebuild => "filling",
+            FillKind::Resync => "resyncing",
         };
-        let left = r["bytes_left"].as_u64().unwrap_or(0);
-        let total = r["bytes_total"].as_u64().unwrap_or(0).max(left);
+        let left = r.bytes_left;
+        let total = r.bytes_total.max(left);
         let done = if total == 0 { 100.0 } else { (total - left) as f64 * 100.0 / total as f64 };
-        let rate = r["rate_bytes_per_sec"].as_u64().unwrap_or(0);
+        let rate = r.rate_bytes_per_sec;
         let pace = if rate == 0 {
             "waiting to copy".to_string()
         } else {
-            let eta = r["eta_secs"].as_u64().map_or_else(|| "-".to_string(), approx_duration);
+            let eta = r.eta_secs.map_or_else(|| "-".to_string(), approx_duration);
             format!("at {}/s, ETA {eta}", approx_size(rate))
         };
         let _ = writeln!(
             out,
             "    {what} {}: {} of {} left ({done:.0}% done), {pace}",
-            names.name(&r["node"]),
+            names.name(r.node),
             approx_size(left),
             approx_size(total),
         );
     }
-    if let Some(to) = vol["moving_to"].as_u64() {
-        let joining = names.list(&vol["joining"]);
+    if let Some(to) = vol.moving_to {
+        let joining = names.list(&vol.joining);
         let joining = if joining.is_empty() { String::new() } else { format!(": {} joining", joining.join(",")) };
         let _ = writeln!(out, "    moving to map epoch {to}{joining}; the current holders serve until it is filled");
     }
-    let waiting = names.list(&vol["waiting_for"]);
+    let waiting = names.list(vol.waiting_for.as_deref().unwrap_or_default());
     if !waiting.is_empty() {
         let _ = writeln!(out, "    waiting for {} to come back: too few in-sync holders are up", waiting.join(","));
     }
 }
 
-/// The whole status as text.
+/// The pool API's answer as text. An answer this version cannot read (a
+/// field of another type) renders as an empty pool with a warning that
+/// says why, never as a panic.
 pub fn render(status: &Value) -> String {
+    match PoolStatus::deserialize(status) {
+        Ok(s) => render_status(&s),
+        Err(e) => {
+            let unreadable = PoolStatus {
+                warnings: vec![format!("the node's answer does not read as a pool status: {e}")],
+                ..PoolStatus::default()
+            };
+            render_status(&unreadable)
+        }
+    }
+}
+
+/// The whole status as text.
+pub fn render_status(status: &PoolStatus) -> String {
     let names = Names::of(status);
     let mut out = String::new();
     let _ = writeln!(
@@ -139,35 +146,31 @@ pub fn render(status: &Value) -> String {
         "{:<16} {:>4} {:<10} {:>6} {:>10} {:>10} {:>5}  LABELS",
         "NODE", "ID", "STATE", "DRIVES", "CAPACITY", "ALLOCATED", "FILL"
     );
-    for n in status["nodes"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        let labels: Vec<String> = n["labels"]
-            .as_object()
-            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
-            .unwrap_or_default();
-        let drives = n["drives"].as_array().map_or_else(
-            || "-".to_string(),
-            |d| {
-                let failed = d.iter().filter(|x| x["failed"] == true).count();
-                if failed > 0 { format!("{}({failed}!)", d.len()) } else { d.len().to_string() }
-            },
-        );
-        let state = match n["placement"].as_str() {
-            Some("up") | None => text(n, "state"),
-            Some(p) => format!("{}/{p}", text(n, "state")),
+    for n in &status.nodes {
+        let labels: Vec<String> = n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let failed = n.drives.iter().filter(|d| d.failed).count();
+        let drives = if failed > 0 { format!("{}({failed}!)", n.drives.len()) } else { n.drives.len().to_string() };
+        let liveness = match n.state {
+            Liveness::Up => "up",
+            Liveness::Down => "down",
         };
-        let fill = match (n["allocated_bytes"].as_u64(), n["capacity_bytes"].as_u64()) {
-            (Some(a), Some(c)) if c > 0 => format!("{:.0}%", a as f64 * 100.0 / c as f64),
+        let state = match n.placement {
+            NodeState::Up => liveness.to_string(),
+            p => format!("{liveness}/{}", placement_name(p)),
+        };
+        let fill = match n.allocated_bytes {
+            Some(a) if n.capacity_bytes > 0 => format!("{:.0}%", a as f64 * 100.0 / n.capacity_bytes as f64),
             _ => "-".to_string(),
         };
         let _ = writeln!(
             out,
             "{:<16} {:>4} {:<10} {:>6} {:>10} {:>10} {:>5}  {}",
-            text(n, "name"),
-            text(n, "id"),
+            n.name,
+            n.id,
             state,
             drives,
-            bytes(n, "capacity_bytes"),
-            bytes(n, "allocated_bytes"),
+            approx_size(n.capacity_bytes),
+            maybe_size(n.allocated_bytes),
             fill,
             labels.join(",")
         );
@@ -178,45 +181,46 @@ pub fn render(status: &Value) -> String {
         "{:<20} {:>10} {:<7} {:<10} {:<12} HOLDERS (* not in sync, ! down)",
         "VOLUME", "SIZE", "PROT", "OWNER", "STATE"
     );
-    for vol in status["volumes"].as_array().map(Vec::as_slice).unwrap_or_default() {
+    for vol in &status.volumes {
         let _ = writeln!(
             out,
             "{:<20} {:>10} {:<7} {:<10} {:<12} {}",
-            text(vol, "name"),
-            bytes(vol, "size_bytes"),
-            text(vol, "protection"),
-            names.name(&vol["owner"]),
-            text(vol, "state"),
+            vol.name,
+            approx_size(vol.size_bytes),
+            vol.protection,
+            vol.owner.map_or_else(|| "-".to_string(), |o| names.name(o)),
+            vol.state,
             holders(vol, &names)
         );
         fills(vol, &names, &mut out);
     }
-    let t = &status["totals"];
+    let t = &status.totals;
     let _ = writeln!(out);
     let _ = writeln!(
         out,
         "raw {}  provisioned {}  allocated {}  free {}",
-        bytes(t, "raw_bytes"),
-        bytes(t, "provisioned_bytes"),
-        bytes(t, "allocated_bytes"),
-        bytes(t, "free_bytes")
+        approx_size(t.raw_bytes),
+        approx_size(t.provisioned_bytes),
+        approx_size(t.allocated_bytes),
+        approx_size(t.free_bytes)
     );
-    if let Some(room) = t["room_bytes"].as_object().filter(|r| !r.is_empty()) {
-        let each: Vec<String> = room
-            .iter()
-            .map(|(p, b)| format!("{} of {p}", b.as_u64().map_or_else(|| "-".into(), approx_size)))
-            .collect();
-        let fullest = &t["fullest_node"];
-        let why = match (fullest["name"].as_str(), fullest["fill_percent"].as_f64()) {
-            (Some(n), Some(f)) => format!(" (the fullest node, {n}, is {f:.0}% full)"),
-            _ => String::new(),
+    if !t.room_bytes.is_empty() {
+        let each: Vec<String> = t.room_bytes.iter().map(|(p, b)| format!("{} of {p}", approx_size(*b))).collect();
+        let why = match &t.fullest_node {
+            Some(f) => format!(" (the fullest node, {}, is {:.0}% full)", f.name, f.fill_percent),
+            None => String::new(),
         };
         let _ = writeln!(out, "room for about {}{why}", each.join(", "));
     }
-    for w in status["warnings"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        let _ = writeln!(out, "warning: {}", w.as_str().unwrap_or_default());
+    for w in &status.warnings {
+        let _ = writeln!(out, "warning: {w}");
     }
     out
+}
+
+/// A node's placement state as the map writes it.
+fn placement_name(state: NodeState) -> String {
+    serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| "?".into())
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::Context;
 use strata_block::{BlockDevice, EpochFence, NoteStore, UndoLog};
 use strata_host::HostConfig;
-use strata_meta::etcd::{EtcdClient, KeyRange, LeaseKeeper};
+use strata_meta::etcd::{EtcdClient, KeyRange, KeyValue, LeaseKeeper};
 use strata_meta::{MetaStore, VolumeRecord};
 use strata_pool::cluster::{
     EtcdVolume, MovePlan, OwnerToken, PlacementLayout, VolumeKeys, VolumeState, acquire, read_state,
@@ -38,19 +38,17 @@ use strata_store::Store;
 use strata_target::{Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
 
 use crate::node::NodeError;
+use crate::pool_status::{
+    DriveStatus, FillKind, FillStatus, Fullest, HealthInputs, Liveness, NodeStatus, PoolStatus, Totals, VolumeStatus,
+    health,
+};
+
+mod ownership;
+
+use ownership::{Decision, LastOwner, RECLAIM_GRACE, Serving, VolumeView, decide, must_stop_serving};
 
 /// How often a node reconciles with etcd and cleans its dirty regions.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
-
-/// How long the nodes wait before taking over a volume whose owner key
-/// went while its last owner is alive (it takes the key back at its next
-/// pass, after etcd was out of reach for longer than its lease).
-const RECLAIM_GRACE: Duration = Duration::from_secs(4);
-
-/// How long they wait when that owner's record says it still serves the
-/// volume (it is taking the key back); past this it is taken over all the
-/// same (an owner stuck serving without its key).
-const RECLAIM_LIMIT: Duration = Duration::from_secs(30);
 
 /// A check of a placement-map change (the map before it, the node it
 /// concerns): `Err` with the reason refuses the change.
@@ -90,6 +88,22 @@ struct Claim<'a> {
     nodes: &'a BTreeMap<NodeId, NodeRecord>,
     /// The move the state records, with its layout and holders.
     moving: Option<(strata_pool::NextLayout, Arc<PlacementLayout>, BTreeSet<NodeId>)>,
+}
+
+/// Where a volume is and where it goes, as a reconcile pass reads it.
+struct Placed {
+    state: VolumeState,
+    protection: Protection,
+    layout: Arc<PlacementLayout>,
+    /// The nodes its layout puts chunks on.
+    holders: BTreeSet<NodeId>,
+    /// The move its state records, with the layout it moves to.
+    recorded: Option<(strata_pool::NextLayout, Arc<PlacementLayout>)>,
+    /// The nodes that move puts chunks on.
+    recorded_holders: BTreeSet<NodeId>,
+    /// Where the current map, newer than its placement, would put it:
+    /// the map's epoch, the layout and its holders.
+    next: Option<(u64, Arc<PlacementLayout>, BTreeSet<NodeId>)>,
 }
 
 /// A volume taken over, ready to open on a task of its own.
@@ -210,6 +224,12 @@ pub enum Answer {
     Here(serde_json::Value),
     /// Ask the owner there.
     Owner(SocketAddr),
+}
+
+/// The owner token an owner key holds (`None` when there is none, or it
+/// does not parse).
+fn token_of(kv: Option<&KeyValue>) -> Option<OwnerToken> {
+    kv.and_then(|kv| serde_json::from_slice(&kv.value).ok())
 }
 
 /// A volume's protection, `rep:N` or `ec:K+M`.
@@ -391,8 +411,10 @@ impl ClusterNode {
         Ok(table)
     }
 
-    /// One pass: registration, replicas, ownership, discovery.
-    async fn reconcile(self: &Arc<Self>) -> anyhow::Result<()> {
+    /// This node's record as it registers it at each pass: its drives,
+    /// what it holds and serves, the fills its volumes run and its rebuild
+    /// rate (which this updates).
+    async fn self_report(&self) -> NodeRecord {
         let mut me = self.me.clone();
         let stats = self.store.stats();
         me.allocated_bytes = stats.extents_allocated * u64::from(stats.extent_size);
@@ -448,28 +470,22 @@ impl ClusterNode {
             st.rebuilt = Some((now, rebuilt));
             me.rebuild_bytes_per_sec = st.rebuild_rate;
         }
-        let settings = match strata_pool::registry::settings(&self.etcd, &self.prefix).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("reading the pool's settings: {e}; using the defaults");
-                PoolSettings::default()
-            }
-        };
+        me
+    }
+
+    /// One pass: registration, replicas, ownership, discovery.
+    async fn reconcile(self: &Arc<Self>) -> anyhow::Result<()> {
+        let me = self.self_report().await;
+        let settings = self.pool_settings().await;
         self.throttle.set(settings.rebuild_bytes_per_sec());
         register(&self.etcd, &self.prefix, &me, self.lease().id()).await?;
         let nodes: BTreeMap<NodeId, NodeRecord> =
             live_nodes(&self.etcd, &self.prefix).await?.into_iter().map(|n| (n.id, n)).collect();
-        // Only the cluster's nodes may reach the replicas.
         let map = strata_pool::registry::current_map(&self.etcd, &self.prefix).await?.map(|(m, _)| m);
         if let Some(map) = &map {
-            let mut allowed: Vec<String> = map.nodes().iter().map(|n| node_nqn(&n.name)).collect();
-            allowed.sort();
-            if self.fabric_hosts() != allowed {
-                self.fabric.set_allowed_hosts(allowed);
-            }
+            self.allow_fabric_hosts(map);
         }
         let volumes = self.meta.list_volumes().await?;
-        let mut remote = Vec::new();
         let mut st = self.state.lock().await;
         let map = match map {
             Some(map) => Some(self.watch_nodes(&mut st, map, &nodes, &settings).await?),
@@ -485,14 +501,50 @@ impl ClusterNode {
                 link.update(n.fabric, fabric_nqn(&n.name));
             }
         }
-        let mut present = BTreeSet::new();
+        let present: BTreeSet<u64> = volumes.iter().map(|rec| rec.id).collect();
+        let (remote, released) = self.reconcile_volumes(&mut st, &volumes, current_epoch, &nodes).await;
+        self.drop_deleted(&mut st, &present);
+        drop(st);
+        self.free_deleted(&present, &released).await?;
+        self.target.set_remote_subsystems(remote);
+        Ok(())
+    }
+
+    /// The pool's settings, or the defaults when etcd cannot say.
+    async fn pool_settings(&self) -> PoolSettings {
+        match strata_pool::registry::settings(&self.etcd, &self.prefix).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("reading the pool's settings: {e}; using the defaults");
+                PoolSettings::default()
+            }
+        }
+    }
+
+    /// Only the cluster's nodes may reach the replicas.
+    fn allow_fabric_hosts(&self, map: &PlacementMap) {
+        let mut allowed: Vec<String> = map.nodes().iter().map(|n| node_nqn(&n.name)).collect();
+        allowed.sort();
+        if self.fabric_hosts() != allowed {
+            self.fabric.set_allowed_hosts(allowed);
+        }
+    }
+
+    /// Each volume's pass, bounded and its failure its own: one bad
+    /// volume never holds back the others (their deletes, takeovers and
+    /// moves). The volumes other nodes serve, for discovery, and those
+    /// that moved off this node.
+    async fn reconcile_volumes(
+        self: &Arc<Self>,
+        st: &mut State,
+        volumes: &[VolumeRecord],
+        current_epoch: Option<u64>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+    ) -> (Vec<RemoteSubsystem>, Vec<u64>) {
+        let mut remote = Vec::new();
         let mut released = Vec::new();
         for rec in volumes {
-            present.insert(rec.id);
-            // Each volume's pass is bounded and its failure its own: one
-            // bad volume never holds back the others (their deletes,
-            // takeovers and moves).
-            let pass = self.reconcile_volume(&mut st, &rec, current_epoch, &nodes, &mut remote, &mut released);
+            let pass = self.reconcile_volume(st, rec, current_epoch, nodes, &mut remote, &mut released);
             let outcome = match tokio::time::timeout(VOLUME_PASS_LIMIT, pass).await {
                 Ok(r) => r,
                 Err(_) => Err(anyhow::anyhow!("its reconcile pass took longer than {VOLUME_PASS_LIMIT:?}")),
@@ -510,6 +562,11 @@ impl ClusterNode {
                 }
             }
         }
+        (remote, released)
+    }
+
+    /// Stops serving and holding the volumes that are no longer listed.
+    fn drop_deleted(&self, st: &mut State, present: &BTreeSet<u64>) {
         st.owned.retain(|id, o| {
             let keep = present.contains(id);
             if !keep {
@@ -521,22 +578,24 @@ impl ClusterNode {
             st.held.remove(&id);
             let _ = self.fabric.remove_namespace(id as u32);
         }
-        drop(st);
-        // Replicas of deleted volumes (also those deleted while this node
-        // was down) give their space back. Only this pass creates
-        // replicas, and only of listed volumes, so nothing new is lost.
+    }
+
+    /// Replicas of deleted volumes (also those deleted while this node was
+    /// down) and of volumes that moved off it give their space back, and
+    /// so do the notes kept for their owners. Only the reconcile pass
+    /// creates replicas, and only of listed volumes, so nothing new is
+    /// lost.
+    async fn free_deleted(&self, present: &BTreeSet<u64>, released: &[u64]) -> anyhow::Result<()> {
         let keep: Vec<u64> =
             present.iter().filter(|id| !released.contains(id)).flat_map(|&id| [id, undo_log_id(id)]).collect();
         if self.store.volume_ids().iter().any(|id| !keep.contains(id)) {
             let freed = self.store.retain_volumes(&keep).await?;
             tracing::info!(volumes = ?freed, "freed the replicas of deleted volumes");
         }
-        // And the notes kept for their owners.
-        let (dir, keep) = (self.data_dir.clone(), keep.clone());
+        let dir = self.data_dir.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || crate::notes::retain(&dir, &keep)).await? {
             tracing::warn!("freeing the notes of deleted volumes: {e}");
         }
-        self.target.set_remote_subsystems(remote);
         Ok(())
     }
 
@@ -589,23 +648,21 @@ impl ClusterNode {
         Ok(Arc::new(PlacementLayout::new(rec.id, protection.width(), table).with_slots(slots.clone())))
     }
 
-    /// One volume's part of a reconcile pass: hold or free its replica,
-    /// serve or stop serving it, take it over, and as its owner move it
-    /// and bring its nodes up to date.
-    async fn reconcile_volume(
-        self: &Arc<Self>,
+    /// What a pass needs to know of volume `rec`'s placement: its state
+    /// and layouts (where it is, where a recorded move takes it, where
+    /// the current map would put it). `None` while it is being created
+    /// or deleted.
+    async fn placement_of(
+        &self,
         st: &mut State,
         rec: &VolumeRecord,
+        keys: &VolumeKeys,
         current_epoch: Option<u64>,
-        nodes: &BTreeMap<NodeId, NodeRecord>,
-        remote: &mut Vec<RemoteSubsystem>,
-        released: &mut Vec<u64>,
-    ) -> anyhow::Result<()> {
-        let keys = VolumeKeys::new(&self.prefix, rec.id);
-        let state = match read_state(&self.etcd, &keys, rec.id).await {
+    ) -> anyhow::Result<Option<Placed>> {
+        let state = match read_state(&self.etcd, keys, rec.id).await {
             Ok((state, _)) => state,
             // Being created (its record is written first) or deleted.
-            Err(strata_pool::cluster::ClusterError::NotFound(_)) => return Ok(()),
+            Err(strata_pool::cluster::ClusterError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
         let protection = protection_of(&state.protection)?;
@@ -634,59 +691,185 @@ impl ClusterNode {
             }
             _ => None,
         };
-        let owner_kv = self.etcd.get(&keys.owner).await?;
-        let owner: Option<OwnerToken> = owner_kv.as_ref().and_then(|kv| serde_json::from_slice(&kv.value).ok());
-        let holds_next = next.as_ref().is_some_and(|(_, _, h)| h.contains(&self.me.id));
-        if holders.contains(&self.me.id) || recorded_holders.contains(&self.me.id) || holds_next {
-            self.hold(st, rec, &state, protection, owner.as_ref(), nodes).await?;
+        Ok(Some(Placed { state, protection, layout, holders, recorded, recorded_holders, next }))
+    }
+
+    /// Holds a replica of volume `rec` while this node holds a part of it
+    /// (now, in a recorded move, or in the current map); frees it once it
+    /// moved off this node (and this node no longer serves it).
+    async fn keep_replica(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        p: &Placed,
+        owner: Option<&OwnerToken>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+        released: &mut Vec<u64>,
+    ) -> anyhow::Result<()> {
+        let me = self.me.id;
+        let holds_next = p.next.as_ref().is_some_and(|(_, _, h)| h.contains(&me));
+        if p.holders.contains(&me) || p.recorded_holders.contains(&me) || holds_next {
+            self.hold(st, rec, &p.state, p.protection, owner, nodes).await?;
         } else if st.held.contains_key(&rec.id) && !st.owned.contains_key(&rec.id) {
-            // Moved off this node: give the space back.
             st.held.remove(&rec.id);
             let _ = self.fabric.remove_namespace(rec.id as u32);
             released.push(rec.id);
             tracing::info!(volume = %rec.name, "the volume moved off this node; freeing its replica");
         }
-        // Still serving the volume, its owner key gone with a lease that
-        // ended (etcd was out of reach, or frozen, for longer than the
-        // lease): take it back under the new lease unless another node
-        // took it over meanwhile (the epoch tells). A key still under the
-        // lease this node lost (etcd came back before that lease ran
-        // out) moves to the new lease at once, so that the volume never
-        // shows no owner while it is served.
+        Ok(())
+    }
+
+    /// The volume's owner key, after this node took it back where it
+    /// still serves the volume.
+    ///
+    /// Still serving the volume, its owner key gone with a lease that
+    /// ended (etcd was out of reach, or frozen, for longer than the
+    /// lease): take it back under the new lease unless another node took
+    /// it over meanwhile (the epoch tells). A key still under the lease
+    /// this node lost (etcd came back before that lease ran out) moves to
+    /// the new lease at once, so that the volume never shows no owner
+    /// while it is served.
+    async fn owner_of(
+        &self,
+        st: &State,
+        rec: &VolumeRecord,
+        keys: &VolumeKeys,
+        owner_kv: Option<KeyValue>,
+    ) -> anyhow::Result<Option<OwnerToken>> {
+        let owner = token_of(owner_kv.as_ref());
         let lease = self.lease().id();
-        let owner = match (owner, st.owned.get(&rec.id)) {
-            (None, Some(o)) if !o.vol.is_fenced() => self.reclaim(rec, &keys, o, None).await?,
+        Ok(match (owner, st.owned.get(&rec.id)) {
+            (None, Some(o)) if !o.vol.is_fenced() => self.reclaim(rec, keys, o, None).await?,
             (Some(t), Some(o))
                 if t == o.token
                     && !o.vol.is_fenced()
                     && owner_kv.as_ref().is_some_and(|kv| kv.lease != Some(lease)) =>
             {
                 let held = owner_kv.as_ref().map(|kv| kv.mod_revision);
-                self.reclaim(rec, &keys, o, held).await?;
+                self.reclaim(rec, keys, o, held).await?;
                 Some(t)
             }
             (owner, _) => owner,
+        })
+    }
+
+    /// One volume's part of a reconcile pass: hold or free its replica,
+    /// serve or stop serving it, take it over, and as its owner move it
+    /// and bring its nodes up to date.
+    async fn reconcile_volume(
+        self: &Arc<Self>,
+        st: &mut State,
+        rec: &VolumeRecord,
+        current_epoch: Option<u64>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+        remote: &mut Vec<RemoteSubsystem>,
+        released: &mut Vec<u64>,
+    ) -> anyhow::Result<()> {
+        let keys = VolumeKeys::new(&self.prefix, rec.id);
+        let Some(placed) = self.placement_of(st, rec, &keys, current_epoch).await? else {
+            return Ok(());
         };
+        let owner_kv = self.etcd.get(&keys.owner).await?;
+        self.keep_replica(st, rec, &placed, token_of(owner_kv.as_ref()).as_ref(), nodes, released).await?;
+        let owner = self.owner_of(st, rec, &keys, owner_kv).await?;
+        let decision = self.decide_for(st, rec, &placed, owner.as_ref(), nodes);
+        self.carry_out(st, rec, &keys, placed, owner, decision, nodes, remote).await;
+        Ok(())
+    }
+
+    /// What this node does about volume `rec` this pass (see
+    /// [`ownership`]); stops serving it first when the owner key no
+    /// longer names this node.
+    fn decide_for(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        p: &Placed,
+        owner: Option<&OwnerToken>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+    ) -> Decision {
         if owner.is_some() {
             st.orphaned.remove(&rec.id);
         }
+        let live: BTreeSet<NodeId> = nodes.keys().copied().collect();
+        let serving = |st: &State| {
+            st.owned.get(&rec.id).map(|o| Serving {
+                fenced: o.vol.is_fenced(),
+                below_minimum: o.vol.below_minimum(),
+                filling: !o.vol.filling().is_empty(),
+            })
+        };
+        let last = p.state.owner.filter(|&o| o != self.me.id);
+        let mut view = VolumeView {
+            me: self.me.id,
+            owner: owner.map(|t| t.node),
+            serving: serving(st),
+            opening: st.opening.contains(&rec.id),
+            leaving: st.leaving,
+            moving: p.next.is_some() || p.state.next.is_some(),
+            epoch: p.state.epoch,
+            holders: &p.holders,
+            in_sync: &p.state.in_sync,
+            live: &live,
+            holders_not_ready: p.holders.iter().any(|h| nodes.get(h).is_some_and(|n| !n.held.contains(&rec.id))),
+            short_of_live: false,
+            last: LastOwner {
+                node: last,
+                live: last.is_some_and(|o| nodes.contains_key(&o)),
+                serves: last.and_then(|o| nodes.get(&o)).is_some_and(|n| n.serving.contains(&rec.id)),
+                promised: last.is_some()
+                    && st.held.get(&rec.id).is_some_and(|h| h.fence.promise_left(self.sender()).is_some()),
+            },
+            orphaned_for: Duration::ZERO,
+            rejoined: st.rejoined.is_some_and(|t| t.elapsed() < 2 * RECLAIM_GRACE),
+        };
         // Not (or no longer) the owner: stop serving at once, rather
         // than answer Namespace Not Ready until another node shows up.
-        if owner.as_ref().is_none_or(|t| t.node != self.me.id)
+        if must_stop_serving(&view)
             && let Some(o) = st.owned.remove(&rec.id)
         {
-            let by = owner.as_ref().map(|t| t.node);
-            tracing::warn!(volume = %rec.name, owner = ?by, "no longer the owner: not serving the volume");
+            tracing::warn!(volume = %rec.name, owner = ?view.owner, "no longer the owner: not serving the volume");
             self.target.remove_subsystem(&o.nqn);
+            view.serving = None;
         }
-        match owner {
-            Some(t) if t.node == self.me.id && st.owned.get(&rec.id).is_some_and(|o| o.vol.is_fenced()) => {
-                // Deposed while the key still names us (a change of
-                // the volume's state we did not make), or stopped
-                // because too few in-sync nodes were left: stop
-                // serving, and give the key up so that a holder takes
-                // it over (and recovers it) once it can.
-                let short = st.owned.get(&rec.id).is_some_and(|o| o.vol.below_minimum());
+        let mut decision = decide(&view);
+        // A takeover in view: first whether enough of its in-sync nodes
+        // are up to serve every chunk (a takeover would only fail, and
+        // bump the epoch for nothing), then how long it has waited.
+        if matches!(decision, Decision::AwaitLastOwner | Decision::TakeOver) {
+            view.short_of_live = short_of_live(&*p.layout, rec, p.protection, &p.state.in_sync, nodes).is_some();
+            if !view.short_of_live {
+                view.orphaned_for = st.orphaned.entry(rec.id).or_insert_with(std::time::Instant::now).elapsed();
+                if st.waiting.remove(&rec.id) {
+                    tracing::info!(volume = %rec.name, "enough in-sync nodes are back: taking the volume over");
+                }
+            }
+            decision = decide(&view);
+        }
+        decision
+    }
+
+    /// Carries out what [`Self::decide_for`] decided for volume `rec`.
+    #[allow(clippy::too_many_arguments)]
+    async fn carry_out(
+        self: &Arc<Self>,
+        st: &mut State,
+        rec: &VolumeRecord,
+        keys: &VolumeKeys,
+        p: Placed,
+        owner: Option<OwnerToken>,
+        decision: Decision,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+        remote: &mut Vec<RemoteSubsystem>,
+    ) {
+        let Placed { state, protection, layout, holders, recorded, recorded_holders, next } = p;
+        match (decision, owner) {
+            (Decision::GiveUp { short }, Some(t)) => {
+                // Deposed while the key still names us (a change of the
+                // volume's state we did not make), or stopped because too
+                // few in-sync nodes were left: stop serving, and give the
+                // key up so that a holder takes it over (and recovers it)
+                // once it can.
                 if let Some(o) = st.owned.remove(&rec.id) {
                     self.target.remove_subsystem(&o.nqn);
                 }
@@ -697,20 +880,12 @@ impl ClusterNode {
                 } else {
                     tracing::warn!(volume = %rec.name, "this owner was fenced: giving the volume up");
                 }
-                self.give_up(rec, &keys, &t).await;
+                self.give_up(rec, keys, &t).await;
             }
-            // Drained off this node and settled: hand the volume to a
-            // node that holds it (after a flush, so nothing is lost;
-            // hosts reconnect through discovery to the new owner).
-            Some(t)
-                if t.node == self.me.id
-                    && st.leaving
-                    && next.is_none()
-                    && state.next.is_none()
-                    && !holders.contains(&self.me.id)
-                    && holders.iter().any(|h| state.in_sync.contains(h) && nodes.contains_key(h))
-                    && st.owned.get(&rec.id).is_some_and(|o| o.vol.filling().is_empty()) =>
-            {
+            // Hand the volume to a node that holds it, after a flush, so
+            // nothing is lost; hosts reconnect through discovery to the
+            // new owner.
+            (Decision::HandOver, Some(t)) => {
                 if let Some(o) = st.owned.remove(&rec.id) {
                     self.target.remove_subsystem(&o.nqn);
                     tracing::info!(volume = %rec.name, "this node holds none of the volume: handing it to a holder");
@@ -718,7 +893,7 @@ impl ClusterNode {
                     tokio::spawn(async move { this.hand_over(&rec, &keys, &t, o.vol).await });
                 }
             }
-            Some(t) if t.node == self.me.id => {
+            (Decision::Tend, _) => {
                 let mv = match next {
                     Some((epoch, next, next_holders)) if st.owned.contains_key(&rec.id) => {
                         self.prepare_move(st, rec, protection, &layout, epoch, next, &next_holders, nodes)
@@ -737,8 +912,8 @@ impl ClusterNode {
                     self.tend(rec.id, o, nodes, &state.in_sync, mv);
                 }
             }
-            Some(t) => {
-                if let Some(n) = nodes.get(&t.node) {
+            (Decision::Forward(node), _) => {
+                if let Some(n) = nodes.get(&node) {
                     remote.push(RemoteSubsystem {
                         nqn: rec.nqn.clone(),
                         addr: n.listen,
@@ -746,57 +921,16 @@ impl ClusterNode {
                     });
                 }
             }
-            // A new volume waits until every live holder serves its
-            // replica, so that it does not start degraded.
-            None if state.epoch == 0
-                && holders.iter().any(|h| nodes.get(h).is_some_and(|n| !n.held.contains(&rec.id))) => {}
-            // Being opened here already.
-            _ if st.opening.contains(&rec.id) => {}
-            None if holders.contains(&self.me.id) && state.in_sync.contains(&self.me.id) => {
-                // Not before enough of its in-sync nodes are up to
-                // serve every chunk (a takeover would only fail, and
-                // bump the epoch for nothing).
-                if let Some(group) = short_of_live(&*layout, rec, protection, &state.in_sync, nodes) {
-                    if st.waiting.insert(rec.id) {
-                        tracing::warn!(volume = %rec.name, chunk_nodes = ?group, in_sync = ?state.in_sync,
-                            "not taking the volume over: too few of its in-sync nodes are up to serve it; \
-                             waiting for them to come back");
-                    }
-                    return Ok(());
-                }
-                if st.waiting.remove(&rec.id) {
-                    tracing::info!(volume = %rec.name, "enough in-sync nodes are back: taking the volume over");
-                }
-                // Its last owner is alive: its key went with a lease that
-                // ended while etcd was out of reach, and it takes it back
-                // at its next pass. Give it that pass before taking over.
-                // When this node has just rejoined too, every lease ended
-                // together (etcd froze) and the last owner may not have a
-                // record yet: it is given the pass all the same. A last
-                // owner whose record says it still serves the volume is
-                // reclaiming it in the pass that wrote the record (after
-                // a thaw etcd may answer it slowly): a takeover would
-                // only close its hosts' connections, so it gets longer.
-                // So does a last owner that still renews the promise this
-                // node's replica keeps it: it serves, though its record
-                // went with its lease (etcd froze past the lease while
-                // this node's own lease held, so this node did not
-                // rejoin). A dead or cut-off owner renews nothing: its
-                // promise ends within half a lease and the takeover goes
-                // on without waiting.
-                let since = *st.orphaned.entry(rec.id).or_insert_with(std::time::Instant::now);
-                let rejoined = st.rejoined.is_some_and(|t| t.elapsed() < 2 * RECLAIM_GRACE);
-                let last = state.owner.filter(|&o| o != self.me.id);
-                let serves = last.and_then(|o| nodes.get(&o)).is_some_and(|n| n.serving.contains(&rec.id));
-                let promised = last.is_some()
-                    && st.held.get(&rec.id).is_some_and(|h| h.fence.promise_left(self.sender()).is_some());
-                let grace = if serves || promised { RECLAIM_LIMIT } else { RECLAIM_GRACE };
-                if last.is_some_and(|o| rejoined || promised || nodes.contains_key(&o)) && since.elapsed() < grace {
-                    return Ok(());
-                }
+            (Decision::AwaitInSync, _) if st.waiting.insert(rec.id) => {
+                let group = short_of_live(&*layout, rec, protection, &state.in_sync, nodes);
+                tracing::warn!(volume = %rec.name, chunk_nodes = ?group, in_sync = ?state.in_sync,
+                    "not taking the volume over: too few of its in-sync nodes are up to serve it; \
+                     waiting for them to come back");
+            }
+            (Decision::TakeOver, _) => {
                 let claim = Claim {
                     rec,
-                    keys: &keys,
+                    keys,
                     layout,
                     protection,
                     holders: &holders,
@@ -807,9 +941,8 @@ impl ClusterNode {
                     tracing::info!(volume = %rec.name, "not taking the volume over: {e:#}");
                 }
             }
-            None => {}
+            _ => {}
         }
-        Ok(())
     }
 
     /// Keeps a replica (or shard, with its undo log) of `rec` in the
@@ -1585,11 +1718,12 @@ impl ClusterNode {
     /// # Errors
     ///
     /// [`crate::node::NodeError::NotFound`] for no such volume; etcd errors.
-    pub async fn volume(&self, name: &str) -> Result<serde_json::Value, NodeError> {
+    pub async fn volume(&self, name: &str) -> Result<VolumeStatus, NodeError> {
         let status = self.status().await.map_err(NodeError::Internal)?;
-        status["volumes"]
-            .as_array()
-            .and_then(|l| l.iter().find(|v| v["name"] == name).cloned())
+        status
+            .volumes
+            .into_iter()
+            .find(|v| v.name == name)
             .ok_or_else(|| NodeError::NotFound(format!("no volume named {name:?}")))
     }
 
@@ -1870,8 +2004,7 @@ impl ClusterNode {
     /// # Errors
     ///
     /// etcd or metadata errors.
-    pub async fn status(&self) -> anyhow::Result<serde_json::Value> {
-        use serde_json::json;
+    pub async fn status(&self) -> anyhow::Result<PoolStatus> {
         let live: BTreeMap<NodeId, NodeRecord> =
             live_nodes(&self.etcd, &self.prefix).await?.into_iter().map(|n| (n.id, n)).collect();
         let map = strata_pool::registry::current_map(&self.etcd, &self.prefix).await?.map(|(m, _)| m);
@@ -1884,19 +2017,19 @@ impl ClusterNode {
             let rec = live.get(&n.id);
             raw += n.weight;
             allocated += rec.map_or(0, |r| r.allocated_bytes);
-            nodes.push(json!({
-                "id": n.id.0,
-                "name": n.name,
-                "state": if rec.is_some() { "up" } else { "down" },
-                "placement": n.state,
-                "rebuild_bytes_per_sec": rec.map_or(0, |r| r.rebuild_bytes_per_sec),
-                "labels": n.labels,
-                "capacity_bytes": n.weight,
-                "allocated_bytes": rec.map(|r| r.allocated_bytes),
-                "fabric": rec.map(|r| r.fabric.to_string()),
-                "listen": rec.map(|r| r.listen.to_string()),
-                "drives": rec.map(|r| r.drives.clone()).unwrap_or_default(),
-            }));
+            nodes.push(NodeStatus {
+                id: n.id.0,
+                name: n.name,
+                state: if rec.is_some() { Liveness::Up } else { Liveness::Down },
+                placement: n.state,
+                rebuild_bytes_per_sec: rec.map_or(0, |r| r.rebuild_bytes_per_sec),
+                labels: n.labels,
+                capacity_bytes: n.weight,
+                allocated_bytes: rec.map(|r| r.allocated_bytes),
+                fabric: rec.map(|r| r.fabric.to_string()),
+                listen: rec.map(|r| r.listen.to_string()),
+                drives: rec.map(|r| r.drives.iter().map(DriveStatus::from).collect()).unwrap_or_default(),
+            });
         }
         let mut volumes = Vec::new();
         let mut provisioned = 0u64;
@@ -1905,10 +2038,7 @@ impl ClusterNode {
             let keys = VolumeKeys::new(&self.prefix, rec.id);
             let Ok((state, _)) = read_state(&self.etcd, &keys, rec.id).await else { continue };
             provisioned += rec.size_bytes;
-            let owner: Option<OwnerToken> = match self.etcd.get(&keys.owner).await? {
-                Some(kv) => serde_json::from_slice(&kv.value).ok(),
-                None => None,
-            };
+            let owner = token_of(self.etcd.get(&keys.owner).await?.as_ref());
             let Ok(protection) = protection_of(&state.protection) else { continue };
             protections.insert(protection.to_string(), protection);
             let (placed, next) = {
@@ -1920,80 +2050,7 @@ impl ClusterNode {
                 };
                 (placed, next)
             };
-            let all = holders_of(&*placed, &rec, protection);
-            let next_holders = next.as_ref().map(|l| holders_of(&**l, &rec, protection)).unwrap_or_default();
-            // The owner's record says which replicas it is copying back.
-            let resync: Vec<&ResyncProgress> = owner
-                .as_ref()
-                .and_then(|o| live.get(&o.node))
-                .map(|n| n.resyncing.iter().filter(|r| r.volume == rec.id).collect())
-                .unwrap_or_default();
-            let rate = owner.as_ref().and_then(|o| live.get(&o.node)).map_or(0, |n| n.rebuild_bytes_per_sec);
-            let pending =
-                map.as_ref().is_some_and(|m| state.next.as_ref().map_or(state.map_epoch, |n| n.map_epoch) < m.epoch());
-            let live_ids: BTreeMap<NodeId, NodeRecord> = live.iter().map(|(k, v)| (*k, v.clone())).collect();
-            let stale: Vec<NodeId> = all.iter().copied().filter(|n| !state.in_sync.contains(n)).collect();
-            let down: Vec<NodeId> = all.iter().copied().filter(|n| !live.contains_key(n)).collect();
-            let served = owner.as_ref().and_then(|o| live.get(&o.node)).is_some_and(|n| n.serving.contains(&rec.id));
-            let waiting = short_of_live(&*placed, &rec, protection, &state.in_sync, &live_ids);
-            let health = if owner.is_none() {
-                // Not served until a holder takes it over, which waits for
-                // enough of its in-sync nodes.
-                if waiting.is_some() { "down" } else { "offline" }
-            } else if !served {
-                "not served"
-            } else if state.next.is_some() {
-                if stale.is_empty() && down.is_empty() { "moving" } else { "rebuilding" }
-            } else if !stale.is_empty() {
-                if resync.iter().any(|r| !r.filling) { "resyncing" } else { "degraded" }
-            } else if !down.is_empty() {
-                // In sync on paper, but a holder is not up.
-                "degraded"
-            } else if resync.iter().any(|r| r.filling) {
-                "resyncing"
-            } else if pending {
-                "moving"
-            } else {
-                "healthy"
-            };
-            let owner_rec = owner.as_ref().and_then(|o| live.get(&o.node));
-            volumes.push(json!({
-                "name": rec.name,
-                "id": rec.id,
-                "size_bytes": rec.size_bytes,
-                "size": strata_meta::format_size(rec.size_bytes),
-                "block_size": rec.block_size,
-                "nqn": rec.nqn,
-                "uuid": rec.uuid_string(),
-                "protection": state.protection,
-                "owner": owner.as_ref().map(|o| o.node.0),
-                "owner_name": owner_rec.map(|n| n.name.clone()),
-                // Where hosts connect while it is served (discovery on
-                // any node lists it there).
-                "address": owner_rec.filter(|_| served).map(|n| n.listen.to_string()),
-                "epoch": state.epoch,
-                "replicas": all.iter().map(|n| n.0).collect::<Vec<_>>(),
-                "in_sync": state.in_sync.iter().map(|n| n.0).collect::<Vec<_>>(),
-                "state": health,
-                "allocated_bytes": volume_allocated(live.values(), rec.id, protection),
-                "map_epoch": state.map_epoch,
-                "moving_to": state.next.as_ref().map(|n| n.map_epoch),
-                "joining": next_holders.difference(&all).map(|n| n.0).collect::<Vec<_>>(),
-                "down": down.iter().map(|n| n.0).collect::<Vec<_>>(),
-                "waiting_for": waiting.map(|g| g.iter().filter(|n| !live.contains_key(n)).map(|n| n.0).collect::<Vec<_>>()),
-                "resync": resync
-                    .iter()
-                    .map(|r| json!({
-                        "node": r.node.0,
-                        "kind": if r.filling { "rebuild" } else { "resync" },
-                        "regions_left": r.regions_left,
-                        "bytes_left": r.bytes_left,
-                        "bytes_total": r.bytes_total.max(r.bytes_left),
-                        "rate_bytes_per_sec": rate,
-                        "eta_secs": (rate > 0).then(|| r.bytes_left.div_ceil(rate)),
-                    }))
-                    .collect::<Vec<_>>(),
-            }));
+            volumes.push(self.volume_status(&rec, &state, protection, owner, &placed, next, map.as_ref(), &live));
         }
         let settings = strata_pool::registry::settings(&self.etcd, &self.prefix).await.unwrap_or_default();
         let fill_percent = if raw == 0 { 0.0 } else { allocated as f64 * 100.0 / raw as f64 };
@@ -2001,20 +2058,97 @@ impl ClusterNode {
         protections.insert(settings.balance_for.to_string(), settings.balance_for);
         let protections: Vec<Protection> = protections.into_values().collect();
         let warnings: Vec<String> = fill.warnings(&settings.fill_warn_percent, &protections);
-        let room: serde_json::Map<String, serde_json::Value> =
-            protections.iter().map(|&p| (p.to_string(), json!(fill.room(p)))).collect();
-        Ok(json!({
-            "node": self.me.name,
-            "map_epoch": map.as_ref().map(PlacementMap::epoch),
-            "nodes": nodes,
-            "volumes": volumes,
-            "settings": settings,
-            "warnings": warnings,
-            "totals": {"raw_bytes": raw, "provisioned_bytes": provisioned, "allocated_bytes": allocated,
-                       "free_bytes": raw.saturating_sub(allocated), "fill_percent": fill_percent,
-                       "effective_fill_percent": fill.percent(), "room_bytes": room,
-                       "fullest_node": fill.fullest.as_ref().map(|(n, p)| json!({"name": n, "fill_percent": p}))},
-        }))
+        let room_bytes = protections.iter().map(|&p| (p.to_string(), fill.room(p))).collect();
+        Ok(PoolStatus {
+            node: self.me.name.clone(),
+            map_epoch: map.as_ref().map(PlacementMap::epoch),
+            nodes,
+            volumes,
+            settings,
+            warnings,
+            totals: Totals {
+                raw_bytes: raw,
+                provisioned_bytes: provisioned,
+                allocated_bytes: allocated,
+                free_bytes: raw.saturating_sub(allocated),
+                fill_percent,
+                effective_fill_percent: fill.percent(),
+                room_bytes,
+                fullest_node: fill.fullest.as_ref().map(|(n, p)| Fullest { name: n.clone(), fill_percent: *p }),
+            },
+        })
+    }
+
+    /// One volume's line of the pool status.
+    #[allow(clippy::too_many_arguments)]
+    fn volume_status(
+        &self,
+        rec: &VolumeRecord,
+        state: &VolumeState,
+        protection: Protection,
+        owner: Option<OwnerToken>,
+        placed: &PlacementLayout,
+        next: Option<Arc<PlacementLayout>>,
+        map: Option<&PlacementMap>,
+        live: &BTreeMap<NodeId, NodeRecord>,
+    ) -> VolumeStatus {
+        let all = holders_of(placed, rec, protection);
+        let next_holders = next.as_ref().map(|l| holders_of(&**l, rec, protection)).unwrap_or_default();
+        let owner_rec = owner.as_ref().and_then(|o| live.get(&o.node));
+        // The owner's record says which replicas it is copying back.
+        let resync: Vec<&ResyncProgress> =
+            owner_rec.map(|n| n.resyncing.iter().filter(|r| r.volume == rec.id).collect()).unwrap_or_default();
+        let rate = owner_rec.map_or(0, |n| n.rebuild_bytes_per_sec);
+        let served = owner_rec.is_some_and(|n| n.serving.contains(&rec.id));
+        let down: Vec<NodeId> = all.iter().copied().filter(|n| !live.contains_key(n)).collect();
+        let waiting = short_of_live(placed, rec, protection, &state.in_sync, live);
+        let state_of = health(HealthInputs {
+            owned: owner.is_some(),
+            served,
+            short_of_live: waiting.is_some(),
+            moving: state.next.is_some(),
+            move_due: map.is_some_and(|m| state.next.as_ref().map_or(state.map_epoch, |n| n.map_epoch) < m.epoch()),
+            stale: all.iter().any(|n| !state.in_sync.contains(n)),
+            down: !down.is_empty(),
+            resyncing: resync.iter().any(|r| !r.filling),
+            filling: resync.iter().any(|r| r.filling),
+        });
+        let ids = |set: &mut dyn Iterator<Item = &NodeId>| set.map(|n| n.0).collect::<Vec<u32>>();
+        VolumeStatus {
+            name: rec.name.clone(),
+            id: rec.id,
+            size_bytes: rec.size_bytes,
+            size: strata_meta::format_size(rec.size_bytes),
+            block_size: rec.block_size,
+            nqn: rec.nqn.clone(),
+            uuid: rec.uuid_string(),
+            protection: state.protection.clone(),
+            owner: owner.as_ref().map(|o| o.node.0),
+            owner_name: owner_rec.map(|n| n.name.clone()),
+            address: owner_rec.filter(|_| served).map(|n| n.listen.to_string()),
+            epoch: state.epoch,
+            replicas: ids(&mut all.iter()),
+            in_sync: ids(&mut state.in_sync.iter()),
+            state: state_of,
+            allocated_bytes: volume_allocated(live.values(), rec.id, protection),
+            map_epoch: state.map_epoch,
+            moving_to: state.next.as_ref().map(|n| n.map_epoch),
+            joining: ids(&mut next_holders.difference(&all)),
+            down: ids(&mut down.iter()),
+            waiting_for: waiting.map(|g| ids(&mut g.iter().filter(|n| !live.contains_key(n)))),
+            resync: resync
+                .iter()
+                .map(|r| FillStatus {
+                    node: r.node.0,
+                    kind: if r.filling { FillKind::Rebuild } else { FillKind::Resync },
+                    regions_left: r.regions_left,
+                    bytes_left: r.bytes_left,
+                    bytes_total: r.bytes_total.max(r.bytes_left),
+                    rate_bytes_per_sec: rate,
+                    eta_secs: (rate > 0).then(|| r.bytes_left.div_ceil(rate)),
+                })
+                .collect(),
+        }
     }
 }
 
