@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use strata_meta::NewVolume;
 use tokio::net::TcpListener;
 
-use crate::node::{Node, NodeError};
+use strata_node::node::{Node, NodeError};
 
 const MAX_BODY: usize = 64 * 1024;
 

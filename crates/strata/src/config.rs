@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
+pub use strata_node::config::{PoolFile, RuntimeModel, ServeConfig, parse_duration_secs};
 
 /// Default data directory, relative to the working directory.
 pub const DEFAULT_DATA_DIR: &str = "./strata-data";
@@ -29,9 +30,6 @@ pub const DEFAULT_HTTP: &str = "127.0.0.1:7420";
 pub const DEFAULT_DRIVE_SIZE: &str = "64G";
 /// Size of the volume created on first start.
 pub const DEFAULT_VOLUME_SIZE: &str = "8G";
-/// Name of the volume created on first start.
-pub const DEFAULT_VOLUME_NAME: &str = "default";
-
 /// The config file: every key optional, same names as the long options.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,24 +79,6 @@ pub struct FileConfig {
     pub pool: Option<PoolFile>,
 }
 
-/// The `[pool]` table: the pool's settings, as `strata pool set` takes
-/// them. They live in etcd, shared by every node: the first node to start
-/// in a new cluster stores these; later, a node whose file differs from
-/// what the pool holds logs a warning, and `strata pool set` changes them.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolFile {
-    /// How long a node may stay down before its data is rebuilt
-    /// elsewhere, e.g. "5m".
-    pub rebuild_grace: Option<String>,
-    /// Rebuild bandwidth per node, MB/s (0: no limit).
-    pub rebuild_mbps: Option<u64>,
-    /// Fill warning thresholds, percent of raw capacity.
-    pub fill_warn: Option<Vec<u8>>,
-    /// The protection the balancer evens out, e.g. "rep:3".
-    pub balance_for: Option<String>,
-}
-
 /// The `[pool]` table of the config file at `path` (empty when absent).
 ///
 /// # Errors
@@ -109,25 +89,6 @@ pub fn pool_file(path: Option<&Path>) -> anyhow::Result<PoolFile> {
         Some(p) => Ok(read_file(p)?.pool.unwrap_or_default()),
         None => Ok(PoolFile::default()),
     }
-}
-
-/// Seconds of a duration such as `90s`, `5m` or `1h` (bare numbers are
-/// seconds).
-///
-/// # Errors
-///
-/// Text that is not such a duration, with why.
-pub fn parse_duration_secs(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration such as 90s, 5m or 1h"))?;
-    let scale = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        _ => return Err(format!("{text:?}: the unit must be s, m or h")),
-    };
-    n.checked_mul(scale).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 /// The `[node]` table: the options of `strata node`, same names.
@@ -212,46 +173,6 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
 }
 
-/// How connections are spread over threads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuntimeModel {
-    /// One single-threaded runtime per thread; a connection stays on one.
-    PerCore {
-        /// Number of threads.
-        threads: usize,
-    },
-    /// tokio's multi-threaded, work-stealing runtime for everything.
-    Shared,
-}
-
-/// The merged, validated settings.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    /// Data directory.
-    pub data_dir: PathBuf,
-    /// I/O listen addresses.
-    pub listen: Vec<SocketAddr>,
-    /// Discovery listen addresses.
-    pub discovery: Vec<SocketAddr>,
-    /// HTTP API address.
-    pub http: SocketAddr,
-    /// Drive specs as given (`PATH[:SIZE]`, `mem:SIZE`).
-    pub drives: Vec<String>,
-    /// Default volume size in bytes (0 = none).
-    pub default_volume_size: u64,
-    /// Allow buffered I/O fallback.
-    pub allow_buffered: bool,
-    /// Extent size in bytes.
-    pub extent_size: u32,
-    /// Threading model for connections.
-    pub runtime: RuntimeModel,
-    /// Settings of the NVMe/TCP target: `poll_us`, and the config file's
-    /// `max_pending_connections`, `max_connections`, `handshake_timeout`,
-    /// `r2t_timeout`, `send_timeout`, `io_buffer_budget`,
-    /// `drain_timeout`).
-    pub target: strata_target::TargetConfig,
-}
-
 fn addrs(values: &[String], what: &str) -> anyhow::Result<Vec<SocketAddr>> {
     values
         .iter()
@@ -323,65 +244,63 @@ fn size(v: &str, what: &str) -> anyhow::Result<u64> {
     strata_meta::parse_size(v).with_context(|| format!("{what} {v:?} is not a size such as 8G, 512M or 4096"))
 }
 
-impl ServeConfig {
-    /// Merges defaults, the config file named by `--config` and the
-    /// command line.
-    ///
-    /// # Errors
-    ///
-    /// A message naming the bad key or option.
-    pub fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
-        let mut file = match &args.config {
-            Some(path) => read_file(path)?,
-            None => FileConfig::default(),
-        };
-        let poll = Duration::from_micros(args.poll_us.or(file.poll_us).unwrap_or(0).min(1_000_000));
-        let target = target_config(&mut file, poll)?;
-        let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
-        let pick = |cli: &[String], file: Option<Vec<String>>, default: &str| -> Vec<String> {
-            if !cli.is_empty() { cli.to_vec() } else { file.unwrap_or_else(|| vec![default.to_string()]) }
-        };
-        let listen = addrs(&pick(&args.listen, file.listen, DEFAULT_LISTEN), "--listen")?;
-        let discovery = addrs(&pick(&args.discovery, file.discovery, DEFAULT_DISCOVERY), "--discovery")?;
-        let http = args.http.clone().or(file.http).unwrap_or_else(|| DEFAULT_HTTP.to_string());
-        let http = addrs(&[http], "--http")?[0];
-        let mut drives = if args.drives.is_empty() { file.drives.unwrap_or_default() } else { args.drives.clone() };
-        if drives.is_empty() {
-            let drive_size = args.drive_size.clone().or(file.drive_size).unwrap_or_else(|| DEFAULT_DRIVE_SIZE.into());
-            size(&drive_size, "--drive-size")?;
-            drives.push(format!("{}:{drive_size}", data_dir.join("drive0.img").display()));
-        }
-        let dvs =
-            args.default_volume_size.clone().or(file.default_volume_size).unwrap_or_else(|| DEFAULT_VOLUME_SIZE.into());
-        let default_volume_size = if dvs.trim() == "0" { 0 } else { size(&dvs, "--default-volume-size")? };
-        let extent = args.extent_size.clone().or(file.extent_size).unwrap_or_else(|| "1M".into());
-        let extent_size = u32::try_from(size(&extent, "--extent-size")?).context("--extent-size is too large")?;
-        if listen.is_empty() {
-            bail!("at least one --listen address is needed");
-        }
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let threads = args.io_threads.or(file.io_threads).unwrap_or(cpus);
-        if threads == 0 || threads > 1024 {
-            bail!("--io-threads {threads} must be between 1 and 1024");
-        }
-        let runtime = match args.runtime.clone().or(file.runtime).as_deref().unwrap_or("shared") {
-            "per-core" => RuntimeModel::PerCore { threads },
-            "shared" => RuntimeModel::Shared,
-            other => bail!("--runtime {other:?} must be per-core or shared"),
-        };
-        Ok(ServeConfig {
-            data_dir,
-            listen,
-            discovery,
-            http,
-            drives,
-            default_volume_size,
-            allow_buffered: args.allow_buffered || file.allow_buffered.unwrap_or(false),
-            extent_size,
-            runtime,
-            target,
-        })
+/// Merges defaults, the config file named by `--config` and the command
+/// line.
+///
+/// # Errors
+///
+/// A message naming the bad key or option.
+pub fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
+    let mut file = match &args.config {
+        Some(path) => read_file(path)?,
+        None => FileConfig::default(),
+    };
+    let poll = Duration::from_micros(args.poll_us.or(file.poll_us).unwrap_or(0).min(1_000_000));
+    let target = target_config(&mut file, poll)?;
+    let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+    let pick = |cli: &[String], file: Option<Vec<String>>, default: &str| -> Vec<String> {
+        if !cli.is_empty() { cli.to_vec() } else { file.unwrap_or_else(|| vec![default.to_string()]) }
+    };
+    let listen = addrs(&pick(&args.listen, file.listen, DEFAULT_LISTEN), "--listen")?;
+    let discovery = addrs(&pick(&args.discovery, file.discovery, DEFAULT_DISCOVERY), "--discovery")?;
+    let http = args.http.clone().or(file.http).unwrap_or_else(|| DEFAULT_HTTP.to_string());
+    let http = addrs(&[http], "--http")?[0];
+    let mut drives = if args.drives.is_empty() { file.drives.unwrap_or_default() } else { args.drives.clone() };
+    if drives.is_empty() {
+        let drive_size = args.drive_size.clone().or(file.drive_size).unwrap_or_else(|| DEFAULT_DRIVE_SIZE.into());
+        size(&drive_size, "--drive-size")?;
+        drives.push(format!("{}:{drive_size}", data_dir.join("drive0.img").display()));
     }
+    let dvs =
+        args.default_volume_size.clone().or(file.default_volume_size).unwrap_or_else(|| DEFAULT_VOLUME_SIZE.into());
+    let default_volume_size = if dvs.trim() == "0" { 0 } else { size(&dvs, "--default-volume-size")? };
+    let extent = args.extent_size.clone().or(file.extent_size).unwrap_or_else(|| "1M".into());
+    let extent_size = u32::try_from(size(&extent, "--extent-size")?).context("--extent-size is too large")?;
+    if listen.is_empty() {
+        bail!("at least one --listen address is needed");
+    }
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = args.io_threads.or(file.io_threads).unwrap_or(cpus);
+    if threads == 0 || threads > 1024 {
+        bail!("--io-threads {threads} must be between 1 and 1024");
+    }
+    let runtime = match args.runtime.clone().or(file.runtime).as_deref().unwrap_or("shared") {
+        "per-core" => RuntimeModel::PerCore { threads },
+        "shared" => RuntimeModel::Shared,
+        other => bail!("--runtime {other:?} must be per-core or shared"),
+    };
+    Ok(ServeConfig {
+        data_dir,
+        listen,
+        discovery,
+        http,
+        drives,
+        default_volume_size,
+        allow_buffered: args.allow_buffered || file.allow_buffered.unwrap_or(false),
+        extent_size,
+        runtime,
+        target,
+    })
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
@@ -395,7 +314,7 @@ mod tests {
 
     #[test]
     fn defaults_need_no_config() {
-        let c = ServeConfig::load(&ServeArgs::default()).unwrap();
+        let c = load(&ServeArgs::default()).unwrap();
         assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
         assert_eq!(c.listen, vec!["127.0.0.1:4420".parse().unwrap()]);
         assert_eq!(c.discovery, vec!["127.0.0.1:8009".parse().unwrap()]);
@@ -414,7 +333,7 @@ mod tests {
         )
         .unwrap();
         let args = ServeArgs { config: Some(path), http: Some("127.0.0.1:2".into()), ..Default::default() };
-        let c = ServeConfig::load(&args).unwrap();
+        let c = load(&args).unwrap();
         assert_eq!(c.data_dir, PathBuf::from("/srv/x"));
         assert_eq!(c.listen, vec!["0.0.0.0:4421".parse().unwrap()]);
         assert_eq!(c.http, "127.0.0.1:2".parse().unwrap());
@@ -424,15 +343,15 @@ mod tests {
     #[test]
     fn bad_values_are_named() {
         let args = ServeArgs { listen: vec!["localhost".into()], ..Default::default() };
-        let e = format!("{:#}", ServeConfig::load(&args).unwrap_err());
+        let e = format!("{:#}", load(&args).unwrap_err());
         assert!(e.contains("--listen") && e.contains("localhost"), "{e}");
         let args = ServeArgs { default_volume_size: Some("lots".into()), ..Default::default() };
-        assert!(format!("{:#}", ServeConfig::load(&args).unwrap_err()).contains("--default-volume-size"));
+        assert!(format!("{:#}", load(&args).unwrap_err()).contains("--default-volume-size"));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, "listne = []\n").unwrap();
         let args = ServeArgs { config: Some(path), ..Default::default() };
-        let e = format!("{:#}", ServeConfig::load(&args).unwrap_err());
+        let e = format!("{:#}", load(&args).unwrap_err());
         assert!(e.contains("listne"), "{e}");
     }
 
@@ -446,7 +365,7 @@ mod tests {
              max_pending_connections = 64\nio_buffer_budget = \"64M\"\ndrain_timeout = \"1m\"\n",
         )
         .unwrap();
-        let c = ServeConfig::load(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap();
+        let c = load(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap();
         let t = &c.target;
         assert_eq!(t.handshake_timeout, Duration::from_secs(2));
         assert_eq!(t.r2t_timeout, Duration::from_millis(1500));
@@ -454,7 +373,7 @@ mod tests {
         assert_eq!(t.max_pending_connections, 64);
         assert_eq!(t.io_buffer_budget, 64 << 20);
         assert_eq!(t.drain_timeout, Duration::from_secs(60));
-        let d = ServeConfig::load(&ServeArgs::default()).unwrap().target;
+        let d = load(&ServeArgs::default()).unwrap().target;
         assert_eq!(d.handshake_timeout, strata_target::TargetConfig::default().handshake_timeout);
         assert!(d.io_buffer_budget >= strata_target::TargetConfig::default().io_buffer_budget);
         for bad in [
@@ -464,10 +383,7 @@ mod tests {
             "max_pending_connections = 0",
         ] {
             std::fs::write(&path, bad).unwrap();
-            let e = format!(
-                "{:#}",
-                ServeConfig::load(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap_err()
-            );
+            let e = format!("{:#}", load(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap_err());
             let key = bad.split(' ').next().unwrap();
             assert!(e.contains(key), "{bad}: {e}");
         }

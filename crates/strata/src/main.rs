@@ -7,20 +7,13 @@
 mod api;
 mod bench_cmd;
 mod client;
-mod cluster;
 mod config;
-mod fill;
-mod identity;
 mod kv_bench;
 mod kv_cmd;
-mod node;
 mod node_cmd;
-mod notes;
-mod pool_status;
 mod pool_view;
 mod sim_cmd;
 mod ttft;
-mod volume_check;
 
 use std::time::Duration;
 
@@ -29,6 +22,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::config::{ServeArgs, ServeConfig};
+use strata_node::{node, volume_check};
 
 /// Default API base URL for the CLI.
 const DEFAULT_API: &str = "http://127.0.0.1:7420";
@@ -282,7 +276,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    let cfg = ServeConfig::load(&args)?;
+    let cfg = config::load(&args)?;
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if matches!(cfg.runtime, config::RuntimeModel::PerCore { .. }) {
         // Connections run on the per-core runtimes; this one only accepts

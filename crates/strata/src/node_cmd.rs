@@ -26,8 +26,8 @@ use strata_pool::registry::{NodeClaim, NodeRecord, claim_node, join_map, registe
 use strata_target::{PortRole, Subsystem, Target};
 
 use crate::api::{CreateBody, body_json, error, node_error, reply};
-use crate::cluster::{Answer, ClusterNode};
-use crate::config::{NodeFile, ServeArgs, ServeConfig};
+use crate::config::{self, NodeFile, ServeArgs};
+use strata_node::cluster::{Answer, ClusterNode};
 
 /// Options of `strata node`; each may also be set in the `[node]` table
 /// of the `--config` file (the command line wins).
@@ -149,7 +149,7 @@ fn host_name() -> String {
 /// opened.
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let settings = NodeSettings::resolve(&args, crate::config::node_file(args.serve.config.as_deref())?)?;
-    let pool = crate::cluster::SettingsPatch::from_file(crate::config::pool_file(args.serve.config.as_deref())?)?;
+    let pool = strata_node::cluster::SettingsPatch::from_file(crate::config::pool_file(args.serve.config.as_deref())?)?;
     // Checked now: a bad [pool] table stops the node before it joins.
     pool.apply(&mut strata_pool::registry::PoolSettings::default())?;
     let NodeSettings { name, labels, .. } = settings.clone();
@@ -157,19 +157,19 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         FailureDomain::parse(&settings.failure_domain).map_err(|e| anyhow::anyhow!("--failure-domain: {e}"))?;
     let mut serve = args.serve;
     serve.default_volume_size = Some("0".into());
-    let cfg = ServeConfig::load(&serve)?;
+    let cfg = config::load(&serve)?;
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
 
     // One node per data dir, and a data dir that knows which node it is.
-    let dir_lock = crate::identity::lock(&cfg.data_dir)?;
+    let dir_lock = strata_node::identity::lock(&cfg.data_dir)?;
     let etcd = EtcdClient::new(EtcdConfig::from_urls(&settings.etcd).map_err(|e| anyhow::anyhow!("--etcd: {e}"))?);
     let prefix = settings.etcd_prefix;
     let meta =
         strata_meta::EtcdMetaStore::open(etcd.clone(), &prefix).await.context("cannot open the metadata in etcd")?;
-    let store = crate::node::open_store(&cfg, crate::node::drive_specs(&cfg)?)?;
+    let store = strata_node::node::open_store(&cfg, strata_node::node::drive_specs(&cfg)?)?;
     let has_data = !store.volume_ids().is_empty();
-    let identity = crate::identity::establish(&etcd, &prefix, &cfg.data_dir, &name, has_data)
+    let identity = strata_node::identity::establish(&etcd, &prefix, &cfg.data_dir, &name, has_data)
         .await
         .with_context(|| format!("node {name} cannot join the cluster"))?;
     let id = NodeId(identity.node_id);
@@ -196,8 +196,11 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let target = Target::new(cfg.target.clone());
     // Only the cluster's nodes may reach the replicas: this one until the
     // first reconcile lists them all (never any host).
-    let fabric =
-        Subsystem::internal(fabric_nqn(&name), format!("STRATAFAB{:011}", id.0), vec![crate::cluster::node_nqn(&name)]);
+    let fabric = Subsystem::internal(
+        fabric_nqn(&name),
+        format!("STRATAFAB{:011}", id.0),
+        vec![strata_node::cluster::node_nqn(&name)],
+    );
     target.add_subsystem(fabric.clone())?;
     let fabric_port = target.listen(settings.fabric, PortRole::Fabric).await?;
     for &a in &cfg.listen {
@@ -218,7 +221,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let lease = etcd.lease_grant(Duration::from_secs(settings.lease_ttl)).await.context("cannot get a lease")?;
     // While this node's lease lives, no other process may run it.
     if let NodeClaim::Taken { instance } = claim_node(&etcd, &prefix, id, identity.instance, lease.id).await? {
-        return Err(crate::identity::IdentityError::Running { name: name.clone(), id: id.0, instance }.into());
+        return Err(strata_node::identity::IdentityError::Running { name: name.clone(), id: id.0, instance }.into());
     }
     let mut incarnation = [0u8; 8];
     getrandom::fill(&mut incarnation).map_err(|e| anyhow::anyhow!("random: {e}"))?;
@@ -241,7 +244,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     };
     register(&etcd, &prefix, &me, lease.id).await?;
     let keeper = etcd.keep_alive(lease);
-    let cluster = ClusterNode::new(crate::cluster::ClusterParts {
+    let cluster = ClusterNode::new(strata_node::cluster::ClusterParts {
         me,
         prefix,
         etcd,
@@ -330,7 +333,7 @@ async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<
             Err(e) => node_error(e),
         },
         (Method::PATCH, ["api", "v1", "pool", "settings"]) => {
-            let patch: crate::cluster::SettingsPatch = match body_json(req).await {
+            let patch: strata_node::cluster::SettingsPatch = match body_json(req).await {
                 Ok(b) => b,
                 Err(r) => return r,
             };
@@ -446,7 +449,7 @@ mod tests {
         let path = dir.path().join("strata.toml");
         std::fs::write(&path, text).unwrap();
         let f = crate::config::pool_file(Some(&path)).map_err(|e| format!("{e:#}"))?;
-        let patch = crate::cluster::SettingsPatch::from_file(f).map_err(|e| e.to_string())?;
+        let patch = strata_node::cluster::SettingsPatch::from_file(f).map_err(|e| e.to_string())?;
         let mut s = strata_pool::registry::PoolSettings::default();
         patch.apply(&mut s).map_err(|e| e.to_string())?;
         Ok(s)

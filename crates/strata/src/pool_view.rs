@@ -15,31 +15,8 @@ use serde::Deserialize as _;
 use serde_json::Value;
 use strata_pool::placement::NodeState;
 
-use crate::pool_status::{FillKind, Liveness, PoolStatus, VolumeStatus};
-
-/// Bytes for people, rounded: `1.2 MiB`, `384 MiB`, `12 KiB`, `900 B`.
-pub fn approx_size(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value >= 100.0 { format!("{value:.0} {}", UNITS[unit]) } else { format!("{value:.1} {}", UNITS[unit]) }
-}
-
-/// Seconds for people: `45s`, `12m 5s`, `3h 20m`.
-pub fn approx_duration(secs: u64) -> String {
-    match secs {
-        0..60 => format!("{secs}s"),
-        60..3600 => format!("{}m {}s", secs / 60, secs % 60),
-        _ => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
-    }
-}
+pub use strata_node::human::{approx_duration, approx_size};
+use strata_node::pool_status::{FillKind, Liveness, PoolStatus, VolumeStatus};
 
 /// Bytes for people, or `-` when the answer lacked them.
 fn maybe_size(bytes: Option<u64>) -> String {

@@ -108,7 +108,7 @@ impl Checks {
 /// done.
 pub fn render(v: &Value) -> String {
     use std::fmt::Write as _;
-    let size = |k: &str| crate::pool_view::approx_size(v[k].as_u64().unwrap_or(0));
+    let size = |k: &str| crate::human::approx_size(v[k].as_u64().unwrap_or(0));
     let mut out = String::new();
     let volume = v["volume"].as_str().unwrap_or("?");
     match v["state"].as_str() {
@@ -127,8 +127,8 @@ pub fn render(v: &Value) -> String {
             let _ = writeln!(
                 out,
                 "{volume}: {} compared, {} not comparable (too few copies or shards in sync), in {secs:.1} s",
-                crate::pool_view::approx_size(n("bytes_checked")),
-                crate::pool_view::approx_size(n("bytes_unchecked")),
+                crate::human::approx_size(n("bytes_checked")),
+                crate::human::approx_size(n("bytes_unchecked")),
             );
             if n("differences") == 0 {
                 let _ = writeln!(out, "every copy and shard agrees");

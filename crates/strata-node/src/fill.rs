@@ -82,7 +82,7 @@ impl Fill {
             _ => format!("it is {percent:.0}% full"),
         };
         let room: Vec<String> =
-            protections.iter().map(|&p| format!("{} of {p}", crate::pool_view::approx_size(self.room(p)))).collect();
+            protections.iter().map(|&p| format!("{} of {p}", crate::human::approx_size(self.room(p)))).collect();
         let room = if room.is_empty() { String::new() } else { format!("; room for about {}", room.join(", ")) };
         vec![format!(
             "the pool is past its {t}% fill warning: {who} (average {:.0}%){room}; writes fail with Capacity \

@@ -379,14 +379,12 @@ impl Node {
     }
 }
 
-/// Refuses to start when a drive that held data is missing from the
-/// configuration (its volumes' extents would silently read as zeros).
 /// The drives of `cfg`, parsed.
 ///
 /// # Errors
 ///
 /// A drive spec that does not parse.
-pub(crate) fn drive_specs(cfg: &ServeConfig) -> anyhow::Result<Vec<DriveSpec>> {
+pub fn drive_specs(cfg: &ServeConfig) -> anyhow::Result<Vec<DriveSpec>> {
     cfg.drives.iter().map(|d| d.parse::<DriveSpec>().map_err(|e| anyhow::anyhow!("--drive {d:?}: {e}"))).collect()
 }
 
@@ -395,7 +393,7 @@ pub(crate) fn drive_specs(cfg: &ServeConfig) -> anyhow::Result<Vec<DriveSpec>> {
 /// # Errors
 ///
 /// A drive that cannot be opened.
-pub(crate) fn open_store(cfg: &ServeConfig, drives: Vec<DriveSpec>) -> anyhow::Result<Arc<Store>> {
+pub fn open_store(cfg: &ServeConfig, drives: Vec<DriveSpec>) -> anyhow::Result<Arc<Store>> {
     let mut store_cfg = StoreConfig::new(drives);
     store_cfg.extent_size = cfg.extent_size;
     store_cfg.allow_buffered = cfg.allow_buffered;
