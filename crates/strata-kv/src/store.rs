@@ -69,12 +69,83 @@ use crate::policy::{Policy, S3Fifo};
 /// slot, the policy's queues).
 pub const ENTRY_OVERHEAD: u64 = 96;
 
-/// The log tiers, as indexes of [`Entry::locs`] and `Inner::tiers`.
-const SSD: usize = 0;
-const POOL: usize = 1;
-/// Where [`KvStore::get_full`] says a value came from a peer's log.
-const PEER: usize = 2;
-const TIER_NAME: [&str; 2] = ["SSD", "pool"];
+/// A log tier: where a block leaving DRAM is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    /// The local SSD.
+    Ssd,
+    /// This store's region of the pool volume.
+    Pool,
+}
+
+impl Tier {
+    /// Every log tier, in the order a get reads them and demotion writes
+    /// them: the SSD first.
+    const ALL: [Tier; 2] = [Tier::Ssd, Tier::Pool];
+
+    /// The tier's name in logs and messages.
+    fn name(self) -> &'static str {
+        match self {
+            Tier::Ssd => "SSD",
+            Tier::Pool => "pool",
+        }
+    }
+
+    /// Its slot in a [`PerTier`].
+    fn index(self) -> usize {
+        match self {
+            Tier::Ssd => 0,
+            Tier::Pool => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One `T` per log tier, indexed by [`Tier`] only, so that a tier is
+/// never a bare number.
+#[derive(Debug, Clone, Copy, Default)]
+struct PerTier<T>([T; 2]);
+
+impl<T> PerTier<T> {
+    /// Each tier with its value, in [`Tier::ALL`] order.
+    fn iter(&self) -> impl Iterator<Item = (Tier, &T)> {
+        Tier::ALL.into_iter().zip(&self.0)
+    }
+
+    /// Each tier with its value, mutable, in [`Tier::ALL`] order.
+    fn iter_mut(&mut self) -> impl Iterator<Item = (Tier, &mut T)> {
+        Tier::ALL.into_iter().zip(&mut self.0)
+    }
+}
+
+impl<T> std::ops::Index<Tier> for PerTier<T> {
+    type Output = T;
+    fn index(&self, t: Tier) -> &T {
+        &self.0[t.index()]
+    }
+}
+
+impl<T> std::ops::IndexMut<Tier> for PerTier<T> {
+    fn index_mut(&mut self, t: Tier) -> &mut T {
+        &mut self.0[t.index()]
+    }
+}
+
+/// Where a get's value came from ([`KvStore::get_full`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// DRAM.
+    Dram,
+    /// This store's log on that tier.
+    Log(Tier),
+    /// Another store's log on the shared pool volume.
+    Peer,
+}
 
 /// How often the logs of the other writers on a shared pool volume are
 /// read for what they added.
@@ -82,11 +153,10 @@ pub const PEER_REFRESH: Duration = Duration::from_secs(1);
 
 /// A get's next step ([`KvStore::get_full`]).
 enum Copy {
-    /// The answer: the value and the log tier it came from (`None` for
-    /// DRAM), or a miss.
-    Done(Option<(Bytes, Option<usize>)>),
+    /// The answer: the value and where it came from, or a miss.
+    Done(Option<(Bytes, Source)>),
     /// Read the copy at this location of this log tier.
-    Read(usize, Loc),
+    Read(Tier, Loc),
 }
 
 /// The devices of a store's log tiers.
@@ -274,8 +344,8 @@ pub enum Presence {
 #[derive(Debug)]
 struct Entry {
     value: Option<Bytes>,
-    /// Its record in each log tier ([`SSD`], [`POOL`]).
-    locs: [Option<Loc>; 2],
+    /// Its record in each log tier.
+    locs: PerTier<Option<Loc>>,
     /// Its write stamp: what its log records carry.
     version: u64,
     expires_ms: u64,
@@ -292,7 +362,7 @@ impl Entry {
     fn new(size: u64) -> Entry {
         Entry {
             value: None,
-            locs: [None; 2],
+            locs: PerTier::default(),
             version: 0,
             expires_ms: 0,
             pin: Pin::None,
@@ -341,8 +411,8 @@ struct Counters {
     demoted: AtomicU64,
     demoted_bytes: AtomicU64,
     not_admitted: AtomicU64,
-    dropped: [AtomicU64; 2],
-    lost: [AtomicU64; 2],
+    dropped: PerTier<AtomicU64>,
+    lost: PerTier<AtomicU64>,
     pool_skipped: AtomicU64,
     promoted: AtomicU64,
     corrupt: AtomicU64,
@@ -429,7 +499,7 @@ struct LogTier {
 struct Inner {
     map: HashMap<Bytes, Entry>,
     dram: S3Fifo<Bytes>,
-    tiers: [Option<LogTier>; 2],
+    tiers: PerTier<Option<LogTier>>,
     ns: HashMap<Bytes, NsState>,
     next_stamp: u64,
     /// The next write stamp (above every version in the logs).
@@ -446,7 +516,7 @@ struct Inner {
 impl Entry {
     /// True when some tier holds a copy.
     fn has_copy(&self) -> bool {
-        self.value.is_some() || self.locs.iter().any(Option::is_some)
+        self.value.is_some() || self.locs.iter().any(|(_, l)| l.is_some())
     }
 }
 
@@ -458,7 +528,7 @@ impl Inner {
     }
 
     /// Counts a record of tier `t` that the map now points at.
-    fn add_loc(&mut self, t: usize, loc: Loc) {
+    fn add_loc(&mut self, t: Tier, loc: Loc) {
         if let Some(tier) = self.tiers[t].as_mut() {
             tier.live += loc.len();
             tier.keys += 1;
@@ -466,7 +536,7 @@ impl Inner {
     }
 
     /// Uncounts a record of tier `t` the map no longer points at.
-    fn sub_loc(&mut self, t: usize, loc: Loc) {
+    fn sub_loc(&mut self, t: Tier, loc: Loc) {
         if let Some(tier) = self.tiers[t].as_mut() {
             tier.live -= loc.len();
             tier.keys -= 1;
@@ -524,7 +594,7 @@ impl Inner {
 pub struct KvStore {
     inner: Mutex<Inner>,
     /// The device side of each log tier.
-    devs: [Option<Arc<LogDev>>; 2],
+    devs: PerTier<Option<Arc<LogDev>>>,
     peers: Vec<Peer>,
     cfg: KvConfig,
     counters: Counters,
@@ -608,18 +678,18 @@ impl KvStore {
         let mut inner = Inner {
             map: HashMap::new(),
             dram: S3Fifo::with_shape(10, ghost_factor_for(cfg.dram_bytes, below.unwrap_or(0))),
-            tiers: [None, None],
+            tiers: PerTier::default(),
             ns: HashMap::new(),
             next_stamp: 0,
             next_version: 0,
             peer_index: HashMap::new(),
             expiring: BinaryHeap::new(),
         };
-        let mut devs = [None, None];
+        let mut devs = PerTier::default();
         let mut found = Vec::new();
-        for (t, dev) in [(SSD, ssd), (POOL, pool)] {
+        for (t, dev) in [(Tier::Ssd, ssd), (Tier::Pool, pool)] {
             let Some(dev) = dev else { continue };
-            let seg = if t == SSD { cfg.segment_bytes } else { segment_size_for(dev.geometry().size_bytes()) };
+            let seg = if t == Tier::Ssd { cfg.segment_bytes } else { segment_size_for(dev.geometry().size_bytes()) };
             let (log, f) = LogState::open(dev, seg).await?;
             devs[t] = Some(log.dev().clone());
             inner.tiers[t] = Some(LogTier { log, live: 0, keys: 0 });
@@ -766,10 +836,10 @@ impl KvStore {
     /// or cut-off pool costs puts one wait, then blocks skip it until its
     /// writes move again.
     async fn ready(&self) {
-        if let Some(d) = &self.devs[SSD] {
+        if let Some(d) = &self.devs[Tier::Ssd] {
             d.ready().await;
         }
-        if let Some(d) = &self.devs[POOL] {
+        if let Some(d) = &self.devs[Tier::Pool] {
             d.ready_within(POOL_WRITE_WAIT).await;
         }
     }
@@ -778,7 +848,7 @@ impl KvStore {
     /// from the index, leaving tombstones so a restart does not bring it
     /// back. A tombstone carries the version it deletes.
     fn forget(&self, inner: &mut Inner, k: &Bytes, old: &Entry) {
-        for (t, loc) in old.locs.iter().enumerate() {
+        for (t, loc) in old.locs.iter() {
             let Some(loc) = *loc else { continue };
             inner.sub_loc(t, loc);
             let Some(tier) = inner.tiers[t].as_mut() else { continue };
@@ -788,25 +858,25 @@ impl KvStore {
             let meta = RecordMeta { kind: Kind::Delete, expires_ms: 0, version: old.version };
             match tier.log.append(k.clone(), k, &[], meta) {
                 Ok((_, reclaimed)) => Self::reclaim(inner, &self.counters, t, reclaimed),
-                Err(e) => tracing::warn!(error = %e, tier = TIER_NAME[t], "KV log: tombstone not written"),
+                Err(e) => tracing::warn!(error = %e, tier = t.name(), "KV log: tombstone not written"),
             }
         }
     }
 
     /// Drops the tier-`t` locations of reclaimed keys whose records are
     /// gone, and the entries left with no copy.
-    fn reclaim(inner: &mut Inner, counters: &Counters, t: usize, keys: Vec<Bytes>) {
+    fn reclaim(inner: &mut Inner, counters: &Counters, t: Tier, keys: Vec<Bytes>) {
         let n = Self::drop_locs(inner, t, keys, |log, loc| !log.is_current(loc));
         counters.dropped[t].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Drops tier `t`'s records whose writes failed from the index.
-    fn drop_lost(inner: &mut Inner, counters: &Counters, t: usize) {
+    fn drop_lost(inner: &mut Inner, counters: &Counters, t: Tier) {
         let Some(tier) = inner.tiers[t].as_mut() else { return };
         for (span, keys) in tier.log.take_lost() {
             let n = Self::drop_locs(inner, t, keys, |_, loc| span.holds(loc));
             if n > 0 {
-                tracing::warn!(tier = TIER_NAME[t], records = n, "KV records lost with a failed write");
+                tracing::warn!(tier = t.name(), records = n, "KV records lost with a failed write");
             }
             counters.lost[t].fetch_add(n, Ordering::Relaxed);
         }
@@ -814,7 +884,7 @@ impl KvStore {
 
     /// Drops the tier-`t` records of `keys` for which `gone` holds from
     /// the index, and the entries left with no copy; returns how many.
-    fn drop_locs(inner: &mut Inner, t: usize, keys: Vec<Bytes>, gone: impl Fn(&LogState<Bytes>, Loc) -> bool) -> u64 {
+    fn drop_locs(inner: &mut Inner, t: Tier, keys: Vec<Bytes>, gone: impl Fn(&LogState<Bytes>, Loc) -> bool) -> u64 {
         let mut n = 0;
         for k in keys {
             let Some(tier) = inner.tiers[t].as_ref() else { break };
@@ -863,7 +933,7 @@ impl KvStore {
     fn write_copy(
         &self,
         inner: &mut Inner,
-        t: usize,
+        t: Tier,
         k: &Bytes,
         value: &[u8],
         meta: RecordMeta,
@@ -886,7 +956,7 @@ impl KvStore {
         if e.expired(now) {
             self.counters.expired.fetch_add(1, Ordering::Relaxed);
             let e = inner.take_entry(&k).expect("looked up above");
-            for (t, loc) in e.locs.iter().enumerate() {
+            for (t, loc) in e.locs.iter() {
                 if let Some(loc) = *loc {
                     inner.sub_loc(t, loc);
                 }
@@ -895,11 +965,11 @@ impl KvStore {
         }
         let admit = reused || self.cfg.admit == Admit::All || e.pin != Pin::None;
         let (have, meta) = (e.locs, RecordMeta { kind: Kind::Put, expires_ms: e.expires_ms, version: e.version });
-        for t in [SSD, POOL] {
+        for t in Tier::ALL {
             if have[t].is_some() || !admit {
                 continue;
             }
-            if t == POOL && self.devs[POOL].as_ref().is_some_and(|d| d.is_stalled()) {
+            if t == Tier::Pool && self.devs[Tier::Pool].as_ref().is_some_and(|d| d.is_stalled()) {
                 self.counters.pool_skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -909,7 +979,7 @@ impl KvStore {
                     self.counters.demoted_bytes.fetch_add(loc.len(), Ordering::Relaxed);
                 }
                 Ok(None) => {}
-                Err(err) => tracing::debug!(error = %err, tier = TIER_NAME[t], "KV block not demoted"),
+                Err(err) => tracing::debug!(error = %err, tier = t.name(), "KV block not demoted"),
             }
         }
         if inner.map.get(&k).is_some_and(|e| !e.has_copy()) {
@@ -929,21 +999,21 @@ impl KvStore {
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
         let got = self.get_full(&k, true).await;
         let c = match &got {
-            Some((_, None)) => &self.counters.hits_dram,
-            Some((_, Some(SSD))) => &self.counters.hits_ssd,
-            Some((_, Some(PEER))) => &self.counters.hits_peer,
-            Some((_, Some(_))) => &self.counters.hits_pool,
+            Some((_, Source::Dram)) => &self.counters.hits_dram,
+            Some((_, Source::Log(Tier::Ssd))) => &self.counters.hits_ssd,
+            Some((_, Source::Peer)) => &self.counters.hits_peer,
+            Some((_, Source::Log(Tier::Pool))) => &self.counters.hits_pool,
             None => &self.counters.misses,
         };
         c.fetch_add(1, Ordering::Relaxed);
         Ok(got.map(|(v, _)| v))
     }
 
-    /// Looks `k` up; `(value, the log tier it was read from, or None for
-    /// DRAM)`. `touch`: count it as a use.
-    async fn get_full(&self, k: &Bytes, touch: bool) -> Option<(Bytes, Option<usize>)> {
+    /// Looks `k` up; `(value, where it was found)`. `touch`: count it as
+    /// a use.
+    async fn get_full(&self, k: &Bytes, touch: bool) -> Option<(Bytes, Source)> {
         let now = self.now();
-        let mut tried = [false; 2];
+        let mut tried = PerTier::<bool>::default();
         loop {
             let next = {
                 let mut g = lock(&self.inner);
@@ -953,18 +1023,18 @@ impl KvStore {
             };
             let (t, loc) = match next {
                 // Not here: perhaps in a peer's log.
-                None => return self.get_peer(k, now).await.map(|v| (v, Some(PEER))),
+                None => return self.get_peer(k, now).await.map(|v| (v, Source::Peer)),
                 Some(Copy::Done(r)) => return r,
                 Some(Copy::Read(t, loc)) => (t, loc),
             };
             tried[t] = true;
             let dev = self.devs[t].clone()?;
             let read = match t {
-                POOL => tokio::time::timeout(POOL_READ_DEADLINE, dev.read(k, loc)).await.unwrap_or_else(|_| {
+                Tier::Pool => tokio::time::timeout(POOL_READ_DEADLINE, dev.read(k, loc)).await.unwrap_or_else(|_| {
                     tracing::warn!(deadline = ?POOL_READ_DEADLINE, "KV pool read missed its deadline");
                     Err(LogError::Failed)
                 }),
-                _ => dev.read(k, loc).await,
+                Tier::Ssd => dev.read(k, loc).await,
             };
             let value = match read {
                 Ok(Some(v)) => v,
@@ -973,7 +1043,7 @@ impl KvStore {
                     // unreachable: try the next copy. A record that fails
                     // its checks while the index still points at it is
                     // dropped, as is an SSD copy that cannot be read.
-                    let damaged = matches!(read, Ok(None)) || t == SSD;
+                    let damaged = matches!(read, Ok(None)) || t == Tier::Ssd;
                     let mut g = lock(&self.inner);
                     let inner = &mut *g;
                     if damaged
@@ -982,7 +1052,7 @@ impl KvStore {
                     {
                         self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
-                            tier = TIER_NAME[t],
+                            tier = t.name(),
                             seg = loc.seg,
                             off = loc.off,
                             "KV record failed its checks; dropped"
@@ -1012,13 +1082,13 @@ impl KvStore {
                     self.counters.promoted.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            return Some((value, Some(t)));
+            return Some((value, Source::Log(t)));
         }
     }
 
     /// What a get does next with the entry of `k` (in the map): answer
     /// now, or read the first copy in a log tier it has not tried.
-    fn next_copy(&self, inner: &mut Inner, k: &Bytes, expired: bool, touch: bool, tried: &[bool; 2]) -> Copy {
+    fn next_copy(&self, inner: &mut Inner, k: &Bytes, expired: bool, touch: bool, tried: &PerTier<bool>) -> Copy {
         if expired {
             self.remove_entry(inner, k);
             self.counters.expired.fetch_add(1, Ordering::Relaxed);
@@ -1030,13 +1100,13 @@ impl KvStore {
             if touch {
                 inner.dram.touch(k);
             }
-            return Copy::Done(Some((v, None)));
+            return Copy::Done(Some((v, Source::Dram)));
         }
-        let Some((t, loc)) = (0..2).find_map(|t| e.locs[t].filter(|_| !tried[t]).map(|l| (t, l))) else {
+        let Some((t, loc)) = Tier::ALL.into_iter().find_map(|t| e.locs[t].filter(|_| !tried[t]).map(|l| (t, l))) else {
             return Copy::Done(None);
         };
         match inner.tiers[t].as_ref().and_then(|x| x.log.buffered(loc)) {
-            Some(v) => Copy::Done(Some((v, Some(t)))),
+            Some(v) => Copy::Done(Some((v, Source::Log(t)))),
             None => Copy::Read(t, loc),
         }
     }
@@ -1349,7 +1419,7 @@ impl KvStore {
     ///
     /// A log tier failed.
     pub async fn flush(&self, demote_all: bool) -> Result<(), KvError> {
-        for t in [SSD, POOL] {
+        for t in Tier::ALL {
             let Some(dev) = self.devs[t].clone() else { continue };
             if demote_all {
                 let keys: Vec<Bytes> = {
@@ -1403,12 +1473,12 @@ impl KvStore {
             dram_keys: g.dram.len() as u64,
             dram_used: g.dram.used(),
             dram_capacity: self.cfg.dram_bytes,
-            ssd_keys: g.tiers[SSD].as_ref().map_or(0, |t| t.keys),
-            ssd_live: g.tiers[SSD].as_ref().map_or(0, |t| t.live),
-            ssd_capacity: g.tiers[SSD].as_ref().map_or(0, |t| t.log.capacity()),
-            pool_keys: g.tiers[POOL].as_ref().map_or(0, |t| t.keys),
-            pool_live: g.tiers[POOL].as_ref().map_or(0, |t| t.live),
-            pool_capacity: g.tiers[POOL].as_ref().map_or(0, |t| t.log.capacity()),
+            ssd_keys: g.tiers[Tier::Ssd].as_ref().map_or(0, |t| t.keys),
+            ssd_live: g.tiers[Tier::Ssd].as_ref().map_or(0, |t| t.live),
+            ssd_capacity: g.tiers[Tier::Ssd].as_ref().map_or(0, |t| t.log.capacity()),
+            pool_keys: g.tiers[Tier::Pool].as_ref().map_or(0, |t| t.keys),
+            pool_live: g.tiers[Tier::Pool].as_ref().map_or(0, |t| t.live),
+            pool_capacity: g.tiers[Tier::Pool].as_ref().map_or(0, |t| t.log.capacity()),
             gets: r(&c.gets),
             hits_dram: r(&c.hits_dram),
             hits_ssd: r(&c.hits_ssd),
@@ -1421,10 +1491,10 @@ impl KvStore {
             demoted: r(&c.demoted),
             demoted_bytes: r(&c.demoted_bytes),
             not_admitted: r(&c.not_admitted),
-            dropped_ssd: r(&c.dropped[SSD]),
-            dropped_pool: r(&c.dropped[POOL]),
-            lost_ssd: r(&c.lost[SSD]),
-            lost_pool: r(&c.lost[POOL]),
+            dropped_ssd: r(&c.dropped[Tier::Ssd]),
+            dropped_pool: r(&c.dropped[Tier::Pool]),
+            lost_ssd: r(&c.lost[Tier::Ssd]),
+            lost_pool: r(&c.lost[Tier::Pool]),
             pool_skipped: r(&c.pool_skipped),
             promoted: r(&c.promoted),
             corrupt: r(&c.corrupt),
@@ -1437,8 +1507,8 @@ impl KvStore {
     #[doc(hidden)]
     pub fn check_invariants(&self) {
         let g = lock(&self.inner);
-        let mut live = [0u64; 2];
-        let mut keys = [0u64; 2];
+        let mut live = PerTier::<u64>::default();
+        let mut keys = PerTier::<u64>::default();
         let mut dram = 0;
         for (k, e) in &g.map {
             assert!(e.has_copy(), "an entry with no copy");
@@ -1447,12 +1517,12 @@ impl KvStore {
             if let Some(v) = &e.value {
                 dram += dram_size(k.len(), v.len());
             }
-            for (t, loc) in e.locs.iter().enumerate() {
+            for (t, loc) in e.locs.iter() {
                 let Some(loc) = *loc else { continue };
                 live[t] += loc.len();
                 keys[t] += 1;
                 let tier = g.tiers[t].as_ref().expect("a location in a tier that is not there");
-                assert!(tier.log.is_current(loc), "a stale {} location", TIER_NAME[t]);
+                assert!(tier.log.is_current(loc), "a stale {t} location");
             }
         }
         assert_eq!(g.dram.used(), dram);
@@ -1461,9 +1531,9 @@ impl KvStore {
             let (keys, bytes) = mine.fold((0, 0), |(n, b), (_, e)| (n + 1, b + e.size));
             assert_eq!((st.keys, st.bytes), (keys, bytes), "namespace accounting");
         }
-        for t in [SSD, POOL] {
+        for t in Tier::ALL {
             let counted = g.tiers[t].as_ref().map_or((0, 0), |x| (x.live, x.keys));
-            assert_eq!(counted, (live[t], keys[t]), "{} accounting", TIER_NAME[t]);
+            assert_eq!(counted, (live[t], keys[t]), "{t} accounting");
         }
     }
 }
@@ -1474,7 +1544,7 @@ struct Newest {
     kind: Kind,
     expires_ms: u64,
     value_len: u64,
-    locs: [Option<Loc>; 2],
+    locs: PerTier<Option<Loc>>,
 }
 
 /// Rebuilds the index from the records both logs' scans found (each
@@ -1482,7 +1552,7 @@ struct Newest {
 /// versions a tombstone wins (it carries the version it deletes), and
 /// puts are copies of one value, one per log. Entries are inserted oldest
 /// version first, so a namespace's oldest-first order survives.
-fn recover(inner: &mut Inner, found: Vec<(usize, Found)>, now: u64) {
+fn recover(inner: &mut Inner, found: Vec<(Tier, Found)>, now: u64) {
     let mut newest: HashMap<Bytes, Newest> = HashMap::new();
     for (t, f) in found {
         let h = f.head;
@@ -1492,7 +1562,7 @@ fn recover(inner: &mut Inner, found: Vec<(usize, Found)>, now: u64) {
             kind: h.kind,
             expires_ms: h.expires_ms,
             value_len: h.value_len,
-            locs: [None; 2],
+            locs: PerTier::default(),
         });
         if h.version > slot.version || (h.version == slot.version && h.kind == Kind::Delete) {
             *slot = Newest {
@@ -1500,7 +1570,7 @@ fn recover(inner: &mut Inner, found: Vec<(usize, Found)>, now: u64) {
                 kind: h.kind,
                 expires_ms: h.expires_ms,
                 value_len: h.value_len,
-                locs: [None; 2],
+                locs: PerTier::default(),
             };
         } else if h.version < slot.version || slot.kind == Kind::Delete {
             continue;
@@ -1513,7 +1583,7 @@ fn recover(inner: &mut Inner, found: Vec<(usize, Found)>, now: u64) {
         newest.into_iter().filter(|(_, n)| n.kind == Kind::Put && (n.expires_ms == 0 || n.expires_ms > now)).collect();
     live.sort_unstable_by_key(|(_, n)| n.version);
     for (k, n) in live {
-        for (t, loc) in n.locs.iter().enumerate() {
+        for (t, loc) in n.locs.iter() {
             let Some(loc) = *loc else { continue };
             if let Some(tier) = inner.tiers[t].as_mut() {
                 tier.log.track(k.clone(), loc);
@@ -1534,21 +1604,21 @@ fn recover(inner: &mut Inner, found: Vec<(usize, Found)>, now: u64) {
 async fn tick(store: Weak<KvStore>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut n = 0u64;
-    let mut syncing: [Option<oneshot::Receiver<Result<(), LogError>>>; 2] = [None, None];
+    let mut syncing: PerTier<Option<oneshot::Receiver<Result<(), LogError>>>> = PerTier::default();
     loop {
         tick.tick().await;
         n += 1;
         let Some(s) = store.upgrade() else { return };
         s.expire_due();
         let mut g = lock(&s.inner);
-        for (t, pending) in syncing.iter_mut().enumerate() {
+        for (t, pending) in syncing.iter_mut() {
             KvStore::drop_lost(&mut g, &s.counters, t);
             let Some(tier) = g.tiers[t].as_mut() else { continue };
             tier.log.seal(false);
             if let Some(rx) = pending {
                 match rx.try_recv() {
                     Err(oneshot::error::TryRecvError::Empty) => continue,
-                    Ok(Err(e)) => tracing::debug!(error = %e, tier = TIER_NAME[t], "KV log sync failed"),
+                    Ok(Err(e)) => tracing::debug!(error = %e, tier = t.name(), "KV log sync failed"),
                     _ => {}
                 }
                 *pending = None;
