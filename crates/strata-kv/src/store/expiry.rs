@@ -39,10 +39,7 @@ impl KvStore {
     ///
     /// A bad namespace.
     pub fn expiry(&self, ns: &[u8], key: &[u8]) -> Result<Option<u64>, KvError> {
-        let k = full_key(ns, key)?;
-        let now = self.now();
-        let g = lock(&self.inner);
-        Ok(g.map.get(&k).filter(|e| !e.expired(now)).map(|e| e.expires_ms))
+        self.peek(ns, key, |e| e.expires_ms)
     }
 
     /// Deletes the entries whose expiry has passed, up to

@@ -1,5 +1,5 @@
 //! [`KvStore`]: what the store holds, and its read-only views (stats,
-//! invariants). Its operations are in the sibling
+//! invariants, an entry's fields). Its operations are in the sibling
 //! modules by job, each an `impl KvStore` block; this module imports
 //! none of them.
 //!
@@ -11,7 +11,8 @@
 use std::sync::{Arc, Mutex};
 
 use super::config::KvConfig;
-use super::index::{Inner, lock};
+use super::error::KvError;
+use super::index::{Entry, Inner, full_key, lock};
 use super::peers::Peer;
 use super::stats::{Counters, Stats};
 use super::tier::PerTier;
@@ -31,6 +32,20 @@ pub struct KvStore {
 impl KvStore {
     pub(super) fn now(&self) -> u64 {
         (self.clock)()
+    }
+
+    /// `f` of the entry of `key` in namespace `ns`, when it is present
+    /// and unexpired. No side effects: nothing is promoted, touched or
+    /// deleted.
+    ///
+    /// # Errors
+    ///
+    /// A bad namespace.
+    pub(super) fn peek<T>(&self, ns: &[u8], key: &[u8], f: impl FnOnce(&Entry) -> T) -> Result<Option<T>, KvError> {
+        let k = full_key(ns, key)?;
+        let now = self.now();
+        let g = lock(&self.inner);
+        Ok(g.map.get(&k).filter(|e| !e.expired(now)).map(f))
     }
 
     /// The store's state and counters.

@@ -279,9 +279,6 @@ impl KvStore {
     ///
     /// A bad namespace.
     pub fn version(&self, ns: &[u8], key: &[u8]) -> Result<Option<u64>, KvError> {
-        let k = full_key(ns, key)?;
-        let now = self.now();
-        let g = lock(&self.inner);
-        Ok(g.map.get(&k).filter(|e| !e.expired(now)).map(|e| e.version))
+        self.peek(ns, key, |e| e.version)
     }
 }
