@@ -1,0 +1,143 @@
+//! What the store counts and reports: [`Counters`], bumped without the
+//! lock as operations run, and [`Stats`], their snapshot together with
+//! the index's sizes. Counters only grow; a snapshot is taken under the
+//! index's lock, so its sizes agree with each other (the counters may
+//! run ahead of them by what other threads count meanwhile).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::index::Inner;
+use super::tier::{PerTier, Tier};
+use crate::policy::Policy;
+
+/// Counters since start.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) gets: AtomicU64,
+    pub(super) hits_dram: AtomicU64,
+    pub(super) hits_ssd: AtomicU64,
+    pub(super) hits_pool: AtomicU64,
+    pub(super) hits_peer: AtomicU64,
+    pub(super) misses: AtomicU64,
+    pub(super) puts: AtomicU64,
+    pub(super) evicted: AtomicU64,
+    pub(super) demoted: AtomicU64,
+    pub(super) demoted_bytes: AtomicU64,
+    pub(super) not_admitted: AtomicU64,
+    pub(super) dropped: PerTier<AtomicU64>,
+    pub(super) lost: PerTier<AtomicU64>,
+    pub(super) pool_skipped: AtomicU64,
+    pub(super) promoted: AtomicU64,
+    pub(super) corrupt: AtomicU64,
+    pub(super) expired: AtomicU64,
+    pub(super) quota_evicted: AtomicU64,
+}
+
+/// A snapshot of the store's state and counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Keys in any tier.
+    pub keys: u64,
+    /// Keys with a DRAM copy.
+    pub dram_keys: u64,
+    /// DRAM bytes used.
+    pub dram_used: u64,
+    /// DRAM capacity.
+    pub dram_capacity: u64,
+    /// Keys with an SSD record.
+    pub ssd_keys: u64,
+    /// Bytes of live SSD records.
+    pub ssd_live: u64,
+    /// SSD log capacity (0: no SSD tier).
+    pub ssd_capacity: u64,
+    /// Keys with a pool record.
+    pub pool_keys: u64,
+    /// Bytes of live pool records.
+    pub pool_live: u64,
+    /// Pool log capacity (0: no pool tier).
+    pub pool_capacity: u64,
+    /// Gets.
+    pub gets: u64,
+    /// Gets answered from DRAM.
+    pub hits_dram: u64,
+    /// Gets answered from SSD.
+    pub hits_ssd: u64,
+    /// Gets answered from the pool.
+    pub hits_pool: u64,
+    /// Gets answered from another store's log on the shared pool volume.
+    pub hits_peer: u64,
+    /// Keys known from other stores' logs on the shared pool volume.
+    pub peer_keys: u64,
+    /// Gets that found nothing.
+    pub misses: u64,
+    /// Puts.
+    pub puts: u64,
+    /// Blocks that left DRAM.
+    pub evicted: u64,
+    /// Log records written on leaving DRAM (one per tier written).
+    pub demoted: u64,
+    /// Bytes written to the log tiers by demotion.
+    pub demoted_bytes: u64,
+    /// Blocks that left DRAM without being written (not admitted).
+    pub not_admitted: u64,
+    /// SSD records dropped when their segment was reclaimed.
+    pub dropped_ssd: u64,
+    /// Pool records dropped when their segment was reclaimed.
+    pub dropped_pool: u64,
+    /// SSD records dropped because their write failed.
+    pub lost_ssd: u64,
+    /// Pool records dropped because their write failed.
+    pub lost_pool: u64,
+    /// Blocks not written to the pool because its writes were stalled.
+    pub pool_skipped: u64,
+    /// Blocks copied back into DRAM from a log tier.
+    pub promoted: u64,
+    /// Log records that failed their checks on read (answered as misses).
+    pub corrupt: u64,
+    /// Blocks found expired.
+    pub expired: u64,
+    /// Blocks deleted to keep a namespace within its quota.
+    pub quota_evicted: u64,
+}
+
+impl Counters {
+    /// A snapshot of these counters and of `g`, the index (locked), in a
+    /// store of `dram_capacity` bytes of DRAM.
+    pub(super) fn snapshot(&self, g: &Inner, dram_capacity: u64) -> Stats {
+        let c = self;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            keys: g.map.len() as u64,
+            dram_keys: g.dram.len() as u64,
+            dram_used: g.dram.used(),
+            dram_capacity,
+            ssd_keys: g.tiers[Tier::Ssd].as_ref().map_or(0, |t| t.keys),
+            ssd_live: g.tiers[Tier::Ssd].as_ref().map_or(0, |t| t.live),
+            ssd_capacity: g.tiers[Tier::Ssd].as_ref().map_or(0, |t| t.log.capacity()),
+            pool_keys: g.tiers[Tier::Pool].as_ref().map_or(0, |t| t.keys),
+            pool_live: g.tiers[Tier::Pool].as_ref().map_or(0, |t| t.live),
+            pool_capacity: g.tiers[Tier::Pool].as_ref().map_or(0, |t| t.log.capacity()),
+            gets: r(&c.gets),
+            hits_dram: r(&c.hits_dram),
+            hits_ssd: r(&c.hits_ssd),
+            hits_pool: r(&c.hits_pool),
+            hits_peer: r(&c.hits_peer),
+            peer_keys: g.peer_index.len() as u64,
+            misses: r(&c.misses),
+            puts: r(&c.puts),
+            evicted: r(&c.evicted),
+            demoted: r(&c.demoted),
+            demoted_bytes: r(&c.demoted_bytes),
+            not_admitted: r(&c.not_admitted),
+            dropped_ssd: r(&c.dropped[Tier::Ssd]),
+            dropped_pool: r(&c.dropped[Tier::Pool]),
+            lost_ssd: r(&c.lost[Tier::Ssd]),
+            lost_pool: r(&c.lost[Tier::Pool]),
+            pool_skipped: r(&c.pool_skipped),
+            promoted: r(&c.promoted),
+            corrupt: r(&c.corrupt),
+            expired: r(&c.expired),
+            quota_evicted: r(&c.quota_evicted),
+        }
+    }
+}
