@@ -1,14 +1,23 @@
-//! The JSON HTTP API (default 127.0.0.1:7420).
+//! The JSON HTTP API (default 127.0.0.1:7420), one route table for
+//! `strata serve` (S) and `strata node` (C); see `docs/api.md`.
 //!
-//! | method | path                      | body / answer                              |
-//! |--------|---------------------------|--------------------------------------------|
-//! | GET    | /api/v1/status            | version, listeners, drives, capacity       |
-//! | GET    | /api/v1/volumes           | list of volumes                            |
-//! | POST   | /api/v1/volumes           | `{"name","size","block_size"?,"nqn"?,"allowed_hosts"?}` -> 201 |
-//! | GET    | /api/v1/volumes/NAME      | one volume                                 |
-//! | PATCH  | /api/v1/volumes/NAME      | `{"size","allow_shrink"?}`                 |
-//! | DELETE | /api/v1/volumes/NAME      | the deleted volume                         |
-//! | GET    | /metrics                  | Prometheus text                            |
+//! | method | path                         | on | body / answer                              |
+//! |--------|------------------------------|----|--------------------------------------------|
+//! | GET    | /api/v1/status               | S  | version, listeners, drives, capacity       |
+//! | GET    | /metrics                     | S  | Prometheus text                            |
+//! | GET    | /api/v1/pool                 | C  | the pool's status (`PoolStatus`)           |
+//! | GET    | /api/v1/pool/settings        | C  | the pool's settings                        |
+//! | PATCH  | /api/v1/pool/settings        | C  | settings to change                         |
+//! | POST   | /api/v1/nodes/NAME/drain     | C  | the new map epoch                          |
+//! | POST   | /api/v1/nodes/NAME/undrain   | C  | the new map epoch                          |
+//! | DELETE | /api/v1/nodes/NAME           | C  | the new map epoch                          |
+//! | GET    | /api/v1/volumes              | SC | list of volumes                            |
+//! | POST   | /api/v1/volumes              | SC | `{"name","size","block_size"?,"nqn"?,"allowed_hosts"?,"protect"?}` -> 201 |
+//! | GET    | /api/v1/volumes/NAME         | SC | one volume                                 |
+//! | PATCH  | /api/v1/volumes/NAME         | S  | `{"size","allow_shrink"?}`                 |
+//! | DELETE | /api/v1/volumes/NAME         | SC | the deleted volume                         |
+//! | POST   | /api/v1/volumes/NAME/check   | C  | `{"repair"?}` -> 202; at the volume's owner |
+//! | GET    | /api/v1/volumes/NAME/check   | C  | the check's progress and report            |
 //!
 //! Sizes are bytes (a number) or strings such as "8G". Errors are
 //! `{"error": "..."}` with 400, 404, 409 or 500.
@@ -16,6 +25,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -28,6 +38,7 @@ use serde_json::{Value, json};
 use strata_meta::NewVolume;
 use tokio::net::TcpListener;
 
+use strata_node::cluster::{Answer, ClusterNode, SettingsPatch};
 use strata_node::node::{Node, NodeError};
 
 const MAX_BODY: usize = 64 * 1024;
@@ -37,12 +48,23 @@ const MAX_BODY: usize = 64 * 1024;
 /// # Errors
 ///
 /// When the address cannot be bound.
-pub async fn serve(node: Arc<Node>, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+pub async fn serve(backend: Backend, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
     serve_http(addr, move |req| {
-        let node = node.clone();
-        async move { handle(&node, req).await }
+        let backend = backend.clone();
+        async move { handle(&backend, req).await }
     })
     .await
+}
+
+/// What answers the API: a single-machine node (`strata serve`) or a node
+/// of a cluster (`strata node`). One route table serves both; a route
+/// that the other kind has answers 405 here.
+#[derive(Clone)]
+pub enum Backend {
+    /// `strata serve`.
+    Serve(Arc<Node>),
+    /// `strata node`.
+    Cluster(Arc<ClusterNode>),
 }
 
 /// Binds `addr` and answers every request with `handler`, each on a task
@@ -89,7 +111,7 @@ where
     Ok(bound)
 }
 
-pub(crate) fn reply(status: StatusCode, body: impl serde::Serialize) -> Response<Full<Bytes>> {
+fn reply(status: StatusCode, body: impl serde::Serialize) -> Response<Full<Bytes>> {
     let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
     text.push(b'\n');
     Response::builder()
@@ -99,11 +121,11 @@ pub(crate) fn reply(status: StatusCode, body: impl serde::Serialize) -> Response
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
-pub(crate) fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response<Full<Bytes>> {
+fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response<Full<Bytes>> {
     reply(status, json!({ "error": msg.to_string() }))
 }
 
-pub(crate) fn node_error(e: NodeError) -> Response<Full<Bytes>> {
+fn node_error(e: NodeError) -> Response<Full<Bytes>> {
     let status = match &e {
         NodeError::Invalid(_) => StatusCode::BAD_REQUEST,
         NodeError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -116,13 +138,13 @@ pub(crate) fn node_error(e: NodeError) -> Response<Full<Bytes>> {
 /// A size given as a number of bytes or a string such as "8G".
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub(crate) enum Size {
+enum Size {
     Bytes(u64),
     Text(String),
 }
 
 impl Size {
-    pub(crate) fn bytes(&self) -> Result<u64, NodeError> {
+    fn bytes(&self) -> Result<u64, NodeError> {
         match self {
             Size::Bytes(b) => Ok(*b),
             Size::Text(t) => strata_meta::parse_size(t).map_err(|e| NodeError::Invalid(format!("size {t:?}: {e}"))),
@@ -133,7 +155,7 @@ impl Size {
 /// The body of a volume creation, on a single node or a cluster.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct CreateBody {
+struct CreateBody {
     name: String,
     size: Size,
     block_size: Option<u32>,
@@ -146,7 +168,7 @@ pub(crate) struct CreateBody {
 
 impl CreateBody {
     /// The request and its protection.
-    pub(crate) fn into_request(self) -> Result<(NewVolume, Option<String>), NodeError> {
+    fn into_request(self) -> Result<(NewVolume, Option<String>), NodeError> {
         let mut nv = NewVolume::new(self.name, self.size.bytes()?);
         if let Some(bs) = self.block_size {
             nv.block_size = bs;
@@ -165,9 +187,7 @@ struct ResizeBody {
     allow_shrink: bool,
 }
 
-pub(crate) async fn body_json<T: serde::de::DeserializeOwned>(
-    req: Request<Incoming>,
-) -> Result<T, Response<Full<Bytes>>> {
+async fn body_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Response<Full<Bytes>>> {
     let bytes = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return Err(error(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))),
@@ -175,52 +195,44 @@ pub(crate) async fn body_json<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
 }
 
-async fn handle(node: &Node, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(backend: &Backend, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    use Backend::{Cluster, Serve};
     let path = req.uri().path().trim_end_matches('/').to_string();
     let method = req.method().clone();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    match (&method, segments.as_slice()) {
-        (&Method::GET, ["api", "v1", "status"]) => reply(StatusCode::OK, status(node)),
-        (&Method::GET, ["metrics"]) => metrics(node).await,
-        (&Method::GET, ["api", "v1", "volumes"]) => match node.list_volumes().await {
-            Ok(v) => reply(StatusCode::OK, json!(v)),
-            Err(e) => node_error(e),
+    let answer = |r: Result<Value, NodeError>, ok: StatusCode| match r {
+        Ok(v) => reply(ok, v),
+        Err(e) => node_error(e),
+    };
+    match (&method, segments.as_slice(), backend) {
+        // Both kinds.
+        (&Method::GET, ["api", "v1", "volumes"], Serve(node)) => {
+            answer(node.list_volumes().await.map(|v| json!(v)), StatusCode::OK)
+        }
+        (&Method::GET, ["api", "v1", "volumes"], Cluster(c)) => match c.status().await {
+            Ok(v) => reply(StatusCode::OK, v.volumes),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
         },
-        (&Method::POST, ["api", "v1", "volumes"]) => {
+        (&Method::POST, ["api", "v1", "volumes"], _) => {
             let body: CreateBody = match body_json(req).await {
                 Ok(b) => b,
                 Err(r) => return r,
             };
-            let nv = match body.into_request() {
-                Ok((nv, None)) => nv,
-                Ok((nv, Some(p))) if p == "rep:1" => nv,
-                Ok((_, Some(p))) => {
-                    return node_error(NodeError::Invalid(format!(
-                        "protection {p}: strata serve keeps one copy on one machine; run a cluster (strata node) for more"
-                    )));
-                }
-                Err(e) => return node_error(e),
-            };
-            match node.create_volume(nv).await {
-                Ok(v) => reply(StatusCode::CREATED, json!(v)),
-                Err(e) => node_error(e),
-            }
+            answer(create_volume(backend, body).await, StatusCode::CREATED)
         }
-        (_, ["api", "v1", "volumes", name, "check"]) => match node.get_volume(name).await {
-            Ok(_) => error(
-                StatusCode::CONFLICT,
-                format!(
-                    "{name} is a volume of strata serve: one copy on one machine, with nothing to compare it with; \
-                     strata volume check compares the copies or shards of a pool volume (strata node)"
-                ),
-            ),
-            Err(e) => node_error(e),
-        },
-        (&Method::GET, ["api", "v1", "volumes", name]) => match node.get_volume(name).await {
-            Ok(v) => reply(StatusCode::OK, json!(v)),
-            Err(e) => node_error(e),
-        },
-        (&Method::PATCH, ["api", "v1", "volumes", name]) => {
+        (&Method::GET, ["api", "v1", "volumes", name], Serve(node)) => {
+            answer(node.get_volume(name).await.map(|v| json!(v)), StatusCode::OK)
+        }
+        (&Method::GET, ["api", "v1", "volumes", name], Cluster(c)) => {
+            answer(c.volume(name).await.map(|v| json!(v)), StatusCode::OK)
+        }
+        (&Method::DELETE, ["api", "v1", "volumes", name], Serve(node)) => {
+            answer(node.delete_volume(name).await.map(|v| json!(v)), StatusCode::OK)
+        }
+        (&Method::DELETE, ["api", "v1", "volumes", name], Cluster(c)) => {
+            answer(c.delete_volume(name).await, StatusCode::OK)
+        }
+        (&Method::PATCH, ["api", "v1", "volumes", name], Serve(node)) => {
             let name = name.to_string();
             let body: ResizeBody = match body_json(req).await {
                 Ok(b) => b,
@@ -230,19 +242,105 @@ async fn handle(node: &Node, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 Ok(s) => s,
                 Err(e) => return node_error(e),
             };
-            match node.resize_volume(&name, size, body.allow_shrink).await {
-                Ok(v) => reply(StatusCode::OK, json!(v)),
+            answer(node.resize_volume(&name, size, body.allow_shrink).await.map(|v| json!(v)), StatusCode::OK)
+        }
+        (&Method::PATCH, ["api", "v1", "volumes", _], Cluster(_)) => error(
+            StatusCode::CONFLICT,
+            "resizing a pool volume is not supported yet: create a new volume and copy, or use strata serve",
+        ),
+        (_, ["api", "v1", "volumes", name, "check"], Serve(node)) => match node.get_volume(name).await {
+            Ok(_) => error(
+                StatusCode::CONFLICT,
+                format!(
+                    "{name} is a volume of strata serve: one copy on one machine, with nothing to compare it with; \
+                     strata volume check compares the copies or shards of a pool volume (strata node)"
+                ),
+            ),
+            Err(e) => node_error(e),
+        },
+        (&Method::POST, ["api", "v1", "volumes", name, "check"], Cluster(c)) => {
+            let body: CheckBody = match body_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            match c.start_check(name, body.repair).await {
+                Ok(Answer::Here(v)) => reply(StatusCode::ACCEPTED, v),
+                Ok(Answer::Owner(at)) => forwarded(at, "POST", &path, Some(&json!({"repair": body.repair}))).await,
                 Err(e) => node_error(e),
             }
         }
-        (&Method::DELETE, ["api", "v1", "volumes", name]) => match node.delete_volume(name).await {
-            Ok(v) => reply(StatusCode::OK, json!(v)),
+        (&Method::GET, ["api", "v1", "volumes", name, "check"], Cluster(c)) => match c.check_status(name).await {
+            Ok(Answer::Here(v)) => reply(StatusCode::OK, v),
+            Ok(Answer::Owner(at)) => forwarded(at, "GET", &path, None).await,
             Err(e) => node_error(e),
         },
-        (_, ["api", "v1", ..]) | (_, ["metrics"]) => {
+        // A single node.
+        (&Method::GET, ["api", "v1", "status"], Serve(node)) => reply(StatusCode::OK, status(node)),
+        (&Method::GET, ["metrics"], Serve(node)) => metrics(node).await,
+        // A cluster.
+        (&Method::GET, ["api", "v1", "pool"], Cluster(c)) => match c.status().await {
+            Ok(v) => reply(StatusCode::OK, v),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+        },
+        (&Method::GET, ["api", "v1", "pool", "settings"], Cluster(c)) => answer(c.settings().await, StatusCode::OK),
+        (&Method::PATCH, ["api", "v1", "pool", "settings"], Cluster(c)) => {
+            let patch: SettingsPatch = match body_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            answer(c.update_settings(patch).await, StatusCode::OK)
+        }
+        (&Method::POST, ["api", "v1", "nodes", name, "drain"], Cluster(c)) => {
+            answer(c.drain_node(name).await, StatusCode::OK)
+        }
+        (&Method::POST, ["api", "v1", "nodes", name, "undrain"], Cluster(c)) => {
+            answer(c.undrain_node(name).await, StatusCode::OK)
+        }
+        (&Method::DELETE, ["api", "v1", "nodes", name], Cluster(c)) => {
+            answer(c.remove_node(name).await, StatusCode::OK)
+        }
+        (_, ["api", "v1", ..], _) | (_, ["metrics"], Serve(_)) => {
             error(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not supported on {path}"))
         }
-        _ => error(StatusCode::NOT_FOUND, format!("no such endpoint {path}; see /api/v1/status and /api/v1/volumes")),
+        (_, _, Serve(_)) => {
+            error(StatusCode::NOT_FOUND, format!("no such endpoint {path}; see /api/v1/status and /api/v1/volumes"))
+        }
+        (_, _, Cluster(_)) => {
+            error(StatusCode::NOT_FOUND, format!("no such endpoint {path}; see /api/v1/pool and /api/v1/volumes"))
+        }
+    }
+}
+
+/// Creates the volume `body` asks for: one copy on a single node, any
+/// protection in a cluster (one copy when none is given).
+async fn create_volume(backend: &Backend, body: CreateBody) -> Result<Value, NodeError> {
+    let (nv, protect) = body.into_request()?;
+    match backend {
+        Backend::Serve(node) => match protect {
+            Some(p) if p != "rep:1" => Err(NodeError::Invalid(format!(
+                "protection {p}: strata serve keeps one copy on one machine; run a cluster (strata node) for more"
+            ))),
+            _ => node.create_volume(nv).await.map(|v| json!(v)),
+        },
+        Backend::Cluster(c) => c.create_volume(nv, protect.as_deref().unwrap_or("rep:1")).await,
+    }
+}
+
+/// The body of `POST /api/v1/volumes/NAME/check`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    /// Make what differs agree again.
+    #[serde(default)]
+    repair: bool,
+}
+
+/// The answer of the volume owner's API at `at` to the same request, as
+/// it gave it.
+async fn forwarded(at: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> Response<Full<Bytes>> {
+    match crate::client::forward(&format!("http://{at}"), method, path, body, Duration::from_secs(10)).await {
+        Ok((status, v)) => reply(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), v),
+        Err(e) => error(StatusCode::BAD_GATEWAY, format!("the volume's owner (API {at}) did not answer: {e:#}")),
     }
 }
 

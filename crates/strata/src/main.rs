@@ -374,7 +374,7 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     }
     let node = node::Node::open(&cfg, target).await?;
     node.listen(&cfg).await?;
-    let http = api::serve(node.clone(), cfg.http).await?;
+    let http = api::serve(api::Backend::Serve(node.clone()), cfg.http).await?;
     let a = cfg.listen[0];
     let host = if a.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.ip().to_string() };
     println!("strata {} serving; data dir {}", env!("CARGO_PKG_VERSION"), cfg.data_dir.display());

@@ -14,10 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::{Method, Request, Response, StatusCode};
-use serde_json::json;
 use strata_meta::etcd::{EtcdClient, EtcdConfig};
 use strata_pool::NodeId;
 use strata_pool::fabric::fabric_nqn;
@@ -25,9 +21,8 @@ use strata_pool::placement::{FailureDomain, Node};
 use strata_pool::registry::{NodeClaim, NodeRecord, claim_node, join_map, register};
 use strata_target::{PortRole, Subsystem, Target};
 
-use crate::api::{CreateBody, body_json, error, node_error, reply};
 use crate::config::{self, NodeFile, ServeArgs};
-use strata_node::cluster::{Answer, ClusterNode};
+use strata_node::cluster::ClusterNode;
 
 /// Options of `strata node`; each may also be set in the `[node]` table
 /// of the `--config` file (the command line wins).
@@ -259,14 +254,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     });
     cluster.seed_settings(pool).await.context("the config file's [pool] settings")?;
     let mut running = tokio::spawn(cluster.clone().run());
-    let http = crate::api::serve_http(cfg.http, {
-        let cluster = cluster.clone();
-        move |req| {
-            let cluster = cluster.clone();
-            async move { handle(&cluster, req).await }
-        }
-    })
-    .await?;
+    let http = crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), cfg.http).await?;
     println!(
         "strata {} node {name} (id {}) in a cluster of {} nodes; fabric {}; API http://{http}/api/v1/pool",
         env!("CARGO_PKG_VERSION"),
@@ -291,120 +279,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The body of `POST /api/v1/volumes/NAME/check`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CheckBody {
-    /// Make what differs agree again.
-    #[serde(default)]
-    repair: bool,
-}
-
-/// The answer of the volume owner's API at `at` to the same request, as
-/// it gave it.
-async fn forwarded(
-    at: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&serde_json::Value>,
-) -> Response<Full<Bytes>> {
-    match crate::client::forward(&format!("http://{at}"), method, path, body, Duration::from_secs(10)).await {
-        Ok((status, v)) => reply(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), v),
-        Err(e) => error(StatusCode::BAD_GATEWAY, format!("the volume's owner (API {at}) did not answer: {e:#}")),
-    }
-}
-
 /// `addr` as another node reaches it: an unspecified address (listen on
 /// every interface) becomes `ip`, the address hosts reach this node at.
 fn reachable(addr: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
     if addr.ip().is_unspecified() && !ip.is_unspecified() { SocketAddr::new(ip, addr.port()) } else { addr }
-}
-
-async fn handle(cluster: &ClusterNode, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    let path = req.uri().path().trim_end_matches('/').to_string();
-    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    match (req.method().clone(), segments.as_slice()) {
-        (Method::GET, ["api", "v1", "pool"]) => match cluster.status().await {
-            Ok(v) => reply(StatusCode::OK, v),
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
-        },
-        (Method::GET, ["api", "v1", "pool", "settings"]) => match cluster.settings().await {
-            Ok(v) => reply(StatusCode::OK, v),
-            Err(e) => node_error(e),
-        },
-        (Method::PATCH, ["api", "v1", "pool", "settings"]) => {
-            let patch: strata_node::cluster::SettingsPatch = match body_json(req).await {
-                Ok(b) => b,
-                Err(r) => return r,
-            };
-            match cluster.update_settings(patch).await {
-                Ok(v) => reply(StatusCode::OK, v),
-                Err(e) => node_error(e),
-            }
-        }
-        (Method::POST, ["api", "v1", "nodes", name, "drain"]) => match cluster.drain_node(name).await {
-            Ok(v) => reply(StatusCode::OK, v),
-            Err(e) => node_error(e),
-        },
-        (Method::POST, ["api", "v1", "nodes", name, "undrain"]) => match cluster.undrain_node(name).await {
-            Ok(v) => reply(StatusCode::OK, v),
-            Err(e) => node_error(e),
-        },
-        (Method::DELETE, ["api", "v1", "nodes", name]) => match cluster.remove_node(name).await {
-            Ok(v) => reply(StatusCode::OK, v),
-            Err(e) => node_error(e),
-        },
-        (Method::GET, ["api", "v1", "volumes"]) => match cluster.status().await {
-            Ok(v) => reply(StatusCode::OK, v.volumes),
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
-        },
-        (Method::POST, ["api", "v1", "volumes"]) => {
-            let body: CreateBody = match body_json(req).await {
-                Ok(b) => b,
-                Err(r) => return r,
-            };
-            let (nv, protect) = match body.into_request() {
-                Ok(r) => r,
-                Err(e) => return node_error(e),
-            };
-            match cluster.create_volume(nv, protect.as_deref().unwrap_or("rep:1")).await {
-                Ok(v) => reply(StatusCode::CREATED, v),
-                Err(e) => node_error(e),
-            }
-        }
-        (Method::POST, ["api", "v1", "volumes", name, "check"]) => {
-            let body: CheckBody = match body_json(req).await {
-                Ok(b) => b,
-                Err(r) => return r,
-            };
-            match cluster.start_check(name, body.repair).await {
-                Ok(Answer::Here(v)) => reply(StatusCode::ACCEPTED, v),
-                Ok(Answer::Owner(at)) => forwarded(at, "POST", &path, Some(&json!({"repair": body.repair}))).await,
-                Err(e) => node_error(e),
-            }
-        }
-        (Method::GET, ["api", "v1", "volumes", name, "check"]) => match cluster.check_status(name).await {
-            Ok(Answer::Here(v)) => reply(StatusCode::OK, v),
-            Ok(Answer::Owner(at)) => forwarded(at, "GET", &path, None).await,
-            Err(e) => node_error(e),
-        },
-        (Method::GET, ["api", "v1", "volumes", name]) => match cluster.volume(name).await {
-            Ok(v) => reply(StatusCode::OK, v),
-            Err(e) => node_error(e),
-        },
-        (Method::DELETE, ["api", "v1", "volumes", name]) => match cluster.delete_volume(name).await {
-            Ok(v) => reply(StatusCode::OK, v),
-            Err(e) => node_error(e),
-        },
-        (Method::PATCH, ["api", "v1", "volumes", _]) => error(
-            StatusCode::CONFLICT,
-            json!("resizing a pool volume is not supported yet: create a new volume and copy, or use strata serve"),
-        ),
-        (_, ["api", "v1", ..]) => {
-            error(StatusCode::METHOD_NOT_ALLOWED, json!(format!("{} is not supported on {path}", req.method())))
-        }
-        _ => error(StatusCode::NOT_FOUND, json!("no such endpoint")),
-    }
 }
 
 #[cfg(test)]
