@@ -28,7 +28,7 @@ use strata_nvme::status::Status;
 
 use crate::TargetConfig;
 use crate::controller::{AER_LIMIT, Controller, ControllerKind, ERROR_LOG_ENTRIES};
-use crate::subsystem::Namespace;
+use crate::namespace::Namespace;
 
 /// The answer to an admin command.
 #[derive(Debug)]

@@ -729,12 +729,13 @@ impl Conn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::DataBudget;
     use crate::subsystem::Subsystem;
 
     #[test]
     fn the_state_of_a_command_in_flight_fits_its_memory_charge() {
         let sub = Subsystem::new("nqn.2026-11.io.strata:probe", "probe", vec![]);
-        let ctrl = Controller::new(1, ControllerKind::Io(sub), "h".into(), [0; 16], 0, 1, nvm::DataBudget::unlimited());
+        let ctrl = Controller::new(1, ControllerKind::Io(sub), "h".into(), [0; 16], 0, 1, DataBudget::unlimited());
         let cmd = Command { sqe: strata_nvme::command::Sqe::new(0x02, 1), data: None, read_len: 4096, permit: None };
         let fut = io_command(ctrl.command_started(), 1, cmd);
         let size = std::mem::size_of_val(&fut);

@@ -46,6 +46,8 @@ mod admission;
 pub mod budget;
 mod conn;
 pub mod controller;
+mod io_stats;
+mod namespace;
 mod nvm;
 pub mod subsystem;
 mod target;

@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admission::{Admission, TargetStats};
-use crate::budget::Budget;
+use crate::budget::{Budget, DataBudget};
 use crate::controller::{Controller, ControllerKind};
 use crate::subsystem::Subsystem;
 use crate::transport::Command;
@@ -104,8 +104,8 @@ pub(crate) struct TargetInner {
     /// large admin answers). Kept apart, so that hosts holding data
     /// buffers cannot keep new queues out, nor many queues starve data.
     pub(crate) budget: Arc<Budget>,
-    /// The budget as I/O commands charge it (see `nvm::DataBudget`).
-    pub(crate) data_budget: crate::nvm::DataBudget,
+    /// The budget as I/O commands charge it (see `budget::DataBudget`).
+    pub(crate) data_budget: DataBudget,
     executors: RwLock<Vec<tokio::runtime::Handle>>,
     next_executor: AtomicUsize,
 }
@@ -129,7 +129,7 @@ impl Target {
         let admission = Arc::new(Admission::new(config.max_connections, config.max_pending_connections));
         let queue_budget = Budget::new(config.io_buffer_budget / 2);
         let budget = Budget::new(config.io_buffer_budget - config.io_buffer_budget / 2);
-        let data_budget = crate::nvm::DataBudget { budget: budget.clone(), prepaid: config.in_capsule_data };
+        let data_budget = DataBudget { budget: budget.clone(), prepaid: config.in_capsule_data };
         Target {
             inner: Arc::new(TargetInner {
                 config,
