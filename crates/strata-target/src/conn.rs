@@ -55,7 +55,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminContext, AdminReply};
@@ -94,7 +94,7 @@ const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const TCP_KEEPALIVE_RETRIES: u32 = 3;
 
 /// Resolves once the watched flag is true (or its sender is gone).
-async fn until_true(rx: &mut watch::Receiver<bool>) {
+pub(crate) async fn until_true(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|&v| v).await.map(|_| ());
 }
 
@@ -121,72 +121,11 @@ async fn io_command(ctrl: InflightGuard, qid: u16, cmd: Command) -> IoReply {
     }
 }
 
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> &str {
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> &str {
     p.downcast_ref::<&str>()
         .copied()
         .or_else(|| p.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
-}
-
-pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, port: Port) {
-    let mut shutdown = inner.shutdown.subscribe();
-    loop {
-        tokio::select! {
-            res = listener.accept() => match res {
-                Ok((stream, peer)) => {
-                    let Some(slot) = inner.admission.admit() else {
-                        tracing::warn!(%peer, limit = inner.config.max_connections, "connection refused: too many connections");
-                        drop(stream);
-                        continue;
-                    };
-                    spawn_connection(&inner, stream, peer, port, slot);
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: back off briefly
-                    // instead of spinning.
-                    tracing::warn!(addr = %port.addr, "accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            _ = until_true(&mut shutdown) => return,
-        }
-    }
-}
-
-/// Runs a connection: on the next executor in round-robin order when the
-/// target has per-core executors, else on the current runtime. The slot
-/// is released when the task ends, however it ends.
-fn spawn_connection(inner: &Arc<TargetInner>, stream: TcpStream, peer: SocketAddr, port: Port, slot: Slot) {
-    let accepted = Instant::now();
-    let task = {
-        let inner = inner.clone();
-        move |stream: TcpStream, slot: Slot| async move {
-            let run = AssertUnwindSafe(serve(&inner, stream, peer, port, slot, accepted)).catch_unwind();
-            if let Err(panic) = run.await {
-                Counters::bump(&inner.admission.counters.panics);
-                tracing::error!(%peer, "connection task panicked: {}", panic_message(&panic));
-            }
-        }
-    };
-    let Some(handle) = inner.next_executor() else {
-        tokio::spawn(task(stream, slot));
-        return;
-    };
-    // A tokio socket belongs to the runtime that registered it: hand the
-    // executor a std socket and register it there.
-    let std_stream = match stream.into_std() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(%peer, "cannot move connection to its executor: {e}");
-            return;
-        }
-    };
-    handle.spawn(async move {
-        match TcpStream::from_std(std_stream) {
-            Ok(stream) => task(stream, slot).await,
-            Err(e) => tracing::warn!(%peer, "cannot register connection on its executor: {e}"),
-        }
-    });
 }
 
 /// Why a connection ended.
@@ -271,7 +210,9 @@ fn transport_limits(cfg: &crate::TargetConfig) -> TransportLimits {
     }
 }
 
-async fn serve(
+/// Serves one accepted connection until it ends, then closes it (see the
+/// module doc for how it ends).
+pub(crate) async fn serve(
     inner: &Arc<TargetInner>,
     stream: TcpStream,
     peer: SocketAddr,

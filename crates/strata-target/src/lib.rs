@@ -39,7 +39,8 @@
 //! connection; `conn` drives it over a socket; [`controller`] and
 //! [`admin`] hold controller state and the admin command set; `nvm`
 //! executes I/O commands; [`subsystem`] holds subsystems and namespaces;
-//! `target` ties ports, subsystems and controllers together.
+//! `target` ties ports, subsystems and controllers together; `listener`
+//! binds ports and hands accepted connections to `conn`.
 
 pub mod admin;
 mod admission;
@@ -47,6 +48,7 @@ pub mod budget;
 mod conn;
 pub mod controller;
 mod io_stats;
+mod listener;
 mod namespace;
 mod nvm;
 pub mod subsystem;
