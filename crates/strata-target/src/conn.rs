@@ -61,6 +61,7 @@ use tokio::sync::watch;
 use crate::admin::{self, AdminContext, AdminReply};
 use crate::admission::{Counters, Slot};
 use crate::budget::Permit;
+use crate::config::{MAX_QUEUE_SIZE, TargetConfig};
 use crate::controller::{Controller, ControllerKind, InflightGuard, KeepAliveEnd};
 use crate::nvm::{self, IoReply};
 use crate::target::{Port, TargetInner};
@@ -200,7 +201,7 @@ struct Conn<'a> {
     queue_permit: Option<Permit>,
 }
 
-fn transport_limits(cfg: &crate::TargetConfig) -> TransportLimits {
+fn transport_limits(cfg: &TargetConfig) -> TransportLimits {
     TransportLimits {
         in_capsule_data: cfg.in_capsule_data,
         max_h2c_data: cfg.max_h2c_data,
@@ -362,7 +363,7 @@ impl Conn<'_> {
         if c.qid == 0 {
             return Ok(());
         }
-        let entries = (usize::from(c.sqsize) + 1).min(usize::from(crate::MAX_QUEUE_SIZE));
+        let entries = (usize::from(c.sqsize) + 1).min(usize::from(MAX_QUEUE_SIZE));
         let bytes = transport::queue_memory(&transport_limits(&self.inner.config), entries);
         match self.inner.queue_budget.try_acquire(bytes) {
             Some(permit) => {

@@ -28,10 +28,10 @@ use tokio::sync::watch;
 
 use crate::admission::{Admission, TargetStats};
 use crate::budget::{Budget, DataBudget};
+use crate::config::{MAX_QUEUE_SIZE, TargetConfig};
 use crate::controller::{Controller, ControllerKind};
 use crate::subsystem::Subsystem;
 use crate::transport::Command;
-use crate::{MAX_QUEUE_SIZE, TargetConfig};
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
