@@ -20,7 +20,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use crate::config::MAX_NSID;
 use crate::controller::Controller;
 use crate::io_stats::{IoCounters, NamespaceIoStats};
 pub use crate::namespace::{Namespace, NamespaceIds};
@@ -77,7 +76,7 @@ impl Subsystem {
     /// controllers' serial number (20 ASCII characters at most); an empty
     /// `allowed_hosts` lets any host connect.
     pub fn new(nqn: impl Into<String>, serial: impl Into<String>, allowed_hosts: Vec<String>) -> Arc<Subsystem> {
-        Subsystem::with_max_nsid(nqn, serial, allowed_hosts, MAX_NSID)
+        Subsystem::with_max_nsid(nqn, serial, allowed_hosts, crate::config::MAX_NSID)
     }
 
     /// As [`Subsystem::new`], with NSIDs up to `max_nsid` (at most
