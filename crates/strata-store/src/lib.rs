@@ -48,6 +48,7 @@ mod format;
 pub mod fuzzing;
 mod io;
 mod raw;
+mod shared;
 mod spec;
 mod store;
 mod sys;

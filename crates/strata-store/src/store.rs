@@ -31,10 +31,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use strata_block::BlockError;
-
-use crate::drive::{Drive, DriveClass, LoadedDrive};
+use crate::drive::{DriveClass, LoadedDrive};
 use crate::io::{Backend, Engine, MemDisk, ZeroMethod};
+use crate::shared::Shared;
 use crate::volume::{Volume, decode_entry, encode_entry};
 use crate::{DriveKind, DriveSpec, StoreConfig, StoreError};
 
@@ -43,77 +42,6 @@ use crate::{DriveKind, DriveSpec, StoreConfig, StoreError};
 /// 2 GiB of map, 256 TiB of volume at the default 1 MiB extent. Well
 /// below the 2^32 extents the on-disk format could address.
 pub const MAX_VOLUME_EXTENTS: u64 = 1 << 28;
-
-/// State shared by the store and its volumes.
-pub(crate) struct Shared {
-    pub(crate) drives: Vec<Arc<Drive>>,
-    extent_size: u32,
-    next_gen: AtomicU64,
-}
-
-impl Shared {
-    pub(crate) fn extent_size(&self) -> u64 {
-        u64::from(self.extent_size)
-    }
-
-    pub(crate) fn next_generation(&self) -> u64 {
-        self.next_gen.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Takes a free extent from the drive with the most free extents.
-    /// When none is free but frees are waiting for a commit, commits them
-    /// and tries again.
-    ///
-    /// # Errors
-    ///
-    /// [`BlockError::NoSpace`] when every drive is full.
-    pub(crate) async fn allocate(&self) -> Result<(usize, u64), BlockError> {
-        for _ in 0..2 {
-            loop {
-                let best = (0..self.drives.len())
-                    .filter(|&i| !self.drives[i].is_failed())
-                    .map(|i| (self.drives[i].counts().free, i))
-                    .max();
-                match best {
-                    Some((free, i)) if free > 0 => {
-                        if let Some(p) = self.drives[i].take_free() {
-                            return Ok((i, p));
-                        }
-                        // Raced with another allocation; look again.
-                    }
-                    _ => break,
-                }
-            }
-            let mut reclaimed = false;
-            for d in &self.drives {
-                if d.has_freeing() && d.commit(false).await.is_ok() {
-                    reclaimed = true;
-                }
-            }
-            if !reclaimed {
-                break;
-            }
-        }
-        Err(BlockError::NoSpace)
-    }
-
-    /// Commits every drive; the first error wins, but all are tried.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (see [`Drive::commit`]).
-    pub(crate) async fn commit_all(&self, checkpoint: bool) -> Result<(), BlockError> {
-        let mut first = Ok(());
-        for d in &self.drives {
-            if let Err(e) = d.commit(checkpoint).await
-                && first.is_ok()
-            {
-                first = Err(e);
-            }
-        }
-        first
-    }
-}
 
 /// Space accounting of one drive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -374,7 +302,7 @@ impl Store {
             recovered.entry(vol).or_default().push((lext, encode_entry(d, p)));
         }
         let drives = loaded.into_iter().map(|d| d.into_drive().map(Arc::new)).collect::<Result<Vec<_>, _>>()?;
-        let shared = Arc::new(Shared { drives, extent_size, next_gen: AtomicU64::new(max_gen + 1) });
+        let shared = Arc::new(Shared::new(drives, extent_size, max_gen + 1));
         let registry = Mutex::new(Registry { open: HashMap::new(), recovered });
         Ok(Arc::new(Store { shared, registry }))
     }
@@ -464,7 +392,8 @@ impl Store {
     }
 
     /// Deletes volume `id`: unmaps and frees all its extents, durably.
-    /// Open handles to it fail with [`BlockError::Gone`] afterwards.
+    /// Open handles to it fail with
+    /// [`BlockError::Gone`](strata_block::BlockError::Gone) afterwards.
     ///
     /// # Errors
     ///

@@ -46,7 +46,7 @@ use strata_block::{
 
 use crate::StoreError;
 use crate::format::Owner;
-use crate::store::Shared;
+use crate::shared::Shared;
 
 const DRIVE_SHIFT: u32 = 48;
 const EXTENT_MASK: u64 = (1 << DRIVE_SHIFT) - 1;

@@ -26,9 +26,9 @@ use strata_nvme::identify::{
 use strata_nvme::log_page::{self as lp, LogPageId, SmartLog};
 use strata_nvme::status::Status;
 
-use crate::TargetConfig;
+use crate::config::{MAX_QUEUE_SIZE, TargetConfig};
 use crate::controller::{AER_LIMIT, Controller, ControllerKind, ERROR_LOG_ENTRIES};
-use crate::subsystem::Namespace;
+use crate::namespace::Namespace;
 
 /// The answer to an admin command.
 #[derive(Debug)]
@@ -124,7 +124,7 @@ fn property_get(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
     let cid = sqe.cid();
     let st = ctrl.lock();
     let (value, eight) = match p.offset {
-        reg::CAP => (reg::cap(crate::MAX_QUEUE_SIZE - 1, 30), true),
+        reg::CAP => (reg::cap(MAX_QUEUE_SIZE - 1, 30), true),
         reg::VS => (u64::from(reg::VERSION_1_4), false),
         reg::CC => (u64::from(st.cc), false),
         reg::CSTS => (u64::from(st.csts), false),
@@ -300,7 +300,7 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
         lpa: id::LPA_EXTENDED_DATA,
         elpe: (ERROR_LOG_ENTRIES - 1) as u8,
         kas: 10,
-        maxcmd: crate::MAX_QUEUE_SIZE,
+        maxcmd: MAX_QUEUE_SIZE,
         sgls: id::SGLS_SUPPORTED_BYTE_ALIGNED | id::SGLS_KEYED_DATA_BLOCK | id::SGLS_ADDRESS_AS_OFFSET,
         ioccsz: ((strata_nvme::command::SQE_LEN + cfg.in_capsule_data) / 16) as u32,
         iorcsz: 1,

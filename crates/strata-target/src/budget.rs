@@ -12,6 +12,9 @@
 //!   read starts, until it is on the wire; large admin answers while they
 //!   are sent.
 //!
+//! An I/O command charges its data through a `DataBudget`: the target's
+//! data budget seen through what each command slot of its queue prepaid.
+//!
 //! Waiters are served first come, first served: a command that waits is
 //! not overtaken by later ones, so hosts that hoard
 //! buffers can delay a well-behaved host by their deadlines, not starve it.
@@ -181,6 +184,37 @@ impl Drop for Permit {
         if self.bytes > 0 {
             self.budget.release(self.bytes);
         }
+    }
+}
+
+/// What an I/O command's data is charged to: the shared budget, for data
+/// larger than what each command slot of a queue prepaid at Connect (its
+/// in-capsule buffer; a 4 KiB read fits and costs the budget nothing).
+#[derive(Debug, Clone)]
+pub(crate) struct DataBudget {
+    /// The target's budget.
+    pub budget: Arc<Budget>,
+    /// Bytes of data every command slot prepaid.
+    pub prepaid: usize,
+}
+
+impl DataBudget {
+    /// No limit (tests).
+    #[cfg(test)]
+    pub fn unlimited() -> DataBudget {
+        DataBudget { budget: Budget::unlimited(), prepaid: 0 }
+    }
+
+    /// Charges `bytes` of command data: nothing when the prepaid slot
+    /// holds them, else a permit from the budget, waiting in line.
+    pub async fn charge(&self, bytes: usize) -> Option<Permit> {
+        if bytes <= self.prepaid {
+            return None;
+        }
+        Some(match self.budget.try_acquire(bytes) {
+            Some(p) => p,
+            None => self.budget.clone().acquire(bytes).await,
+        })
     }
 }
 

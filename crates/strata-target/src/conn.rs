@@ -55,12 +55,13 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminContext, AdminReply};
 use crate::admission::{Counters, Slot};
 use crate::budget::Permit;
+use crate::config::{MAX_QUEUE_SIZE, TargetConfig};
 use crate::controller::{Controller, ControllerKind, InflightGuard, KeepAliveEnd};
 use crate::nvm::{self, IoReply};
 use crate::target::{Port, TargetInner};
@@ -94,7 +95,7 @@ const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const TCP_KEEPALIVE_RETRIES: u32 = 3;
 
 /// Resolves once the watched flag is true (or its sender is gone).
-async fn until_true(rx: &mut watch::Receiver<bool>) {
+pub(crate) async fn until_true(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|&v| v).await.map(|_| ());
 }
 
@@ -121,72 +122,11 @@ async fn io_command(ctrl: InflightGuard, qid: u16, cmd: Command) -> IoReply {
     }
 }
 
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> &str {
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> &str {
     p.downcast_ref::<&str>()
         .copied()
         .or_else(|| p.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
-}
-
-pub(crate) async fn accept_loop(inner: Arc<TargetInner>, listener: TcpListener, port: Port) {
-    let mut shutdown = inner.shutdown.subscribe();
-    loop {
-        tokio::select! {
-            res = listener.accept() => match res {
-                Ok((stream, peer)) => {
-                    let Some(slot) = inner.admission.admit() else {
-                        tracing::warn!(%peer, limit = inner.config.max_connections, "connection refused: too many connections");
-                        drop(stream);
-                        continue;
-                    };
-                    spawn_connection(&inner, stream, peer, port, slot);
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: back off briefly
-                    // instead of spinning.
-                    tracing::warn!(addr = %port.addr, "accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            _ = until_true(&mut shutdown) => return,
-        }
-    }
-}
-
-/// Runs a connection: on the next executor in round-robin order when the
-/// target has per-core executors, else on the current runtime. The slot
-/// is released when the task ends, however it ends.
-fn spawn_connection(inner: &Arc<TargetInner>, stream: TcpStream, peer: SocketAddr, port: Port, slot: Slot) {
-    let accepted = Instant::now();
-    let task = {
-        let inner = inner.clone();
-        move |stream: TcpStream, slot: Slot| async move {
-            let run = AssertUnwindSafe(serve(&inner, stream, peer, port, slot, accepted)).catch_unwind();
-            if let Err(panic) = run.await {
-                Counters::bump(&inner.admission.counters.panics);
-                tracing::error!(%peer, "connection task panicked: {}", panic_message(&panic));
-            }
-        }
-    };
-    let Some(handle) = inner.next_executor() else {
-        tokio::spawn(task(stream, slot));
-        return;
-    };
-    // A tokio socket belongs to the runtime that registered it: hand the
-    // executor a std socket and register it there.
-    let std_stream = match stream.into_std() {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(%peer, "cannot move connection to its executor: {e}");
-            return;
-        }
-    };
-    handle.spawn(async move {
-        match TcpStream::from_std(std_stream) {
-            Ok(stream) => task(stream, slot).await,
-            Err(e) => tracing::warn!(%peer, "cannot register connection on its executor: {e}"),
-        }
-    });
 }
 
 /// Why a connection ended.
@@ -261,7 +201,7 @@ struct Conn<'a> {
     queue_permit: Option<Permit>,
 }
 
-fn transport_limits(cfg: &crate::TargetConfig) -> TransportLimits {
+fn transport_limits(cfg: &TargetConfig) -> TransportLimits {
     TransportLimits {
         in_capsule_data: cfg.in_capsule_data,
         max_h2c_data: cfg.max_h2c_data,
@@ -271,7 +211,9 @@ fn transport_limits(cfg: &crate::TargetConfig) -> TransportLimits {
     }
 }
 
-async fn serve(
+/// Serves one accepted connection until it ends, then closes it (see the
+/// module doc for how it ends).
+pub(crate) async fn serve(
     inner: &Arc<TargetInner>,
     stream: TcpStream,
     peer: SocketAddr,
@@ -421,7 +363,7 @@ impl Conn<'_> {
         if c.qid == 0 {
             return Ok(());
         }
-        let entries = (usize::from(c.sqsize) + 1).min(usize::from(crate::MAX_QUEUE_SIZE));
+        let entries = (usize::from(c.sqsize) + 1).min(usize::from(MAX_QUEUE_SIZE));
         let bytes = transport::queue_memory(&transport_limits(&self.inner.config), entries);
         match self.inner.queue_budget.try_acquire(bytes) {
             Some(permit) => {
@@ -729,12 +671,13 @@ impl Conn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::DataBudget;
     use crate::subsystem::Subsystem;
 
     #[test]
     fn the_state_of_a_command_in_flight_fits_its_memory_charge() {
         let sub = Subsystem::new("nqn.2026-11.io.strata:probe", "probe", vec![]);
-        let ctrl = Controller::new(1, ControllerKind::Io(sub), "h".into(), [0; 16], 0, 1, nvm::DataBudget::unlimited());
+        let ctrl = Controller::new(1, ControllerKind::Io(sub), "h".into(), [0; 16], 0, 1, DataBudget::unlimited());
         let cmd = Command { sqe: strata_nvme::command::Sqe::new(0x02, 1), data: None, read_len: 4096, permit: None };
         let fut = io_command(ctrl.command_started(), 1, cmd);
         let size = std::mem::size_of_val(&fut);

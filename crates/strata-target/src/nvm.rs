@@ -22,9 +22,10 @@ use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZer
 use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
 
-use crate::budget::{Budget, Permit};
+use crate::budget::{DataBudget, Permit};
 use crate::controller::Controller;
-use crate::subsystem::{Namespace, NsEntry, Subsystem};
+use crate::namespace::Namespace;
+use crate::subsystem::{NsEntry, Subsystem};
 use crate::transport::Command;
 
 /// The result of an I/O command: its completion and, for reads, the data
@@ -200,37 +201,6 @@ fn undo_page(records: &mut [strata_block::UndoRecord], read_len: usize) -> Optio
 }
 
 type Outcome = Result<Option<(ReadData, Option<Permit>)>, (Status, u64)>;
-
-/// What an I/O command's data is charged to: the shared budget, for data
-/// larger than what each command slot of a queue prepaid at Connect (its
-/// in-capsule buffer; a 4 KiB read fits and costs the budget nothing).
-#[derive(Debug, Clone)]
-pub struct DataBudget {
-    /// The target's budget.
-    pub budget: Arc<Budget>,
-    /// Bytes of data every command slot prepaid.
-    pub prepaid: usize,
-}
-
-impl DataBudget {
-    /// No limit (tests).
-    #[cfg(test)]
-    pub fn unlimited() -> DataBudget {
-        DataBudget { budget: Budget::unlimited(), prepaid: 0 }
-    }
-
-    /// Charges `bytes` of command data: nothing when the prepaid slot
-    /// holds them, else a permit from the budget, waiting in line.
-    pub async fn charge(&self, bytes: usize) -> Option<Permit> {
-        if bytes <= self.prepaid {
-            return None;
-        }
-        Some(match self.budget.try_acquire(bytes) {
-            Some(p) => p,
-            None => self.budget.clone().acquire(bytes).await,
-        })
-    }
-}
 
 async fn dispatch(
     sub: &Subsystem,

@@ -2,8 +2,10 @@
 //!
 //! A [`Subsystem`] is what a host connects to by NQN: a set of namespaces,
 //! an access list of host NQNs, and the controllers created for the hosts
-//! connected to it. A [`Namespace`] is a [`BlockDevice`] with the identity
-//! a host sees (NSID, NGUID, UUID, EUI-64).
+//! connected to it. A [`Namespace`] is a
+//! [`BlockDevice`](strata_block::BlockDevice) with the identity a host sees
+//! (NSID, NGUID, UUID, EUI-64); it is defined in `namespace` and
+//! re-exported here, its public path.
 //!
 //! Namespace changes (add, remove, resize) are announced to every
 //! controller of the subsystem, which turns them into Asynchronous Event
@@ -11,81 +13,16 @@
 //!
 //! Locking: the namespace map and the controller list each sit behind a
 //! short `std::sync` lock that is never held across an `.await`.
+//!
+//! This module and `controller` import each other, deliberately: see the
+//! controller module's doc.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use strata_block::{BlockDevice, EpochFence, NoteStore, UndoLog};
-
 use crate::controller::Controller;
-
-/// The identity a host sees for a namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NamespaceIds {
-    /// Namespace globally unique identifier.
-    pub nguid: [u8; 16],
-    /// Namespace UUID.
-    pub uuid: [u8; 16],
-    /// IEEE EUI-64.
-    pub eui64: [u8; 8],
-}
-
-/// A namespace: an NSID, its identifiers and the device behind it.
-pub struct Namespace {
-    /// Namespace identifier (1-based).
-    pub nsid: u32,
-    /// Identifiers reported in Identify.
-    pub ids: NamespaceIds,
-    /// The storage.
-    pub device: Arc<dyn BlockDevice>,
-    /// The epoch fence of a replica on the internal fabric. A fenced
-    /// namespace takes only the fenced commands
-    /// ([`strata_nvme::command::fenced`]), each admitted by this fence; an
-    /// unfenced one refuses them.
-    pub fence: Option<Arc<EpochFence>>,
-    /// The undo log of an erasure-coded shard: a fenced namespace with one
-    /// also takes the undo commands (`fenced::is_undo`).
-    pub undo: Option<Arc<dyn UndoLog>>,
-    /// Where the node keeps the volume owner's note (`fenced::NOTE_SAVE`,
-    /// `fenced::NOTE_LOAD`); without one a fenced namespace refuses them.
-    pub notes: Option<Arc<dyn NoteStore>>,
-}
-
-impl Namespace {
-    /// A namespace hosts address with the standard NVM commands.
-    pub fn new(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>) -> Namespace {
-        Namespace { nsid, ids, device, fence: None, undo: None, notes: None }
-    }
-
-    /// A replica on the internal fabric, guarded by `fence`.
-    pub fn fenced(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence), undo: None, notes: None }
-    }
-
-    /// A shard of an erasure-coded volume on the internal fabric: fenced,
-    /// with the undo log `undo` over the same blocks as `device`.
-    pub fn shard(
-        nsid: u32,
-        ids: NamespaceIds,
-        device: Arc<dyn BlockDevice>,
-        undo: Arc<dyn UndoLog>,
-        fence: Arc<EpochFence>,
-    ) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence), undo: Some(undo), notes: None }
-    }
-
-    /// The same namespace, keeping the owner's notes in `notes`.
-    pub fn with_notes(mut self, notes: Arc<dyn NoteStore>) -> Namespace {
-        self.notes = Some(notes);
-        self
-    }
-}
-
-impl std::fmt::Debug for Namespace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Namespace").field("nsid", &self.nsid).field("geometry", &self.device.geometry()).finish()
-    }
-}
+use crate::io_stats::{IoCounters, NamespaceIoStats};
+pub use crate::namespace::{Namespace, NamespaceIds};
 
 /// Errors from changing a subsystem's namespaces.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -111,7 +48,7 @@ pub enum SubsystemError {
 /// An active namespace with its SMART I/O counters.
 pub(crate) struct NsEntry {
     pub(crate) ns: Arc<Namespace>,
-    pub(crate) counters: Arc<crate::controller::IoCounters>,
+    pub(crate) counters: Arc<IoCounters>,
 }
 
 /// An NVM subsystem.
@@ -125,7 +62,7 @@ pub struct Subsystem {
     allowed_hosts: RwLock<Vec<String>>,
     controllers: Mutex<Vec<Weak<Controller>>>,
     /// The namespaces' SMART I/O counters.
-    pub(crate) io_stats: crate::controller::NamespaceIoStats,
+    pub(crate) io_stats: NamespaceIoStats,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -139,7 +76,7 @@ impl Subsystem {
     /// controllers' serial number (20 ASCII characters at most); an empty
     /// `allowed_hosts` lets any host connect.
     pub fn new(nqn: impl Into<String>, serial: impl Into<String>, allowed_hosts: Vec<String>) -> Arc<Subsystem> {
-        Subsystem::with_max_nsid(nqn, serial, allowed_hosts, crate::MAX_NSID)
+        Subsystem::with_max_nsid(nqn, serial, allowed_hosts, crate::config::MAX_NSID)
     }
 
     /// As [`Subsystem::new`], with NSIDs up to `max_nsid` (at most

@@ -1,5 +1,7 @@
-//! The target: subsystems, ports (listeners), controller registry, the
-//! Connect command and the discovery log page.
+//! The target: subsystems, ports, controller registry, the Connect
+//! command and the discovery log page. Binding a port and accepting its
+//! connections is `listener`'s job, serving a connection `conn`'s; both
+//! build on the [`TargetInner`] state kept here.
 //!
 //! One [`Target`] serves any number of NVM subsystems plus the discovery
 //! subsystem. Each TCP listener is a port with a role: a discovery port
@@ -22,15 +24,14 @@ use strata_nvme::fabrics::{
 };
 use strata_nvme::log_page::{self as lp, DiscoveryEntry};
 use strata_nvme::status::Status;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admission::{Admission, TargetStats};
-use crate::budget::Budget;
+use crate::budget::{Budget, DataBudget};
+use crate::config::{MAX_QUEUE_SIZE, TargetConfig};
 use crate::controller::{Controller, ControllerKind};
 use crate::subsystem::Subsystem;
 use crate::transport::Command;
-use crate::{MAX_QUEUE_SIZE, TargetConfig};
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,12 +89,16 @@ pub enum TargetError {
     },
 }
 
+/// The state the [`Target`] handle and every connection of it share.
 pub(crate) struct TargetInner {
     pub(crate) config: TargetConfig,
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
     remote: RwLock<Vec<RemoteSubsystem>>,
-    ports: RwLock<Vec<Port>>,
-    genctr: AtomicU64,
+    /// The ports listening now, in the order they were bound.
+    pub(crate) ports: RwLock<Vec<Port>>,
+    /// The discovery log's generation counter: bumped whenever what the
+    /// log shows changes.
+    pub(crate) genctr: AtomicU64,
     controllers: Mutex<HashMap<u16, Weak<Controller>>>,
     next_cntlid: Mutex<u16>,
     pub(crate) shutdown: watch::Sender<bool>,
@@ -104,8 +109,8 @@ pub(crate) struct TargetInner {
     /// large admin answers). Kept apart, so that hosts holding data
     /// buffers cannot keep new queues out, nor many queues starve data.
     pub(crate) budget: Arc<Budget>,
-    /// The budget as I/O commands charge it (see `nvm::DataBudget`).
-    pub(crate) data_budget: crate::nvm::DataBudget,
+    /// The budget as I/O commands charge it (see `budget::DataBudget`).
+    pub(crate) data_budget: DataBudget,
     executors: RwLock<Vec<tokio::runtime::Handle>>,
     next_executor: AtomicUsize,
 }
@@ -129,7 +134,7 @@ impl Target {
         let admission = Arc::new(Admission::new(config.max_connections, config.max_pending_connections));
         let queue_budget = Budget::new(config.io_buffer_budget / 2);
         let budget = Budget::new(config.io_buffer_budget - config.io_buffer_budget / 2);
-        let data_budget = crate::nvm::DataBudget { budget: budget.clone(), prepaid: config.in_capsule_data };
+        let data_budget = DataBudget { budget: budget.clone(), prepaid: config.in_capsule_data };
         Target {
             inner: Arc::new(TargetInner {
                 config,
@@ -248,29 +253,6 @@ impl Target {
         *self.inner.executors.write().unwrap_or_else(|e| e.into_inner()) = handles;
     }
 
-    /// Binds a TCP listener on `addr` and starts accepting connections on
-    /// it. Returns the bound port (with the real port number when `addr`
-    /// asked for port 0).
-    ///
-    /// # Errors
-    ///
-    /// [`TargetError::Bind`] when the address cannot be bound.
-    pub async fn listen(&self, addr: SocketAddr, role: PortRole) -> Result<Port, TargetError> {
-        let listener = bind_listener(addr).map_err(|source| TargetError::Bind { addr, source })?;
-        let bound = listener.local_addr().map_err(|source| TargetError::Bind { addr, source })?;
-        let port = {
-            let mut ports = self.inner.ports.write().unwrap_or_else(|e| e.into_inner());
-            let portid = ports.iter().map(|p| p.portid).max().unwrap_or(0) + 1;
-            let port = Port { portid, addr: bound, role };
-            ports.push(port);
-            port
-        };
-        self.inner.genctr.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(crate::conn::accept_loop(self.inner.clone(), listener, port));
-        tracing::info!(%bound, ?role, "listening for NVMe/TCP");
-        Ok(port)
-    }
-
     /// Stops accepting, closes every connection and waits up to `timeout`
     /// for the connection tasks to finish. Data written to the devices is
     /// not flushed here: flush the devices after this returns.
@@ -289,18 +271,6 @@ impl Target {
             tracing::warn!("connections still open after {timeout:?} at shutdown");
         }
     }
-}
-
-/// Connections the kernel may queue before we accept them. The default
-/// of most listeners (128) drops bursts that hosts reconnecting after an
-/// outage produce; the kernel caps it at `net.core.somaxconn`.
-const LISTEN_BACKLOG: u32 = 4096;
-
-fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
 }
 
 /// A Connect that succeeded.

@@ -16,6 +16,7 @@
 //! handed back with the result, even on error.
 
 mod mem;
+mod request;
 #[cfg(any(test, fuzzing))]
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod sim;
@@ -31,60 +32,8 @@ use strata_block::IoBuf;
 use tokio::sync::oneshot;
 
 pub(crate) use mem::MemDisk;
-
-/// How a range is made to read as zeros.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ZeroMethod {
-    /// `fallocate(PUNCH_HOLE | KEEP_SIZE)`, falling back to writing zeros.
-    PunchHole,
-    /// The `BLKZEROOUT` ioctl.
-    BlkZeroOut,
-}
-
-/// One request to an engine thread.
-pub(crate) enum Request {
-    Read { off: u64, buf: IoBuf, done: oneshot::Sender<(IoBuf, io::Result<()>)> },
-    Write { off: u64, buf: IoBuf, done: oneshot::Sender<(IoBuf, io::Result<()>)> },
-    Zero { off: u64, len: u64, done: oneshot::Sender<io::Result<()>> },
-    Sync { done: oneshot::Sender<io::Result<()>> },
-}
-
-impl Request {
-    /// Completes the request with `err` without doing it.
-    fn fail(self, err: io::Error) {
-        match self {
-            Request::Read { buf, done, .. } | Request::Write { buf, done, .. } => {
-                let _ = done.send((buf, Err(err)));
-            }
-            Request::Zero { done, .. } | Request::Sync { done } => {
-                let _ = done.send(Err(err));
-            }
-        }
-    }
-}
-
-/// Zeroes a range synchronously; shared by both engine threads.
-pub(crate) fn zero_range(file: &File, method: ZeroMethod, off: u64, len: u64) -> io::Result<()> {
-    match method {
-        ZeroMethod::BlkZeroOut => crate::sys::blk_zeroout(file, off, len),
-        ZeroMethod::PunchHole => match crate::sys::punch_hole(file, off, len) {
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => write_zeros(file, off, len),
-            r => r,
-        },
-    }
-}
-
-fn write_zeros(file: &File, mut off: u64, len: u64) -> io::Result<()> {
-    const CHUNK: u64 = 1 << 20;
-    let zeros = IoBuf::zeroed(CHUNK.min(len) as usize);
-    let end = off + len;
-    while off < end {
-        let n = (end - off).min(CHUNK) as usize;
-        file.write_all_at(&zeros[..n], off)?;
-        off += n as u64;
-    }
-    Ok(())
-}
+pub(crate) use request::ZeroMethod;
+use request::{Request, zero_range};
 
 /// A file or block device served by a dedicated I/O thread.
 pub(crate) struct Engine {

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, mpsc};
 
-use super::{Request, ZeroMethod, zero_range};
+use super::request::{Request, ZeroMethod, zero_range};
 
 /// Serves requests until every sender is dropped.
 pub(super) fn run(file: Arc<File>, zero: ZeroMethod, rx: mpsc::Receiver<Request>) {

@@ -37,7 +37,7 @@ use io_uring::{IoUring, opcode, squeue, types};
 use strata_block::IoBuf;
 use tokio::sync::oneshot;
 
-use super::{Request, ZeroMethod, zero_range};
+use super::request::{Request, ZeroMethod, zero_range};
 
 const RING_ENTRIES: u32 = 128;
 /// In-flight I/O cap; with the eventfd read this stays below the SQ size,

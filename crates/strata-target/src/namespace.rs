@@ -1,0 +1,80 @@
+//! Namespaces: a [`BlockDevice`] with the identity a host sees (NSID,
+//! NGUID, UUID, EUI-64) and, on the internal fabric, the fence, undo log
+//! and note store that guard it.
+//!
+//! Plain data with no locks and no back references: subsystems hold
+//! namespaces, the SMART counters (`io_stats`) key on them and the command
+//! sets run on them; all of those import this module, and it imports no
+//! other module of the crate.
+
+use std::sync::Arc;
+
+use strata_block::{BlockDevice, EpochFence, NoteStore, UndoLog};
+
+/// The identity a host sees for a namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamespaceIds {
+    /// Namespace globally unique identifier.
+    pub nguid: [u8; 16],
+    /// Namespace UUID.
+    pub uuid: [u8; 16],
+    /// IEEE EUI-64.
+    pub eui64: [u8; 8],
+}
+
+/// A namespace: an NSID, its identifiers and the device behind it.
+pub struct Namespace {
+    /// Namespace identifier (1-based).
+    pub nsid: u32,
+    /// Identifiers reported in Identify.
+    pub ids: NamespaceIds,
+    /// The storage.
+    pub device: Arc<dyn BlockDevice>,
+    /// The epoch fence of a replica on the internal fabric. A fenced
+    /// namespace takes only the fenced commands
+    /// ([`strata_nvme::command::fenced`]), each admitted by this fence; an
+    /// unfenced one refuses them.
+    pub fence: Option<Arc<EpochFence>>,
+    /// The undo log of an erasure-coded shard: a fenced namespace with one
+    /// also takes the undo commands (`fenced::is_undo`).
+    pub undo: Option<Arc<dyn UndoLog>>,
+    /// Where the node keeps the volume owner's note (`fenced::NOTE_SAVE`,
+    /// `fenced::NOTE_LOAD`); without one a fenced namespace refuses them.
+    pub notes: Option<Arc<dyn NoteStore>>,
+}
+
+impl Namespace {
+    /// A namespace hosts address with the standard NVM commands.
+    pub fn new(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>) -> Namespace {
+        Namespace { nsid, ids, device, fence: None, undo: None, notes: None }
+    }
+
+    /// A replica on the internal fabric, guarded by `fence`.
+    pub fn fenced(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Namespace {
+        Namespace { nsid, ids, device, fence: Some(fence), undo: None, notes: None }
+    }
+
+    /// A shard of an erasure-coded volume on the internal fabric: fenced,
+    /// with the undo log `undo` over the same blocks as `device`.
+    pub fn shard(
+        nsid: u32,
+        ids: NamespaceIds,
+        device: Arc<dyn BlockDevice>,
+        undo: Arc<dyn UndoLog>,
+        fence: Arc<EpochFence>,
+    ) -> Namespace {
+        Namespace { nsid, ids, device, fence: Some(fence), undo: Some(undo), notes: None }
+    }
+
+    /// The same namespace, keeping the owner's notes in `notes`.
+    pub fn with_notes(mut self, notes: Arc<dyn NoteStore>) -> Namespace {
+        self.notes = Some(notes);
+        self
+    }
+}
+
+impl std::fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Namespace").field("nsid", &self.nsid).field("geometry", &self.device.geometry()).finish()
+    }
+}
