@@ -157,7 +157,6 @@ struct State {
     links: HashMap<NodeId, Arc<FabricLink>>,
     held: HashMap<u64, Held>,
     owned: HashMap<u64, Owned>,
-    tables: HashMap<u64, Arc<PlacementTable>>,
     /// Up nodes of the map without a live record, since when this node
     /// has seen them gone.
     missing_since: HashMap<NodeId, std::time::Instant>,
@@ -207,6 +206,8 @@ pub struct ClusterNode {
     lease: std::sync::Mutex<Arc<LeaseKeeper>>,
     host_cfg: HostConfig,
     state: tokio::sync::Mutex<State>,
+    /// Placement tables by map epoch (see [`Self::table`]).
+    tables: std::sync::Mutex<HashMap<u64, Arc<PlacementTable>>>,
     /// The rebuild bandwidth every owned volume's copies share.
     throttle: Arc<Throttle>,
     /// Who the node is, checked again at every new lease.
@@ -307,6 +308,7 @@ impl ClusterNode {
             data_dir,
             host_cfg,
             state: tokio::sync::Mutex::new(State::default()),
+            tables: std::sync::Mutex::new(HashMap::new()),
             throttle: Arc::new(Throttle::new(PoolSettings::default().rebuild_bytes_per_sec())),
             checks: Default::default(),
         })
@@ -399,16 +401,23 @@ impl ClusterNode {
         self.fabric.allowed_hosts()
     }
 
-    async fn table(&self, st: &mut State, epoch: u64) -> anyhow::Result<Arc<PlacementTable>> {
-        if let Some(t) = st.tables.get(&epoch) {
+    /// The placement table of map `epoch`, computed once (a map never
+    /// changes once written). Its own lock, held for no await: the pool's
+    /// status and volume operations never wait behind a reconcile pass.
+    async fn table(&self, epoch: u64) -> anyhow::Result<Arc<PlacementTable>> {
+        if let Some(t) = self.tables_lock().get(&epoch) {
             return Ok(t.clone());
         }
         let map = map_at(&self.etcd, &self.prefix, epoch).await?;
         let table = tokio::task::spawn_blocking(move || Arc::new(strata_pool::placement::Placer::new(&map).table()))
             .await
             .context("placement")?;
-        st.tables.insert(epoch, table.clone());
+        self.tables_lock().insert(epoch, table.clone());
         Ok(table)
+    }
+
+    fn tables_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<PlacementTable>>> {
+        self.tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// This node's record as it registers it at each pass: its drives,
@@ -501,10 +510,10 @@ impl ClusterNode {
                 link.update(n.fabric, fabric_nqn(&n.name));
             }
         }
-        let present: BTreeSet<u64> = volumes.iter().map(|rec| rec.id).collect();
-        let (remote, released) = self.reconcile_volumes(&mut st, &volumes, current_epoch, &nodes).await;
-        self.drop_deleted(&mut st, &present);
         drop(st);
+        let present: BTreeSet<u64> = volumes.iter().map(|rec| rec.id).collect();
+        let (remote, released) = self.reconcile_volumes(&volumes, current_epoch, &nodes).await;
+        self.drop_deleted(&mut *self.state.lock().await, &present);
         self.free_deleted(&present, &released).await?;
         self.target.set_remote_subsystems(remote);
         Ok(())
@@ -536,7 +545,6 @@ impl ClusterNode {
     /// that moved off this node.
     async fn reconcile_volumes(
         self: &Arc<Self>,
-        st: &mut State,
         volumes: &[VolumeRecord],
         current_epoch: Option<u64>,
         nodes: &BTreeMap<NodeId, NodeRecord>,
@@ -544,11 +552,12 @@ impl ClusterNode {
         let mut remote = Vec::new();
         let mut released = Vec::new();
         for rec in volumes {
-            let pass = self.reconcile_volume(st, rec, current_epoch, nodes, &mut remote, &mut released);
+            let pass = self.reconcile_volume(rec, current_epoch, nodes, &mut remote, &mut released);
             let outcome = match tokio::time::timeout(VOLUME_PASS_LIMIT, pass).await {
                 Ok(r) => r,
                 Err(_) => Err(anyhow::anyhow!("its reconcile pass took longer than {VOLUME_PASS_LIMIT:?}")),
             };
+            let mut st = self.state.lock().await;
             match outcome {
                 Ok(()) => {
                     st.volume_errors.remove(&rec.id);
@@ -638,13 +647,12 @@ impl ClusterNode {
     /// The layout of `rec` under placement map `epoch` with shard `slots`.
     async fn layout_at(
         &self,
-        st: &mut State,
         rec: &VolumeRecord,
         protection: Protection,
         epoch: u64,
         slots: &BTreeMap<u32, Vec<NodeId>>,
     ) -> anyhow::Result<Arc<PlacementLayout>> {
-        let table = self.table(st, epoch).await?;
+        let table = self.table(epoch).await?;
         Ok(Arc::new(PlacementLayout::new(rec.id, protection.width(), table).with_slots(slots.clone())))
     }
 
@@ -654,7 +662,6 @@ impl ClusterNode {
     /// or deleted.
     async fn placement_of(
         &self,
-        st: &mut State,
         rec: &VolumeRecord,
         keys: &VolumeKeys,
         current_epoch: Option<u64>,
@@ -666,11 +673,11 @@ impl ClusterNode {
             Err(e) => return Err(e.into()),
         };
         let protection = protection_of(&state.protection)?;
-        let layout = self.layout_at(st, rec, protection, state.map_epoch, &state.slots).await?;
+        let layout = self.layout_at(rec, protection, state.map_epoch, &state.slots).await?;
         let holders = holders_of(&*layout, rec, protection);
         // A move in progress: the nodes joining chunks hold the volume too.
         let recorded = match &state.next {
-            Some(n) => Some((n.clone(), self.layout_at(st, rec, protection, n.map_epoch, &n.slots).await?)),
+            Some(n) => Some((n.clone(), self.layout_at(rec, protection, n.map_epoch, &n.slots).await?)),
             None => None,
         };
         let recorded_holders = recorded.as_ref().map(|(_, l)| holders_of(&**l, rec, protection)).unwrap_or_default();
@@ -680,7 +687,7 @@ impl ClusterNode {
         let target = state.next.as_ref().map_or(state.map_epoch, |n| n.map_epoch);
         let next = match current_epoch {
             Some(e) if e > target => {
-                let table = self.table(st, e).await?;
+                let table = self.table(e).await?;
                 let next = Arc::new(match stripes_of(protection, rec.block_size) {
                     // Shards keep their slots where they stay.
                     Some(s) => layout.moved_to(table, s.shard_bytes(rec.size_bytes).div_ceil(layout.chunk_bytes())),
@@ -756,9 +763,12 @@ impl ClusterNode {
     /// One volume's part of a reconcile pass: hold or free its replica,
     /// serve or stop serving it, take it over, and as its owner move it
     /// and bring its nodes up to date.
+    ///
+    /// What it reads from etcd it reads before it takes the node's state
+    /// lock: a pass holds that lock across an etcd round trip only to
+    /// change something (take the volume over or back, give it up).
     async fn reconcile_volume(
         self: &Arc<Self>,
-        st: &mut State,
         rec: &VolumeRecord,
         current_epoch: Option<u64>,
         nodes: &BTreeMap<NodeId, NodeRecord>,
@@ -766,10 +776,12 @@ impl ClusterNode {
         released: &mut Vec<u64>,
     ) -> anyhow::Result<()> {
         let keys = VolumeKeys::new(&self.prefix, rec.id);
-        let Some(placed) = self.placement_of(st, rec, &keys, current_epoch).await? else {
+        let Some(placed) = self.placement_of(rec, &keys, current_epoch).await? else {
             return Ok(());
         };
         let owner_kv = self.etcd.get(&keys.owner).await?;
+        let mut guard = self.state.lock().await;
+        let st = &mut *guard;
         self.keep_replica(st, rec, &placed, token_of(owner_kv.as_ref()).as_ref(), nodes, released).await?;
         let owner = self.owner_of(st, rec, &keys, owner_kv).await?;
         let decision = self.decide_for(st, rec, &placed, owner.as_ref(), nodes);
@@ -1591,10 +1603,7 @@ impl ClusterNode {
         strata_pool::placement::check_protection(&map, wanted).map_err(|e| NodeError::Invalid(e.to_string()))?;
         check_size(req.size_bytes, wanted, self.store.max_volume_bytes(), &map)?;
         let rec = self.meta.create_volume(req).await?;
-        let table = {
-            let mut st = self.state.lock().await;
-            self.table(&mut st, map.epoch()).await.map_err(NodeError::Internal)?
-        };
+        let table = self.table(map.epoch()).await.map_err(NodeError::Internal)?;
         let layout = PlacementLayout::new(rec.id, wanted.width(), table);
         let state = VolumeState {
             protection: wanted.to_string(),
@@ -1973,10 +1982,9 @@ impl ClusterNode {
                 )));
             }
             let mut on = {
-                let mut st = self.state.lock().await;
-                let placed = self.layout_at(&mut st, &rec, protection, state.map_epoch, &state.slots).await;
+                let placed = self.layout_at(&rec, protection, state.map_epoch, &state.slots).await;
                 let moving = match &state.next {
-                    Some(n) => Some(self.layout_at(&mut st, &rec, protection, n.map_epoch, &n.slots).await),
+                    Some(n) => Some(self.layout_at(&rec, protection, n.map_epoch, &n.slots).await),
                     None => None,
                 };
                 let mut on = holders_of(&*placed.map_err(internal)?, &rec, protection);
@@ -2042,10 +2050,9 @@ impl ClusterNode {
             let Ok(protection) = protection_of(&state.protection) else { continue };
             protections.insert(protection.to_string(), protection);
             let (placed, next) = {
-                let mut st = self.state.lock().await;
-                let placed = self.layout_at(&mut st, &rec, protection, state.map_epoch, &state.slots).await?;
+                let placed = self.layout_at(&rec, protection, state.map_epoch, &state.slots).await?;
                 let next = match &state.next {
-                    Some(n) => Some(self.layout_at(&mut st, &rec, protection, n.map_epoch, &n.slots).await?),
+                    Some(n) => Some(self.layout_at(&rec, protection, n.map_epoch, &n.slots).await?),
                     None => None,
                 };
                 (placed, next)
