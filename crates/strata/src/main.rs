@@ -18,7 +18,6 @@ mod node_cmd;
 mod notes;
 mod pool_view;
 mod sim_cmd;
-mod ttft;
 mod volume_check;
 
 use std::time::Duration;
