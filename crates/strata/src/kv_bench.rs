@@ -36,8 +36,15 @@ pub struct TraceArgs {
 
 impl From<TraceArgs> for strata_kvbench::TraceOptions {
     fn from(a: TraceArgs) -> Self {
-        let TraceArgs { trace, capacity, small_percent, ghost, requests, ssd_ratio, json } = a;
-        strata_kvbench::TraceOptions { trace, capacity, small_percent, ghost, requests, ssd_ratio, json }
+        strata_kvbench::TraceOptions {
+            trace: a.trace,
+            capacity: a.capacity,
+            small_percent: a.small_percent,
+            ghost: a.ghost,
+            requests: a.requests,
+            ssd_ratio: a.ssd_ratio,
+            json: a.json,
+        }
     }
 }
 
@@ -73,8 +80,15 @@ pub struct TierArgs {
 
 impl From<TierArgs> for strata_kvbench::TierOptions {
     fn from(a: TierArgs) -> Self {
-        let TierArgs { ssd, value, total, qd, allow_buffered, pool, json } = a;
-        strata_kvbench::TierOptions { ssd, value, total, qd, allow_buffered, pool, json }
+        strata_kvbench::TierOptions {
+            ssd: a.ssd,
+            value: a.value,
+            total: a.total,
+            qd: a.qd,
+            allow_buffered: a.allow_buffered,
+            pool: a.pool,
+            json: a.json,
+        }
     }
 }
 
@@ -144,43 +158,24 @@ pub struct TtftArgs {
 
 impl From<TtftArgs> for strata_kvbench::TtftOptions {
     fn from(a: TtftArgs) -> Self {
-        let TtftArgs {
-            model,
-            prompts,
-            block_tokens,
-            ssd,
-            pool,
-            allow_buffered,
-            threads,
-            load_lanes,
-            replay,
-            replay_requests,
-            replay_block_tokens,
-            replay_engine_blocks,
-            project_model,
-            gpu_tflops,
-            mfu,
-            device,
-            json,
-        } = a;
         strata_kvbench::TtftOptions {
-            model,
-            prompts,
-            block_tokens,
-            ssd,
-            pool,
-            allow_buffered,
-            threads,
-            load_lanes,
-            replay,
-            replay_requests,
-            replay_block_tokens,
-            replay_engine_blocks,
-            project_model,
-            gpu_tflops,
-            mfu,
-            device,
-            json,
+            model: a.model,
+            prompts: a.prompts,
+            block_tokens: a.block_tokens,
+            ssd: a.ssd,
+            pool: a.pool,
+            allow_buffered: a.allow_buffered,
+            threads: a.threads,
+            load_lanes: a.load_lanes,
+            replay: a.replay,
+            replay_requests: a.replay_requests,
+            replay_block_tokens: a.replay_block_tokens,
+            replay_engine_blocks: a.replay_engine_blocks,
+            project_model: a.project_model,
+            gpu_tflops: a.gpu_tflops,
+            mfu: a.mfu,
+            device: a.device,
+            json: a.json,
         }
     }
 }
