@@ -10,7 +10,7 @@ use anyhow::Context;
 /// What [`kv_tier`] measures (the `strata bench kv-tier` options).
 #[derive(Debug, Clone)]
 pub struct TierOptions {
-    /// The SSD tier's file or device, PATH[:SIZE] (its contents are lost);
+    /// The SSD tier's file or device, `PATH[:SIZE]` (its contents are lost);
     /// `none` skips the SSD tier.
     pub ssd: String,
     /// Value size, in bytes.

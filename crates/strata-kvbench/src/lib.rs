@@ -2,11 +2,11 @@
 //! bench kv-tier` and `strata bench ttft`, and the opening of the store's
 //! SSD and pool tiers from their specs, which `strata kv serve` shares.
 //!
-//! - [`kv_trace`]: hit rate against capacity on a prefix-cache trace, for
+//! - [`kv_trace()`]: hit rate against capacity on a prefix-cache trace, for
 //!   the store's eviction policy and LRU (a simulation; no I/O).
-//! - [`kv_tier`]: put and get throughput and latency through the store's
+//! - [`kv_tier()`]: put and get throughput and latency through the store's
 //!   API, tier by tier.
-//! - [`ttft`]: time to first token, recomputing a prefill against loading
+//! - [`ttft()`]: time to first token, recomputing a prefill against loading
 //!   its KV blocks from each tier through the store's client, a
 //!   multi-turn trace replay, and a GPU projection (`docs/kv.md`).
 //! - [`tiers`]: SSD and pool tier specs and the devices they open.

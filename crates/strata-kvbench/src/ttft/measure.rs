@@ -20,6 +20,7 @@ pub(super) struct Row {
     pub(super) tiers: Vec<TierRow>,
 }
 
+/// One prompt loaded from one tier.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(super) struct TierRow {
     pub(super) tier: &'static str,
@@ -28,6 +29,8 @@ pub(super) struct TierRow {
     pub(super) bytes: u64,
 }
 
+/// A recomputed prompt: its tokens and block keys, and the cache and
+/// logits every load of it is checked against.
 pub(super) struct Prompt {
     pub(super) tokens: Vec<u32>,
     pub(super) keys: Vec<String>,

@@ -13,7 +13,7 @@ pub struct TtftOptions {
     pub prompts: Vec<usize>,
     /// Tokens per KV block.
     pub block_tokens: usize,
-    /// The SSD tier's file or block device, PATH[:SIZE] (`none`: DRAM only).
+    /// The SSD tier's file or block device, `PATH[:SIZE]` (`none`: DRAM only).
     pub ssd: String,
     /// A pool tier, tcp://ADDR:PORT[,ADDR:PORT...]/NQN (a strata volume): measured last,
     /// with the SSD tier taken away so that every block comes from it.

@@ -11,6 +11,8 @@ use super::options::TtftOptions;
 use super::prompt::{LOGIT_TOLERANCE, key_context, max_rel_diff, tokens};
 use super::served::Served;
 
+/// The requests the replay runs: the trace's returning conversations, up
+/// to `limit` requests (see [`returning`]).
 pub(super) fn load_trace(path: &str, limit: usize) -> anyhow::Result<Vec<Vec<u64>>> {
     Ok(returning(crate::trace_file::load(std::path::Path::new(path), None)?, limit))
 }

@@ -29,6 +29,8 @@ pub(super) struct Served {
 /// Blocks per `MGET` (and `MSET`).
 const BATCH_BLOCKS: usize = 16;
 
+/// What a [`Served`] store is opened on, kept so that a restart reopens
+/// the same tiers (or, with `ssd: None`, the pool alone).
 #[derive(Clone)]
 pub(super) struct StoreSpec {
     pub(super) dram: u64,
