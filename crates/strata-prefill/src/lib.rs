@@ -17,7 +17,7 @@
 //! - [`KvCache`]: every layer's keys and values, written by a prefill and
 //!   serialised to, or loaded from, fixed-size blocks of tokens.
 //!
-//! The crate does no I/O; the benchmark in the `strata` binary moves the
+//! The crate does no I/O; the benchmark in `strata-kvbench` moves the
 //! blocks through the KV store's client.
 
 mod cache;

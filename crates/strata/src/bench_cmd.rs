@@ -77,7 +77,7 @@ enum BenchCommand {
     /// against loading its KV blocks from each tier of the KV store, a
     /// multi-turn trace replay with and without the store, and a GPU
     /// projection (docs/kv.md).
-    Ttft(crate::ttft::TtftArgs),
+    Ttft(crate::kv_bench::TtftArgs),
     /// Check that a signed report is unchanged since it was signed.
     Verify {
         /// The report.
@@ -222,9 +222,9 @@ pub fn main(args: BenchArgs) -> ExitCode {
         Some(BenchCommand::Suite { jobfile, target, baseline, out }) => run_suite_cmd(&jobfile, target, baseline, out),
         Some(BenchCommand::Keygen { keyfile }) => keygen(&keyfile),
         Some(BenchCommand::Verify { report, pubkey }) => verify(&report, pubkey.as_deref()),
-        Some(BenchCommand::KvTrace(args)) => return kv_outcome("kv-trace", crate::kv_bench::trace(&args)),
-        Some(BenchCommand::KvTier(args)) => return kv_outcome("kv-tier", crate::kv_bench::tier(&args)),
-        Some(BenchCommand::Ttft(args)) => return kv_outcome("ttft", crate::ttft::ttft(&args)),
+        Some(BenchCommand::KvTrace(args)) => return kv_outcome("kv-trace", strata_kvbench::kv_trace(&args.into())),
+        Some(BenchCommand::KvTier(args)) => return kv_outcome("kv-tier", strata_kvbench::kv_tier(&args.into())),
+        Some(BenchCommand::Ttft(args)) => return kv_outcome("ttft", strata_kvbench::ttft(&args.into())),
     };
     match outcome {
         Ok(true) => ExitCode::SUCCESS,

@@ -2,13 +2,13 @@
 //! listener. With no arguments: 127.0.0.1:6380, 1 GiB of DRAM and a
 //! 4 GiB SSD tier file under `./strata-data/kv`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use strata_block::{BlockDevice, parse_size};
 use strata_kv::server::ServerConfig;
 use strata_kv::{Admit, KvConfig, KvStore};
+use strata_kvbench::tiers::{PoolSpec, connect_pool, open_ssd, parse_ssd};
 
 /// `strata kv ...`
 #[derive(clap::Args)]
@@ -80,63 +80,6 @@ struct ServeArgs {
     threads: Option<usize>,
 }
 
-/// Splits `PATH[:SIZE]`; a suffix that is not a size stays in the path.
-pub(crate) fn parse_ssd(spec: &str) -> anyhow::Result<(PathBuf, Option<u64>)> {
-    if let Some((path, size)) = spec.rsplit_once(':')
-        && let Ok(n) = parse_size(size)
-    {
-        anyhow::ensure!(!path.is_empty(), "--ssd {spec:?}: no path");
-        return Ok((PathBuf::from(path), Some(n)));
-    }
-    Ok((PathBuf::from(spec), None))
-}
-
-/// Opens an SSD tier's file (created at `size` when missing, with its
-/// directory) or block device.
-pub(crate) fn open_ssd(
-    path: &std::path::Path,
-    size: Option<u64>,
-    allow_buffered: bool,
-) -> anyhow::Result<Arc<strata_store::RawDevice>> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    strata_store::RawDevice::open(path, size, allow_buffered).with_context(|| format!("SSD tier {}", path.display()))
-}
-
-/// A pool tier's volume: `tcp://ADDR:PORT[,ADDR:PORT...]/NQN`, namespace 1.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PoolSpec {
-    /// Where to find it: any I/O port of the target, or of any node.
-    pub addrs: Vec<std::net::SocketAddr>,
-    /// The subsystem.
-    pub nqn: String,
-}
-
-impl std::str::FromStr for PoolSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let shape = || format!("{s:?}: expected tcp://ADDR:PORT[,ADDR:PORT...]/NQN");
-        let rest = s.strip_prefix("tcp://").ok_or_else(shape)?;
-        let (addrs, nqn) = rest.split_once('/').ok_or_else(shape)?;
-        if nqn.is_empty() {
-            return Err(shape());
-        }
-        let addrs = addrs
-            .split(',')
-            .map(|a| a.trim().parse().map_err(|e| format!("{s:?}: address {a:?}: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(PoolSpec { addrs, nqn: nqn.to_string() })
-    }
-}
-
-impl std::fmt::Display for PoolSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let addrs: Vec<String> = self.addrs.iter().map(ToString::to_string).collect();
-        write!(f, "tcp://{}/{}", addrs.join(","), self.nqn)
-    }
-}
-
 fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
     let d = strata_bench::units::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))?;
     if d.is_zero() {
@@ -144,31 +87,6 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
     }
     Ok(d)
 }
-
-/// Connects to a pool tier's volume over NVMe/TCP, with `timeout` for
-/// each command.
-/// A volume that is not served yet (a cluster still starting, an owner
-/// moving) is asked for again, every second, for [`POOL_CONNECT_WAIT`].
-pub(crate) async fn connect_pool(t: &PoolSpec, timeout: std::time::Duration) -> anyhow::Result<Arc<dyn BlockDevice>> {
-    let started = std::time::Instant::now();
-    let cfg = strata_host::HostConfig::default();
-    loop {
-        match strata_host::RemoteNamespace::connect_any(&t.addrs, &t.nqn, Some(1), &cfg).await {
-            Ok(dev) => {
-                dev.set_command_timeout(timeout);
-                return Ok(dev);
-            }
-            Err(e) if started.elapsed() < POOL_CONNECT_WAIT => {
-                tracing::warn!(target = %t, error = %e, "pool tier not reachable yet; trying again in a second");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("pool tier {t}"))),
-        }
-    }
-}
-
-/// How long `strata kv serve` waits for its pool volume at start.
-const POOL_CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn parse_region(s: &str) -> Result<(u64, u64), String> {
     let bad = || format!("{s:?}: expected I/N with 0 <= I < N, e.g. 0/2");
@@ -272,11 +190,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ssd_specs_split_at_a_size_only() {
-        assert_eq!(parse_ssd("a/b.log:4G").unwrap(), (PathBuf::from("a/b.log"), Some(4 << 30)));
-        assert_eq!(parse_ssd("/dev/nvme0n1").unwrap(), (PathBuf::from("/dev/nvme0n1"), None));
-        assert_eq!(parse_ssd("x:y").unwrap(), (PathBuf::from("x:y"), None));
-        assert!(parse_ssd(":4G").is_err());
+    fn quotas_and_regions_parse() {
         assert_eq!(parse_quota("llama=2G").unwrap(), ("llama".to_string(), 2 << 30));
         assert_eq!(parse_quota("=1M").unwrap(), (String::new(), 1 << 20));
         assert!(parse_quota("llama").is_err() && parse_quota("a=lots").is_err());
@@ -285,16 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn pool_specs_take_one_address_or_several() {
-        let one: PoolSpec = "tcp://127.0.0.1:4420/nqn.x".parse().unwrap();
-        assert_eq!((one.addrs.len(), one.nqn.as_str()), (1, "nqn.x"));
-        let three: PoolSpec = "tcp://10.0.0.1:4420,10.0.0.2:4420,[::1]:4421/nqn.y".parse().unwrap();
-        assert_eq!(three.addrs.len(), 3);
-        assert_eq!(three.to_string(), "tcp://10.0.0.1:4420,10.0.0.2:4420,[::1]:4421/nqn.y");
-        for bad in ["127.0.0.1:4420/nqn", "tcp://127.0.0.1:4420", "tcp://127.0.0.1:4420/", "tcp://a,b/nqn", "tcp:///n"]
-        {
-            assert!(bad.parse::<PoolSpec>().is_err(), "{bad}");
-        }
+    fn pool_timeouts_are_durations_above_zero() {
         assert_eq!(parse_timeout("250ms").unwrap(), std::time::Duration::from_millis(250));
         assert!(parse_timeout("0s").is_err() && parse_timeout("soon").is_err());
     }

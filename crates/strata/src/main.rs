@@ -13,7 +13,6 @@ mod kv_cmd;
 mod node_cmd;
 mod pool_view;
 mod sim_cmd;
-mod ttft;
 
 use std::time::Duration;
 
