@@ -4,11 +4,9 @@
 //! then closes that connection, while a well-behaved host on another
 //! connection keeps doing verified I/O before and after.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{BS, NQN, Rng, start};
+use crate::common::{BS, NQN, Rng, start};
 use strata_host::{Controller, HostConfig};
 use strata_nvme::command::{SGL_INCAPSULE_DATA, SglDescriptor, Sqe, io};
 use strata_nvme::pdu::{self, DataHeader, Digests, IcReq, fes};

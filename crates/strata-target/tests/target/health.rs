@@ -4,11 +4,9 @@
 //! reports each namespace's block device counts (`nvmet_get_smart_log_nsid`,
 //! `nvmet_get_smart_log_all`) and nothing it cannot measure; so must we.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{BS, NQN, Rng, start};
+use crate::common::{BS, NQN, Rng, start};
 use strata_block::MemDevice;
 use strata_host::{Controller, HostConfig};
 use strata_nvme::identify as id;

@@ -4,12 +4,10 @@
 //! Connect rejections, asynchronous events, keep-alive expiry, and the
 //! Identify and SMART data a kernel initiator relies on.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{BS, IDS, NQN, Rng, start};
+use crate::common::{BS, IDS, NQN, Rng, start};
 use futures_util::future::join_all;
 use strata_block::MemDevice;
 use strata_host::{Controller, HostConfig, HostError, QueueFailure, discover};

@@ -3,12 +3,10 @@
 //! intact, bad requests are refused before anything is sent, and a lost
 //! target fails commands promptly and is reconnected by the next one.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{BS, IDS, NQN, Rng, start};
+use crate::common::{BS, IDS, NQN, Rng, start};
 use strata_block::{BlockDevice, BlockError, Geometry, IoBuf};
 use strata_host::{HostConfig, HostError, RemoteNamespace};
 use strata_target::{Namespace, PortRole, Subsystem, Target, TargetConfig};

@@ -144,7 +144,7 @@ gates = ["iops >= 1e12"]
 /// A signed report whose body `strata bench` wrote (commit f66159b)
 /// before `poll_us` and `disable_sqflow` existed, signed with the key of
 /// seed `[0x5e; 32]`.
-const OLD_SIGNED_REPORT: &[u8] = include_bytes!("data/signed-report-before-poll-us.json");
+const OLD_SIGNED_REPORT: &[u8] = include_bytes!("../data/signed-report-before-poll-us.json");
 
 #[test]
 fn a_signed_report_from_before_poll_us_and_disable_sqflow_still_verifies_and_loads() {

@@ -3,9 +3,7 @@
 //! (`lib/nvmf/ctrlr.c`) answer: nothing reported that the target does not
 //! know.
 
-mod common;
-
-use common::{NQN, start};
+use crate::common::{NQN, start};
 use strata_host::{Controller, HostConfig};
 use strata_nvme::command::{Sqe, admin, feature};
 use strata_nvme::identify::PowerStateDescriptor;

@@ -2,12 +2,10 @@
 //! strata's fenced commands, and refuse an epoch older than the newest they
 //! have seen, through strata's own host library over real TCP.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{BS, IDS, Rng};
+use crate::common::{BS, IDS, Rng};
 use strata_block::{BlockDevice, EpochFence, MemDevice};
 use strata_host::{Controller, HostConfig, HostError};
 use strata_nvme::status::Status;

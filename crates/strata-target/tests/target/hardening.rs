@@ -3,14 +3,12 @@
 //! shortened through `TargetConfig` so that every case ends in seconds;
 //! every wait of the test itself has a deadline too.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::raw::*;
-use common::{BS, NQN, Rng, serve, start_with};
+use crate::common::raw::*;
+use crate::common::{BS, NQN, Rng, serve, start_with};
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, MemDevice, ReadData};
 use strata_host::{Controller, HostConfig};
 use strata_nvme::pdu::{self, fes};

@@ -5,10 +5,8 @@
 //! 1.1 specification (section 3.3, Connect command and response) and from
 //! what Linux nvmet, SPDK and FreeBSD's nvmft send.
 
-mod common;
-
-use common::raw::*;
-use common::{NQN, start};
+use crate::common::raw::*;
+use crate::common::{NQN, start};
 use strata_target::Subsystem;
 
 /// Regression: a refused Connect carried IATTR in DW0 byte 0 and IPO in
