@@ -8,6 +8,9 @@
 //!   replica copy exactly what it missed;
 //! - [`replica`]: one node's copy of a volume, local or over the fabric,
 //!   behind an epoch fence;
+//! - [`layout`]: where a volume's chunks live and how a volume moves;
+//!   [`control`]: its in-sync set and the owner's changes to it, in
+//!   whatever metadata store;
 //! - [`volume`]: the replicated volume its owner serves to hosts;
 //! - [`fabric`]: replicas on other nodes, over NVMe/TCP with fenced
 //!   commands;
@@ -37,9 +40,11 @@
 
 pub mod check;
 pub mod cluster;
+pub mod control;
 pub mod drl;
 pub mod erasure;
 pub mod fabric;
+pub mod layout;
 mod owner;
 pub mod placement;
 pub mod regions;
@@ -50,9 +55,9 @@ pub mod testing;
 pub mod throttle;
 pub mod volume;
 
+pub use control::{Control, ControlError, Membership};
 pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId, NoteSink};
+pub use layout::{Layout, Moving, NextLayout};
 pub use regions::{RegionSet, Regions};
 pub use replica::{LocalReplica, Replica, ReplicaError};
-pub use volume::{
-    Control, ControlError, Layout, Membership, Moving, NextLayout, PoolVolume, ReplicatedVolume, VolumeParts,
-};
+pub use volume::{PoolVolume, ReplicatedVolume, VolumeParts};

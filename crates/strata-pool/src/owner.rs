@@ -42,9 +42,11 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use strata_block::{BlockError, Geometry};
 
+use crate::control::{Control, ControlError, Membership};
 use crate::drl::{DirtyRegionLog, NodeId};
+use crate::layout::{Layout, Moving, short_group};
 use crate::replica::{Replica, ReplicaError};
-use crate::volume::{Control, ControlError, Layout, Membership, Moving, VolumeStats, short_group};
+use crate::volume::VolumeStats;
 
 /// An I/O error with a message.
 pub(crate) fn io_error(msg: impl Into<String>) -> BlockError {
@@ -461,7 +463,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     /// The first chunk group (its nodes) that `in_sync` leaves with fewer
     /// than the minimum of in-sync nodes, if any.
     pub(crate) fn short_of(&self, in_sync: &BTreeSet<NodeId>) -> Option<Vec<NodeId>> {
-        crate::volume::short_group(&*self.layout(), self.chunks, in_sync, self.min_in_sync)
+        short_group(&*self.layout(), self.chunks, in_sync, self.min_in_sync)
     }
 
     /// The first region left with fewer than the minimum of readable
@@ -1098,7 +1100,7 @@ macro_rules! delegate_to_owner {
         fn below_minimum(&self) -> bool {
             self.inner.gave_up()
         }
-        fn moving_to(&self) -> Option<crate::volume::NextLayout> {
+        fn moving_to(&self) -> Option<crate::layout::NextLayout> {
             self.inner.moving().map(|m| m.target.clone())
         }
         fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>> {

@@ -31,8 +31,6 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -42,37 +40,13 @@ use futures_util::future::join_all;
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf, check_range};
 
 use crate::check::{CheckProgress, CheckReport, Difference};
+use crate::control::{Control, Membership};
 use crate::drl::{DirtyRegionLog, NodeId};
+// `short_group` stays reachable at its old path for the node (crates/strata).
+pub use crate::layout::short_group;
+use crate::layout::{Layout, Moving, NextLayout};
 use crate::owner::{Owner, io_error, is_zero, run_to_end};
 use crate::replica::{Replica, ReplicaError};
-
-/// Where a volume's chunks live: the placement, seen from one volume.
-pub trait Layout: Send + Sync + Debug {
-    /// Bytes per chunk, a power of two and a multiple of the block size.
-    fn chunk_bytes(&self) -> u64;
-    /// The nodes that hold chunk `chunk`, in placement order.
-    fn replicas(&self, chunk: u64) -> Vec<NodeId>;
-    /// True if `node` holds chunk `chunk` (the read path asks this of the
-    /// local node on every read: implement it without allocating).
-    fn holds(&self, chunk: u64, node: NodeId) -> bool {
-        self.replicas(chunk).contains(&node)
-    }
-    /// The distinct node lists (in placement order) of the first `chunks`
-    /// chunks. The default looks at every chunk; a layout whose chunks
-    /// repeat a few groups (placement groups) looks at each group once.
-    fn groups(&self, chunks: u64) -> Vec<Vec<NodeId>> {
-        let mut seen = std::collections::BTreeSet::new();
-        (0..chunks).map(|c| self.replicas(c)).filter(|g| seen.insert(g.clone())).collect()
-    }
-}
-
-/// The first group of `layout`'s first `chunks` chunks that has fewer
-/// than `min` of its nodes in `in_sync` (or than all of them, for a group
-/// smaller than `min`), if any: the check behind "never below the
-/// minimum" (see `owner`).
-pub fn short_group(layout: &dyn Layout, chunks: u64, in_sync: &BTreeSet<NodeId>, min: usize) -> Option<Vec<NodeId>> {
-    layout.groups(chunks).into_iter().find(|g| g.iter().filter(|n| in_sync.contains(n)).count() < min.min(g.len()))
-}
 
 /// How long a dirty region stays dirty after its last write when the
 /// owner cleans the log. Longer means fewer metadata writes under writes
@@ -80,96 +54,6 @@ pub fn short_group(layout: &dyn Layout, chunks: u64, in_sync: &BTreeSet<NodeId>,
 /// costs nothing); shorter means fewer regions to repair after the owner
 /// dies. md's write-intent bitmap makes the same trade with a few seconds.
 pub const CLEAN_AFTER: Duration = Duration::from_secs(5);
-
-/// The in-sync set of a volume at an epoch, as the metadata store holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Membership {
-    /// Bumped at every change of owner or in-sync set.
-    pub epoch: u64,
-    /// Replicas that hold every acknowledged write.
-    pub in_sync: BTreeSet<NodeId>,
-}
-
-/// Why the metadata store refused or failed a membership change.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ControlError {
-    /// The volume moved on (another owner, a newer epoch): this owner is
-    /// fenced and must stop.
-    #[error("the volume is no longer ours: {0}")]
-    NotOwner(String),
-    /// The store could not be reached or failed.
-    #[error("metadata store: {0}")]
-    Unavailable(String),
-}
-
-/// A boxed control-plane future.
-pub type ControlFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ControlError>> + Send + 'a>>;
-
-/// Where a volume is moving: placement map `map_epoch`, with the
-/// erasure-coded `slots` (see [`crate::cluster::VolumeState::slots`]).
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct NextLayout {
-    /// The placement map epoch the volume moves to.
-    pub map_epoch: u64,
-    /// Groups whose shard slots differ from that map's order.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub slots: std::collections::BTreeMap<u32, Vec<NodeId>>,
-}
-
-/// A move in progress, as an owner serves it: the volume is still placed
-/// (read) by its current layout while the nodes that join chunks under
-/// `next` take every write there and are filled; then it switches.
-#[derive(Clone)]
-pub struct Moving {
-    /// The layout the volume moves to.
-    pub next: Arc<dyn Layout>,
-    /// Where that is, as the metadata store records it.
-    pub target: NextLayout,
-    /// What the move asks of the nodes (from the current layout to `next`).
-    pub plan: crate::cluster::MovePlan,
-    /// Erasure coding: a node joins a chunk at a slot, and mirrors the
-    /// node that holds that slot now.
-    pub positional: bool,
-}
-
-impl Debug for Moving {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Moving").field("target", &self.target).field("plan", &self.plan).finish_non_exhaustive()
-    }
-}
-
-/// The owner's link to the metadata store for one volume.
-pub trait Control: Send + Sync {
-    /// Takes `nodes` out of the in-sync set, if the stored membership is
-    /// still `from`, and returns the new membership (epoch bumped).
-    fn leave(&self, from: &Membership, nodes: &[NodeId]) -> ControlFuture<'_, Membership>;
-    /// Puts `node` back in the in-sync set, if the stored membership is
-    /// still `from`, and returns the new membership (epoch bumped).
-    fn rejoin(&self, from: &Membership, node: NodeId) -> ControlFuture<'_, Membership>;
-    /// Starts (or retargets) a move of the volume to `next`, with in-sync
-    /// set `in_sync` (the current one, with the nodes new to the volume),
-    /// if the stored membership is still `from`, and returns the new
-    /// membership (epoch bumped). The volume stays placed by its current
-    /// map until [`relayout`](Self::relayout); a new owner finds the move
-    /// recorded and goes on with it.
-    fn begin_move(
-        &self,
-        from: &Membership,
-        next: &NextLayout,
-        in_sync: &BTreeSet<NodeId>,
-    ) -> ControlFuture<'_, Membership>;
-    /// Moves the volume to placement map `map_epoch` (with erasure-coded
-    /// `slots`, see [`crate::cluster::VolumeState::slots`]) and in-sync set
-    /// `in_sync`, ending any move recorded, if the stored membership is
-    /// still `from`, and returns the new membership (epoch bumped).
-    fn relayout(
-        &self,
-        from: &Membership,
-        map_epoch: u64,
-        slots: &std::collections::BTreeMap<u32, Vec<NodeId>>,
-        in_sync: &BTreeSet<NodeId>,
-    ) -> ControlFuture<'_, Membership>;
-}
 
 /// Counters of one replicated volume.
 #[derive(Debug, Default)]

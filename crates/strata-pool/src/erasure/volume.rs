@@ -41,10 +41,12 @@ use super::scrub;
 use super::shard::Shard;
 use super::stripe::{StripePiece, Stripes};
 use crate::check::{CheckProgress, CheckReport, Difference};
+use crate::control::{Control, Membership};
 use crate::drl::{DirtyRegionLog, NodeId};
+use crate::layout::{Layout, Moving};
 use crate::owner::{Owner, io_error, is_zero, run_to_end};
 use crate::replica::ReplicaError;
-use crate::volume::{Control, Layout, Membership, OpenError, VolumeStats};
+use crate::volume::{OpenError, VolumeStats};
 
 /// Stripe locks: a stripe's updates, repairs and degraded reads hash to
 /// one of these.
@@ -101,7 +103,7 @@ pub struct EcParts {
     pub control: Arc<dyn Control>,
     /// The move in progress, as the metadata store records it (its nodes'
     /// handles among `shards`).
-    pub moving: Option<crate::volume::Moving>,
+    pub moving: Option<Moving>,
 }
 
 /// Update sequence numbers: handed out, running, committed.
@@ -1516,7 +1518,7 @@ impl ErasureVolume {
     /// # Errors
     ///
     /// The log or the metadata store failed, or this owner is fenced.
-    pub async fn begin_move(&self, mv: crate::volume::Moving, added: Vec<Arc<dyn Shard>>) -> Result<(), BlockError> {
+    pub async fn begin_move(&self, mv: Moving, added: Vec<Arc<dyn Shard>>) -> Result<(), BlockError> {
         self.inner.owner.begin_move(mv, added).await
     }
 
