@@ -11,7 +11,9 @@
 //! - [`layout`]: where a volume's chunks live and how a volume moves;
 //!   [`control`]: its in-sync set and the owner's changes to it, in
 //!   whatever metadata store;
-//! - [`volume`]: the replicated volume its owner serves to hosts;
+//! - [`volume`]: what every volume offers the node that owns it;
+//!   [`replicated`] and [`erasure`]: the replicated and erasure-coded
+//!   volumes an owner serves to hosts;
 //! - [`fabric`]: replicas on other nodes, over NVMe/TCP with fenced
 //!   commands;
 //! - [`cluster`]: a volume's membership, owner and log in etcd, changed
@@ -50,6 +52,7 @@ pub mod placement;
 pub mod regions;
 pub mod registry;
 pub mod replica;
+pub mod replicated;
 pub mod sim;
 pub mod testing;
 pub mod throttle;
@@ -60,4 +63,5 @@ pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId, NoteSink};
 pub use layout::{Layout, Moving, NextLayout};
 pub use regions::{RegionSet, Regions};
 pub use replica::{LocalReplica, Replica, ReplicaError};
-pub use volume::{PoolVolume, ReplicatedVolume, VolumeParts};
+pub use replicated::{ReplicatedVolume, VolumeParts};
+pub use volume::PoolVolume;

@@ -3,7 +3,7 @@
 //! stops a deposed owner, the dirty-region log, the nodes being caught up,
 //! and writes that run to the end after their callers left.
 //!
-//! [`crate::volume::ReplicatedVolume`] and
+//! [`crate::replicated::ReplicatedVolume`] and
 //! [`crate::erasure::ErasureVolume`] are this core plus their own data
 //! path.
 //!
