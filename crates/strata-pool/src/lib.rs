@@ -54,6 +54,7 @@ pub mod registry;
 pub mod replica;
 pub mod replicated;
 pub mod sim;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 pub mod throttle;
 pub mod volume;

@@ -1,5 +1,6 @@
 //! In-memory stand-ins for the metadata store and for replicas that fail,
-//! for this crate's tests and the node's.
+//! for tests: this crate's own, and with the `test-utils` feature its
+//! integration tests' and other crates'. Not in a release build.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};

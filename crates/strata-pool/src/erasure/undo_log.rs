@@ -6,7 +6,7 @@
 //! (`super::volume`) which updates to commit or roll back, and to the
 //! caller (the node's target) the epoch fence. It implements
 //! [`strata_block::UndoLog`] with the semantics of the in-memory
-//! reference, [`crate::testing::MemShard`], but durably, and
+//! reference, `crate::testing::MemShard`, but durably, and
 //! [`BlockDevice`] for the plain reads and writes that keep no undo
 //! (repair and rebuild). The design and the crash analysis of the whole
 //! mechanism are in `docs/pool.md` ("Erasure coding").
