@@ -17,9 +17,9 @@ use crate::check::{CheckProgress, CheckReport};
 use crate::control::{Control, Membership};
 use crate::drl::{DirtyRegionLog, NodeId};
 use crate::layout::{Layout, Moving};
-use crate::owner::{Owner, io_error, is_zero, run_to_end};
+use crate::owner::{Owner, io_error, is_zero, run_to_end, write_blocks};
 use crate::replica::{Replica, ReplicaError};
-use crate::volume::{OpenError, PoolVolume, VolumeStats};
+use crate::volume::{OpenError, VolumeStats};
 
 pub(super) struct Inner {
     pub(super) owner: Arc<Owner<dyn Replica>>,
@@ -458,7 +458,7 @@ impl ReplicatedVolume {
         let inner = Arc::new(Inner { owner });
         let vol = ReplicatedVolume { inner };
         vol.inner.owner.flush().await?;
-        vol.check_available()?;
+        vol.inner.check_available()?;
         crate::owner::repair_in_background(
             &vol.inner,
             |i| &i.owner,
@@ -467,26 +467,11 @@ impl ReplicatedVolume {
         Ok(vol)
     }
 
-    fn check_available(&self) -> Result<(), OpenError> {
-        let i = &self.inner;
-        let chunks = i.geometry.size_bytes().div_ceil(i.layout().chunk_bytes());
-        let m = i.membership().clone();
-        let per_chunk = i.layout().chunk_bytes();
-        for chunk in 0..chunks {
-            let replicas = i.layout().replicas(chunk);
-            let regions = i.drl.regions().touched(chunk * per_chunk, per_chunk);
-            if !replicas.iter().any(|&n| i.readable(&m, n, regions.clone())) {
-                return Err(OpenError::Unavailable { chunk, replicas });
-            }
-        }
-        Ok(())
-    }
-
     /// Starts moving the volume as `mv` says (or retargets the move in
     /// progress); `added` are handles of the nodes new to it. The nodes
     /// that join chunks take writes at once and are filled by
     /// [`resync`](Self::resync) while every current copy keeps serving;
-    /// [`finish_move`](PoolVolume::finish_move) then switches.
+    /// [`finish_move`](crate::volume::PoolVolume::finish_move) then switches.
     ///
     /// # Errors
     ///
@@ -495,37 +480,7 @@ impl ReplicatedVolume {
         self.inner.owner.begin_move(mv, added).await
     }
 
-    /// The current membership.
-    pub fn membership(&self) -> Membership {
-        self.inner.membership().clone()
-    }
-
-    /// The volume's counters.
-    pub fn stats(&self) -> &VolumeStats {
-        &self.inner.stats
-    }
-
-    /// The dirty-region log.
-    pub fn drl(&self) -> &Arc<DirtyRegionLog> {
-        &self.inner.drl
-    }
-
-    /// Writes, write-zeroes and deallocates still running, including those
-    /// whose callers left.
-    pub fn writes_running(&self) -> usize {
-        self.inner.writes_running()
-    }
-
-    /// The stale replicas being copied back, each with the regions it
-    /// still misses.
-    pub fn resyncing(&self) -> Vec<(NodeId, u64)> {
-        self.inner.resyncing()
-    }
-
-    /// True once this owner has been fenced.
-    pub fn is_fenced(&self) -> bool {
-        self.inner.is_fenced()
-    }
+    crate::owner::owner_accessors!();
 
     /// Clears the dirty regions no write has touched for `quiet_for`,
     /// after a flush of every in-sync replica; returns how many. The owner
@@ -571,17 +526,7 @@ impl ReplicatedVolume {
         // expired yet looks alive to the cluster).
         let epoch = i.membership().epoch;
         rep.flush(epoch).await.map_err(|e| io_error(format!("node {node} does not answer: {e}")))?;
-        {
-            // Writes that began before see the node as stale and mark
-            // what they write missed; those after send it the data.
-            let _all = i.gate.write().await;
-            i.catching_up().insert(node);
-        }
-        let result = self.copy_missed(node, true).await;
-        if result.is_err() {
-            i.catching_up().remove(&node);
-        }
-        result
+        i.catch_up(node, self.copy_missed(node, true)).await
     }
 
     /// Copies every region `node` missed onto it from a node that holds
@@ -591,8 +536,6 @@ impl ReplicatedVolume {
     async fn copy_missed(&self, node: NodeId, rejoin: bool) -> Result<(), BlockError> {
         let i = &self.inner;
         let bs = i.bs();
-        let still =
-            |i: &Inner| if rejoin { i.catching_up().contains(&node) } else { i.membership().in_sync.contains(&node) };
         let failed_write = || io_error(format!("node {node} failed a write while being copied to"));
         loop {
             let rep = i.replica(node).ok_or_else(|| io_error("replica vanished"))?;
@@ -608,7 +551,7 @@ impl ReplicatedVolume {
                         if !failed.is_empty() {
                             i.owner.leave(&failed, r..r + 1).await?;
                         }
-                        if !still(i) {
+                        if !i.still_copying(node, rejoin) {
                             return Err(failed_write());
                         }
                     }
@@ -621,7 +564,7 @@ impl ReplicatedVolume {
                 rep.flush(epoch)
                     .await
                     .map_err(|e| io_error(format!("node {node} failed a flush while being copied to: {e}")))?;
-                if !still(i) {
+                if !i.still_copying(node, rejoin) {
                     return Err(failed_write());
                 }
                 for &r in batch {
@@ -631,19 +574,9 @@ impl ReplicatedVolume {
             if !rejoin {
                 return i.owner.fill_done(node).await;
             }
-            let epoch = i.membership().epoch;
-            rep.flush(epoch).await.map_err(|e| io_error(format!("node {node} failed the resync flush: {e}")))?;
-            i.drl.sync().await.map_err(|e| io_error(e.to_string()))?;
-
-            let _all = i.gate.write().await;
-            if i.drl.missed(node).is_some_and(|s| !s.is_empty()) {
-                continue; // a write failed on it meanwhile, or raced
+            if i.caught_up(node, &*rep).await? {
+                return Ok(());
             }
-            if !still(i) {
-                return Err(io_error(format!("node {node} failed a write during resync")));
-            }
-            i.rejoin(node).await?;
-            return Ok(());
         }
     }
 }
@@ -654,11 +587,7 @@ impl BlockDevice for ReplicatedVolume {
     }
 
     fn usage(&self) -> DeviceUsage {
-        let allocated = self.inner.stats.allocated_bytes.load(Ordering::Relaxed);
-        DeviceUsage {
-            provisioned_bytes: self.inner.geometry.size_bytes(),
-            allocated_bytes: allocated.min(self.inner.geometry.size_bytes()),
-        }
+        self.inner.usage()
     }
 
     fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
@@ -668,15 +597,10 @@ impl BlockDevice for ReplicatedVolume {
     fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
         let inner = self.inner.clone();
         Box::pin(async move {
-            let bs = inner.bs();
-            if !(buf.len() as u64).is_multiple_of(bs) {
-                let len = buf.len();
-                return (buf, Err(BlockError::BadBuffer { len, expected: len as u64 / bs * bs }));
-            }
-            let blocks = buf.len() as u64 / bs;
-            if let Err(e) = check_range(inner.geometry, lba, blocks) {
-                return (buf, Err(e));
-            }
+            let blocks = match write_blocks(inner.geometry, lba, buf.len()) {
+                Ok(blocks) => blocks,
+                Err(e) => return (buf, Err(e)),
+            };
             let data = Bytes::from_owner(buf);
             let work = inner.clone().fan_out(lba, blocks, Op::Write { data, fua });
             (IoBuf::zeroed(0), run_to_end(&inner.owner, work).await)
@@ -713,28 +637,4 @@ impl BlockDevice for ReplicatedVolume {
     }
 }
 
-impl PoolVolume for ReplicatedVolume {
-    fn resyncing(&self) -> Vec<(NodeId, u64)> {
-        ReplicatedVolume::resyncing(self)
-    }
-    fn stats(&self) -> &VolumeStats {
-        ReplicatedVolume::stats(self)
-    }
-    fn drl(&self) -> &Arc<DirtyRegionLog> {
-        ReplicatedVolume::drl(self)
-    }
-    fn clean(&self, quiet_for: Duration) -> BlockFuture<'_, Result<u64, BlockError>> {
-        Box::pin(ReplicatedVolume::clean(self, quiet_for))
-    }
-    fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
-        Box::pin(ReplicatedVolume::resync(self, node))
-    }
-    fn check<'a>(
-        &'a self,
-        repair: bool,
-        progress: &'a CheckProgress,
-    ) -> BlockFuture<'a, Result<CheckReport, BlockError>> {
-        Box::pin(ReplicatedVolume::check(self, repair, progress))
-    }
-    crate::owner::delegate_to_owner!();
-}
+crate::owner::impl_pool_volume!(ReplicatedVolume);
