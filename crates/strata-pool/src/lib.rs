@@ -8,7 +8,12 @@
 //!   replica copy exactly what it missed;
 //! - [`replica`]: one node's copy of a volume, local or over the fabric,
 //!   behind an epoch fence;
-//! - [`volume`]: the replicated volume its owner serves to hosts;
+//! - [`layout`]: where a volume's chunks live and how a volume moves;
+//!   [`control`]: its in-sync set and the owner's changes to it, in
+//!   whatever metadata store;
+//! - [`volume`]: what every volume offers the node that owns it;
+//!   [`replicated`] and [`erasure`]: the replicated and erasure-coded
+//!   volumes an owner serves to hosts;
 //! - [`fabric`]: replicas on other nodes, over NVMe/TCP with fenced
 //!   commands;
 //! - [`cluster`]: a volume's membership, owner and log in etcd, changed
@@ -37,22 +42,27 @@
 
 pub mod check;
 pub mod cluster;
+pub mod control;
 pub mod drl;
 pub mod erasure;
 pub mod fabric;
+pub mod layout;
 mod owner;
 pub mod placement;
 pub mod regions;
 pub mod registry;
 pub mod replica;
+pub mod replicated;
 pub mod sim;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 pub mod throttle;
 pub mod volume;
 
+pub use control::{Control, ControlError, Membership};
 pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId, NoteSink};
+pub use layout::{Layout, Moving, NextLayout};
 pub use regions::{RegionSet, Regions};
 pub use replica::{LocalReplica, Replica, ReplicaError};
-pub use volume::{
-    Control, ControlError, Layout, Membership, Moving, NextLayout, PoolVolume, ReplicatedVolume, VolumeParts,
-};
+pub use replicated::{ReplicatedVolume, VolumeParts};
+pub use volume::PoolVolume;

@@ -3,7 +3,7 @@
 //! stops a deposed owner, the dirty-region log, the nodes being caught up,
 //! and writes that run to the end after their callers left.
 //!
-//! [`crate::volume::ReplicatedVolume`] and
+//! [`crate::replicated::ReplicatedVolume`] and
 //! [`crate::erasure::ErasureVolume`] are this core plus their own data
 //! path.
 //!
@@ -40,11 +40,13 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use strata_block::{BlockError, Geometry};
+use strata_block::{BlockError, DeviceUsage, Geometry, check_range};
 
+use crate::control::{Control, ControlError, Membership};
 use crate::drl::{DirtyRegionLog, NodeId};
+use crate::layout::{Layout, Moving, short_group};
 use crate::replica::{Replica, ReplicaError};
-use crate::volume::{Control, ControlError, Layout, Membership, Moving, VolumeStats, short_group};
+use crate::volume::{OpenError, VolumeStats};
 
 /// An I/O error with a message.
 pub(crate) fn io_error(msg: impl Into<String>) -> BlockError {
@@ -60,6 +62,19 @@ pub(crate) fn is_zero(b: &[u8]) -> bool {
         unsafe { b.align_to::<u64>() }
     };
     head.iter().all(|&x| x == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&x| x == 0)
+}
+
+/// The blocks of a write of `len` bytes at `lba` to a volume of
+/// `geometry`: whole blocks ([`BlockError::BadBuffer`] otherwise), all
+/// inside the volume.
+pub(crate) fn write_blocks(geometry: Geometry, lba: u64, len: usize) -> Result<u64, BlockError> {
+    let bs = u64::from(geometry.block_size);
+    if !(len as u64).is_multiple_of(bs) {
+        return Err(BlockError::BadBuffer { len, expected: len as u64 / bs * bs });
+    }
+    let blocks = len as u64 / bs;
+    check_range(geometry, lba, blocks)?;
+    Ok(blocks)
 }
 
 /// Starts repairing, on a task of its own, every region the last owner
@@ -461,7 +476,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     /// The first chunk group (its nodes) that `in_sync` leaves with fewer
     /// than the minimum of in-sync nodes, if any.
     pub(crate) fn short_of(&self, in_sync: &BTreeSet<NodeId>) -> Option<Vec<NodeId>> {
-        crate::volume::short_group(&*self.layout(), self.chunks, in_sync, self.min_in_sync)
+        short_group(&*self.layout(), self.chunks, in_sync, self.min_in_sync)
     }
 
     /// The first region left with fewer than the minimum of readable
@@ -958,6 +973,80 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         self.drl.sync().await.map_err(|e| io_error(e.to_string()))
     }
 
+    /// Runs `copy`, the catch-up of stale `node`, with the node taking
+    /// every write from the start of it; if `copy` fails the node stops
+    /// taking them (it stays stale, its missed regions recorded).
+    pub(crate) async fn catch_up(
+        &self,
+        node: NodeId,
+        copy: impl Future<Output = Result<(), BlockError>>,
+    ) -> Result<(), BlockError> {
+        {
+            // Writes that began before see the node as stale and mark
+            // what they write missed; those after send it the data.
+            let _all = self.gate.write().await;
+            self.catching_up().insert(node);
+        }
+        let result = copy.await;
+        if result.is_err() {
+            self.catching_up().remove(&node);
+        }
+        result
+    }
+
+    /// True while `node` still takes every write during its copy: being
+    /// caught up (`rejoin`: it was stale), else in sync (filling the
+    /// chunks it joined in a move). False once a write failed on it.
+    pub(crate) fn still_copying(&self, node: NodeId, rejoin: bool) -> bool {
+        if rejoin { self.catching_up().contains(&node) } else { self.membership().in_sync.contains(&node) }
+    }
+
+    /// Ends the catch-up of stale `node` (`rep`) once every region it
+    /// missed was copied and marked so: flushes it and the log, then,
+    /// with the volume's I/O held off, puts it back in sync. False when a
+    /// write left it missing regions meanwhile: copy again.
+    pub(crate) async fn caught_up(&self, node: NodeId, rep: &R) -> Result<bool, BlockError> {
+        let epoch = self.membership().epoch;
+        rep.flush(epoch).await.map_err(|e| io_error(format!("node {node} failed the resync flush: {e}")))?;
+        self.drl.sync().await.map_err(|e| io_error(e.to_string()))?;
+        let _all = self.gate.write().await;
+        if self.drl.missed(node).is_some_and(|s| !s.is_empty()) {
+            return Ok(false); // a write failed on it meanwhile, or raced
+        }
+        if !self.still_copying(node, true) {
+            return Err(io_error(format!("node {node} failed a write during resync")));
+        }
+        self.rejoin(node).await?;
+        Ok(true)
+    }
+
+    /// Checks, at open, that every chunk has the `min_in_sync` in-sync
+    /// nodes it needs to be read (a replica; K shards), with none of them
+    /// missing its regions.
+    pub(crate) fn check_available(&self) -> Result<(), OpenError> {
+        let chunks = self.span.div_ceil(self.layout().chunk_bytes());
+        let m = self.membership().clone();
+        let per_chunk = self.layout().chunk_bytes();
+        for chunk in 0..chunks {
+            let replicas = self.layout().replicas(chunk);
+            let regions = self.drl.regions().touched(chunk * per_chunk, per_chunk);
+            if replicas.iter().filter(|&&n| self.readable(&m, n, regions.clone())).count() < self.min_in_sync {
+                return Err(OpenError::Unavailable { chunk, replicas });
+            }
+        }
+        Ok(())
+    }
+
+    /// What the volume allocates, as its nodes last reported, and its
+    /// size ([`BlockDevice::usage`](strata_block::BlockDevice::usage)).
+    pub(crate) fn usage(&self) -> DeviceUsage {
+        let allocated = self.stats.allocated_bytes.load(Ordering::Relaxed);
+        DeviceUsage {
+            provisioned_bytes: self.geometry.size_bytes(),
+            allocated_bytes: allocated.min(self.geometry.size_bytes()),
+        }
+    }
+
     /// Waits for the rebuild bandwidth to allow `bytes` more.
     pub(crate) async fn pace(&self, bytes: u64) {
         if let Some(t) = self.throttle.get() {
@@ -1081,63 +1170,127 @@ impl<R: ?Sized + Replica + 'static> crate::drl::NoteSink for Owner<R> {
     }
 }
 
-/// The part of [`crate::volume::PoolVolume`] that is the owner core's,
-/// whatever the protection: inside an `impl PoolVolume` of a volume whose
-/// `inner` derefs to an [`Owner`] held as `inner.owner`.
-macro_rules! delegate_to_owner {
-    () => {
-        fn filling(&self) -> Vec<(NodeId, u64)> {
-            self.inner.filling()
-        }
-        fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>) {
-            let _ = self.inner.throttle.set(throttle);
-        }
-        fn is_fenced(&self) -> bool {
-            self.inner.is_fenced()
-        }
-        fn below_minimum(&self) -> bool {
-            self.inner.gave_up()
-        }
-        fn moving_to(&self) -> Option<crate::volume::NextLayout> {
-            self.inner.moving().map(|m| m.target.clone())
-        }
-        fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>> {
-            Box::pin(self.inner.owner.finish_move())
-        }
-        fn keep_promises(&self, duration: Duration) -> BlockFuture<'_, ()> {
-            Box::pin(self.inner.owner.keep_promises(duration))
-        }
-        fn promised(&self) -> bool {
-            self.inner.owner.promised()
-        }
-        fn end_promises(&self) -> BlockFuture<'_, ()> {
-            Box::pin(self.inner.owner.end_promises())
-        }
-        fn interrupt_fill(&self) {
-            self.inner.owner.interrupt_fill()
-        }
-        fn writes_running(&self) -> usize {
-            self.inner.writes_running()
-        }
-        fn epoch(&self) -> u64 {
-            self.inner.membership().epoch
-        }
-        fn note_sink(&self) -> std::sync::Weak<dyn crate::drl::NoteSink> {
-            let owner: Arc<dyn crate::drl::NoteSink> = self.inner.owner.clone();
-            Arc::downgrade(&owner)
-        }
-        fn unrepaired(&self) -> u64 {
-            self.inner.drl.unrepaired()
-        }
-        fn repair_ended(&self) -> BlockFuture<'_, ()> {
-            Box::pin(self.inner.owner.repair_ended())
-        }
-        fn fenced_signal(&self) -> tokio::sync::watch::Receiver<bool> {
-            self.inner.owner.fenced_signal()
+/// `impl PoolVolume for $volume`, for a volume kind whose `inner` derefs
+/// to an [`Owner`] held as `inner.owner`: the owner core's part, the same
+/// for every kind, and the kind's own `clean`, `resync` and `check`
+/// (its inherent methods of those names).
+macro_rules! impl_pool_volume {
+    ($volume:ty) => {
+        impl crate::volume::PoolVolume for $volume {
+            fn resyncing(&self) -> Vec<(NodeId, u64)> {
+                self.inner.resyncing()
+            }
+            fn stats(&self) -> &VolumeStats {
+                &self.inner.stats
+            }
+            fn drl(&self) -> &Arc<DirtyRegionLog> {
+                &self.inner.drl
+            }
+            fn clean(&self, quiet_for: Duration) -> BlockFuture<'_, Result<u64, BlockError>> {
+                Box::pin(<$volume>::clean(self, quiet_for))
+            }
+            fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
+                Box::pin(<$volume>::resync(self, node))
+            }
+            fn check<'a>(
+                &'a self,
+                repair: bool,
+                progress: &'a CheckProgress,
+            ) -> BlockFuture<'a, Result<CheckReport, BlockError>> {
+                Box::pin(<$volume>::check(self, repair, progress))
+            }
+            fn filling(&self) -> Vec<(NodeId, u64)> {
+                self.inner.filling()
+            }
+            fn set_throttle(&self, throttle: Arc<crate::throttle::Throttle>) {
+                let _ = self.inner.throttle.set(throttle);
+            }
+            fn is_fenced(&self) -> bool {
+                self.inner.is_fenced()
+            }
+            fn below_minimum(&self) -> bool {
+                self.inner.gave_up()
+            }
+            fn moving_to(&self) -> Option<crate::layout::NextLayout> {
+                self.inner.moving().map(|m| m.target.clone())
+            }
+            fn finish_move(&self) -> BlockFuture<'_, Result<bool, BlockError>> {
+                Box::pin(self.inner.owner.finish_move())
+            }
+            fn keep_promises(&self, duration: Duration) -> BlockFuture<'_, ()> {
+                Box::pin(self.inner.owner.keep_promises(duration))
+            }
+            fn promised(&self) -> bool {
+                self.inner.owner.promised()
+            }
+            fn end_promises(&self) -> BlockFuture<'_, ()> {
+                Box::pin(self.inner.owner.end_promises())
+            }
+            fn interrupt_fill(&self) {
+                self.inner.owner.interrupt_fill()
+            }
+            fn writes_running(&self) -> usize {
+                self.inner.writes_running()
+            }
+            fn epoch(&self) -> u64 {
+                self.inner.membership().epoch
+            }
+            fn note_sink(&self) -> std::sync::Weak<dyn crate::drl::NoteSink> {
+                let owner: Arc<dyn crate::drl::NoteSink> = self.inner.owner.clone();
+                Arc::downgrade(&owner)
+            }
+            fn unrepaired(&self) -> u64 {
+                self.inner.drl.unrepaired()
+            }
+            fn repair_ended(&self) -> BlockFuture<'_, ()> {
+                Box::pin(self.inner.owner.repair_ended())
+            }
+            fn fenced_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+                self.inner.owner.fenced_signal()
+            }
         }
     };
 }
-pub(crate) use delegate_to_owner;
+pub(crate) use impl_pool_volume;
+
+/// The inherent accessors every volume kind offers, inside its `impl`
+/// block (its `inner` derefs to an [`Owner`]).
+macro_rules! owner_accessors {
+    () => {
+        /// The current membership.
+        pub fn membership(&self) -> Membership {
+            self.inner.membership().clone()
+        }
+
+        /// The volume's counters.
+        pub fn stats(&self) -> &VolumeStats {
+            &self.inner.stats
+        }
+
+        /// The dirty-region log.
+        pub fn drl(&self) -> &Arc<DirtyRegionLog> {
+            &self.inner.drl
+        }
+
+        /// Writes, write-zeroes and deallocates still running, including
+        /// those whose callers left.
+        pub fn writes_running(&self) -> usize {
+            self.inner.writes_running()
+        }
+
+        /// True once this owner has been fenced.
+        pub fn is_fenced(&self) -> bool {
+            self.inner.is_fenced()
+        }
+
+        /// The stale nodes being caught up (replicas copied back, shards
+        /// rebuilt), each with the regions it still misses.
+        pub fn resyncing(&self) -> Vec<(NodeId, u64)> {
+            self.inner.resyncing()
+        }
+    };
+}
+pub(crate) use owner_accessors;
 
 /// Every node that holds one of the first `chunks` chunks of `layout`.
 fn self_holders(layout: &dyn Layout, chunks: u64) -> BTreeSet<NodeId> {

@@ -1,5 +1,6 @@
 //! In-memory stand-ins for the metadata store and for replicas that fail,
-//! for this crate's tests and the node's.
+//! for tests: this crate's own, and with the `test-utils` feature its
+//! integration tests' and other crates'. Not in a release build.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -8,10 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, EpochFence, Geometry, IoBuf, MemDevice};
 
+use crate::control::{Control, ControlError, ControlFuture, Membership};
 use crate::drl::NodeId;
 use crate::erasure::Shard;
+use crate::layout::{Layout, NextLayout};
 use crate::replica::{Replica, ReplicaError, ReplicaFuture};
-use crate::volume::{Control, ControlError, ControlFuture, Layout, Membership};
 
 /// A metadata store holding one volume's membership, with compare-and-set
 /// on the epoch as etcd's transactions do.
@@ -24,7 +26,7 @@ pub struct MemControl {
     /// The placement map epoch of the last move.
     pub map_epoch: AtomicU64,
     /// The move in progress, if any.
-    pub next: Mutex<Option<crate::volume::NextLayout>>,
+    pub next: Mutex<Option<NextLayout>>,
 }
 
 impl MemControl {
@@ -90,7 +92,7 @@ impl Control for MemControl {
     fn begin_move(
         &self,
         from: &Membership,
-        next: &crate::volume::NextLayout,
+        next: &NextLayout,
         in_sync: &BTreeSet<NodeId>,
     ) -> ControlFuture<'_, Membership> {
         let (from, next, in_sync) = (from.clone(), next.clone(), in_sync.clone());

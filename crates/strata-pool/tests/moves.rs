@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 
 use strata_block::{BlockDevice, EpochFence, Geometry, IoBuf, MemDevice};
-use strata_pool::cluster::MovePlan;
 use strata_pool::drl::{DirtyRegionLog, MemDrlStore};
 use strata_pool::erasure::{Codec, EcParts, ErasureVolume, Shard, Stripes};
+use strata_pool::layout::MovePlan;
 use strata_pool::testing::{Faulty, MemControl, MemShard, TableLayout};
 use strata_pool::throttle::Throttle;
 use strata_pool::{

@@ -41,10 +41,12 @@ use super::scrub;
 use super::shard::Shard;
 use super::stripe::{StripePiece, Stripes};
 use crate::check::{CheckProgress, CheckReport, Difference};
+use crate::control::{Control, Membership};
 use crate::drl::{DirtyRegionLog, NodeId};
-use crate::owner::{Owner, io_error, is_zero, run_to_end};
+use crate::layout::{Layout, Moving};
+use crate::owner::{Owner, io_error, is_zero, run_to_end, write_blocks};
 use crate::replica::ReplicaError;
-use crate::volume::{Control, Layout, Membership, OpenError, VolumeStats};
+use crate::volume::{OpenError, VolumeStats};
 
 /// Stripe locks: a stripe's updates, repairs and degraded reads hash to
 /// one of these.
@@ -101,7 +103,7 @@ pub struct EcParts {
     pub control: Arc<dyn Control>,
     /// The move in progress, as the metadata store records it (its nodes'
     /// handles among `shards`).
-    pub moving: Option<crate::volume::Moving>,
+    pub moving: Option<Moving>,
 }
 
 /// Update sequence numbers: handed out, running, committed.
@@ -894,22 +896,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Every stripe must have K in-sync shards.
-    fn check_available(&self) -> Result<(), OpenError> {
-        let shard_bytes = self.stripes.shard_bytes(self.geometry.size_bytes());
-        let chunks = shard_bytes.div_ceil(self.layout().chunk_bytes());
-        let m = self.membership().clone();
-        let per_chunk = self.layout().chunk_bytes();
-        for chunk in 0..chunks {
-            let replicas = self.layout().replicas(chunk);
-            let regions = self.drl.regions().touched(chunk * per_chunk, per_chunk);
-            if replicas.iter().filter(|&&n| self.readable(&m, n, regions.clone())).count() < self.k() {
-                return Err(OpenError::Unavailable { chunk, replicas });
-            }
-        }
-        Ok(())
-    }
-
     /// Brings every in-sync shard to one consistent version after a
     /// takeover (docs/pool.md, "The write hole, and the undo log"): takes
     /// the highest committed mark S, gathers the undo records of updates
@@ -1516,50 +1502,21 @@ impl ErasureVolume {
     /// # Errors
     ///
     /// The log or the metadata store failed, or this owner is fenced.
-    pub async fn begin_move(&self, mv: crate::volume::Moving, added: Vec<Arc<dyn Shard>>) -> Result<(), BlockError> {
+    pub async fn begin_move(&self, mv: Moving, added: Vec<Arc<dyn Shard>>) -> Result<(), BlockError> {
         self.inner.owner.begin_move(mv, added).await
     }
 
-    /// The current membership.
-    pub fn membership(&self) -> Membership {
-        self.inner.membership().clone()
-    }
-
-    /// The volume's counters.
-    pub fn stats(&self) -> &VolumeStats {
-        &self.inner.stats
-    }
-
-    /// The dirty-region log.
-    pub fn drl(&self) -> &Arc<DirtyRegionLog> {
-        &self.inner.drl
-    }
+    crate::owner::owner_accessors!();
 
     /// The stripe arithmetic.
     pub fn stripes(&self) -> Stripes {
         self.inner.stripes
     }
 
-    /// Writes still running, including those whose callers left.
-    pub fn writes_running(&self) -> usize {
-        self.inner.writes_running()
-    }
-
-    /// True once this owner has been fenced.
-    pub fn is_fenced(&self) -> bool {
-        self.inner.is_fenced()
-    }
-
     /// The newest update committed (durable everywhere, never rolled
     /// back).
     pub fn committed(&self) -> u64 {
         self.inner.seqs().committed
-    }
-
-    /// The stale shards being rebuilt, each with the regions it still
-    /// misses.
-    pub fn resyncing(&self) -> Vec<(NodeId, u64)> {
-        self.inner.resyncing()
     }
 
     /// Commits what has ended and clears the dirty regions no write has
@@ -1599,15 +1556,7 @@ impl ErasureVolume {
         shard.rearm();
         let epoch = i.membership().epoch;
         shard.discard_undo(epoch).await.map_err(|e| io_error(format!("node {node}: {e}")))?;
-        {
-            let _all = i.gate.write().await;
-            i.catching_up().insert(node);
-        }
-        let result = self.rebuild_missed(node, &shard, true).await;
-        if result.is_err() {
-            i.catching_up().remove(&node);
-        }
-        result
+        i.catch_up(node, self.rebuild_missed(node, &shard, true)).await
     }
 
     /// Decodes every strip `node` holds in a region it missed onto it;
@@ -1615,9 +1564,6 @@ impl ErasureVolume {
     /// in sync, filling).
     async fn rebuild_missed(&self, node: NodeId, shard: &Arc<dyn Shard>, rejoin: bool) -> Result<(), BlockError> {
         let i = &self.inner;
-        let still = |i: &Inner| {
-            if rejoin { i.catching_up().contains(&node) } else { i.membership().in_sync.contains(&node) }
-        };
         loop {
             let missed: Vec<u64> = i.drl.missed(node).unwrap_or_default().iter().collect();
             for batch in missed.chunks(REBUILD_COMMIT_REGIONS) {
@@ -1629,7 +1575,7 @@ impl ErasureVolume {
                         let run = g..(g + REBUILD_RUN_STRIPES).min(stripes.end);
                         g = run.end;
                         i.rebuild_region(r, run, node, shard).await?;
-                        if !still(i) {
+                        if !i.still_copying(node, rejoin) {
                             return Err(io_error(format!("node {node} failed a write during its rebuild")));
                         }
                     }
@@ -1650,7 +1596,7 @@ impl ErasureVolume {
                     .flush(epoch)
                     .await
                     .map_err(|e| io_error(format!("node {node} failed a flush during its rebuild: {e}")))?;
-                if !still(i) {
+                if !i.still_copying(node, rejoin) {
                     return Err(io_error(format!("node {node} failed a write during its rebuild")));
                 }
                 for &r in batch {
@@ -1661,17 +1607,9 @@ impl ErasureVolume {
             if !rejoin {
                 return i.owner.fill_done(node).await;
             }
-            let epoch = i.membership().epoch;
-            shard.flush(epoch).await.map_err(|e| io_error(format!("node {node} failed the resync flush: {e}")))?;
-            i.drl.sync().await.map_err(|e| io_error(e.to_string()))?;
-            let _all = i.gate.write().await;
-            if i.drl.missed(node).is_some_and(|s| !s.is_empty()) {
-                continue;
+            if i.caught_up(node, &**shard).await? {
+                return Ok(());
             }
-            if !still(i) {
-                return Err(io_error(format!("node {node} failed a write during resync")));
-            }
-            return i.rejoin(node).await;
         }
     }
 }
@@ -1686,11 +1624,7 @@ impl BlockDevice for ErasureVolume {
     }
 
     fn usage(&self) -> DeviceUsage {
-        let allocated = self.inner.stats.allocated_bytes.load(Ordering::Relaxed);
-        DeviceUsage {
-            provisioned_bytes: self.inner.geometry.size_bytes(),
-            allocated_bytes: allocated.min(self.inner.geometry.size_bytes()),
-        }
+        self.inner.usage()
     }
 
     fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
@@ -1711,12 +1645,7 @@ impl BlockDevice for ErasureVolume {
     fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
         let inner = self.inner.clone();
         Box::pin(async move {
-            let bs = inner.bs();
-            if !(buf.len() as u64).is_multiple_of(bs) {
-                let len = buf.len();
-                return (buf, Err(BlockError::BadBuffer { len, expected: len as u64 / bs * bs }));
-            }
-            if let Err(e) = check_range(inner.geometry, lba, buf.len() as u64 / bs) {
+            if let Err(e) = write_blocks(inner.geometry, lba, buf.len()) {
                 return (buf, Err(e));
             }
             let data = Bytes::from_owner(buf);
@@ -1776,28 +1705,4 @@ impl Inner {
     }
 }
 
-impl crate::volume::PoolVolume for ErasureVolume {
-    fn resyncing(&self) -> Vec<(NodeId, u64)> {
-        ErasureVolume::resyncing(self)
-    }
-    fn stats(&self) -> &VolumeStats {
-        ErasureVolume::stats(self)
-    }
-    fn drl(&self) -> &Arc<DirtyRegionLog> {
-        ErasureVolume::drl(self)
-    }
-    fn clean(&self, quiet_for: Duration) -> BlockFuture<'_, Result<u64, BlockError>> {
-        Box::pin(ErasureVolume::clean(self, quiet_for))
-    }
-    fn resync(&self, node: NodeId) -> BlockFuture<'_, Result<(), BlockError>> {
-        Box::pin(ErasureVolume::resync(self, node))
-    }
-    fn check<'a>(
-        &'a self,
-        repair: bool,
-        progress: &'a CheckProgress,
-    ) -> BlockFuture<'a, Result<CheckReport, BlockError>> {
-        Box::pin(ErasureVolume::check(self, repair, progress))
-    }
-    crate::owner::delegate_to_owner!();
-}
+crate::owner::impl_pool_volume!(ErasureVolume);
