@@ -13,7 +13,8 @@
 //!   whatever metadata store;
 //! - [`volume`]: what every volume offers the node that owns it;
 //!   [`replicated`] and [`erasure`]: the replicated and erasure-coded
-//!   volumes an owner serves to hosts;
+//!   volumes an owner serves to hosts; [`opened`]: either kind by its
+//!   protection (the members a node holds, the volume an owner opens);
 //! - [`fabric`]: replicas on other nodes, over NVMe/TCP with fenced
 //!   commands;
 //! - [`cluster`]: a volume's membership, owner and log in etcd, changed
@@ -47,6 +48,7 @@ pub mod drl;
 pub mod erasure;
 pub mod fabric;
 pub mod layout;
+pub mod opened;
 mod owner;
 pub mod placement;
 pub mod regions;

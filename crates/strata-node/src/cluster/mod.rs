@@ -24,16 +24,17 @@ use strata_meta::{MetaStore, VolumeRecord};
 use strata_pool::cluster::{
     EtcdVolume, MovePlan, OwnerToken, PlacementLayout, VolumeKeys, VolumeState, acquire, read_state,
 };
-use strata_pool::erasure::{EcParts, ErasureVolume, LocalShard, Shard, Stripes, UndoDevice};
+use strata_pool::erasure::{LocalShard, Stripes, UndoDevice};
 use strata_pool::fabric::{FabricLink, FabricReplica, fabric_nqn};
+use strata_pool::opened::{
+    Members, OpenParts, OpenedVolume, UNDO_LOG_BYTES, member_bytes, open_volume, stripes_of, undo_log_id,
+};
 use strata_pool::placement::{FailureDomain, NodeState, PlacementMap, PlacementTable, Protection};
 use strata_pool::registry::{
     DriveRecord, NodeRecord, PoolSettings, ResyncProgress, live_nodes, map_at, register, update_map, volume_allocated,
 };
 use strata_pool::throttle::Throttle;
-use strata_pool::{
-    DirtyRegionLog, Layout, LocalReplica, Moving, NodeId, PoolVolume, Regions, Replica, ReplicatedVolume, VolumeParts,
-};
+use strata_pool::{DirtyRegionLog, Layout, LocalReplica, Moving, NodeId, PoolVolume, Regions};
 use strata_store::Store;
 use strata_target::{Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
 
@@ -66,16 +67,6 @@ struct Held {
     undo: Option<Arc<dyn UndoLog>>,
     /// The note this node keeps for the volume's owners.
     notes: Arc<dyn NoteStore>,
-}
-
-/// Bytes of the undo log each node keeps for each erasure-coded shard it
-/// holds (a thin store volume: what stays uncommitted between the owner's
-/// commits, at most about a second of writes or 2,048 updates).
-const UNDO_LOG_BYTES: u64 = 128 << 20;
-
-/// The store volume id of the undo log of volume `id`'s shard.
-fn undo_log_id(id: u64) -> u64 {
-    id | 1 << 62
 }
 
 /// A volume to take over, with what the reconcile pass knows of it.
@@ -115,26 +106,18 @@ struct Opening {
     layout: Arc<PlacementLayout>,
     regions: Regions,
     stripes: Option<Stripes>,
-    handles: Added,
+    handles: Members,
     moving: Option<Moving>,
 }
 
 /// A volume this node owns and serves.
 struct Owned {
     vol: Arc<dyn PoolVolume>,
-    kind: Kind,
+    kind: OpenedVolume,
     nqn: String,
     resyncing: Arc<tokio::sync::Mutex<()>>,
     /// The owner key's value, for taking it back under a new lease.
     token: OwnerToken,
-}
-
-/// An owned volume by protection, for what differs (the handles a move
-/// adds).
-#[derive(Clone)]
-enum Kind {
-    Replicated(Arc<ReplicatedVolume>),
-    Erasure(Arc<ErasureVolume>),
 }
 
 /// A move of a volume to the current placement map, ready to run: every
@@ -143,13 +126,7 @@ struct Move {
     map_epoch: u64,
     layout: Arc<PlacementLayout>,
     plan: MovePlan,
-    added: Added,
-}
-
-/// Handles of the nodes a move adds to a volume.
-enum Added {
-    Replicas(Vec<Arc<dyn Replica>>),
-    Shards(Vec<Arc<dyn Shard>>),
+    added: Members,
 }
 
 #[derive(Default)]
@@ -236,19 +213,6 @@ fn token_of(kv: Option<&KeyValue>) -> Option<OwnerToken> {
 /// A volume's protection, `rep:N` or `ec:K+M`.
 pub fn protection_of(protection: &str) -> anyhow::Result<Protection> {
     protection.parse::<Protection>().map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-/// The stripes of an erasure-coded volume of `block_size`-byte blocks:
-/// strips of 4 KiB (or one block, when larger).
-fn stripes_of(protection: Protection, block_size: u32) -> Option<Stripes> {
-    match protection {
-        Protection::ErasureCoded { data, parity } => Some(Stripes {
-            data: usize::from(data),
-            parity: usize::from(parity),
-            strip: u64::from(block_size).max(4096),
-        }),
-        _ => None,
-    }
 }
 
 /// What a node is built from (see `node_cmd`).
@@ -1159,24 +1123,19 @@ impl ClusterNode {
         if let Some(mv) = &moving {
             tracing::info!(volume = %rec.name, map_epoch = mv.target.map_epoch, "going on with the move in progress");
         }
-        let local = self.me.id;
-        let kind = match (stripes, handles) {
-            (None, Added::Replicas(replicas)) => {
-                let control = ev.clone();
-                let parts = VolumeParts { geometry, local, layout, replicas, membership, drl, control, moving };
-                Kind::Replicated(Arc::new(ReplicatedVolume::open(parts).await?))
-            }
-            (Some(stripes), Added::Shards(shards)) => {
-                let control = ev.clone();
-                let parts = EcParts { geometry, local, stripes, layout, shards, membership, drl, control, moving };
-                Kind::Erasure(Arc::new(ErasureVolume::open(parts).await?))
-            }
-            _ => anyhow::bail!("the volume's protection and its handles disagree"),
+        let parts = OpenParts {
+            geometry,
+            local: self.me.id,
+            stripes,
+            layout,
+            members: handles,
+            membership,
+            drl,
+            control: ev.clone(),
+            moving,
         };
-        let vol: Arc<dyn PoolVolume> = match &kind {
-            Kind::Replicated(v) => v.clone(),
-            Kind::Erasure(v) => v.clone(),
-        };
+        let kind = open_volume(parts).await?;
+        let vol = kind.volume();
         vol.set_throttle(self.throttle.clone());
         // While etcd does not answer the log goes to the replicas, and the
         // volume is served only while they promise no other owner comes.
@@ -1213,20 +1172,20 @@ impl ClusterNode {
         shards: bool,
         nodes_of: impl Iterator<Item = NodeId>,
         nodes: &BTreeMap<NodeId, NodeRecord>,
-    ) -> anyhow::Result<Added> {
+    ) -> anyhow::Result<Members> {
         let nsid = u32::try_from(rec.id).context("volume id beyond the fabric's NSIDs")?;
-        let mut added = if shards { Added::Shards(Vec::new()) } else { Added::Replicas(Vec::new()) };
+        let mut added = if shards { Members::Shards(Vec::new()) } else { Members::Replicas(Vec::new()) };
         for n in nodes_of {
             if n == self.me.id {
                 let h = st.held.get(&rec.id).context("no local copy")?;
                 let (sender, notes) = (self.sender(), Some(h.notes.clone()));
                 match &mut added {
-                    Added::Shards(list) => {
+                    Members::Shards(list) => {
                         let undo = h.undo.clone().context("the local copy has no undo log")?;
                         let local = LocalShard::new(n, h.device.clone(), undo, h.fence.clone()).on_node(sender, notes);
                         list.push(Arc::new(local));
                     }
-                    Added::Replicas(list) => {
+                    Members::Replicas(list) => {
                         let local = LocalReplica::new(n, h.device.clone(), h.fence.clone()).on_node(sender, notes);
                         list.push(Arc::new(local));
                     }
@@ -1234,11 +1193,7 @@ impl ClusterNode {
                 continue;
             }
             let link = self.link(st, n, nodes.get(&n));
-            let remote = Arc::new(FabricReplica::new(link, nsid, rec.block_size));
-            match &mut added {
-                Added::Shards(list) => list.push(remote),
-                Added::Replicas(list) => list.push(remote),
-            }
+            added.push_remote(Arc::new(FabricReplica::new(link, nsid, rec.block_size)));
         }
         Ok(added)
     }
@@ -1268,13 +1223,8 @@ impl ClusterNode {
             if let Some(mv) = mv {
                 let Move { map_epoch, layout, plan, added } = mv;
                 let target = strata_pool::NextLayout { map_epoch, slots: layout.slots().clone() };
-                let positional = matches!(kind, Kind::Erasure(_));
-                let moving = Moving { next: layout, target, plan, positional };
-                let begun = match (&kind, added) {
-                    (Kind::Replicated(v), Added::Replicas(a)) => v.begin_move(moving, a).await,
-                    (Kind::Erasure(v), Added::Shards(a)) => v.begin_move(moving, a).await,
-                    _ => Ok(()),
-                };
+                let moving = Moving { next: layout, target, plan, positional: kind.positional() };
+                let begun = kind.begin_move(moving, added).await;
                 if let Err(e) = begun {
                     tracing::warn!(volume = id, map_epoch, "moving the volume to the new map: {e}");
                 }
@@ -1526,7 +1476,7 @@ pub fn node_nqn(name: &str) -> String {
 
 /// The bytes each holder of `rec` keeps: the volume, or a shard of it.
 fn span_of(rec: &VolumeRecord, protection: Protection) -> u64 {
-    stripes_of(protection, rec.block_size).map_or(rec.size_bytes, |s| s.shard_bytes(rec.size_bytes))
+    member_bytes(protection, rec.size_bytes, rec.block_size)
 }
 
 /// The fewest in-sync nodes a chunk of a volume of `protection` needs to
@@ -2162,11 +2112,8 @@ impl ClusterNode {
 /// The notes the in-sync nodes of a volume keep for its owners, from
 /// `handles` at the new owner's epoch (within a few seconds; a node that
 /// does not answer is left out, and its replica with it, at the fence).
-async fn load_notes(handles: &Added, membership: &strata_pool::Membership) -> Vec<(NodeId, Vec<u8>)> {
-    let list: Vec<Arc<dyn Replica>> = match handles {
-        Added::Replicas(r) => r.clone(),
-        Added::Shards(s) => s.iter().map(|s| s.clone() as Arc<dyn Replica>).collect(),
-    };
+async fn load_notes(handles: &Members, membership: &strata_pool::Membership) -> Vec<(NodeId, Vec<u8>)> {
+    let list = handles.as_replicas();
     let epoch = membership.epoch;
     let loads = list.iter().filter(|h| membership.in_sync.contains(&h.node())).map(|h| async move {
         match tokio::time::timeout(Duration::from_secs(3), h.load_note(epoch)).await {
