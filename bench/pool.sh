@@ -185,7 +185,7 @@ etcd_url=http://127.0.0.1:$etcd_client
 # files are sparse: only what is written takes memory). A node holds at
 # most one copy of a rep:N chunk, so up to the whole volume, and of an
 # ec:K+M volume one shard (SIZE/K) and its undo log (128 MiB,
-# UNDO_LOG_BYTES in crates/strata-node/src/cluster/mod.rs); 1 GiB on top for the
+# UNDO_LOG_BYTES in crates/strata-pool/src/opened.rs); 1 GiB on top for the
 # store's own metadata.
 size_bytes=$(python3 -c '
 import sys
