@@ -281,9 +281,9 @@ fn random_pool_faults_under_verified_load_lose_nothing_and_leave_every_copy_agre
         wait_for("settled", Duration::from_secs(120), &pool.nodes, || settled(&pool.nodes[0], v));
     }
     // `STRATA_SOAK_FAULTS=KillMPlusOne,EtcdPause` draws from those alone
-    // (to hunt one failure faster).
+    // (to hunt one failure faster); unset or empty, from every kind.
     let faults_in: Vec<Fault> = match std::env::var("STRATA_SOAK_FAULTS") {
-        Ok(list) => list
+        Ok(list) if !list.trim().is_empty() => list
             .split(',')
             .map(|name| {
                 *FAULTS
@@ -292,7 +292,7 @@ fn random_pool_faults_under_verified_load_lose_nothing_and_leave_every_copy_agre
                     .unwrap_or_else(|| panic!("STRATA_SOAK_FAULTS: no fault {name}; the faults are {FAULTS:?}"))
             })
             .collect(),
-        Err(_) => FAULTS.to_vec(),
+        _ => FAULTS.to_vec(),
     };
     let deadline = began + Duration::from_secs(secs);
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
