@@ -1030,8 +1030,19 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         for chunk in 0..chunks {
             let replicas = self.layout().replicas(chunk);
             let regions = self.drl.regions().touched(chunk * per_chunk, per_chunk);
-            if replicas.iter().filter(|&&n| self.readable(&m, n, regions.clone())).count() < self.min_in_sync {
-                return Err(OpenError::Unavailable { chunk, replicas });
+            let readable = replicas.iter().filter(|&&n| self.readable(&m, n, regions.clone())).count();
+            if readable < self.min_in_sync {
+                let missing = self.drl.missing_among(&m.in_sync, regions.clone());
+                let missing = replicas.iter().copied().filter(|n| missing.contains(n)).collect();
+                let in_sync = m.in_sync.iter().copied().collect();
+                return Err(OpenError::Unavailable {
+                    chunk,
+                    replicas,
+                    readable,
+                    needed: self.min_in_sync,
+                    in_sync,
+                    missing,
+                });
             }
         }
         Ok(())

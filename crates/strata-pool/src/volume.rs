@@ -44,12 +44,24 @@ pub struct VolumeStats {
 pub enum OpenError {
     /// Some chunk has no reachable in-sync replica: its data is
     /// unavailable until one comes back.
-    #[error("chunk {chunk} has no reachable in-sync replica (replicas {replicas:?})")]
+    #[error(
+        "chunk {chunk} has {readable} of the {needed} readable in-sync nodes it needs (its nodes {replicas:?}; \
+         in sync {in_sync:?}; in sync but missing some of its regions {missing:?})"
+    )]
     Unavailable {
         /// The chunk.
         chunk: u64,
         /// Its replicas.
         replicas: Vec<NodeId>,
+        /// How many of them are in sync and miss none of its regions.
+        readable: usize,
+        /// How many it needs (one copy; K shards).
+        needed: usize,
+        /// The volume's in-sync set.
+        in_sync: Vec<NodeId>,
+        /// Its nodes in sync that miss some of its regions (being filled
+        /// or refilled).
+        missing: Vec<NodeId>,
     },
     /// I/O failed while opening.
     #[error(transparent)]
