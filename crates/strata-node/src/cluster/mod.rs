@@ -474,10 +474,10 @@ impl ClusterNode {
                 link.update(n.fabric, fabric_nqn(&n.name));
             }
         }
-        drop(st);
         let present: BTreeSet<u64> = volumes.iter().map(|rec| rec.id).collect();
-        let (remote, released) = self.reconcile_volumes(&volumes, current_epoch, &nodes).await;
-        self.drop_deleted(&mut *self.state.lock().await, &present);
+        let (remote, released) = self.reconcile_volumes(&mut st, &volumes, current_epoch, &nodes).await;
+        self.drop_deleted(&mut st, &present);
+        drop(st);
         self.free_deleted(&present, &released).await?;
         self.target.set_remote_subsystems(remote);
         Ok(())
@@ -509,6 +509,7 @@ impl ClusterNode {
     /// that moved off this node.
     async fn reconcile_volumes(
         self: &Arc<Self>,
+        st: &mut State,
         volumes: &[VolumeRecord],
         current_epoch: Option<u64>,
         nodes: &BTreeMap<NodeId, NodeRecord>,
@@ -516,12 +517,11 @@ impl ClusterNode {
         let mut remote = Vec::new();
         let mut released = Vec::new();
         for rec in volumes {
-            let pass = self.reconcile_volume(rec, current_epoch, nodes, &mut remote, &mut released);
+            let pass = self.reconcile_volume(st, rec, current_epoch, nodes, &mut remote, &mut released);
             let outcome = match tokio::time::timeout(VOLUME_PASS_LIMIT, pass).await {
                 Ok(r) => r,
                 Err(_) => Err(anyhow::anyhow!("its reconcile pass took longer than {VOLUME_PASS_LIMIT:?}")),
             };
-            let mut st = self.state.lock().await;
             match outcome {
                 Ok(()) => {
                     st.volume_errors.remove(&rec.id);
@@ -727,12 +727,9 @@ impl ClusterNode {
     /// One volume's part of a reconcile pass: hold or free its replica,
     /// serve or stop serving it, take it over, and as its owner move it
     /// and bring its nodes up to date.
-    ///
-    /// What it reads from etcd it reads before it takes the node's state
-    /// lock: a pass holds that lock across an etcd round trip only to
-    /// change something (take the volume over or back, give it up).
     async fn reconcile_volume(
         self: &Arc<Self>,
+        st: &mut State,
         rec: &VolumeRecord,
         current_epoch: Option<u64>,
         nodes: &BTreeMap<NodeId, NodeRecord>,
@@ -744,8 +741,6 @@ impl ClusterNode {
             return Ok(());
         };
         let owner_kv = self.etcd.get(&keys.owner).await?;
-        let mut guard = self.state.lock().await;
-        let st = &mut *guard;
         self.keep_replica(st, rec, &placed, token_of(owner_kv.as_ref()).as_ref(), nodes, released).await?;
         let owner = self.owner_of(st, rec, &keys, owner_kv).await?;
         let decision = self.decide_for(st, rec, &placed, owner.as_ref(), nodes);
