@@ -204,7 +204,11 @@ async fn open_as(
     (vol, handles, lease)
 }
 
-on_both_etcds!(a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_old_owner, flavor = "multi_thread", worker_threads = 2);
+on_both_etcds!(
+    a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_old_owner,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 async fn a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_old_owner(etcd: impl EtcdServer) {
     let keys = new_volume(&etcd).await;
     let reps = Replicas::new();
@@ -273,7 +277,11 @@ async fn an_owner_rides_out_an_etcd_stall_longer_than_one_request_timeout(etcd: 
     assert_eq!(read_state(&client, &keys, VOL).await.unwrap().0.epoch, 2);
 }
 
-on_both_etcds!(an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_it_wrote, flavor = "multi_thread", worker_threads = 2);
+on_both_etcds!(
+    an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_it_wrote,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 /// Regression (issue 21): ten seconds after etcd stopped, every node lost
 /// its lease and closed its hosts' connections, and no volume served I/O
 /// during the outage. An owner now goes on serving while every other
@@ -329,7 +337,11 @@ async fn an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_
     }
 }
 
-on_both_etcds!(an_owner_serves_as_soon_as_a_node_that_gave_no_promise_is_out_of_the_in_sync_set, flavor = "multi_thread", worker_threads = 2);
+on_both_etcds!(
+    an_owner_serves_as_soon_as_a_node_that_gave_no_promise_is_out_of_the_in_sync_set,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 /// Regression (CI, issue 21): a new owner whose in-sync set still holds
 /// a dead node waited for that node's promise to time out, took it out,
 /// and then served nothing until the next renewal, so hosts saw Namespace

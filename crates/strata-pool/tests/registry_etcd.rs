@@ -11,7 +11,11 @@ use strata_pool::registry::{NodeRecord, current_map, join_map, live_nodes, map_a
 
 const P: &str = "/strata/";
 
-on_both_etcds!(ids_are_stable_per_name_and_never_shared_even_when_nodes_race, flavor = "multi_thread", worker_threads = 2);
+on_both_etcds!(
+    ids_are_stable_per_name_and_never_shared_even_when_nodes_race,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 async fn ids_are_stable_per_name_and_never_shared_even_when_nodes_race(etcd: impl EtcdServer) {
     let names: Vec<String> = (0..8).map(|i| format!("node-{i}")).collect();
     let tasks: Vec<_> = names
@@ -31,7 +35,11 @@ async fn ids_are_stable_per_name_and_never_shared_even_when_nodes_race(etcd: imp
     }
 }
 
-on_both_etcds!(nodes_joining_at_once_all_land_in_one_map_and_every_epoch_is_kept, flavor = "multi_thread", worker_threads = 2);
+on_both_etcds!(
+    nodes_joining_at_once_all_land_in_one_map_and_every_epoch_is_kept,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 async fn nodes_joining_at_once_all_land_in_one_map_and_every_epoch_is_kept(etcd: impl EtcdServer) {
     let tasks: Vec<_> = (1..=5u32)
         .map(|i| {
@@ -110,8 +118,14 @@ fn prefix_spread(map: &strata_pool::placement::PlacementMap, k: usize) -> (f64, 
     r.fold((f64::INFINITY, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
 }
 
-on_both_etcds!(every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setting_change_rebalances, flavor = "multi_thread", worker_threads = 2);
-async fn every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setting_change_rebalances(etcd: impl EtcdServer) {
+on_both_etcds!(
+    every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setting_change_rebalances,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
+async fn every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setting_change_rebalances(
+    etcd: impl EtcdServer,
+) {
     use strata_pool::registry::{PoolSettings, rebalance, set_settings, update_map};
     let c = etcd.client();
     let join = |i: u32| {
