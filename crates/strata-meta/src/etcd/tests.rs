@@ -331,6 +331,43 @@ async fn a_dropped_txn_applies_whole_or_not_at_all(etcd: impl EtcdServer) {
     assert!(kept_out > 0 && landed > 0, "kept out {kept_out}, landed {landed}");
 }
 
+on_both!(leases_survive_a_restart_with_their_ttl_started_afresh);
+/// What `FakeEtcd::restart` claims of etcd: the keys of a lease nobody
+/// renews outlive a restart by a fresh TTL, then go.
+async fn leases_survive_a_restart_with_their_ttl_started_afresh(mut etcd: impl EtcdServer) {
+    let c = etcd.client();
+    let lease = c.lease_grant(Duration::from_secs(2)).await.unwrap();
+    c.put(b"node/1", b"alive", Some(lease.id)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    etcd.kill();
+    etcd.restart();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(c.get(b"node/1").await.unwrap().is_some(), "the restart did not start the TTL afresh");
+    let start = Instant::now();
+    while c.get(b"node/1").await.unwrap().is_some() {
+        assert!(start.elapsed() < Duration::from_secs(8), "the leased key outlived its lease");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+on_both!(a_lease_that_ran_out_while_etcd_was_paused_ends_soon_after_resume);
+/// What `FakeEtcd::pause` claims of etcd: nothing expires while it is
+/// stopped, and a lease whose TTL ran out meanwhile ends right after it
+/// resumes, without a fresh TTL.
+async fn a_lease_that_ran_out_while_etcd_was_paused_ends_soon_after_resume(etcd: impl EtcdServer) {
+    let c = etcd.client();
+    let lease = c.lease_grant(Duration::from_secs(2)).await.unwrap();
+    c.put(b"node/1", b"alive", Some(lease.id)).await.unwrap();
+    etcd.pause();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    etcd.resume();
+    let start = Instant::now();
+    while c.get(b"node/1").await.unwrap().is_some() {
+        assert!(start.elapsed() < Duration::from_millis(1500), "the lease got a fresh TTL at resume");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn next(w: &mut Watcher) -> WatchUpdate {
     tokio::time::timeout(Duration::from_secs(10), w.next()).await.expect("no watch update").expect("watch ended")
 }

@@ -36,6 +36,9 @@
 //!   lease gets its full TTL again from then, as etcd's lessor does when
 //!   the restarted member becomes leader (etcd adds an election timeout
 //!   on top; the fake does not).
+//!
+//! `crate::etcd::tests` checks both fault claims against a real etcd
+//! (`leases_survive_a_restart_…`, `a_lease_that_ran_out_while_etcd_was_paused_…`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -177,11 +180,6 @@ impl FakeEtcd {
     /// Alias of [`kill`](Self::kill).
     pub fn stop(&mut self) {
         self.kill();
-    }
-
-    /// Alias of [`restart`](Self::restart) (a no-op restart when running).
-    pub fn start_again(&mut self) {
-        self.restart();
     }
 
     /// Freezes the server (as SIGSTOP); see the module docs.

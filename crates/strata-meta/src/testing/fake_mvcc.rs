@@ -414,3 +414,75 @@ fn compare_kv(c: &Compare, kv: &Kv) -> bool {
         Cmp::Less => ord == Ordering::Less,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: &str) -> Range {
+        Range { start: k.as_bytes().to_vec(), end: Vec::new() }
+    }
+
+    #[test]
+    fn one_revision_per_write_request_and_none_for_no_ops() {
+        let mut m = Mvcc::default();
+        assert_eq!(m.revision(), 1);
+        assert_eq!(m.put(b"a", b"1", 0).unwrap(), 2);
+        assert_eq!(m.put(b"a", b"2", 0).unwrap(), 3);
+        let a = &m.range(&key("a"))[0];
+        assert_eq!((a.create_revision, a.mod_revision, a.version), (2, 3, 2));
+        assert_eq!(m.delete(&key("none")), 0);
+        assert_eq!(m.revision(), 3, "a delete of nothing is no write");
+        let two = [
+            Op::Put { key: b"b".to_vec(), value: b"x".to_vec(), lease: 0 },
+            Op::Put { key: b"b".to_vec(), value: b"y".to_vec(), lease: 0 },
+        ];
+        m.txn(&[], &two, &[]).unwrap();
+        let b = &m.range(&key("b"))[0];
+        assert_eq!((b.mod_revision, b.version, b.value.as_slice()), (4, 2, &b"y"[..]));
+        assert_eq!(m.put(b"c", b"", 7), Err(LEASE_NOT_FOUND));
+        assert_eq!(m.revision(), 4, "a refused put changes nothing");
+        let all = Range { start: vec![0], end: vec![0] };
+        assert_eq!(m.range(&all).len(), 2);
+    }
+
+    #[test]
+    fn deletes_are_tombstones_for_watches_until_compacted() {
+        let mut m = Mvcc::default();
+        m.put(b"w/a", b"1", 0).unwrap();
+        m.put(b"x", b"1", 0).unwrap();
+        m.delete(&key("w/a"));
+        let w = Range { start: b"w/".to_vec(), end: b"w0".to_vec() };
+        let seen = m.events_since(&w, 0).unwrap();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[1], Event::Delete { key: b"w/a".to_vec(), revision: 4 });
+        assert_eq!(m.compact(5), Err(FUTURE_REV));
+        m.compact(4).unwrap();
+        assert_eq!(m.compact(4), Err(COMPACTED));
+        assert_eq!(m.events_since(&w, 3), Err(COMPACTED));
+        assert_eq!(m.events_since(&w, 4).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_expired_lease_takes_its_keys_in_one_revision_and_a_restart_refreshes_ttls() {
+        let mut m = Mvcc::default();
+        let t0 = Instant::now();
+        let (id, ttl) = m.grant(1, t0);
+        assert_eq!(ttl, MIN_TTL_SECS);
+        m.put(b"a", b"1", id).unwrap();
+        m.put(b"b", b"1", id).unwrap();
+        m.put(b"b", b"2", 0).unwrap();
+        assert!(!m.expire(t0 + Duration::from_millis(1900)));
+        assert_eq!(m.keep_alive(id, t0 + Duration::from_secs(1)), Some(2));
+        assert!(!m.expire(t0 + Duration::from_millis(2500)), "renewed");
+        m.refresh_leases(t0 + Duration::from_secs(2));
+        assert_eq!(m.time_to_live(id, t0 + Duration::from_secs(2)), Some((2, 2)));
+        let rev = m.revision();
+        assert!(m.expire(t0 + Duration::from_secs(4)));
+        assert_eq!(m.revision(), rev + 1);
+        assert!(m.range(&key("a")).is_empty());
+        assert_eq!(m.range(&key("b")).len(), 1, "b left the lease when put without it");
+        assert_eq!(m.time_to_live(id, t0), None);
+        assert_eq!(m.revoke(id), Err(LEASE_NOT_FOUND));
+    }
+}
