@@ -383,11 +383,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::testing::EtcdProcess;
+    use crate::on_both_etcds;
+    use crate::testing::EtcdServer;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn passes_the_conformance_suite() {
-        let etcd = EtcdProcess::start();
+    on_both_etcds!(passes_the_conformance_suite, flavor = "multi_thread", worker_threads = 2);
+    async fn passes_the_conformance_suite(etcd: impl EtcdServer) {
         let client = etcd.client();
         let mut n = 0;
         // One etcd, a fresh prefix per check.
@@ -399,9 +399,8 @@ mod tests {
         .await;
     }
 
-    #[tokio::test]
-    async fn keys_follow_the_documented_layout() {
-        let etcd = EtcdProcess::start();
+    on_both_etcds!(keys_follow_the_documented_layout);
+    async fn keys_follow_the_documented_layout(etcd: impl EtcdServer) {
         let c = etcd.client();
         let s = EtcdMetaStore::open(c.clone(), DEFAULT_ETCD_PREFIX).await.unwrap();
         let rec = s.create_volume(NewVolume::new("vol1", 4096)).await.unwrap();
@@ -424,9 +423,8 @@ mod tests {
         assert_eq!(keys[3].1, encode_volume(&rec), "the same encoding as redb");
     }
 
-    #[tokio::test]
-    async fn stores_under_different_prefixes_are_independent_and_ids_are_shared_by_handles() {
-        let etcd = EtcdProcess::start();
+    on_both_etcds!(stores_under_different_prefixes_are_independent_and_ids_are_shared_by_handles);
+    async fn stores_under_different_prefixes_are_independent_and_ids_are_shared_by_handles(etcd: impl EtcdServer) {
         let a = EtcdMetaStore::open(etcd.client(), "/a/").await.unwrap();
         let b = EtcdMetaStore::open(etcd.client(), "/b/").await.unwrap();
         assert_eq!(a.create_volume(NewVolume::new("v", 4096)).await.unwrap().id, 1);
@@ -440,9 +438,8 @@ mod tests {
         assert_eq!(a.create_volume(NewVolume::new("v", 4096)).await.unwrap().id, 3);
     }
 
-    #[tokio::test]
-    async fn bad_prefixes_and_newer_layouts_are_refused() {
-        let etcd = EtcdProcess::start();
+    on_both_etcds!(bad_prefixes_and_newer_layouts_are_refused);
+    async fn bad_prefixes_and_newer_layouts_are_refused(etcd: impl EtcdServer) {
         for bad in ["", "strata/", "/strata", "/str ata/"] {
             let e = EtcdMetaStore::open(etcd.client(), bad).await.unwrap_err();
             assert!(matches!(e, MetaError::Etcd { source: EtcdError::InvalidConfig(_), .. }), "{bad:?}: {e:?}");
@@ -460,9 +457,8 @@ mod tests {
         assert_eq!(c.get(b"/ok/format").await.unwrap().unwrap().version, 1);
     }
 
-    #[tokio::test]
-    async fn garbage_in_etcd_is_reported_as_corrupt() {
-        let etcd = EtcdProcess::start();
+    on_both_etcds!(garbage_in_etcd_is_reported_as_corrupt);
+    async fn garbage_in_etcd_is_reported_as_corrupt(etcd: impl EtcdServer) {
         let c = etcd.client();
         let s = EtcdMetaStore::open(c.clone(), DEFAULT_ETCD_PREFIX).await.unwrap();
         s.create_volume(NewVolume::new("good", 4096)).await.unwrap();
@@ -487,9 +483,8 @@ mod tests {
         is_corrupt(s.create_volume(NewVolume::new("new", 4096)).await.map(drop), "counters/next_volume_id");
     }
 
-    #[tokio::test]
-    async fn an_unreachable_etcd_is_a_typed_error() {
-        let mut etcd = EtcdProcess::start();
+    on_both_etcds!(an_unreachable_etcd_is_a_typed_error);
+    async fn an_unreachable_etcd_is_a_typed_error(mut etcd: impl EtcdServer) {
         let s = EtcdMetaStore::open(etcd.client(), DEFAULT_ETCD_PREFIX).await.unwrap();
         etcd.kill();
         let e = s.create_volume(NewVolume::new("v", 4096)).await.unwrap_err();

@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use strata_block::{BlockDevice, BlockError, EpochFence, Geometry, IoBuf, MemDevice};
-use strata_meta::testing::EtcdProcess;
+use strata_meta::on_both_etcds;
+use strata_meta::testing::EtcdServer;
 use strata_pool::cluster::{
     ClusterError, EtcdVolume, OwnerToken, VolumeKeys, VolumeState, acquire, create_state, read_state, reclaim, release,
 };
@@ -31,7 +32,7 @@ fn regions() -> Regions {
     Regions::for_volume(BLOCKS * u64::from(BS), CHUNK)
 }
 
-async fn new_volume(etcd: &EtcdProcess) -> VolumeKeys {
+async fn new_volume(etcd: &impl EtcdServer) -> VolumeKeys {
     let keys = VolumeKeys::new("/strata/", VOL);
     let state = VolumeState {
         protection: "rep:3".into(),
@@ -46,9 +47,8 @@ async fn new_volume(etcd: &EtcdProcess) -> VolumeKeys {
     keys
 }
 
-#[tokio::test]
-async fn one_owner_at_a_time_and_a_lost_lease_fences_the_old_one() {
-    let etcd = EtcdProcess::start();
+on_both_etcds!(one_owner_at_a_time_and_a_lost_lease_fences_the_old_one);
+async fn one_owner_at_a_time_and_a_lost_lease_fences_the_old_one(etcd: impl EtcdServer) {
     let client = etcd.client();
     let keys = new_volume(&etcd).await;
     let lease_a = client.lease_grant(Duration::from_secs(30)).await.unwrap();
@@ -82,13 +82,12 @@ async fn one_owner_at_a_time_and_a_lost_lease_fences_the_old_one() {
     assert_eq!(read_state(&client, &keys, VOL).await.unwrap().0.in_sync, ids(&[1, 2, 3]));
 }
 
+on_both_etcds!(an_owner_takes_its_key_back_unless_another_took_the_volume_or_its_epoch_moved);
 /// An owner whose key went with a lease that ended (etcd was frozen
 /// past it) takes the key back under its new lease, also after a change
 /// of the volume's state that kept its epoch; not once another node owns
 /// the volume, nor once its membership moved on.
-#[tokio::test]
-async fn an_owner_takes_its_key_back_unless_another_took_the_volume_or_its_epoch_moved() {
-    let etcd = EtcdProcess::start();
+async fn an_owner_takes_its_key_back_unless_another_took_the_volume_or_its_epoch_moved(etcd: impl EtcdServer) {
     let client = etcd.client();
     let keys = new_volume(&etcd).await;
     let old = client.lease_grant(Duration::from_secs(30)).await.unwrap();
@@ -115,13 +114,12 @@ async fn an_owner_takes_its_key_back_unless_another_took_the_volume_or_its_epoch
     assert!(client.get(&keys.owner).await.unwrap().is_none());
 }
 
+on_both_etcds!(an_owner_moves_its_key_to_its_new_lease_before_the_old_one_ends);
 /// An owner that got a new lease while its key still counts down under
 /// the old one (etcd came back with the old leases alive) moves the key to
 /// the new lease at once, so the volume never shows no owner while it
 /// serves; not once the key changed hands.
-#[tokio::test]
-async fn an_owner_moves_its_key_to_its_new_lease_before_the_old_one_ends() {
-    let etcd = EtcdProcess::start();
+async fn an_owner_moves_its_key_to_its_new_lease_before_the_old_one_ends(etcd: impl EtcdServer) {
     let client = etcd.client();
     let keys = new_volume(&etcd).await;
     let old = client.lease_grant(Duration::from_secs(30)).await.unwrap();
@@ -174,7 +172,7 @@ impl Replicas {
 }
 
 async fn open_as(
-    etcd: &EtcdProcess,
+    etcd: &impl EtcdServer,
     keys: &VolumeKeys,
     reps: &Replicas,
     me: u32,
@@ -206,9 +204,12 @@ async fn open_as(
     (vol, handles, lease)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_old_owner() {
-    let etcd = EtcdProcess::start();
+on_both_etcds!(
+    a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_old_owner,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
+async fn a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_old_owner(etcd: impl EtcdServer) {
     let keys = new_volume(&etcd).await;
     let reps = Replicas::new();
     let (a, handles, lease_a) = open_as(&etcd, &keys, &reps, 1).await;
@@ -236,9 +237,8 @@ async fn a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_o
     assert!(blk.iter().all(|&x| x == 8));
 }
 
-#[tokio::test]
-async fn an_owner_that_cannot_serve_gives_the_volume_up_at_once() {
-    let etcd = EtcdProcess::start();
+on_both_etcds!(an_owner_that_cannot_serve_gives_the_volume_up_at_once);
+async fn an_owner_that_cannot_serve_gives_the_volume_up_at_once(etcd: impl EtcdServer) {
     let client = etcd.client();
     let keys = new_volume(&etcd).await;
     let lease = client.lease_grant(Duration::from_secs(30)).await.unwrap();
@@ -251,9 +251,8 @@ async fn an_owner_that_cannot_serve_gives_the_volume_up_at_once() {
     assert_eq!(m.epoch, token.epoch + 1);
 }
 
-#[tokio::test]
-async fn an_owner_rides_out_an_etcd_stall_longer_than_one_request_timeout() {
-    let etcd = EtcdProcess::start();
+on_both_etcds!(an_owner_rides_out_an_etcd_stall_longer_than_one_request_timeout);
+async fn an_owner_rides_out_an_etcd_stall_longer_than_one_request_timeout(etcd: impl EtcdServer) {
     let client = etcd.client();
     let keys = new_volume(&etcd).await;
     let lease = client.lease_grant(Duration::from_secs(60)).await.unwrap();
@@ -278,16 +277,19 @@ async fn an_owner_rides_out_an_etcd_stall_longer_than_one_request_timeout() {
     assert_eq!(read_state(&client, &keys, VOL).await.unwrap().0.epoch, 2);
 }
 
+on_both_etcds!(
+    an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_it_wrote,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 /// Regression (issue 21): ten seconds after etcd stopped, every node lost
 /// its lease and closed its hosts' connections, and no volume served I/O
 /// during the outage. An owner now goes on serving while every other
 /// in-sync replica promises it that no newer owner comes; the dirty-region
 /// log of what it writes meanwhile goes to the replicas' nodes, and the
 /// next owner, after etcd is back, reads it from them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_it_wrote() {
+async fn an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_it_wrote(mut etcd: impl EtcdServer) {
     use strata_pool::PoolVolume;
-    let mut etcd = EtcdProcess::start();
     let keys = new_volume(&etcd).await;
     let reps = Replicas::new();
     let (a, _ha, lease_a) = open_as(&etcd, &keys, &reps, 1).await;
@@ -335,15 +337,18 @@ async fn an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_
     }
 }
 
+on_both_etcds!(
+    an_owner_serves_as_soon_as_a_node_that_gave_no_promise_is_out_of_the_in_sync_set,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
 /// Regression (CI, issue 21): a new owner whose in-sync set still holds
 /// a dead node waited for that node's promise to time out, took it out,
 /// and then served nothing until the next renewal, so hosts saw Namespace
 /// Not Ready for a moment after every takeover of a killed owner. The
 /// promises of the others hold as soon as the dead node is out.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_owner_serves_as_soon_as_a_node_that_gave_no_promise_is_out_of_the_in_sync_set() {
+async fn an_owner_serves_as_soon_as_a_node_that_gave_no_promise_is_out_of_the_in_sync_set(etcd: impl EtcdServer) {
     use strata_pool::PoolVolume;
-    let etcd = EtcdProcess::start();
     let keys = new_volume(&etcd).await;
     let reps = Replicas::new();
     let (a, handles, _lease) = open_as(&etcd, &keys, &reps, 1).await;
@@ -363,14 +368,13 @@ async fn an_owner_serves_as_soon_as_a_node_that_gave_no_promise_is_out_of_the_in
     }
 }
 
+on_both_etcds!(a_partitioned_owner_stops_before_the_next_one_serves, flavor = "multi_thread", worker_threads = 2);
 /// The old owner, cut off from etcd but not from its replicas, is deposed
 /// by a new owner that etcd chose: the replicas refuse to renew the old
 /// owner's promises once the new one knocks, and let it in only once they
 /// ran out, by which time the old one has stopped serving.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partitioned_owner_stops_before_the_next_one_serves() {
+async fn a_partitioned_owner_stops_before_the_next_one_serves(etcd: impl EtcdServer) {
     use strata_pool::PoolVolume;
-    let etcd = EtcdProcess::start();
     let keys = new_volume(&etcd).await;
     let reps = Replicas::new();
     let (a, _ha, lease_a) = open_as(&etcd, &keys, &reps, 1).await;

@@ -3,16 +3,20 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use strata_meta::testing::EtcdProcess;
+use strata_meta::on_both_etcds;
+use strata_meta::testing::EtcdServer;
 use strata_pool::NodeId;
 use strata_pool::placement::{FailureDomain, Node};
 use strata_pool::registry::{NodeRecord, current_map, join_map, live_nodes, map_at, node_id, register};
 
 const P: &str = "/strata/";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ids_are_stable_per_name_and_never_shared_even_when_nodes_race() {
-    let etcd = EtcdProcess::start();
+on_both_etcds!(
+    ids_are_stable_per_name_and_never_shared_even_when_nodes_race,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
+async fn ids_are_stable_per_name_and_never_shared_even_when_nodes_race(etcd: impl EtcdServer) {
     let names: Vec<String> = (0..8).map(|i| format!("node-{i}")).collect();
     let tasks: Vec<_> = names
         .iter()
@@ -31,9 +35,12 @@ async fn ids_are_stable_per_name_and_never_shared_even_when_nodes_race() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nodes_joining_at_once_all_land_in_one_map_and_every_epoch_is_kept() {
-    let etcd = EtcdProcess::start();
+on_both_etcds!(
+    nodes_joining_at_once_all_land_in_one_map_and_every_epoch_is_kept,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
+async fn nodes_joining_at_once_all_land_in_one_map_and_every_epoch_is_kept(etcd: impl EtcdServer) {
     let tasks: Vec<_> = (1..=5u32)
         .map(|i| {
             let c = etcd.client();
@@ -57,9 +64,8 @@ async fn nodes_joining_at_once_all_land_in_one_map_and_every_epoch_is_kept() {
     assert_eq!(join_map(&etcd.client(), P, bigger, FailureDomain::default()).await.unwrap().epoch(), 6);
 }
 
-#[tokio::test]
-async fn a_node_whose_lease_ends_is_no_longer_live() {
-    let etcd = EtcdProcess::start();
+on_both_etcds!(a_node_whose_lease_ends_is_no_longer_live);
+async fn a_node_whose_lease_ends_is_no_longer_live(etcd: impl EtcdServer) {
     let c = etcd.client();
     let lease = c.lease_grant(Duration::from_secs(30)).await.unwrap();
     let rec = NodeRecord {
@@ -112,10 +118,15 @@ fn prefix_spread(map: &strata_pool::placement::PlacementMap, k: usize) -> (f64, 
     r.fold((f64::INFINITY, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setting_change_rebalances() {
+on_both_etcds!(
+    every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setting_change_rebalances,
+    flavor = "multi_thread",
+    worker_threads = 2
+);
+async fn every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setting_change_rebalances(
+    etcd: impl EtcdServer,
+) {
     use strata_pool::registry::{PoolSettings, rebalance, set_settings, update_map};
-    let etcd = EtcdProcess::start();
     let c = etcd.client();
     let join = |i: u32| {
         join_map(
@@ -163,10 +174,9 @@ async fn every_map_change_balances_the_protection_the_pool_is_set_to_and_a_setti
     );
 }
 
-#[tokio::test]
-async fn the_first_settings_stored_win_and_later_seeds_change_nothing() {
+on_both_etcds!(the_first_settings_stored_win_and_later_seeds_change_nothing);
+async fn the_first_settings_stored_win_and_later_seeds_change_nothing(etcd: impl EtcdServer) {
     use strata_pool::registry::{PoolSettings, init_settings, settings};
-    let etcd = EtcdProcess::start();
     let c = etcd.client();
     assert_eq!(settings(&c, P).await.unwrap(), PoolSettings::default(), "no settings yet: the defaults");
     let first = PoolSettings { rebuild_mbps: 80, ..PoolSettings::default() };

@@ -1,4 +1,7 @@
-//! The etcd client against a real etcd ([`crate::testing::EtcdProcess`]).
+//! The etcd client against a real etcd ([`crate::testing::EtcdProcess`])
+//! and, with the same test bodies, against [`crate::testing::FakeEtcd`]:
+//! `on_both!(name)` ([`crate::on_both_etcds`]) runs `name(etcd)` as
+//! `name::real` and `name::fake`.
 //!
 //! Each test starts its own etcd (about half a second) unless it only
 //! reads and writes under a key prefix of its own.
@@ -8,15 +11,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::testing::EtcdProcess;
+use crate::on_both_etcds as on_both;
+use crate::testing::EtcdServer;
 
-fn short(etcd: &EtcdProcess) -> EtcdConfig {
+fn short(etcd: &impl EtcdServer) -> EtcdConfig {
     etcd.config().with_request_timeout(Duration::from_millis(800)).with_connect_timeout(Duration::from_millis(300))
 }
 
-#[tokio::test]
-async fn put_range_delete_round_trip() {
-    let etcd = EtcdProcess::start();
+on_both!(put_range_delete_round_trip);
+async fn put_range_delete_round_trip(etcd: impl EtcdServer) {
     let c = etcd.client();
     let rev = c.put(b"t/a", b"1", None).await.unwrap();
     c.put(b"t/b", b"\x00\xff", None).await.unwrap();
@@ -32,9 +35,8 @@ async fn put_range_delete_round_trip() {
     assert_eq!(c.range(&KeyRange::prefix("")).await.unwrap().count, 1, "only u/c is left");
 }
 
-#[tokio::test]
-async fn txn_compare_and_swap_detects_a_concurrent_writer() {
-    let etcd = EtcdProcess::start();
+on_both!(txn_compare_and_swap_detects_a_concurrent_writer);
+async fn txn_compare_and_swap_detects_a_concurrent_writer(etcd: impl EtcdServer) {
     let c = etcd.client();
     c.put(b"k", b"v1", None).await.unwrap();
     let read = c.get(b"k").await.unwrap().unwrap();
@@ -83,9 +85,8 @@ async fn txn_compare_and_swap_detects_a_concurrent_writer() {
     assert_eq!(c.txn(&del).await.unwrap().responses, vec![TxnOpResponse::Delete { deleted: 1 }]);
 }
 
-#[tokio::test]
-async fn a_leased_key_disappears_after_the_ttl_once_keepalive_stops() {
-    let etcd = EtcdProcess::start();
+on_both!(a_leased_key_disappears_after_the_ttl_once_keepalive_stops);
+async fn a_leased_key_disappears_after_the_ttl_once_keepalive_stops(etcd: impl EtcdServer) {
     let c = etcd.client();
     let lease = c.lease_grant(Duration::from_secs(2)).await.unwrap();
     assert!(lease.ttl_secs >= 2, "{lease:?}");
@@ -104,9 +105,8 @@ async fn a_leased_key_disappears_after_the_ttl_once_keepalive_stops() {
     assert!(e.is_not_found(), "{e:?}");
 }
 
-#[tokio::test]
-async fn the_keeper_keeps_a_lease_alive_and_reports_its_loss() {
-    let etcd = EtcdProcess::start();
+on_both!(the_keeper_keeps_a_lease_alive_and_reports_its_loss);
+async fn the_keeper_keeps_a_lease_alive_and_reports_its_loss(etcd: impl EtcdServer) {
     let c = etcd.client();
     // 3 s: renewals every second leave a loaded test machine some slack.
     let lease = c.lease_grant(Duration::from_secs(3)).await.unwrap();
@@ -134,9 +134,8 @@ async fn the_keeper_keeps_a_lease_alive_and_reports_its_loss() {
     assert!(c.get(b"node/2").await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn the_keeper_reports_loss_when_etcd_is_gone_before_the_ttl_ends() {
-    let mut etcd = EtcdProcess::start();
+on_both!(the_keeper_reports_loss_when_etcd_is_gone_before_the_ttl_ends);
+async fn the_keeper_reports_loss_when_etcd_is_gone_before_the_ttl_ends(mut etcd: impl EtcdServer) {
     let c = EtcdClient::new(short(&etcd));
     let lease = c.lease_grant(Duration::from_secs(2)).await.unwrap();
     let keeper = c.keep_alive(lease);
@@ -150,9 +149,8 @@ async fn the_keeper_reports_loss_when_etcd_is_gone_before_the_ttl_ends() {
     assert!(after >= Duration::from_millis(1500) && after < Duration::from_secs(5), "{after:?}");
 }
 
-#[tokio::test]
-async fn watch_sees_puts_and_deletes_in_order_and_resumes_after_a_restart() {
-    let mut etcd = EtcdProcess::start();
+on_both!(watch_sees_puts_and_deletes_in_order_and_resumes_after_a_restart);
+async fn watch_sees_puts_and_deletes_in_order_and_resumes_after_a_restart(mut etcd: impl EtcdServer) {
     let c = etcd.client();
     c.put(b"before", b"x", None).await.unwrap();
     let mut w = c.watch(KeyRange::prefix("w/"), 0);
@@ -202,9 +200,8 @@ async fn watch_sees_puts_and_deletes_in_order_and_resumes_after_a_restart() {
     assert!(matches!(&after[..], [WatchEvent::Put(kv)] if kv.key == b"w/e"), "{after:?}");
 }
 
-#[tokio::test]
-async fn a_watch_from_a_compacted_revision_reports_compaction_and_ends() {
-    let etcd = EtcdProcess::start();
+on_both!(a_watch_from_a_compacted_revision_reports_compaction_and_ends);
+async fn a_watch_from_a_compacted_revision_reports_compaction_and_ends(etcd: impl EtcdServer) {
     let c = etcd.client();
     let first = c.put(b"w/a", b"1", None).await.unwrap();
     c.put(b"w/a", b"2", None).await.unwrap();
@@ -228,9 +225,8 @@ async fn a_watch_from_a_compacted_revision_reports_compaction_and_ends() {
     assert!(matches!(&events(&mut w, 1).await[..], [WatchEvent::Put(kv)] if kv.value == b"4"));
 }
 
-#[tokio::test]
-async fn a_dead_first_endpoint_fails_over_to_the_next() {
-    let etcd = EtcdProcess::start();
+on_both!(a_dead_first_endpoint_fails_over_to_the_next);
+async fn a_dead_first_endpoint_fails_over_to_the_next(etcd: impl EtcdServer) {
     let dead = Endpoint::parse(&format!("http://127.0.0.1:{}", unused_port())).unwrap();
     let list = format!("{dead},{}", etcd.url());
     let c = EtcdClient::new(EtcdConfig::from_urls(&list).unwrap());
@@ -255,9 +251,8 @@ async fn a_dead_first_endpoint_fails_over_to_the_next() {
     assert!(e.to_string().contains(dead.url()), "{e}");
 }
 
-#[tokio::test]
-async fn a_stopped_etcd_gives_a_typed_error_within_the_deadline() {
-    let mut etcd = EtcdProcess::start();
+on_both!(a_stopped_etcd_gives_a_typed_error_within_the_deadline);
+async fn a_stopped_etcd_gives_a_typed_error_within_the_deadline(mut etcd: impl EtcdServer) {
     let config = short(&etcd);
     let c = EtcdClient::new(config.clone());
     c.put(b"k", b"v", None).await.unwrap();
@@ -287,13 +282,12 @@ async fn a_stopped_etcd_gives_a_typed_error_within_the_deadline() {
     assert!(started.elapsed() < config.request_timeout, "{:?}", started.elapsed());
 }
 
+on_both!(a_dropped_txn_applies_whole_or_not_at_all);
 /// Drops a transaction writing two keys after 1, 2, ... N polls (STYLE:
 /// "drop the future after 1, 2, ... N polls"), letting the runtime move
 /// the connection along between polls, until one run completes: each time
 /// both keys change or neither does.
-#[tokio::test]
-async fn a_dropped_txn_applies_whole_or_not_at_all() {
-    let etcd = EtcdProcess::start();
+async fn a_dropped_txn_applies_whole_or_not_at_all(etcd: impl EtcdServer) {
     let c = etcd.client();
     let (mut kept_out, mut landed) = (0, 0);
     for polls in 1..=5000u32 {
@@ -335,6 +329,43 @@ async fn a_dropped_txn_applies_whole_or_not_at_all() {
     // txn is not applied; polled to the end, it is. Both must have been
     // seen, or this did not test dropping mid-flight.
     assert!(kept_out > 0 && landed > 0, "kept out {kept_out}, landed {landed}");
+}
+
+on_both!(leases_survive_a_restart_with_their_ttl_started_afresh);
+/// What `FakeEtcd::restart` claims of etcd: the keys of a lease nobody
+/// renews outlive a restart by a fresh TTL, then go.
+async fn leases_survive_a_restart_with_their_ttl_started_afresh(mut etcd: impl EtcdServer) {
+    let c = etcd.client();
+    let lease = c.lease_grant(Duration::from_secs(2)).await.unwrap();
+    c.put(b"node/1", b"alive", Some(lease.id)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    etcd.kill();
+    etcd.restart();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(c.get(b"node/1").await.unwrap().is_some(), "the restart did not start the TTL afresh");
+    let start = Instant::now();
+    while c.get(b"node/1").await.unwrap().is_some() {
+        assert!(start.elapsed() < Duration::from_secs(8), "the leased key outlived its lease");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+on_both!(a_lease_that_ran_out_while_etcd_was_paused_ends_soon_after_resume);
+/// What `FakeEtcd::pause` claims of etcd: nothing expires while it is
+/// stopped, and a lease whose TTL ran out meanwhile ends right after it
+/// resumes, without a fresh TTL.
+async fn a_lease_that_ran_out_while_etcd_was_paused_ends_soon_after_resume(etcd: impl EtcdServer) {
+    let c = etcd.client();
+    let lease = c.lease_grant(Duration::from_secs(2)).await.unwrap();
+    c.put(b"node/1", b"alive", Some(lease.id)).await.unwrap();
+    etcd.pause();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    etcd.resume();
+    let start = Instant::now();
+    while c.get(b"node/1").await.unwrap().is_some() {
+        assert!(start.elapsed() < Duration::from_millis(1500), "the lease got a fresh TTL at resume");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn next(w: &mut Watcher) -> WatchUpdate {
