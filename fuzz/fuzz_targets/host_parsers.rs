@@ -50,5 +50,9 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(s) = DrlState::decode(data, regions) {
             assert_eq!(DrlState::decode(&s.encode(regions), regions).ok(), Some(s));
         }
+        if let Ok((stamp, s)) = DrlState::decode_stamped(data, regions) {
+            let again = DrlState::decode_stamped(&s.encode_stamped(stamp, regions), regions);
+            assert_eq!(again.ok(), Some((stamp, s)));
+        }
     }
 });

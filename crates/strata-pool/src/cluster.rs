@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `pool/volumes/<id>` | [`VolumeState`] as JSON | none |
 //! | `pool/owners/<id>` | [`OwnerToken`] as JSON | the owner node's |
-//! | `pool/drl/<id>` | [`DrlState`](crate::drl::DrlState) bytes | none |
+//! | `pool/drl/<id>` | [`DrlState`](crate::drl::DrlState) bytes, [stamped](crate::drl::DrlState::encode_stamped) | none |
 //!
 //! # Invariants
 //!
@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use strata_meta::etcd::{Compare, EtcdClient, EtcdError, KeyRange, LeaseId, Txn, TxnOp};
 
 use crate::control::{Control, ControlError, ControlFuture, Membership};
-use crate::drl::{DrlState, DrlStore, NodeId, NoteSink, SaveFuture};
+use crate::drl::{DrlState, DrlStore, NodeId, NoteSink, SaveFuture, Stamp};
 use crate::layout::NextLayout;
 use crate::regions::Regions;
 // Pure types that lived here; kept at their old paths for the node
@@ -352,14 +352,21 @@ pub async fn release_for_good(
 /// volume's writes), and the write that needed it goes on. From then on,
 /// for this owner's life, every save goes to the replicas too: a save that
 /// timed out may still land in etcd later, over a newer one, so etcd alone
-/// is not trusted again. A new owner loads the union of etcd's log and
-/// every reachable replica's note. One that found notes clears them after
-/// its first save etcd takes (the log it saved holds them).
+/// is not trusted again. Every save is stamped ([`Stamp`]: this owner's
+/// tenure, the number of the save), and a new owner loads the latest of
+/// etcd's log and every reachable replica's note: a note a replica kept
+/// while it was down is older than what a later owner saved in etcd, and
+/// is left out. One that found notes clears them after its first save
+/// etcd takes (the log it saved holds them).
 pub struct EtcdVolume {
     client: EtcdClient,
     keys: VolumeKeys,
     id: u64,
     token: Vec<u8>,
+    /// The epoch this owner took the volume over at: its saves' tenure.
+    tenure: u64,
+    /// Saves stamped so far.
+    saves: std::sync::atomic::AtomicU64,
     regions: Regions,
     sink: std::sync::OnceLock<std::sync::Weak<dyn NoteSink>>,
     /// Saves go to the replicas too (sticky: see the type's docs).
@@ -384,6 +391,8 @@ impl EtcdVolume {
             keys,
             id,
             token: to_json(token),
+            tenure: token.epoch,
+            saves: std::sync::atomic::AtomicU64::new(0),
             regions,
             sink: std::sync::OnceLock::new(),
             noting: std::sync::atomic::AtomicBool::new(false),
@@ -397,23 +406,31 @@ impl EtcdVolume {
         let _ = self.sink.set(sink);
     }
 
-    /// The log as persisted, with the notes an earlier owner kept on the
-    /// replicas (`notes`, each as its node returned it: empty for none)
-    /// added: what a new owner opens the volume with. Notes that do not
-    /// decode are logged and left out.
+    /// The latest of the log in etcd and the notes an earlier owner kept
+    /// on the replicas (`notes`, each as its node returned it: empty for
+    /// none): what a new owner opens the volume with. Every copy is a whole
+    /// log, stamped when it was saved ([`Stamp`]); an older copy is stale
+    /// and left out. Notes that do not decode are logged and left out.
     ///
     /// # Errors
     ///
     /// As [`load_drl`](Self::load_drl).
     pub async fn load_drl_with(&self, notes: &[(NodeId, Vec<u8>)]) -> Result<DrlState, ClusterError> {
-        let mut state = self.load_drl().await?;
+        let (mut latest, mut state) = self.load_stamped_drl().await?;
         for (n, note) in notes.iter().filter(|(_, b)| !b.is_empty()) {
-            match DrlState::decode(note, self.regions) {
-                Ok(s) => {
-                    tracing::warn!(volume = self.id, node = %n,
-                        "the last owner kept its dirty-region log on the replicas (etcd was out of reach): adding it");
-                    state.union_with(&s);
+            match DrlState::decode_stamped(note, self.regions) {
+                Ok((stamp, s)) => {
+                    // Notes are cleared once etcd holds a later log; one
+                    // seen at all asks for that again.
                     self.stale_notes.store(true, std::sync::atomic::Ordering::Release);
+                    if stamp > latest {
+                        tracing::warn!(volume = self.id, node = %n, ?stamp, etcd = ?latest,
+                            "an earlier owner kept a later dirty-region log on the replicas (etcd was out of reach): taking it");
+                        (latest, state) = (stamp, s);
+                    } else if stamp < latest {
+                        tracing::info!(volume = self.id, node = %n, ?stamp, latest = ?latest,
+                            "a replica's note is older than the latest dirty-region log: left out");
+                    }
                 }
                 Err(e) => tracing::warn!(volume = self.id, node = %n, "a replica's note does not decode: {e}"),
             }
@@ -427,9 +444,13 @@ impl EtcdVolume {
     ///
     /// [`ClusterError::Corrupt`] for bytes that do not decode; etcd errors.
     pub async fn load_drl(&self) -> Result<DrlState, ClusterError> {
+        Ok(self.load_stamped_drl().await?.1)
+    }
+
+    async fn load_stamped_drl(&self) -> Result<(Stamp, DrlState), ClusterError> {
         match self.client.get(&self.keys.drl).await? {
-            None => Ok(DrlState::default()),
-            Some(kv) => DrlState::decode(&kv.value, self.regions).map_err(|e| corrupt(&self.keys.drl, e)),
+            None => Ok((Stamp::default(), DrlState::default())),
+            Some(kv) => DrlState::decode_stamped(&kv.value, self.regions).map_err(|e| corrupt(&self.keys.drl, e)),
         }
     }
 
@@ -592,7 +613,8 @@ impl DrlStore for EtcdVolume {
     fn save(&self, state: DrlState) -> SaveFuture<'_> {
         use std::sync::atomic::Ordering::{AcqRel, Acquire};
         Box::pin(async move {
-            let bytes = state.encode(self.regions);
+            let save = self.saves.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let bytes = state.encode_stamped(Stamp { tenure: self.tenure, save }, self.regions);
             let Some(sink) = self.sink.get().and_then(std::sync::Weak::upgrade) else {
                 return match self.save_in_etcd(&bytes, METADATA_PATIENCE).await? {
                     true => Ok(()),

@@ -49,6 +49,27 @@ pub struct DrlState {
 /// Version byte of [`DrlState::encode`].
 pub const DRL_FORMAT: u8 = 1;
 
+/// Version byte of [`DrlState::encode_stamped`].
+pub const DRL_STAMPED_FORMAT: u8 = 2;
+
+/// When a saved log was written: by which owner and at which of its
+/// saves. Of two saved copies of one volume's log, the one with the
+/// greater stamp is the later state (the order derives lexicographically,
+/// tenure first).
+///
+/// Every save is a whole log, so the latest copy is the truth and an older
+/// one is only stale: a node it says missed regions may have been filled
+/// and put back in sync since (a union of copies would mark it missing
+/// again, and could leave a chunk with too few readable nodes to open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Stamp {
+    /// The epoch the saving owner took the volume over at: unique to one
+    /// owner, and greater for every later one.
+    pub tenure: u64,
+    /// The number of the save within that owner's tenure, from 1.
+    pub save: u64,
+}
+
 impl DrlState {
     /// Encodes the state:
     ///
@@ -60,13 +81,33 @@ impl DrlState {
     /// | m x (4 + var) | node id (u32 LE), its missed [`RegionSet`] |
     pub fn encode(&self, regions: Regions) -> Vec<u8> {
         let mut out = vec![DRL_FORMAT];
+        self.encode_body(regions, &mut out);
+        out
+    }
+
+    /// Encodes the state with the [`Stamp`] of the save that writes it:
+    ///
+    /// | size | field |
+    /// |------|-------|
+    /// | 1    | format, [`DRL_STAMPED_FORMAT`] |
+    /// | 8    | tenure (u64 LE) |
+    /// | 8    | save (u64 LE) |
+    /// | var  | the fields after the format byte of [`encode`](Self::encode) |
+    pub fn encode_stamped(&self, stamp: Stamp, regions: Regions) -> Vec<u8> {
+        let mut out = vec![DRL_STAMPED_FORMAT];
+        out.extend(stamp.tenure.to_le_bytes());
+        out.extend(stamp.save.to_le_bytes());
+        self.encode_body(regions, &mut out);
+        out
+    }
+
+    fn encode_body(&self, regions: Regions, out: &mut Vec<u8>) {
         out.extend(self.dirty.encode(regions));
         out.extend((self.missed.len() as u32).to_le_bytes());
         for (node, set) in &self.missed {
             out.extend(node.0.to_le_bytes());
             out.extend(set.encode(regions));
         }
-        out
     }
 
     /// Decodes a state written by [`encode`](Self::encode) for a volume of
@@ -77,10 +118,37 @@ impl DrlState {
     /// [`RegionSetError`] for a wrong format byte, a set encoded for
     /// another region count, a repeated node, trailing or missing bytes.
     pub fn decode(bytes: &[u8], regions: Regions) -> Result<DrlState, RegionSetError> {
-        let (&format, mut rest) = bytes.split_first().ok_or(RegionSetError("empty log"))?;
+        let (&format, rest) = bytes.split_first().ok_or(RegionSetError("empty log"))?;
         if format != DRL_FORMAT {
             return Err(RegionSetError("unknown log format"));
         }
+        Self::decode_body(rest, regions)
+    }
+
+    /// Decodes a state written by [`encode_stamped`](Self::encode_stamped),
+    /// or by [`encode`](Self::encode) (an older node's save, stamped
+    /// [`Stamp::default`]: older than every stamped one).
+    ///
+    /// # Errors
+    ///
+    /// As [`decode`](Self::decode), and for a stamp cut short.
+    pub fn decode_stamped(bytes: &[u8], regions: Regions) -> Result<(Stamp, DrlState), RegionSetError> {
+        let (&format, rest) = bytes.split_first().ok_or(RegionSetError("empty log"))?;
+        match format {
+            DRL_FORMAT => Ok((Stamp::default(), Self::decode_body(rest, regions)?)),
+            DRL_STAMPED_FORMAT => {
+                let u64_at = |at: usize| -> Result<u64, RegionSetError> {
+                    let b = rest.get(at..at + 8).ok_or(RegionSetError("truncated stamp"))?;
+                    Ok(u64::from_le_bytes(b.try_into().map_err(|_| RegionSetError("truncated stamp"))?))
+                };
+                let stamp = Stamp { tenure: u64_at(0)?, save: u64_at(8)? };
+                Ok((stamp, Self::decode_body(&rest[16..], regions)?))
+            }
+            _ => Err(RegionSetError("unknown log format")),
+        }
+    }
+
+    fn decode_body(mut rest: &[u8], regions: Regions) -> Result<DrlState, RegionSetError> {
         let set = |rest: &mut &[u8]| -> Result<RegionSet, RegionSetError> {
             let (s, n, used) = RegionSet::decode(rest)?;
             if n != regions.count() {
@@ -107,19 +175,6 @@ impl DrlState {
             return Err(RegionSetError("trailing bytes"));
         }
         Ok(DrlState { dirty, missed })
-    }
-}
-
-impl DrlState {
-    /// Adds everything `other` holds: every region dirty in either, and
-    /// for each node every region it missed in either. The union of two
-    /// logs over-approximates both, which is always safe (a region
-    /// repaired or copied for nothing).
-    pub fn union_with(&mut self, other: &DrlState) {
-        self.dirty.union_with(&other.dirty);
-        for (n, set) in &other.missed {
-            self.missed.entry(*n).or_default().union_with(set);
-        }
     }
 }
 
@@ -667,8 +722,23 @@ mod tests {
         let mut extra = bytes.clone();
         extra.push(0);
         assert!(DrlState::decode(&extra, regions).is_err());
-        let mut fmt = bytes;
-        fmt[0] = 2;
+        let mut fmt = bytes.clone();
+        fmt[0] = 3;
         assert!(DrlState::decode(&fmt, regions).is_err());
+        assert!(DrlState::decode_stamped(&fmt, regions).is_err());
+        // Stamped: 17 bytes ahead of the same body; unstamped reads as
+        // the oldest stamp.
+        let stamp = Stamp { tenure: 0x0102, save: 9 };
+        let stamped = s.encode_stamped(stamp, regions);
+        assert_eq!(stamped.len(), bytes.len() + 16);
+        assert_eq!(stamped[..17], [2, 2, 1, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(stamped[17..], bytes[1..]);
+        assert_eq!(DrlState::decode_stamped(&stamped, regions).unwrap(), (stamp, s.clone()));
+        assert_eq!(DrlState::decode_stamped(&bytes, regions).unwrap(), (Stamp::default(), s));
+        assert!(DrlState::decode(&stamped, regions).is_err(), "the old decoder refuses the new format");
+        for cut in [1, 9, 16, 17] {
+            assert!(DrlState::decode_stamped(&stamped[..cut], regions).is_err(), "cut at {cut}");
+        }
+        assert!(Stamp { tenure: 3, save: 1 } > Stamp { tenure: 2, save: 99 }, "a later owner's save is later");
     }
 }

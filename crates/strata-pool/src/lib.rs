@@ -62,7 +62,7 @@ pub mod throttle;
 pub mod volume;
 
 pub use control::{Control, ControlError, Membership};
-pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId, NoteSink};
+pub use drl::{DirtyRegionLog, DrlState, DrlStore, NodeId, NoteSink, Stamp};
 pub use layout::{Layout, Moving, NextLayout};
 pub use regions::{RegionSet, Regions};
 pub use replica::{LocalReplica, Replica, ReplicaError};

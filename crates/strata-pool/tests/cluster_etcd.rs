@@ -82,6 +82,58 @@ async fn one_owner_at_a_time_and_a_lost_lease_fences_the_old_one(etcd: impl Etcd
     assert_eq!(read_state(&client, &keys, VOL).await.unwrap().0.in_sync, ids(&[1, 2, 3]));
 }
 
+on_both_etcds!(a_new_owner_takes_the_latest_log_and_leaves_out_a_note_a_later_owner_superseded);
+/// Regression (pool soak, issue 21): a replica that was down while one
+/// owner cleared its notes kept a note saying an in-sync node missed a
+/// region; a later owner added it to etcd's log, found a chunk with one
+/// readable node too few, and every takeover after failed the same way.
+/// Each copy of the log is stamped, and the latest one is taken.
+async fn a_new_owner_takes_the_latest_log_and_leaves_out_a_note_a_later_owner_superseded(etcd: impl EtcdServer) {
+    let client = etcd.client();
+    let keys = new_volume(&etcd).await;
+    let takeover = |node: u32| {
+        let (client, keys) = (client.clone(), keys.clone());
+        async move {
+            let lease = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+            let (_, token) = acquire(&client, &keys, VOL, NodeId(node), lease.id).await.unwrap();
+            (EtcdVolume::new(client.clone(), keys.clone(), VOL, &token, regions()), lease)
+        }
+    };
+    // Owner A, in an outage, noted that node 3 missed region 1: the note
+    // stayed on node 2, which was down when the next owner cleared notes.
+    let (_a, lease_a) = takeover(1).await;
+    let mut missing = strata_pool::DrlState::default();
+    missing.missed.insert(NodeId(3), [1].into_iter().collect());
+    let a_tenure = read_state(&client, &keys, VOL).await.unwrap().0.epoch;
+    let old_note = missing.encode_stamped(strata_pool::Stamp { tenure: a_tenure, save: 7 }, regions());
+    client.lease_revoke(lease_a.id).await.unwrap();
+    // Owner B filled node 3 and saved a log without it, in etcd.
+    let (b, lease_b) = takeover(2).await;
+    assert_eq!(b.load_drl_with(&[(NodeId(2), old_note.clone())]).await.unwrap(), missing, "B takes A's note");
+    b.save(strata_pool::DrlState::default()).await.unwrap();
+    client.lease_revoke(lease_b.id).await.unwrap();
+    // Owner C: etcd's log is later than the note.
+    let (c, _lease_c) = takeover(3).await;
+    let loaded = c.load_drl_with(&[(NodeId(2), old_note.clone()), (NodeId(1), Vec::new())]).await.unwrap();
+    assert!(loaded.missed.is_empty(), "a superseded note marks no in-sync node missing: {loaded:?}");
+    // C goes on in an outage: its later saves, kept only as notes, win
+    // over its own earlier one in etcd, and over a note it saved before.
+    let mut later = strata_pool::DrlState::default();
+    later.dirty.insert(2);
+    let c_tenure = read_state(&client, &keys, VOL).await.unwrap().0.epoch;
+    let stamp = |save| strata_pool::Stamp { tenure: c_tenure, save };
+    let notes = [
+        (NodeId(1), missing.encode_stamped(stamp(50), regions())),
+        (NodeId(2), later.encode_stamped(stamp(51), regions())),
+        (NodeId(4), old_note),
+    ];
+    assert_eq!(c.load_drl_with(&notes).await.unwrap(), later);
+    // A log an older node saved unstamped counts as older than any stamp.
+    client.put(&keys.drl, &missing.encode(regions()), None).await.unwrap();
+    assert_eq!(c.load_drl().await.unwrap(), missing, "an unstamped log still loads");
+    assert_eq!(c.load_drl_with(&notes[1..2]).await.unwrap(), later);
+}
+
 on_both_etcds!(an_owner_takes_its_key_back_unless_another_took_the_volume_or_its_epoch_moved);
 /// An owner whose key went with a lease that ended (etcd was frozen
 /// past it) takes the key back under its new lease, also after a change
@@ -318,7 +370,7 @@ async fn an_owner_serves_through_an_etcd_outage_and_the_next_owner_repairs_what_
     let region = a.drl().regions().touched(512 * u64::from(BS), u64::from(BS)).start;
     for note in &reps.notes {
         let bytes = strata_block::NoteStore::load(&**note).await.unwrap();
-        let kept = strata_pool::DrlState::decode(&bytes, regions()).expect("a note holds the log");
+        let (_, kept) = strata_pool::DrlState::decode_stamped(&bytes, regions()).expect("a note holds the log");
         assert!(kept.dirty.contains(region), "the region written during the outage is dirty on every replica");
     }
     // The owner dies during the outage; etcd comes back and another node
