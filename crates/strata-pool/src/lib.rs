@@ -20,7 +20,8 @@
 //! - [`cluster`]: a volume's membership, owner and log in etcd, changed
 //!   by compare-and-set; [`registry`]: nodes, their ids and the
 //!   versioned placement map in etcd;
-//! - [`check`]: what a check of a volume's copies or shards found.
+//! - [`check`]: what a check of a volume's copies or shards found;
+//!   [`slow`]: waits that log when they last.
 //!
 //! The design, with the crash cases, is in `docs/pool.md`.
 //!
@@ -56,6 +57,7 @@ pub mod registry;
 pub mod replica;
 pub mod replicated;
 pub mod sim;
+pub mod slow;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 pub mod throttle;

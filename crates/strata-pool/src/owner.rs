@@ -228,6 +228,19 @@ pub(crate) struct Owner<R: ?Sized> {
 const REPAIR_LOCKS: usize = 64;
 
 impl<R: ?Sized + Replica + 'static> Owner<R> {
+    /// The volume's I/O held off: waits for every operation in flight
+    /// (logged when that takes long, see [`crate::slow`]).
+    pub(crate) async fn all_io(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        crate::slow::logged_if_slow("holding the volume's I/O off (waiting for what is in flight)", self.gate.write())
+            .await
+    }
+
+    /// One change of the membership, the move or the log's stale nodes at
+    /// a time (logged when the wait takes long).
+    async fn one_change(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        crate::slow::logged_if_slow("waiting for the volume's change in progress", self.change.lock()).await
+    }
+
     /// The core of a volume just taken over at `membership`; `span` is
     /// the bytes each node holds (the volume, or a shard of it), and no
     /// chunk may be left with fewer than `min_in_sync` in-sync nodes.
@@ -619,7 +632,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     /// arrive after): waits for any change in progress, then compares.
     /// `Ok` means try again at the current epoch.
     pub(crate) async fn refused(&self, sent: u64) -> Result<(), BlockError> {
-        let _one = self.change.lock().await;
+        let _one = self.one_change().await;
         if self.membership().epoch > sent { Ok(()) } else { Err(self.stale(sent)) }
     }
 
@@ -731,8 +744,8 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
                     .collect();
                 this.drl.mark_missing(*n, &fresh).await.map_err(|e| io_error(e.to_string()))?;
             }
-            let _all = this.gate.write().await;
-            let _one = this.change.lock().await;
+            let _all = this.all_io().await;
+            let _one = this.one_change().await;
             let current = this.membership().clone();
             // Nodes a retargeted move no longer needs, new to the volume
             // for the move it replaces, leave; every other in-sync node
@@ -794,8 +807,8 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     pub(crate) async fn finish_move(self: &Arc<Self>) -> Result<bool, BlockError> {
         let this = self.clone();
         run_to_end(self, async move {
-            let _all = this.gate.write().await;
-            let _one = this.change.lock().await;
+            let _all = this.all_io().await;
+            let _one = this.one_change().await;
             let Some(mv) = this.moving().filter(|_| this.move_filled()) else { return Ok(false) };
             let holders = &mv.plan.holders;
             let current = this.membership().clone();
@@ -847,6 +860,28 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         .await
     }
 
+    /// At open: a holder outside the in-sync set that the log does not
+    /// list as stale misses every region the log holds dirty. The last
+    /// owner took it out and died before its log said so (the save after
+    /// a leave is what lists it, and no write was acknowledged without
+    /// that save), so what it may lack is what was dirty then, all of it
+    /// still dirty in the log. Listed, it is resynced like any stale node;
+    /// unlisted, nothing would ever bring it back.
+    pub(crate) async fn list_unlisted_stale(&self) -> Result<(), BlockError> {
+        let in_sync = self.membership().in_sync.clone();
+        let mut holders = self_holders(&*self.layout(), self.chunks);
+        if let Some(mv) = self.moving() {
+            holders.extend(mv.plan.holders.iter().copied());
+        }
+        let listed = self.drl.state().missed;
+        for n in holders.into_iter().filter(|n| !in_sync.contains(n) && !listed.contains_key(n)) {
+            tracing::warn!(node = %n, dirty = self.drl.dirty().len(),
+                "a node out of the in-sync set that the log does not list as stale: it misses every dirty region");
+            self.drl.mark_stale(n, 0..0).await.map_err(|e| io_error(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// Takes failed `nodes` out of the in-sync set and records what they
     /// missed (every dirty region, and `regions`).
     ///
@@ -863,7 +898,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     }
 
     async fn leave_now(&self, nodes: &[NodeId], regions: std::ops::Range<u64>) -> Result<(), BlockError> {
-        let _one = self.change.lock().await;
+        let _one = self.one_change().await;
         let current = self.membership().clone();
         let leaving: Vec<NodeId> = nodes.iter().copied().filter(|n| current.in_sync.contains(n)).collect();
         if !leaving.is_empty() {
@@ -908,7 +943,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             if !in_sync {
                 return this.leave_now(&[node], regions).await;
             }
-            let _one = this.change.lock().await;
+            let _one = this.one_change().await;
             // What it may have lost: the regions written since the last
             // flush it completed (every flush reaches every writable node),
             // and those of the operation it was sent.
@@ -943,7 +978,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     /// caller holds the gate exclusively and has checked that the node
     /// misses nothing.
     pub(crate) async fn rejoin(&self, node: NodeId) -> Result<(), BlockError> {
-        let _one = self.change.lock().await;
+        let _one = self.one_change().await;
         let current = self.membership().clone();
         match self.control.rejoin(&current, node).await {
             Ok(m) => {
@@ -984,7 +1019,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         {
             // Writes that began before see the node as stale and mark
             // what they write missed; those after send it the data.
-            let _all = self.gate.write().await;
+            let _all = self.all_io().await;
             self.catching_up().insert(node);
         }
         let result = copy.await;
@@ -1009,7 +1044,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
         let epoch = self.membership().epoch;
         rep.flush(epoch).await.map_err(|e| io_error(format!("node {node} failed the resync flush: {e}")))?;
         self.drl.sync().await.map_err(|e| io_error(e.to_string()))?;
-        let _all = self.gate.write().await;
+        let _all = self.all_io().await;
         if self.drl.missed(node).is_some_and(|s| !s.is_empty()) {
             return Ok(false); // a write failed on it meanwhile, or raced
         }

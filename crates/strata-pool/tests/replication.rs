@@ -420,6 +420,41 @@ async fn a_replica_that_comes_back_copies_only_what_it_missed_and_rejoins() {
     assert_eq!(o.faulty[2].writes.load(SeqCst), before + 1);
 }
 
+/// Regression (pool soak, issue 21): an owner took node 3 out of the
+/// in-sync set and died before its log listed what node 3 missed. The
+/// next owner saw a stale node the log did not name, and never brought it
+/// back. It now lists it as missing every dirty region and resyncs it.
+#[tokio::test]
+async fn a_node_out_of_sync_that_the_log_does_not_list_is_resynced_by_the_next_owner() {
+    use strata_pool::{Control, DrlStore};
+    let c = Cluster::new();
+    let o = c.open(NodeId(1)).await.unwrap();
+    write(&o.vol, 600, 1, 8).await.unwrap();
+    o.vol.clean(std::time::Duration::ZERO).await.unwrap();
+    // A write in flight, dirty in the log, reached nodes 1 and 2; node 3
+    // failed it and was taken out; the owner died before the next save.
+    let region = c.regions().touched(600 * u64::from(BS), 8 * u64::from(BS)).start;
+    let mut crashed = DrlState::default();
+    crashed.dirty.insert(region);
+    c.drl_store.save(crashed).await.unwrap();
+    for node in 0..2 {
+        c.devices[node].write(600, pattern(2, 8), false).await.1.unwrap();
+    }
+    c.control.leave(&c.control.get(), &[NodeId(3)]).await.unwrap();
+    drop(o);
+
+    let new = c.open(NodeId(2)).await.unwrap();
+    assert_eq!(
+        new.vol.drl().missed(NodeId(3)).map(|s| s.iter().collect::<Vec<_>>()),
+        Some(vec![region]),
+        "node 3 misses the dirty region"
+    );
+    new.vol.resync(NodeId(3)).await.unwrap();
+    assert_eq!(c.control.get().in_sync, NODES.into_iter().collect::<BTreeSet<_>>(), "node 3 is back in sync");
+    assert!(c.replicas_agree().await, "node 3 got the write it missed");
+    assert!(read(&new.vol, 600, 8).await == pattern(2, 8).to_vec());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resync_of_a_node_that_does_not_answer_never_holds_up_host_writes() {
     let c = Cluster::new();

@@ -33,6 +33,7 @@ use strata_pool::placement::{FailureDomain, NodeState, PlacementMap, PlacementTa
 use strata_pool::registry::{
     DriveRecord, NodeRecord, PoolSettings, ResyncProgress, live_nodes, map_at, register, update_map, volume_allocated,
 };
+use strata_pool::slow::logged_if_slow;
 use strata_pool::throttle::Throttle;
 use strata_pool::{DirtyRegionLog, Layout, LocalReplica, Moving, NodeId, PoolVolume, Regions};
 use strata_store::Store;
@@ -304,7 +305,7 @@ impl ClusterNode {
                     }
                 }
                 _ = tick.tick() => {
-                    if let Err(e) = self.reconcile().await {
+                    if let Err(e) = logged_if_slow("a reconcile pass", self.reconcile()).await {
                         tracing::warn!("reconcile: {e:#}");
                     }
                 }
@@ -1210,7 +1211,9 @@ impl ClusterNode {
         let in_sync = in_sync.clone();
         tokio::spawn(async move {
             let Ok(_one) = lock.try_lock() else { return };
-            if let Err(e) = vol.clean(strata_pool::volume::CLEAN_AFTER).await {
+            let slow = |what: &str| format!("volume {id}: {what}");
+            if let Err(e) = logged_if_slow(&slow("cleaning the log"), vol.clean(strata_pool::volume::CLEAN_AFTER)).await
+            {
                 tracing::warn!(volume = id, "cleaning the dirty-region log: {e}");
             }
             // A move to a newer map starts (or retargets the one in
@@ -1219,20 +1222,20 @@ impl ClusterNode {
                 let Move { map_epoch, layout, plan, added } = mv;
                 let target = strata_pool::NextLayout { map_epoch, slots: layout.slots().clone() };
                 let moving = Moving { next: layout, target, plan, positional: kind.positional() };
-                let begun = kind.begin_move(moving, added).await;
+                let begun = logged_if_slow(&slow("starting a move"), kind.begin_move(moving, added)).await;
                 if let Err(e) = begun {
                     tracing::warn!(volume = id, map_epoch, "moving the volume to the new map: {e}");
                 }
             }
             for n in behind(vol.drl().state().missed, &live, &in_sync) {
-                match vol.resync(n).await {
+                match logged_if_slow(&slow(&format!("resync of node {n}")), vol.resync(n)).await {
                     Ok(()) => tracing::info!(volume = id, node = %n, "replica in sync"),
                     Err(e) => tracing::info!(volume = id, node = %n, "resync not finished: {e}"),
                 }
             }
             // Every node the move brought in is filled: switch.
             if vol.moving_to().is_some()
-                && let Err(e) = vol.finish_move().await
+                && let Err(e) = logged_if_slow(&slow("switching to the new placement"), vol.finish_move()).await
             {
                 tracing::warn!(volume = id, "switching the volume to its new placement: {e}");
             }

@@ -1442,6 +1442,7 @@ impl ErasureVolume {
             committing: tokio::sync::Mutex::new(()),
             stripes_since_commit: std::sync::atomic::AtomicU64::new(0),
         });
+        inner.owner.list_unlisted_stale().await.map_err(OpenError::Io)?;
         inner.owner.flush().await?;
         inner.check_available()?;
         let through = inner.roll_back().await?;

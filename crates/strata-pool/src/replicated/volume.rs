@@ -365,7 +365,7 @@ impl Inner {
     ) -> Result<(Option<tokio::sync::RwLockWriteGuard<'_, ()>>, u64), BlockError> {
         loop {
             *tries += 1;
-            let held = if exclusive || *tries > COPY_TRIES_UNLOCKED { Some(self.gate.write().await) } else { None };
+            let held = if exclusive || *tries > COPY_TRIES_UNLOCKED { Some(self.all_io().await) } else { None };
             self.serving().await?;
             let seq = self.drl.sequence();
             if self.drl.region_quiet_since(r, seq) {
@@ -457,6 +457,7 @@ impl ReplicatedVolume {
         let owner = Arc::new(Owner::new(geometry, local, layout, replicas, membership, drl, control, span, 1, moving));
         let inner = Arc::new(Inner { owner });
         let vol = ReplicatedVolume { inner };
+        vol.inner.owner.list_unlisted_stale().await.map_err(OpenError::Io)?;
         vol.inner.owner.flush().await?;
         vol.inner.check_available()?;
         crate::owner::repair_in_background(
