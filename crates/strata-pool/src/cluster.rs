@@ -342,6 +342,17 @@ pub async fn release_for_good(
     Err(ClusterError::Contention(id))
 }
 
+/// Who holds a volume's owner key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// This owner.
+    Us,
+    /// No one: the key went with a lease that ended.
+    Nobody,
+    /// Another owner (or an answer that does not say).
+    Other,
+}
+
 /// The owner's [`Control`] and [`DrlStore`] for one volume, on etcd.
 ///
 /// # The log while etcd is out of reach
@@ -458,6 +469,20 @@ impl EtcdVolume {
         Compare::value_is(self.keys.owner.clone(), self.token.clone())
     }
 
+    /// Who holds the owner key, as read by the failure branch of a
+    /// transaction that compared [`still_owner`](Self::still_owner).
+    fn holder_in(&self, responses: &[strata_meta::etcd::TxnOpResponse]) -> Holder {
+        let value = responses.iter().find_map(|r| match r {
+            strata_meta::etcd::TxnOpResponse::Range(range) => Some(range.kvs.first().map(|kv| &kv.value)),
+            _ => None,
+        });
+        match value {
+            Some(None) => Holder::Nobody,
+            Some(Some(v)) if *v == self.token => Holder::Us,
+            _ => Holder::Other,
+        }
+    }
+
     /// [`change`](Self::change), retried while etcd does not answer,
     /// within [`METADATA_PATIENCE`]. A try whose answer was lost is
     /// recognised by the next one (it finds its own result stored).
@@ -505,13 +530,21 @@ impl EtcdVolume {
             };
             match self.client.txn(&txn).await {
                 Ok(r) if r.succeeded => return Ok(state.membership()),
-                Ok(_) => {
-                    if self.client.get(&self.keys.owner).await.map_err(|e| unavailable(&e))?.map(|kv| kv.value)
-                        != Some(self.token.clone())
-                    {
+                Ok(r) => match self.holder_in(&r.responses) {
+                    Holder::Other => {
                         return Err(ControlError::NotOwner(format!("volume {}: our ownership ended", self.id)));
                     }
-                }
+                    // Gone with a lease etcd let expire: the owner takes
+                    // it back under its new lease (or another node takes
+                    // the volume); the caller waits to see which.
+                    Holder::Nobody => {
+                        return Err(ControlError::Unavailable(format!(
+                            "volume {}: the owner key went with an old lease and is not back yet",
+                            self.id
+                        )));
+                    }
+                    Holder::Us => {} // the state moved: read it again
+                },
                 Err(e) if e.outcome_unknown() => {} // read again: it may have landed
                 Err(e) => return Err(unavailable(&e)),
             }
@@ -586,7 +619,7 @@ impl EtcdVolume {
         let txn = Txn {
             compare: vec![self.still_owner()],
             success: vec![TxnOp::Put { key: self.keys.drl.clone(), value: bytes.to_vec(), lease: None }],
-            failure: vec![],
+            failure: vec![TxnOp::Range(KeyRange::key(self.keys.owner.clone()))],
         };
         // Saving the whole log again is idempotent: retry until etcd
         // answers, within the patience.
@@ -594,7 +627,22 @@ impl EtcdVolume {
         loop {
             match tokio::time::timeout_at(deadline, self.client.txn(&txn)).await {
                 Ok(Ok(r)) if r.succeeded => return Ok(true),
-                Ok(Ok(_)) => return Err(format!("volume {}: not the owner any more", self.id)),
+                Ok(Ok(r)) => match self.holder_in(&r.responses) {
+                    // Our key went with a lease etcd let expire (it was
+                    // frozen past it) and the owner takes it back under
+                    // its new lease: until then the log goes to the
+                    // replicas, whose fences refuse it if another owner
+                    // came meanwhile.
+                    Holder::Nobody => {
+                        tracing::warn!(
+                            volume = self.id,
+                            "the owner key went with an old lease: the log goes to the replicas until it is back"
+                        );
+                        return Ok(false);
+                    }
+                    Holder::Us => {} // taken back meanwhile: again
+                    Holder::Other => return Err(format!("volume {}: not the owner any more", self.id)),
+                },
                 Ok(Err(e)) if tokio::time::Instant::now() + RETRY_PAUSE < deadline => {
                     tracing::warn!(volume = self.id, "saving the dirty-region log, retrying: {e}");
                     tokio::time::sleep(RETRY_PAUSE).await;

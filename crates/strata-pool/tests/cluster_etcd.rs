@@ -134,6 +134,57 @@ async fn a_new_owner_takes_the_latest_log_and_leaves_out_a_note_a_later_owner_su
     assert_eq!(c.load_drl_with(&notes[1..2]).await.unwrap(), later);
 }
 
+/// Notes kept in memory: what an owner would have written to its replicas.
+#[derive(Default)]
+struct KeptNotes(std::sync::Mutex<Vec<Vec<u8>>>);
+
+impl strata_pool::NoteSink for KeptNotes {
+    fn save_note(&self, note: Vec<u8>) -> strata_pool::drl::SaveFuture<'_> {
+        self.0.lock().unwrap().push(note);
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+on_both_etcds!(an_owner_whose_key_went_with_an_old_lease_keeps_writing_and_changes_once_it_is_back);
+/// Regression (pool soak, issue 21): etcd, frozen past the leases, let
+/// them expire when it woke, and the owner key went with its lease. For
+/// the second before the owner took it back under its new lease, a save
+/// of its log failed as 'not the owner any more' and a host's write
+/// failed. The log now goes to the replicas meanwhile (their fences
+/// refuse it if another owner came), and a change of the in-sync set
+/// waits for the key rather than giving the volume up.
+async fn an_owner_whose_key_went_with_an_old_lease_keeps_writing_and_changes_once_it_is_back(etcd: impl EtcdServer) {
+    let client = etcd.client();
+    let keys = new_volume(&etcd).await;
+    let old = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let (m, token) = acquire(&client, &keys, VOL, NodeId(1), old.id).await.unwrap();
+    let a = EtcdVolume::new(client.clone(), keys.clone(), VOL, &token, regions());
+    let sink = Arc::new(KeptNotes::default());
+    a.keep_notes_on(Arc::downgrade(&(sink.clone() as Arc<dyn strata_pool::NoteSink>)));
+    client.lease_revoke(old.id).await.unwrap();
+    assert!(client.get(&keys.owner).await.unwrap().is_none(), "the key went with the lease");
+    let mut drl = strata_pool::DrlState::default();
+    drl.dirty.insert(regions().count() - 1);
+    a.save(drl.clone()).await.expect("the log is kept although the key is gone");
+    let notes = sink.0.lock().unwrap().clone();
+    assert_eq!(notes.len(), 1, "on the replicas");
+    assert_eq!(strata_pool::DrlState::decode_stamped(&notes[0], regions()).unwrap().1, drl);
+    // A change of the in-sync set waits for the key to come back.
+    let new = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let (c2, k2, t2) = (client.clone(), keys.clone(), token.clone());
+    let back = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(reclaim(&c2, &k2, VOL, &t2, m.epoch, new.id, None).await.unwrap(), "taken back");
+    });
+    let after = a.leave(&m, &[NodeId(3)]).await.expect("the leave waits for the key");
+    back.await.unwrap();
+    assert_eq!((after.epoch, after.in_sync.clone()), (m.epoch + 1, ids(&[1, 2])));
+    // Another owner's key: the save and the change are refused.
+    client.put(&keys.owner, b"{\"node\":2,\"epoch\":99}", None).await.unwrap();
+    assert!(a.save(drl).await.is_err(), "not the owner any more");
+    assert!(matches!(a.leave(&after, &[NodeId(2)]).await, Err(ControlError::NotOwner(_))));
+}
+
 on_both_etcds!(an_owner_takes_its_key_back_unless_another_took_the_volume_or_its_epoch_moved);
 /// An owner whose key went with a lease that ended (etcd was frozen
 /// past it) takes the key back under its new lease, also after a change
