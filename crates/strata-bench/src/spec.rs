@@ -53,14 +53,11 @@ fn one() -> u32 {
 impl std::str::FromStr for TargetSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let rest =
-            s.strip_prefix("tcp://").ok_or_else(|| format!("target {s:?} must look like tcp://ADDR:PORT/NQN"))?;
-        let (addr, nqn) = rest.split_once('/').ok_or_else(|| format!("target {s:?} has no /NQN after the address"))?;
-        let addr = addr.parse().map_err(|e| format!("target address {addr:?}: {e}"))?;
-        if nqn.is_empty() {
-            return Err(format!("target {s:?} has an empty NQN"));
+        let url: strata_host::TargetUrl = s.parse().map_err(|e| format!("target {e}"))?;
+        match url.addrs[..] {
+            [addr] => Ok(TargetSpec { addr, nqn: url.nqn, nsid: 1 }),
+            _ => Err(format!("target {s:?}: one address, not {} (a benchmark runs one path)", url.addrs.len())),
         }
-        Ok(TargetSpec { addr, nqn: nqn.to_string(), nsid: 1 })
     }
 }
 

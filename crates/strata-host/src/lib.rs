@@ -35,7 +35,8 @@
 //! ([`Controller::connect_with_drivers`]); `discovery` reads the discovery
 //! log; `namespace` presents one namespace as a
 //! [`strata_block::BlockDevice`] ([`RemoteNamespace`]); `error` holds the
-//! error types.
+//! error types; [`TargetUrl`] is the `tcp://ADDR:PORT/NQN` form that
+//! names a target on the command line.
 
 mod config;
 mod controller;
@@ -45,6 +46,7 @@ mod error;
 mod namespace;
 mod proto;
 mod queue;
+mod url;
 
 pub use config::HostConfig;
 pub use controller::{
@@ -55,3 +57,4 @@ pub use discovery::{MAX_DISCOVERY_RECORDS, discover};
 pub use driver::{Completion, QueueDriver};
 pub use error::{HostError, QueueFailure};
 pub use namespace::RemoteNamespace;
+pub use url::{TargetUrl, TargetUrlError};

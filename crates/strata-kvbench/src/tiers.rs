@@ -96,65 +96,10 @@ pub fn open_ssd(
 }
 
 /// A pool tier's volume: `tcp://ADDR:PORT[,ADDR:PORT...]/NQN`, namespace 1.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolSpec {
-    /// Where to find it: any I/O port of the target, or of any node.
-    pub addrs: Vec<std::net::SocketAddr>,
-    /// The subsystem.
-    pub nqn: String,
-}
+pub type PoolSpec = strata_host::TargetUrl;
 
 /// A pool spec that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum PoolSpecError {
-    /// Not `tcp://ADDRS/NQN`, or an empty NQN.
-    #[error("{spec:?}: expected tcp://ADDR:PORT[,ADDR:PORT...]/NQN")]
-    Shape {
-        /// The spec as given.
-        spec: String,
-    },
-    /// One of the addresses is not `IP:PORT`.
-    #[error("{spec:?}: address {addr:?}: {reason}")]
-    Address {
-        /// The spec as given.
-        spec: String,
-        /// The address that did not parse.
-        addr: String,
-        /// Why (part of the message, so not a separate source).
-        reason: std::net::AddrParseError,
-    },
-}
-
-impl std::str::FromStr for PoolSpec {
-    type Err = PoolSpecError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let shape = || PoolSpecError::Shape { spec: s.to_string() };
-        let rest = s.strip_prefix("tcp://").ok_or_else(shape)?;
-        let (addrs, nqn) = rest.split_once('/').ok_or_else(shape)?;
-        if nqn.is_empty() {
-            return Err(shape());
-        }
-        let addrs = addrs
-            .split(',')
-            .map(|a| {
-                a.trim().parse().map_err(|reason| PoolSpecError::Address {
-                    spec: s.to_string(),
-                    addr: a.to_string(),
-                    reason,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(PoolSpec { addrs, nqn: nqn.to_string() })
-    }
-}
-
-impl std::fmt::Display for PoolSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let addrs: Vec<String> = self.addrs.iter().map(ToString::to_string).collect();
-        write!(f, "tcp://{}/{}", addrs.join(","), self.nqn)
-    }
-}
+pub type PoolSpecError = strata_host::TargetUrlError;
 
 /// Connects to a pool tier's volume over NVMe/TCP, with `timeout` for
 /// each command.
@@ -199,27 +144,10 @@ mod tests {
         assert!(parse_ssd(":4G").is_err());
     }
 
-    #[test]
-    fn pool_specs_take_one_address_or_several() {
-        let one: PoolSpec = "tcp://127.0.0.1:4420/nqn.x".parse().unwrap();
-        assert_eq!((one.addrs.len(), one.nqn.as_str()), (1, "nqn.x"));
-        let three: PoolSpec = "tcp://10.0.0.1:4420,10.0.0.2:4420,[::1]:4421/nqn.y".parse().unwrap();
-        assert_eq!(three.addrs.len(), 3);
-        assert_eq!(three.to_string(), "tcp://10.0.0.1:4420,10.0.0.2:4420,[::1]:4421/nqn.y");
-        for bad in ["127.0.0.1:4420/nqn", "tcp://127.0.0.1:4420", "tcp://127.0.0.1:4420/", "tcp://a,b/nqn", "tcp:///n"]
-        {
-            assert!(bad.parse::<PoolSpec>().is_err(), "{bad}");
-        }
-    }
-
     /// The messages are the CLI's: they were `String`s before these
     /// errors were typed, and must read the same.
     #[test]
     fn errors_read_as_the_cli_printed_them() {
-        let shape = "tcp://127.0.0.1:4420".parse::<PoolSpec>().unwrap_err();
-        assert_eq!(shape.to_string(), "\"tcp://127.0.0.1:4420\": expected tcp://ADDR:PORT[,ADDR:PORT...]/NQN");
-        let addr = "tcp://a, b/nqn".parse::<PoolSpec>().unwrap_err();
-        assert_eq!(addr.to_string(), "\"tcp://a, b/nqn\": address \"a\": invalid socket address syntax");
         assert_eq!(parse_ssd(":4G").unwrap_err().to_string(), "--ssd \":4G\": no path");
     }
 }
