@@ -68,6 +68,11 @@ check "id-ctrl: model strata, subsystem NQN" \
     bash -c 'grep -qE "^mn +: strata" <<<"$0" && grep -qE "subnqn +: '"$NQN"'" <<<"$0"' "$idctrl"
 check "id-ns: 1 GiB of 4 KiB blocks, thin" \
     bash -c 'grep -qE "^nsze +: 0x40000" <<<"$0" && grep -qE "^nsfeat +: 0x1" <<<"$0"' "$idns"
+# Temperature Threshold (mandatory; SPDK's identify skips its health
+# section when it is refused): the Composite's over threshold, FFFFh.
+tmpth=$(nvme get-feature "$dev" -f 4 2>&1) || true
+echo "$tmpth"
+check "get-feature 4 (temperature threshold): FFFFh kelvins" bash -c 'grep -qi "0x0*ffff\b" <<<"$0"' "$tmpth"
 
 VERIFY_ARGS=(--filename="$dev" --rw=randwrite --bs=4k --iodepth=16 --numjobs=4 --size=32m
     --offset_increment=64m --verify=crc32c --verify_fatal=1 --group_reporting)

@@ -709,6 +709,47 @@ impl FeaturesCmd {
     }
 }
 
+/// The Temperature Threshold feature's CDW11 (Get and Set Features,
+/// FID 04h): which threshold of which sensor, and for Set its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TemperatureThreshold {
+    /// TMPTH, bits 15:0: the threshold in kelvins.
+    pub kelvins: u16,
+    /// TMPSEL, bits 19:16: 0 the Composite Temperature, 1-8 Temperature
+    /// Sensor 1-8, Fh every implemented sensor (Set Features).
+    pub sensor: u8,
+    /// THSEL, bits 21:20: false the over, true the under temperature
+    /// threshold.
+    pub under: bool,
+}
+
+impl TemperatureThreshold {
+    /// TMPSEL: the Composite Temperature.
+    pub const COMPOSITE: u8 = 0x0;
+    /// TMPSEL: every implemented sensor.
+    pub const ALL_SENSORS: u8 = 0xF;
+
+    /// Decodes CDW11; `None` for a reserved THSEL (10b, 11b) or TMPSEL
+    /// (9h-Eh).
+    pub fn decode(cdw11: u32) -> Option<TemperatureThreshold> {
+        let sensor = ((cdw11 >> 16) & 0xF) as u8;
+        let under = match (cdw11 >> 20) & 0x3 {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        if (9..Self::ALL_SENSORS).contains(&sensor) {
+            return None;
+        }
+        Some(TemperatureThreshold { kelvins: cdw11 as u16, sensor, under })
+    }
+
+    /// Encodes CDW11.
+    pub fn encode(&self) -> u32 {
+        u32::from(self.kelvins) | (u32::from(self.sensor & 0xF) << 16) | (u32::from(self.under) << 20)
+    }
+}
+
 /// Asynchronous event types (completion DW0 bits 0-2).
 pub mod async_event {
     /// Notice.
@@ -909,5 +950,24 @@ mod tests {
             g.encode(&mut s);
             prop_assert_eq!(GetLogPage::decode(&s), g);
         }
+    }
+
+    /// Bit positions as in NVMe Base 2.0, Get/Set Features FID 04h
+    /// (`NVME_TEMP_THRESH_MASK`, `NVME_TEMP_THRESH_SELECT_SHIFT` in
+    /// libnvme): TMPTH 15:0, TMPSEL 19:16, THSEL 21:20.
+    #[test]
+    fn temperature_threshold_fields_sit_at_their_bits_and_reserved_selects_are_refused() {
+        let t = TemperatureThreshold::decode(0x0011_0157).unwrap();
+        assert_eq!(t, TemperatureThreshold { kelvins: 0x157, sensor: 1, under: true });
+        assert_eq!(t.encode(), 0x0011_0157);
+        assert_eq!(TemperatureThreshold::decode(0x000F_0000).unwrap().sensor, TemperatureThreshold::ALL_SENSORS);
+        assert_eq!(TemperatureThreshold::decode(0), Some(TemperatureThreshold { kelvins: 0, sensor: 0, under: false }));
+        assert_eq!(TemperatureThreshold::decode(0x0020_0000), None, "THSEL 10b");
+        assert_eq!(TemperatureThreshold::decode(0x0030_0000), None, "THSEL 11b");
+        for sensor in 9..15u32 {
+            assert_eq!(TemperatureThreshold::decode(sensor << 16), None, "TMPSEL {sensor}");
+        }
+        // Bits above THSEL are reserved and ignored.
+        assert_eq!(TemperatureThreshold::decode(0xFFC0_0001).unwrap().kelvins, 1);
     }
 }

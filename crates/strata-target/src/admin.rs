@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use strata_nvme::command::{FeaturesCmd, GetLogPage, IdentifyCmd, Sqe, admin, feature, io};
+use strata_nvme::command::{FeaturesCmd, GetLogPage, IdentifyCmd, Sqe, TemperatureThreshold, admin, feature, io};
 use strata_nvme::completion::Cqe;
 use strata_nvme::fabrics::{PropertyCmd, fctype, reg};
 use strata_nvme::identify::{
@@ -504,9 +504,34 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
             // The cache cannot be turned off; enabling it is a no-op.
             if f.value & 1 == 1 { done(cid, Status::SUCCESS) } else { done(cid, Status::FEATURE_NOT_CHANGEABLE.dnr()) }
         }
+        feature::TEMPERATURE_THRESHOLD => match composite_threshold(f.value) {
+            Some(t) => {
+                st.temperature_thresholds[usize::from(t.under)] = t.kelvins;
+                done(cid, Status::SUCCESS)
+            }
+            None => done(cid, Status::INVALID_FIELD.dnr()),
+        },
         feature::HOST_IDENTIFIER => done(cid, Status::COMMAND_SEQUENCE.dnr()),
         _ => done(cid, Status::INVALID_FIELD.dnr()),
     }
+}
+
+/// The over temperature threshold of the Composite Temperature before a
+/// host sets one: FFFFh kelvins, which nothing reaches (no temperature is
+/// measured behind a fabrics controller, and WCTEMP is 0, "not
+/// reported", so there is no warning threshold to default to).
+pub(crate) const OVER_TEMPERATURE_DEFAULT: u16 = 0xFFFF;
+
+/// The Temperature Threshold feature (mandatory, NVMe Base 2.0 5.27.1.3)
+/// for the one temperature there is, the Composite: TMPSEL 0h, or Fh
+/// (every implemented sensor, which is the Composite alone). A sensor
+/// 1-8 is not implemented (their SMART log fields are 0): `None`, as for
+/// a reserved select. SPDK's target answers it the same way, without a
+/// sensor; nvmet refuses the feature, and SPDK's `identify` then skips
+/// the whole health section.
+fn composite_threshold(cdw11: u32) -> Option<TemperatureThreshold> {
+    TemperatureThreshold::decode(cdw11)
+        .filter(|t| matches!(t.sensor, TemperatureThreshold::COMPOSITE | TemperatureThreshold::ALL_SENSORS))
 }
 
 fn ctrl_max_queues(ctrl: &Controller) -> u16 {
@@ -525,6 +550,10 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
         feature::KEEP_ALIVE_TIMER => st.kato_ms,
         feature::ASYNC_EVENT_CONFIG => st.async_event_config,
         feature::VOLATILE_WRITE_CACHE => 1,
+        feature::TEMPERATURE_THRESHOLD => match composite_threshold(f.value) {
+            Some(t) => u32::from(st.temperature_thresholds[usize::from(t.under)]),
+            None => return done(cid, Status::INVALID_FIELD.dnr()),
+        },
         feature::ARBITRATION
         | feature::POWER_MANAGEMENT
         | feature::ERROR_RECOVERY

@@ -93,6 +93,10 @@ pub(crate) struct CtrlState {
     pub(crate) io_queues_granted: u16,
     pub(crate) io_queues: BTreeSet<u16>,
     pub(crate) async_event_config: u32,
+    /// The Composite Temperature's over and under thresholds, in kelvins
+    /// (Temperature Threshold feature): kept as set, compared with no
+    /// temperature (none is measured).
+    pub(crate) temperature_thresholds: [u16; 2],
     pub(crate) kato_ms: u32,
     aer_cids: VecDeque<u16>,
     pending_events: VecDeque<u32>,
@@ -161,6 +165,7 @@ impl Controller {
                 io_queues_granted: max_io_queues,
                 io_queues: BTreeSet::new(),
                 async_event_config: 0,
+                temperature_thresholds: [crate::admin::OVER_TEMPERATURE_DEFAULT, 0],
                 kato_ms,
                 aer_cids: VecDeque::new(),
                 pending_events: VecDeque::new(),

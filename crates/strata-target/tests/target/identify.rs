@@ -12,11 +12,9 @@ use strata_nvme::status::Status;
 
 /// Identify Controller used to claim a 25 W power state 0 with made-up
 /// entry and exit latencies, and warning / critical temperature thresholds
-/// of 70 C and 100 C, and Get Features answered a temperature threshold.
-/// There is no power or thermal management behind a fabrics controller:
-/// SPDK's target leaves PSD0 zero, nvmet leaves WCTEMP and CCTEMP zero
-/// ("not reported") and refuses the Temperature Threshold feature with
-/// Invalid Field (its `nvmet_execute_get_features` compiles that case out).
+/// of 70 C and 100 C. There is no power or thermal management behind a
+/// fabrics controller: SPDK's target leaves PSD0 zero, nvmet leaves WCTEMP
+/// and CCTEMP zero ("not reported").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identify_controller_reports_no_power_or_thermal_figures() {
     let fx = start(16).await;
@@ -25,8 +23,47 @@ async fn identify_controller_reports_no_power_or_thermal_figures() {
     assert_eq!(c.npss, 0, "one power state");
     assert_eq!(c.psd0, PowerStateDescriptor::default());
     assert_eq!((c.wctemp, c.cctemp), (0, 0));
-    let err = ctrl.get_features(feature::TEMPERATURE_THRESHOLD, 0).await.unwrap_err();
-    assert!(err.is_status(Status::INVALID_FIELD), "{err}");
+    ctrl.disconnect().await.unwrap();
+}
+
+/// Regression (issue 23): `spdk_nvme_identify` began with
+/// `get_feature(0x04) failed`, logged an error-log entry and skipped its
+/// whole health section: Temperature Threshold is mandatory, and was
+/// refused with Invalid Field (as nvmet does). It is answered for the
+/// Composite Temperature, the only one there is, with no sensor invented:
+/// over FFFFh kelvins until a host sets one, under 0, kept as set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_temperature_threshold_is_answered_for_the_composite_temperature_only() {
+    use strata_nvme::command::TemperatureThreshold as T;
+    let fx = start(16).await;
+    let ctrl = Controller::connect(fx.io, NQN, &HostConfig::default()).await.expect("connect");
+    let errors = error_count(&ctrl).await;
+    let over = T { kelvins: 0, sensor: T::COMPOSITE, under: false }.encode();
+    let under = T { kelvins: 0, sensor: T::COMPOSITE, under: true }.encode();
+    // What SPDK's identify and `nvme get-feature -f 4` send: CDW11 0.
+    assert_eq!(ctrl.get_features(feature::TEMPERATURE_THRESHOLD, 0).await.unwrap(), 0xFFFF);
+    assert_eq!(ctrl.get_features(feature::TEMPERATURE_THRESHOLD, under).await.unwrap(), 0);
+    assert_eq!(error_count(&ctrl).await, errors, "no error-log entry");
+    // Set, and read back; every sensor means the Composite.
+    ctrl.set_features(feature::TEMPERATURE_THRESHOLD, T { kelvins: 358, ..T::decode(over).unwrap() }.encode())
+        .await
+        .unwrap();
+    assert_eq!(ctrl.get_features(feature::TEMPERATURE_THRESHOLD, over).await.unwrap(), 358);
+    let all = T { kelvins: 273, sensor: T::ALL_SENSORS, under: true }.encode();
+    ctrl.set_features(feature::TEMPERATURE_THRESHOLD, all).await.unwrap();
+    assert_eq!(ctrl.get_features(feature::TEMPERATURE_THRESHOLD, under).await.unwrap(), 273);
+    assert_eq!(ctrl.get_features(feature::TEMPERATURE_THRESHOLD, over).await.unwrap(), 358, "over kept");
+    // No sensor 1-8, and reserved selects: Invalid Field.
+    for cdw11 in [1 << 16, 8 << 16, 9 << 16, 2 << 20] {
+        let err = ctrl.get_features(feature::TEMPERATURE_THRESHOLD, cdw11).await.unwrap_err();
+        assert!(err.is_status(Status::INVALID_FIELD), "{cdw11:#x}: {err}");
+        let err = ctrl.set_features(feature::TEMPERATURE_THRESHOLD, cdw11).await.unwrap_err();
+        assert!(err.is_status(Status::INVALID_FIELD), "{cdw11:#x}: {err}");
+    }
+    // A controller of its own starts from the defaults.
+    let other = Controller::connect(fx.io, NQN, &HostConfig::default()).await.expect("connect");
+    assert_eq!(other.get_features(feature::TEMPERATURE_THRESHOLD, over).await.unwrap(), 0xFFFF);
+    other.disconnect().await.unwrap();
     ctrl.disconnect().await.unwrap();
 }
 
