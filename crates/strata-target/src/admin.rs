@@ -511,6 +511,19 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
             }
             None => done(cid, Status::INVALID_FIELD.dnr()),
         },
+        // Power state 0 is the only one (NPSS 0); no Deallocated or
+        // Unwritten Logical Block Error (DULBE, bit 16) without NSFEAT's
+        // DAE bit.
+        feature::POWER_MANAGEMENT if f.value & 0x1f != 0 => done(cid, Status::INVALID_FIELD.dnr()),
+        feature::ERROR_RECOVERY if f.value & (1 << 16) != 0 => done(cid, Status::INVALID_FIELD.dnr()),
+        feature::ARBITRATION
+        | feature::POWER_MANAGEMENT
+        | feature::ERROR_RECOVERY
+        | feature::INTERRUPT_COALESCING
+        | feature::WRITE_ATOMICITY => {
+            st.kept_features.insert(f.fid, f.value);
+            done(cid, Status::SUCCESS)
+        }
         feature::HOST_IDENTIFIER => done(cid, Status::COMMAND_SEQUENCE.dnr()),
         _ => done(cid, Status::INVALID_FIELD.dnr()),
     }
@@ -558,7 +571,7 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
         | feature::POWER_MANAGEMENT
         | feature::ERROR_RECOVERY
         | feature::INTERRUPT_COALESCING
-        | feature::WRITE_ATOMICITY => 0,
+        | feature::WRITE_ATOMICITY => st.kept_features.get(&f.fid).copied().unwrap_or(0),
         feature::HOST_IDENTIFIER => {
             // EXHID (CDW11 bit 0) must be set: we report 128-bit host IDs.
             if f.value & 1 == 0 {

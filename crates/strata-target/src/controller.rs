@@ -97,6 +97,11 @@ pub(crate) struct CtrlState {
     /// (Temperature Threshold feature): kept as set, compared with no
     /// temperature (none is measured).
     pub(crate) temperature_thresholds: [u16; 2],
+    /// Arbitration, Power Management, Error Recovery, Interrupt
+    /// Coalescing and Write Atomicity Normal, as a host set them (0 until
+    /// then): mandatory features that change nothing behind a fabrics
+    /// controller, kept and read back as SPDK's target does.
+    pub(crate) kept_features: std::collections::BTreeMap<u8, u32>,
     pub(crate) kato_ms: u32,
     aer_cids: VecDeque<u16>,
     pending_events: VecDeque<u32>,
@@ -166,6 +171,7 @@ impl Controller {
                 io_queues: BTreeSet::new(),
                 async_event_config: 0,
                 temperature_thresholds: [crate::admin::OVER_TEMPERATURE_DEFAULT, 0],
+                kept_features: std::collections::BTreeMap::new(),
                 kato_ms,
                 aer_cids: VecDeque::new(),
                 pending_events: VecDeque::new(),

@@ -67,6 +67,32 @@ async fn the_temperature_threshold_is_answered_for_the_composite_temperature_onl
     ctrl.disconnect().await.unwrap();
 }
 
+/// The other mandatory features a host may set (SPDK's target keeps
+/// them; nvmet refused the sets): kept per controller and read back, with
+/// what the controller cannot do refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mandatory_features_are_kept_as_set_and_impossible_values_refused() {
+    let fx = start(16).await;
+    let ctrl = Controller::connect(fx.io, NQN, &HostConfig::default()).await.expect("connect");
+    for (fid, value) in [
+        (feature::ARBITRATION, 0x0302_0103),
+        (feature::POWER_MANAGEMENT, 0x40), // workload hint 2, power state 0
+        (feature::ERROR_RECOVERY, 0x64),   // TLER 10 s
+        (feature::INTERRUPT_COALESCING, 0x0a04),
+        (feature::WRITE_ATOMICITY, 1),
+    ] {
+        assert_eq!(ctrl.get_features(fid, 0).await.unwrap(), 0, "fid {fid:#x} before a set");
+        ctrl.set_features(fid, value).await.unwrap();
+        assert_eq!(ctrl.get_features(fid, 0).await.unwrap(), value, "fid {fid:#x}");
+    }
+    for (fid, value) in [(feature::POWER_MANAGEMENT, 1), (feature::ERROR_RECOVERY, 1 << 16)] {
+        let err = ctrl.set_features(fid, value).await.unwrap_err();
+        assert!(err.is_status(Status::INVALID_FIELD), "fid {fid:#x} = {value:#x}: {err}");
+    }
+    assert_eq!(ctrl.get_features(feature::POWER_MANAGEMENT, 0).await.unwrap(), 0x40, "a refused set changes nothing");
+    ctrl.disconnect().await.unwrap();
+}
+
 /// Identify with CNS `cns`, CSI `csi` (CDW11 bits 31:24, where SPDK's
 /// `cdw11_bits.identify.csi` and Linux's `struct nvme_identify.csi` put it)
 /// and `nsid`: the status and the 4096 bytes returned.
