@@ -219,6 +219,9 @@ struct Inner {
     /// Dirty regions a new owner has not yet made agree on every in-sync
     /// node ([`DirtyRegionLog::hold_for_repair`]): never cleaned.
     unrepaired: RegionSet,
+    /// When a failed save was last logged (one a second at most: each
+    /// fails a write, and a store that is down fails many).
+    save_failure_logged: Option<std::time::Instant>,
 }
 
 impl Inner {
@@ -554,7 +557,14 @@ impl DirtyRegionLog {
                 }
                 (inner.wanted.clone(), inner.wanted_version)
             };
-            self.store.save(state).await.map_err(DrlError)?;
+            if let Err(e) = self.store.save(state).await {
+                let mut inner = self.lock();
+                if inner.save_failure_logged.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1)) {
+                    inner.save_failure_logged = Some(std::time::Instant::now());
+                    tracing::warn!("the dirty-region log could not be saved (the write that needed it fails): {e}");
+                }
+                return Err(DrlError(e));
+            }
             let mut inner = self.lock();
             inner.saved_version = inner.saved_version.max(version);
         }

@@ -202,7 +202,10 @@ impl Inner {
                     failed.insert(n);
                 }
                 Err(ReplicaError::NoSpace) => outcome = Err(BlockError::NoSpace),
-                Err(e) => outcome = Err(io_error(e.to_string())),
+                Err(e) => {
+                    tracing::warn!(node = %n, error = %e, "a replica refused a write (the write fails)");
+                    outcome = Err(io_error(e.to_string()));
+                }
             }
         }
         if !failed.is_empty() {
