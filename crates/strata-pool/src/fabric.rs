@@ -266,19 +266,48 @@ impl Replica for FabricReplica {
     }
 
     fn save_note(&self, epoch: u64, note: Vec<u8>) -> ReplicaFuture<'_, ()> {
-        Box::pin(async move {
-            let (ctrl, g) = self.conn().await?;
-            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
-            q.fenced_note_save(self.nsid, epoch, &note).await.map_err(|e| self.error(g, e))
-        })
+        let nsid = self.nsid;
+        Box::pin(self.noting(move |ctrl| {
+            let note = note.clone();
+            Box::pin(async move { ctrl.next_io_queue()?.fenced_note_save(nsid, epoch, &note).await })
+        }))
     }
 
     fn load_note(&self, epoch: u64) -> ReplicaFuture<'_, Vec<u8>> {
-        Box::pin(async move {
-            let (ctrl, g) = self.conn().await?;
-            let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
-            q.fenced_note_load(self.nsid, epoch).await.map_err(|e| self.error(g, e))
-        })
+        let nsid = self.nsid;
+        Box::pin(
+            self.noting(move |ctrl| Box::pin(async move { ctrl.next_io_queue()?.fenced_note_load(nsid, epoch).await })),
+        )
+    }
+}
+
+/// A note command's future, on a connection it borrows.
+type NoteFuture<'c, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, HostError>> + Send + 'c>>;
+
+impl FabricReplica {
+    /// Runs a note command (`op`, on one of the connection's I/O queues) over
+    /// whatever connection the link has, trusted or not, and once more on
+    /// a new one when that connection has failed. A note is the owner's
+    /// log, not the volume's data: it does not depend on what the peer
+    /// kept of earlier writes, and saving it again replaces it whole.
+    /// Failing it as `Reconnected`, or on the dead connection to a peer
+    /// that has restarted since, failed the save of the log and the
+    /// host's write that needed it (the soak, during an etcd freeze).
+    async fn noting<T, F>(&self, op: F) -> Result<T, ReplicaError>
+    where
+        F: for<'c> Fn(&'c Controller) -> NoteFuture<'c, T>,
+    {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (ctrl, g) = self.link.get().await?;
+            match op(&ctrl).await.map_err(|e| self.error(g, e)) {
+                Err(ReplicaError::Unavailable(why)) if tries < 2 => {
+                    tracing::debug!(node = %self.link.node, "a note failed on the link's connection ({why}): again on a new one");
+                }
+                r => return r,
+            }
+        }
     }
 }
 

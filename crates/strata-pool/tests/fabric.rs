@@ -43,7 +43,10 @@ impl Node {
     async fn start(id: NodeId, dev: Arc<MemDevice>, fence: Arc<EpochFence>, port: u16) -> Node {
         let target = Target::new(TargetConfig::default());
         let sub = Subsystem::internal(fabric_nqn(&format!("n{id}")), "STRATAFABRIC", vec![]);
-        sub.add_namespace(Namespace::fenced(VOLUME, IDS, dev.clone() as Arc<dyn BlockDevice>, fence.clone())).unwrap();
+        // Notes in memory: a restart loses them, which no test here minds.
+        let notes = Arc::new(strata_block::MemNoteStore::default());
+        let ns = Namespace::fenced(VOLUME, IDS, dev.clone() as Arc<dyn BlockDevice>, fence.clone()).with_notes(notes);
+        sub.add_namespace(ns).unwrap();
         target.add_subsystem(sub).unwrap();
         // A restart binds the port it had: a connection of another test
         // (or the owner's reconnect, which on loopback can connect to
@@ -194,6 +197,31 @@ async fn a_peer_that_restarts_between_writes_is_not_trusted_with_what_it_may_hav
     vol.write(64, data(3, 1), false).await.1.unwrap();
     assert_eq!(control.get().in_sync, ids(&[1, 3]));
     assert!(store.saved().missed[&NodeId(2)].contains(0), "the unflushed region is missed");
+}
+
+/// Regression (pool soak, issue 21): a host's write failed with Write
+/// Fault during an etcd freeze. The owner kept its log as notes on the
+/// replicas, and a peer that had restarted refused the note as
+/// `Reconnected` before anything was sent, which failed the save and the
+/// write. A note does not depend on what the peer kept of earlier writes:
+/// it goes over the new connection; the peer's data stays untrusted until
+/// the volume marks what it may have lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_note_reaches_a_peer_that_restarted_whose_data_is_still_not_trusted() {
+    use bytes::Bytes;
+    let mut nodes = cluster().await;
+    let link = FabricLink::new(nodes[1].id, nodes[1].addr, fabric_nqn("n2"), host_cfg());
+    let rep = FabricReplica::new(link, VOLUME, BS);
+    rep.write(1, 0, Bytes::from(data(1, 1).to_vec()), false).await.expect("a write arms the connection");
+    rep.save_note(1, b"before".to_vec()).await.unwrap();
+    nodes[1].stop().await;
+    let port = nodes[1].addr.port();
+    let (dev, fence) = (nodes[1].dev.clone(), nodes[1].fence.clone());
+    nodes[1] = Node::start(NodeId(2), dev, fence, port).await;
+    rep.save_note(1, b"after".to_vec()).await.expect("a note over the new connection");
+    assert_eq!(rep.load_note(1).await.unwrap(), b"after");
+    let err = rep.write(1, 1, Bytes::from(data(2, 1).to_vec()), false).await.unwrap_err();
+    assert!(matches!(err, strata_pool::ReplicaError::Reconnected { .. }), "data is not trusted yet: {err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
