@@ -8,7 +8,9 @@
 //!   second: it holds the replicas placement gives it, takes over volumes
 //!   that have no owner ([`cluster`]'s `ownership` module decides, free of
 //!   I/O), serves and moves the ones it owns, and answers the pool's
-//!   status ([`pool_status`]).
+//!   status ([`pool_status`]); `cluster::start` starts one in the order
+//!   that keeps it safe, for `strata node` and for tests that run several
+//!   nodes in one process (`tests/reconcile.rs`).
 //! - [`identity`]: who a cluster node is (its data dir's identity,
 //!   checked against etcd), [`notes`]: what it keeps for its volumes'
 //!   owners, [`volume_check`]: an owner's check of its volumes' copies,

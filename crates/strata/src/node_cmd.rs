@@ -10,19 +10,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use strata_meta::etcd::{EtcdClient, EtcdConfig};
-use strata_pool::NodeId;
-use strata_pool::fabric::fabric_nqn;
-use strata_pool::placement::{FailureDomain, Node};
-use strata_pool::registry::{NodeClaim, NodeRecord, claim_node, join_map, register};
-use strata_target::{PortRole, Subsystem, Target};
+use strata_meta::etcd::EtcdConfig;
+use strata_node::cluster::start::{NodeStart, start};
+use strata_pool::placement::FailureDomain;
 
 use crate::config::{self, NodeFile, ServeArgs};
-use strata_node::cluster::ClusterNode;
 
 /// Options of `strata node`; each may also be set in the `[node]` table
 /// of the `--config` file (the command line wins).
@@ -145,122 +140,34 @@ fn host_name() -> String {
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let settings = NodeSettings::resolve(&args, crate::config::node_file(args.serve.config.as_deref())?)?;
     let pool = strata_node::cluster::SettingsPatch::from_file(crate::config::pool_file(args.serve.config.as_deref())?)?;
-    // Checked now: a bad [pool] table stops the node before it joins.
-    pool.apply(&mut strata_pool::registry::PoolSettings::default())?;
-    let NodeSettings { name, labels, .. } = settings.clone();
-    let domain =
+    let failure_domain =
         FailureDomain::parse(&settings.failure_domain).map_err(|e| anyhow::anyhow!("--failure-domain: {e}"))?;
     let mut serve = args.serve;
     serve.default_volume_size = Some("0".into());
-    let cfg = config::load(&serve)?;
-    std::fs::create_dir_all(&cfg.data_dir)
-        .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
-
-    // One node per data dir, and a data dir that knows which node it is.
-    let dir_lock = strata_node::identity::lock(&cfg.data_dir)?;
-    let etcd = EtcdClient::new(EtcdConfig::from_urls(&settings.etcd).map_err(|e| anyhow::anyhow!("--etcd: {e}"))?);
-    let prefix = settings.etcd_prefix;
-    let meta =
-        strata_meta::EtcdMetaStore::open(etcd.clone(), &prefix).await.context("cannot open the metadata in etcd")?;
-    let store = strata_node::node::open_store(&cfg, strata_node::node::drive_specs(&cfg)?)?;
-    let has_data = !store.volume_ids().is_empty();
-    let identity = strata_node::identity::establish(&etcd, &prefix, &cfg.data_dir, &name, has_data)
-        .await
-        .with_context(|| format!("node {name} cannot join the cluster"))?;
-    let id = NodeId(identity.node_id);
-    let capacity = store.stats().capacity_bytes;
-    // A node that moves to another failure domain moves data: only when
-    // asked.
-    if let Some((map, _)) = strata_pool::registry::current_map(&etcd, &prefix).await?
-        && let Some(n) = map.node(id)
-        && n.labels != labels
-        && !args.relabel
-    {
-        let show = |l: &BTreeMap<String, String>| {
-            let v: Vec<String> = l.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            if v.is_empty() { "none".to_string() } else { v.join(",") }
-        };
-        anyhow::bail!(
-            "node {name}'s labels in the placement map are {}, and this start gives {}: moving a node to another \
-             failure domain moves its data; pass --relabel to do it, or start it with its labels",
-            show(&n.labels),
-            show(&labels)
-        );
-    }
-
-    let target = Target::new(cfg.target.clone());
-    // Only the cluster's nodes may reach the replicas: this one until the
-    // first reconcile lists them all (never any host).
-    let fabric = Subsystem::internal(
-        fabric_nqn(&name),
-        format!("STRATAFAB{:011}", id.0),
-        vec![strata_node::cluster::node_nqn(&name)],
-    );
-    target.add_subsystem(fabric.clone())?;
-    let fabric_port = target.listen(settings.fabric, PortRole::Fabric).await?;
-    for &a in &cfg.listen {
-        target.listen(a, PortRole::Io).await?;
-    }
-    for &a in &cfg.discovery {
-        target.listen(a, PortRole::Discovery).await?;
-    }
-
-    let mut node = Node::new(id.0, name.clone(), capacity);
-    node.labels = labels.clone();
-    let map = join_map(&etcd, &prefix, node, domain.clone()).await.context("cannot join the placement map")?;
-    if args.failure_domain.is_some() && map.failure_domain() != &domain {
-        tracing::warn!(pool = %map.failure_domain(), asked = %domain,
-            "--failure-domain only sets the domain of a new pool; this pool's stays as it is: change it with \
-             strata pool set --failure-domain");
-    }
-    let lease = etcd.lease_grant(Duration::from_secs(settings.lease_ttl)).await.context("cannot get a lease")?;
-    // While this node's lease lives, no other process may run it.
-    if let NodeClaim::Taken { instance } = claim_node(&etcd, &prefix, id, identity.instance, lease.id).await? {
-        return Err(strata_node::identity::IdentityError::Running { name: name.clone(), id: id.0, instance }.into());
-    }
-    let mut incarnation = [0u8; 8];
-    getrandom::fill(&mut incarnation).map_err(|e| anyhow::anyhow!("random: {e}"))?;
-    let me = NodeRecord {
-        id,
-        name: name.clone(),
-        fabric: fabric_port.addr,
-        listen: cfg.listen[0],
-        labels,
-        capacity_bytes: capacity,
-        allocated_bytes: 0,
-        incarnation: u64::from_le_bytes(incarnation),
-        held: Vec::new(),
-        serving: Vec::new(),
-        resyncing: Vec::new(),
-        drives: Vec::new(),
-        held_bytes: BTreeMap::new(),
-        rebuild_bytes_per_sec: 0,
-        api: Some(reachable(cfg.http, cfg.listen[0].ip())),
-    };
-    register(&etcd, &prefix, &me, lease.id).await?;
-    let keeper = etcd.keep_alive(lease);
-    let cluster = ClusterNode::new(strata_node::cluster::ClusterParts {
-        me,
-        prefix,
-        etcd,
-        meta: Arc::new(meta),
-        store: store.clone(),
-        target: target.clone(),
-        fabric,
-        lease: keeper,
-        discovery: cfg.discovery.first().copied(),
-        identity,
-        data_dir: cfg.data_dir.clone(),
-    });
-    cluster.seed_settings(pool).await.context("the config file's [pool] settings")?;
+    let name = settings.name.clone();
+    let node = start(NodeStart {
+        name: settings.name,
+        etcd: EtcdConfig::from_urls(&settings.etcd).map_err(|e| anyhow::anyhow!("--etcd: {e}"))?,
+        prefix: settings.etcd_prefix,
+        labels: settings.labels,
+        failure_domain,
+        failure_domain_asked: args.failure_domain.is_some(),
+        fabric: settings.fabric,
+        lease_ttl: Duration::from_secs(settings.lease_ttl),
+        relabel: args.relabel,
+        serve: config::load(&serve)?,
+        pool,
+    })
+    .await?;
+    let cluster = node.cluster.clone();
     let mut running = tokio::spawn(cluster.clone().run());
-    let http = crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), cfg.http).await?;
+    let http = crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), node.http).await?;
     println!(
         "strata {} node {name} (id {}) in a cluster of {} nodes; fabric {}; API http://{http}/api/v1/pool",
         env!("CARGO_PKG_VERSION"),
-        id.0,
-        map.nodes().len(),
-        fabric_port.addr
+        node.id.0,
+        node.map_nodes,
+        node.fabric
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stopped = tokio::select! {
@@ -270,19 +177,11 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         // process runs it, etcd holds another cluster now).
         e = &mut running => Some(e.unwrap_or_else(|e| anyhow::anyhow!("the node's task failed: {e}"))),
     };
-    target.shutdown(Duration::from_secs(5)).await;
-    store.flush_all().await.context("flush at shutdown failed")?;
-    drop(dir_lock);
+    node.stop().await?;
     match stopped {
         Some(e) => Err(e.context(format!("node {name} stopped"))),
         None => Ok(()),
     }
-}
-
-/// `addr` as another node reaches it: an unspecified address (listen on
-/// every interface) becomes `ip`, the address hosts reach this node at.
-fn reachable(addr: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
-    if addr.ip().is_unspecified() && !ip.is_unspecified() { SocketAddr::new(ip, addr.port()) } else { addr }
 }
 
 #[cfg(test)]

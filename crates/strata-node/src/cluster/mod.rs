@@ -46,6 +46,7 @@ use crate::pool_status::{
 };
 
 mod ownership;
+pub mod start;
 
 use ownership::{Decision, LastOwner, RECLAIM_GRACE, Serving, VolumeView, decide, must_stop_serving};
 
@@ -1370,7 +1371,7 @@ fn pool_fill(map: &PlacementMap, live: &BTreeMap<NodeId, NodeRecord>) -> crate::
 
 /// A change of the pool's settings: the fields given replace the stored
 /// ones.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, Default, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsPatch {
     /// Seconds a node may stay down before its data is rebuilt elsewhere.

@@ -1,0 +1,226 @@
+//! A cluster node's start, in the order that keeps it safe: the data dir
+//! locked and its identity checked against etcd before anything joins,
+//! the listeners up before the node is registered, the node claimed under
+//! its lease so that no second process runs it. `strata node` calls
+//! [`start`] after reading its options; tests call it to run several
+//! nodes in one process.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use strata_meta::etcd::{EtcdClient, EtcdConfig};
+use strata_pool::NodeId;
+use strata_pool::fabric::fabric_nqn;
+use strata_pool::placement::{FailureDomain, Node};
+use strata_pool::registry::{NodeClaim, NodeRecord, claim_node, join_map, register};
+use strata_store::Store;
+use strata_target::{PortRole, Subsystem, Target};
+
+use super::{ClusterNode, ClusterParts, SettingsPatch, node_nqn};
+use crate::config::ServeConfig;
+use crate::identity::DirLock;
+
+/// What a cluster node starts with (`strata node`'s merged options).
+#[derive(Debug, Clone)]
+pub struct NodeStart {
+    /// The node's name, unique in the cluster.
+    pub name: String,
+    /// How to reach etcd.
+    pub etcd: EtcdConfig,
+    /// The cluster's key prefix in etcd.
+    pub prefix: String,
+    /// Failure-domain labels.
+    pub labels: BTreeMap<String, String>,
+    /// The failure domain a new pool spreads copies over.
+    pub failure_domain: FailureDomain,
+    /// The failure domain was asked for (not the default): a pool whose
+    /// domain differs gets a warning.
+    pub failure_domain_asked: bool,
+    /// The internal fabric listener.
+    pub fabric: SocketAddr,
+    /// The node's lease TTL: how long after it dies its volumes move.
+    pub lease_ttl: Duration,
+    /// Accept labels that differ from the placement map's for this node.
+    pub relabel: bool,
+    /// The host side: listeners, HTTP address, drives, data dir.
+    pub serve: ServeConfig,
+    /// The pool settings a new cluster starts with.
+    pub pool: SettingsPatch,
+}
+
+/// A started node: its reconcile loop is not running yet (see
+/// [`ClusterNode::run`]).
+pub struct StartedNode {
+    /// The node.
+    pub cluster: Arc<ClusterNode>,
+    /// Its id in the cluster.
+    pub id: NodeId,
+    /// Where its HTTP API is to listen.
+    pub http: SocketAddr,
+    /// Its NVMe/TCP target (host, discovery and fabric listeners).
+    pub target: Target,
+    /// Its drives.
+    pub store: Arc<Store>,
+    /// Where other nodes reach its fabric listener.
+    pub fabric: SocketAddr,
+    /// How many nodes the placement map held when it joined.
+    pub map_nodes: usize,
+    /// Held while the node runs: one node per data dir.
+    dir_lock: DirLock,
+}
+
+impl StartedNode {
+    /// Stops serving hosts and peers and flushes the drives.
+    ///
+    /// # Errors
+    ///
+    /// The flush failed.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.target.shutdown(Duration::from_secs(5)).await;
+        self.store.flush_all().await.context("flush at shutdown failed")?;
+        drop(self.dir_lock);
+        Ok(())
+    }
+}
+
+/// Starts a cluster node: locks and opens its data dir and drives,
+/// proves who it is to etcd, opens its listeners, joins the placement map
+/// and registers under a new lease.
+///
+/// # Errors
+///
+/// Unreachable etcd, a data dir or drives that cannot be opened, a node
+/// that may not join (another cluster's data dir, a name another process
+/// runs, labels changed without `relabel`), listeners that cannot bind.
+pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
+    let NodeStart {
+        name,
+        etcd,
+        prefix,
+        labels,
+        failure_domain,
+        failure_domain_asked,
+        fabric,
+        lease_ttl,
+        relabel,
+        serve,
+        pool,
+    } = s;
+    // Checked now: a bad [pool] table stops the node before it joins.
+    pool.apply(&mut strata_pool::registry::PoolSettings::default())?;
+    std::fs::create_dir_all(&serve.data_dir)
+        .with_context(|| format!("cannot create data dir {}", serve.data_dir.display()))?;
+
+    // One node per data dir, and a data dir that knows which node it is.
+    let dir_lock = crate::identity::lock(&serve.data_dir)?;
+    let etcd = EtcdClient::new(etcd);
+    let meta =
+        strata_meta::EtcdMetaStore::open(etcd.clone(), &prefix).await.context("cannot open the metadata in etcd")?;
+    let store = crate::node::open_store(&serve, crate::node::drive_specs(&serve)?)?;
+    let has_data = !store.volume_ids().is_empty();
+    let identity = crate::identity::establish(&etcd, &prefix, &serve.data_dir, &name, has_data)
+        .await
+        .with_context(|| format!("node {name} cannot join the cluster"))?;
+    let id = NodeId(identity.node_id);
+    let capacity = store.stats().capacity_bytes;
+    // A node that moves to another failure domain moves data: only when
+    // asked.
+    if let Some((map, _)) = strata_pool::registry::current_map(&etcd, &prefix).await?
+        && let Some(n) = map.node(id)
+        && n.labels != labels
+        && !relabel
+    {
+        let show = |l: &BTreeMap<String, String>| {
+            let v: Vec<String> = l.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if v.is_empty() { "none".to_string() } else { v.join(",") }
+        };
+        anyhow::bail!(
+            "node {name}'s labels in the placement map are {}, and this start gives {}: moving a node to another \
+             failure domain moves its data; pass --relabel to do it, or start it with its labels",
+            show(&n.labels),
+            show(&labels)
+        );
+    }
+
+    let target = Target::new(serve.target.clone());
+    // Only the cluster's nodes may reach the replicas: this one until the
+    // first reconcile lists them all (never any host).
+    let fabric_sub = Subsystem::internal(fabric_nqn(&name), format!("STRATAFAB{:011}", id.0), vec![node_nqn(&name)]);
+    target.add_subsystem(fabric_sub.clone())?;
+    let fabric_port = target.listen(fabric, PortRole::Fabric).await?;
+    for &a in &serve.listen {
+        target.listen(a, PortRole::Io).await?;
+    }
+    for &a in &serve.discovery {
+        target.listen(a, PortRole::Discovery).await?;
+    }
+
+    let mut node = Node::new(id.0, name.clone(), capacity);
+    node.labels = labels.clone();
+    let map = join_map(&etcd, &prefix, node, failure_domain.clone()).await.context("cannot join the placement map")?;
+    if failure_domain_asked && map.failure_domain() != &failure_domain {
+        tracing::warn!(pool = %map.failure_domain(), asked = %failure_domain,
+            "--failure-domain only sets the domain of a new pool; this pool's stays as it is: change it with \
+             strata pool set --failure-domain");
+    }
+    let lease = etcd.lease_grant(lease_ttl).await.context("cannot get a lease")?;
+    // While this node's lease lives, no other process may run it.
+    if let NodeClaim::Taken { instance } = claim_node(&etcd, &prefix, id, identity.instance, lease.id).await? {
+        return Err(crate::identity::IdentityError::Running { name: name.clone(), id: id.0, instance }.into());
+    }
+    let mut incarnation = [0u8; 8];
+    getrandom::fill(&mut incarnation).map_err(|e| anyhow::anyhow!("random: {e}"))?;
+    let listen = *serve.listen.first().context("a node needs an I/O listener")?;
+    let me = NodeRecord {
+        id,
+        name,
+        fabric: fabric_port.addr,
+        listen,
+        labels,
+        capacity_bytes: capacity,
+        allocated_bytes: 0,
+        incarnation: u64::from_le_bytes(incarnation),
+        held: Vec::new(),
+        serving: Vec::new(),
+        resyncing: Vec::new(),
+        drives: Vec::new(),
+        held_bytes: BTreeMap::new(),
+        rebuild_bytes_per_sec: 0,
+        api: Some(reachable(serve.http, listen.ip())),
+    };
+    register(&etcd, &prefix, &me, lease.id).await?;
+    let keeper = etcd.keep_alive(lease);
+    let cluster = ClusterNode::new(ClusterParts {
+        me,
+        prefix,
+        etcd,
+        meta: Arc::new(meta),
+        store: store.clone(),
+        target: target.clone(),
+        fabric: fabric_sub,
+        lease: keeper,
+        discovery: serve.discovery.first().copied(),
+        identity,
+        data_dir: serve.data_dir.clone(),
+    });
+    cluster.seed_settings(pool).await.context("the config file's [pool] settings")?;
+    Ok(StartedNode {
+        cluster,
+        id,
+        http: serve.http,
+        target,
+        store,
+        fabric: fabric_port.addr,
+        map_nodes: map.nodes().len(),
+        dir_lock,
+    })
+}
+
+/// `addr` as another node reaches it: an unspecified address (listen on
+/// every interface) becomes `ip`, the address hosts reach this node at.
+fn reachable(addr: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() && !ip.is_unspecified() { SocketAddr::new(ip, addr.port()) } else { addr }
+}

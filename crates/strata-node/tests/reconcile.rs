@@ -1,0 +1,391 @@
+//! The cluster node's reconcile loop, whole passes, in one process: each
+//! node runs in its own tokio runtime (dropping it is kill -9; blocking
+//! its workers is SIGSTOP) against an in-process etcd ([`FakeEtcd`]), and
+//! a host checks every transition with data it remembers writing.
+//!
+//! One test per ownership transition: a takeover after the owner's lease
+//! ends, the hand-over after the owner is drained, a frozen owner giving
+//! the volume up to the node that took it over, and a deleted volume
+//! released by its owner and its holders. `ownership`'s unit tests pin
+//! the decisions; these pin that a pass carries them out.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use strata_host::{Controller, HostConfig, HostError};
+use strata_meta::NewVolume;
+use strata_meta::testing::{FakeEtcd, loopback_ports};
+use strata_node::cluster::start::{NodeStart, StartedNode, start};
+use strata_node::cluster::{ClusterNode, SettingsPatch};
+use strata_node::config::{RuntimeModel, ServeConfig};
+use strata_node::pool_status::{Liveness, PoolStatus, VolumeStatus};
+use strata_pool::placement::FailureDomain;
+use tokio::runtime::Runtime;
+
+const MIB: u64 = 1 << 20;
+/// Blocks of the test volumes (4 KiB each).
+const BLOCK: usize = 4096;
+/// How long any one transition may take: leases of 2 s, passes every
+/// second, a debug build on two shared cores.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// One node in its own runtime.
+struct TestNode {
+    name: String,
+    listen: SocketAddr,
+    rt: Option<Runtime>,
+    node: Option<StartedNode>,
+    /// Set while the node is frozen (see [`TestNode::freeze`]).
+    frozen: Arc<AtomicBool>,
+}
+
+impl TestNode {
+    fn start(etcd: &FakeEtcd, name: &str, dir: &Path) -> TestNode {
+        let ports = loopback_ports(3);
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let serve = ServeConfig {
+            data_dir: dir.join(name),
+            listen: vec![addr(ports[0])],
+            discovery: Vec::new(),
+            http: addr(ports[2]),
+            drives: vec!["mem:512M".into()],
+            default_volume_size: 0,
+            allow_buffered: true,
+            extent_size: MIB as u32,
+            runtime: RuntimeModel::Shared,
+            target: strata_target::TargetConfig::default(),
+        };
+        let node = rt
+            .block_on(start(NodeStart {
+                name: name.into(),
+                etcd: etcd.config(),
+                prefix: "/strata/".into(),
+                labels: Default::default(),
+                failure_domain: FailureDomain::Node,
+                failure_domain_asked: true,
+                fabric: addr(ports[1]),
+                lease_ttl: Duration::from_secs(2),
+                relabel: false,
+                serve,
+                pool: SettingsPatch::default(),
+            }))
+            .unwrap_or_else(|e| panic!("node {name} did not start: {e:#}"));
+        rt.spawn(node.cluster.clone().run());
+        TestNode {
+            name: name.into(),
+            listen: addr(ports[0]),
+            rt: Some(rt),
+            node: Some(node),
+            frozen: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn cluster(&self) -> Arc<ClusterNode> {
+        self.node.as_ref().expect("the node runs").cluster.clone()
+    }
+
+    /// Runs `f` on this node's runtime.
+    fn on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.as_ref().expect("the node runs").block_on(f)
+    }
+
+    fn status(&self) -> PoolStatus {
+        let c = self.cluster();
+        self.on(async move { c.status().await }).expect("pool status")
+    }
+
+    /// As kill -9: every task of the node stops at once, its sockets
+    /// close, its lease is no longer renewed.
+    fn kill(&mut self) {
+        self.rt.take().expect("the node runs").shutdown_background();
+        self.node = None;
+    }
+
+    /// As SIGSTOP: both of the runtime's workers block until
+    /// [`thaw`](Self::thaw), so no task (lease keep-alive, reconcile,
+    /// I/O) runs; its sockets stay open.
+    fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let rt = self.rt.as_ref().expect("the node runs");
+        for _ in 0..2 {
+            let (frozen, arrived) = (self.frozen.clone(), arrived.clone());
+            // Spawned from outside the runtime: each lands in the shared
+            // queue, and an idle worker takes it.
+            rt.spawn(async move {
+                arrived.fetch_add(1, Ordering::SeqCst);
+                while frozen.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while arrived.load(Ordering::SeqCst) < 2 {
+            assert!(Instant::now() < deadline, "node {} did not freeze", self.name);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
+    }
+}
+
+/// A cluster of `n` nodes named n0, n1, ... on one in-process etcd.
+struct Cluster {
+    /// Runs the fake etcd and the host.
+    main: Runtime,
+    _etcd: FakeEtcd,
+    nodes: Vec<TestNode>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start(n: usize) -> Cluster {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+            .with_test_writer()
+            .try_init();
+        let main = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let etcd = {
+            let _in = main.enter();
+            FakeEtcd::start()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = (0..n).map(|i| TestNode::start(&etcd, &format!("n{i}"), dir.path())).collect();
+        let c = Cluster { main, _etcd: etcd, nodes, _dir: dir };
+        c.wait("every node up", |s| s.nodes.len() == n && s.nodes.iter().all(|n| n.state == Liveness::Up));
+        c
+    }
+
+    /// The first node that runs.
+    fn any(&self) -> &TestNode {
+        self.nodes.iter().find(|n| n.node.is_some() && !n.frozen.load(Ordering::SeqCst)).expect("a running node")
+    }
+
+    fn node(&self, name: &str) -> &TestNode {
+        self.nodes.iter().find(|n| n.name == name).expect("a node of that name")
+    }
+
+    /// Waits until the pool status a running node gives satisfies `ok`,
+    /// and returns it.
+    fn wait(&self, what: &str, ok: impl Fn(&PoolStatus) -> bool) -> PoolStatus {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let s = self.any().status();
+            if ok(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{what}: not within {LIMIT:?}; the pool: {s:#?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Creates a 64 MiB volume, waits until it is served and writes
+    /// round 1's pattern over it: its status, the blocks written and the
+    /// host that wrote them.
+    fn create_written(&self, name: &str, protection: &str) -> (VolumeStatus, Vec<u64>, Controller) {
+        let c = self.any().cluster();
+        let req = NewVolume::new(name, 64 * MIB);
+        let p = protection.to_string();
+        self.any().on(async move { c.create_volume(req, &p).await }).expect("volume create");
+        let v = self.served(name, None);
+        let lbas = spread(v.size_bytes);
+        let host = self.connect(&v);
+        write_all(&self.main, &host, &lbas, 1);
+        (v, lbas, host)
+    }
+
+    /// Waits until the volume is served by an owner other than `not`
+    /// and returns its status.
+    fn served(&self, name: &str, not: Option<&str>) -> VolumeStatus {
+        let s = self.wait(&format!("{name} served by a node other than {not:?}"), |s| {
+            volume(s, name)
+                .is_some_and(|v| v.address.is_some() && v.owner_name.is_some() && v.owner_name.as_deref() != not)
+        });
+        volume(&s, name).cloned().expect("listed")
+    }
+
+    /// Connects a host to the volume's owner, retrying while it opens.
+    fn connect(&self, v: &VolumeStatus) -> Controller {
+        let addr: SocketAddr = v.address.as_deref().expect("served").parse().expect("an address");
+        let nqn = v.nqn.clone();
+        self.main.block_on(async move {
+            let deadline = tokio::time::Instant::now() + LIMIT;
+            loop {
+                match Controller::connect(addr, &nqn, &host()).await {
+                    Ok(c) => return c,
+                    Err(_) if tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(200)).await
+                    }
+                    Err(e) => panic!("{addr} never served {nqn}: {e}"),
+                }
+            }
+        })
+    }
+}
+
+fn volume<'a>(s: &'a PoolStatus, name: &str) -> Option<&'a VolumeStatus> {
+    s.volumes.iter().find(|v| v.name == name)
+}
+
+fn host() -> HostConfig {
+    HostConfig { io_timeout: Duration::from_secs(10), connect_timeout: Duration::from_secs(3), ..HostConfig::default() }
+}
+
+/// The bytes the oracle writes to block `lba` in round `round`.
+fn pattern(lba: u64, round: u8) -> Bytes {
+    let mut b = vec![0u8; BLOCK];
+    for (i, chunk) in b.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&(lba << 16 | u64::from(round) << 8 | (i as u64 & 0xff)).to_le_bytes());
+    }
+    Bytes::from(b)
+}
+
+/// Blocks the tests write: spread over the volume so that every chunk
+/// (and so every holder) gets some.
+fn spread(size: u64) -> Vec<u64> {
+    let blocks = size / BLOCK as u64;
+    (0..32).map(|i| i * (blocks / 32) + i % 7).collect()
+}
+
+/// Writes `round`'s pattern to `lbas` and flushes: acknowledged and
+/// durable.
+fn write_all(main: &Runtime, host: &Controller, lbas: &[u64], round: u8) {
+    main.block_on(async {
+        for &lba in lbas {
+            host.write(1, lba, pattern(lba, round), false).await.unwrap_or_else(|e| panic!("write {lba}: {e}"));
+        }
+        host.flush(1).await.expect("flush");
+    });
+}
+
+/// Reads `lbas` back and checks each against what the oracle wrote.
+fn verify(main: &Runtime, host: &Controller, lbas: &[u64], round: u8) {
+    main.block_on(async {
+        for &lba in lbas {
+            let got = host.read(1, lba, 1).await.unwrap_or_else(|e| panic!("read {lba}: {e}"));
+            assert!(got == pattern(lba, round), "block {lba} does not hold round {round}'s pattern");
+        }
+    });
+}
+
+/// Whether `node` refuses a host that asks it for the volume (it does
+/// not serve it).
+fn refuses(main: &Runtime, node: &TestNode, nqn: &str) -> bool {
+    let (addr, nqn) = (node.listen, nqn.to_string());
+    main.block_on(async move {
+        matches!(Controller::connect(addr, &nqn, &host()).await, Err(HostError::ConnectRejected { .. }))
+    })
+}
+
+#[test]
+fn a_volume_whose_owner_dies_is_taken_over_by_a_holder_with_every_acknowledged_block() {
+    taken_over_after_its_owner_dies("rep:3");
+}
+
+#[test]
+fn an_erasure_coded_volume_whose_owner_dies_is_taken_over_with_every_acknowledged_block() {
+    taken_over_after_its_owner_dies("ec:2+1");
+}
+
+fn taken_over_after_its_owner_dies(protection: &str) {
+    let mut c = Cluster::start(3);
+    let (v, lbas, _) = c.create_written("v", protection);
+
+    let owner = v.owner_name.clone().expect("owned");
+    c.nodes.iter_mut().find(|n| n.name == owner).expect("the owner").kill();
+    let after = c.served("v", Some(&owner));
+    assert!(after.epoch > v.epoch, "a takeover fences with a new epoch: {} then {}", v.epoch, after.epoch);
+    let h = c.connect(&after);
+    verify(&c.main, &h, &lbas, 1);
+    // The new owner takes writes.
+    write_all(&c.main, &h, &lbas, 2);
+    verify(&c.main, &h, &lbas, 2);
+}
+
+#[test]
+fn a_drained_owner_hands_its_volume_to_a_holder_once_its_copies_moved() {
+    let c = Cluster::start(4);
+    let (v, lbas, _) = c.create_written("v", "rep:3");
+
+    let owner = v.owner_name.clone().expect("owned");
+    let cluster = c.any().cluster();
+    let name = owner.clone();
+    c.any().on(async move { cluster.drain_node(&name).await }).expect("drain accepted");
+    let after = c.served("v", Some(&owner));
+    let drained = c.node(&owner).node.as_ref().expect("runs").id.0;
+    let settled = c.wait("v placed off the drained node", |s| {
+        volume(s, "v").is_some_and(|v| !v.replicas.contains(&drained) && v.moving_to.is_none())
+    });
+    let moved = volume(&settled, "v").expect("listed");
+    assert!(!moved.in_sync.contains(&drained), "the drained node left the in-sync set once replaced: {moved:?}");
+    assert!(refuses(&c.main, c.node(&owner), &v.nqn), "the drained node still serves v");
+    let h = c.connect(&after);
+    verify(&c.main, &h, &lbas, 1);
+}
+
+#[test]
+fn a_frozen_owner_gives_the_volume_up_to_the_node_that_took_it_over() {
+    let c = Cluster::start(3);
+    let (v, lbas, old) = c.create_written("v", "rep:3");
+
+    let owner = v.owner_name.clone().expect("owned");
+    c.node(&owner).freeze();
+    let after = c.served("v", Some(&owner));
+    let new = c.connect(&after);
+    write_all(&c.main, &new, &lbas[..16], 2);
+    c.node(&owner).thaw();
+
+    // The old owner's host writes again once it wakes: the replicas'
+    // fences refuse the deposed owner, so a write it acknowledges would
+    // be one the new owner never sees.
+    let deadline = Instant::now() + LIMIT;
+    let lba = lbas[20];
+    let stale = c.main.block_on(async { old.write(1, lba, pattern(lba, 3), false).await });
+    while !refuses(&c.main, c.node(&owner), &v.nqn) {
+        assert!(Instant::now() < deadline, "the deposed owner {owner} still serves v");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let now = c.served("v", Some(&owner));
+    assert_eq!(now.owner_name, after.owner_name, "the new owner keeps the volume");
+    let new = c.connect(&now);
+    verify(&c.main, &new, &lbas[..16], 2);
+    let got = c.main.block_on(async { new.read(1, lba, 1).await }).expect("read");
+    match stale {
+        Ok(()) => assert!(got == pattern(lba, 3), "the deposed owner acknowledged a write the new owner lost"),
+        Err(_) => assert!(got == pattern(lba, 1) || got == pattern(lba, 3), "block {lba} holds neither write"),
+    }
+    verify(&c.main, &new, &lbas[21..], 1);
+}
+
+#[test]
+fn a_deleted_volume_is_released_by_its_owner_and_freed_by_its_holders() {
+    let c = Cluster::start(3);
+    let (v, _, _) = c.create_written("v", "rep:3");
+    let (_, w_lbas, hw) = c.create_written("w", "rep:2");
+
+    let cluster = c.any().cluster();
+    c.any().on(async move { cluster.delete_volume("v").await }).expect("delete");
+    let owner = c.node(v.owner_name.as_deref().expect("owned"));
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let freed = c.nodes.iter().all(|n| {
+            let store = n.node.as_ref().expect("runs").store.clone();
+            !store.volume_ids().contains(&v.id)
+        });
+        if freed && refuses(&c.main, owner, &v.nqn) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "v is still held or served after its delete");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(c.any().status().volumes.iter().all(|x| x.name != "v"), "v is still listed");
+    // The other volume goes on.
+    verify(&c.main, &hw, &w_lbas, 1);
+}
