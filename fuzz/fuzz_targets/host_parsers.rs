@@ -1,5 +1,5 @@
 //! The structures a host decodes from a controller: Identify data, log
-//! pages, discovery log, Connect data, an owner's note a replica's node
+//! pages (the ANA log among them), discovery log, Connect data, an owner's note a replica's node
 //! returns (its layout, and the dirty-region log inside), and the lists
 //! of the undo commands (a shard's records; the updates a Roll Back Only
 //! names, which the controller decodes the same way). Invariants:
@@ -26,6 +26,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = log_page::decode_changed_ns_list(data);
     let _ = log_page::SmartLog::decode(data);
     let _ = log_page::ErrorLogEntry::decode(data);
+    if let Ok(ana) = log_page::AnaLog::decode(data) {
+        assert_eq!(log_page::AnaLog::decode(&ana.encode(false)).as_ref(), Ok(&ana));
+    }
     if let Ok((h, entries)) = log_page::decode_discovery_log(data) {
         assert!(entries.len() as u64 <= h.numrec);
     }

@@ -73,6 +73,15 @@ check "id-ns: 1 GiB of 4 KiB blocks, thin" \
 tmpth=$(nvme get-feature "$dev" -f 4 2>&1) || true
 echo "$tmpth"
 check "get-feature 4 (temperature threshold): FFFFh kelvins" bash -c 'grep -qi "0x0*ffff\b" <<<"$0"' "$tmpth"
+# Asymmetric Namespace Access: with CMIC.ANA the kernel's multipath reads
+# the ANA log at connect and shows each path's state (empty before); one
+# node, one optimized path.
+anastate=$(cat /sys/block/nvme*c*n1/ana_state 2>/dev/null | head -1 || true)
+echo "ANA state of the path: $anastate"
+check "ANA: the kernel sees one optimized path" test "$anastate" = optimized
+analog=$(nvme ana-log "$dev" 2>&1) || true
+echo "$analog"
+check "nvme ana-log: group 1, optimized" bash -c 'grep -qiE "grpid[[:space:]:]+1" <<<"$0" && grep -qi "optimized" <<<"$0"' "$analog"
 
 VERIFY_ARGS=(--filename="$dev" --rw=randwrite --bs=4k --iodepth=16 --numjobs=4 --size=32m
     --offset_increment=64m --verify=crc32c --verify_fatal=1 --group_reporting)

@@ -756,9 +756,13 @@ pub mod async_event {
     pub const TYPE_NOTICE: u8 = 0x2;
     /// Notice information: Namespace Attribute Changed.
     pub const INFO_NS_ATTR_CHANGED: u8 = 0x00;
+    /// Notice information: Asymmetric Namespace Access Change.
+    pub const INFO_ANA_CHANGE: u8 = 0x03;
     /// Asynchronous Event Configuration bit enabling namespace attribute
     /// notices.
     pub const CONFIG_NS_ATTR: u32 = 1 << 8;
+    /// Asynchronous Event Configuration bit enabling ANA change notices.
+    pub const CONFIG_ANA_CHANGE: u32 = 1 << 11;
 
     /// Completion DW0 for an event: type in bits 0-2, information in bits
     /// 8-15, log page identifier in bits 16-23.

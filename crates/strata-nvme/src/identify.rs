@@ -388,6 +388,20 @@ pub const CMIC_MULTI_CONTROLLER: u8 = 1 << 1;
 /// CMIC bit: the controller reports Asymmetric Namespace Access.
 pub const CMIC_ANA: u8 = 1 << 3;
 
+/// ANACAP bit: reports the ANA Optimized state.
+pub const ANACAP_OPTIMIZED: u8 = 1 << 0;
+/// ANACAP bit: reports the ANA Non-Optimized state.
+pub const ANACAP_NON_OPTIMIZED: u8 = 1 << 1;
+/// ANACAP bit: reports the ANA Inaccessible state.
+pub const ANACAP_INACCESSIBLE: u8 = 1 << 2;
+/// ANACAP bit: reports the ANA Persistent Loss state.
+pub const ANACAP_PERSISTENT_LOSS: u8 = 1 << 3;
+/// ANACAP bit: reports the ANA Change state.
+pub const ANACAP_CHANGE: u8 = 1 << 4;
+/// ANACAP bit: a namespace's ANAGRPID does not change while it is
+/// attached.
+pub const ANACAP_GRPID_STATIC: u8 = 1 << 6;
+
 /// OAES bit 8: Namespace Attribute Notices (Changed Namespace List AEN).
 pub const OAES_NS_ATTRIBUTE_NOTICES: u32 = 1 << 8;
 /// OAES bit 9: Firmware Activation Notices.

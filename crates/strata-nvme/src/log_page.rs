@@ -2,7 +2,8 @@
 //!
 //! This module owns the byte layout of the log pages a fabrics target
 //! serves: Error Information (01h), SMART / Health Information (02h),
-//! Changed Namespace List (04h) and the Discovery log page (70h). It also
+//! Changed Namespace List (04h), Asymmetric Namespace Access (0Ch) and the
+//! Discovery log page (70h). It also
 //! picks the window of a page a Get Log Page command asked for
 //! ([`log_window`]). Gathering the values (counters, the changed-NSID set,
 //! the ports and subsystems a host may see) is the target's job; decoding
@@ -56,6 +57,14 @@
 //!
 //! Up to 1024 little-endian `u32` NSIDs, zero filled. If more than 1024
 //! namespaces changed, entry 0 is FFFFFFFFh and the rest are zero.
+//!
+//! # Format: Asymmetric Namespace Access log page
+//!
+//! A 16-byte header (CHGCNT 07:00, NGRPS 09:08), then NGRPS ANA Group
+//! Descriptors, each 32 bytes (ANAGRPID 03:00, NNSID 07:04, CHGCNT 15:08,
+//! ANAS in byte 16 bits 3:0) followed by NNSID 4-byte NSIDs. With Return
+//! Groups Only (LSP bit 0) NNSID is 0. The decoder checks NGRPS and each
+//! NNSID against the bytes supplied.
 //!
 //! # Format: Discovery log page
 //!
@@ -141,6 +150,12 @@ pub enum LogPageError {
         numrec: u64,
         /// Whole entries present after the header.
         available: u64,
+    },
+    /// An ANA Group Descriptor holds a reserved ANA state.
+    #[error("ANA group descriptor state {state:#x} is reserved")]
+    BadAnaState {
+        /// The ANAS field.
+        state: u8,
     },
     /// The Log Page Offset lies past the end of the page.
     #[error("log page offset {offset} is beyond the {page_len}-byte page")]
@@ -509,6 +524,161 @@ pub fn decode_changed_ns_list(buf: &[u8]) -> Result<ChangedNsList, LogPageError>
     }
     let nsids = (0..CHANGED_NS_LIST_MAX).map(|i| get_u32(b, i * 4)).take_while(|&n| n != 0).collect();
     Ok(ChangedNsList::Listed(nsids))
+}
+
+// ---------------------------------------------------------------------------
+// Asymmetric Namespace Access (0Ch)
+// ---------------------------------------------------------------------------
+
+/// Size of the ANA log page header (CHGCNT 07:00, NGRPS 09:08).
+pub const ANA_LOG_HEADER_LEN: usize = 16;
+/// Size of one ANA Group Descriptor before its NSID list (ANAGRPID 03:00,
+/// NNSID 07:04, CHGCNT 15:08, ANAS 16 bits 3:0), each NSID 4 bytes after.
+pub const ANA_GROUP_DESC_LEN: usize = 32;
+/// Get Log Page LSP bit 0 for the ANA page: Return Groups Only (no NSID
+/// lists).
+pub const ANA_LSP_RGO: u8 = 1 << 0;
+
+const ANA_CHGCNT_OFFSET: usize = 0;
+const ANA_NGRPS_OFFSET: usize = ANA_CHGCNT_OFFSET + 8;
+/// Bytes 15:10 of the header are reserved.
+#[cfg(test)]
+const ANA_RSVD10_UNUSED_OFFSET: usize = ANA_NGRPS_OFFSET + 2;
+
+const AG_GRPID_OFFSET: usize = 0;
+const AG_NNSID_OFFSET: usize = AG_GRPID_OFFSET + 4;
+const AG_CHGCNT_OFFSET: usize = AG_NNSID_OFFSET + 4;
+const AG_STATE_OFFSET: usize = AG_CHGCNT_OFFSET + 8;
+/// Bytes 31:17 of a group descriptor are reserved.
+#[cfg(test)]
+const AG_RSVD17_UNUSED_OFFSET: usize = AG_STATE_OFFSET + 1;
+
+/// An ANA state: how a namespace is reached through this controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AnaState {
+    /// The best path: I/O is served here.
+    Optimized,
+    /// A working path that is not the best one.
+    NonOptimized,
+    /// No I/O through this path for now (ANA Inaccessible).
+    Inaccessible,
+    /// No I/O through this path, for good (ANA Persistent Loss).
+    PersistentLoss,
+    /// Changing state; I/O gets ANA Transition until it settles (within
+    /// ANATT).
+    Change,
+}
+
+impl AnaState {
+    /// The ANAS field's value.
+    pub const fn code(self) -> u8 {
+        match self {
+            AnaState::Optimized => 0x01,
+            AnaState::NonOptimized => 0x02,
+            AnaState::Inaccessible => 0x03,
+            AnaState::PersistentLoss => 0x04,
+            AnaState::Change => 0x0f,
+        }
+    }
+
+    /// The state an ANAS value names; `None` for a reserved value.
+    pub const fn from_code(code: u8) -> Option<AnaState> {
+        Some(match code {
+            0x01 => AnaState::Optimized,
+            0x02 => AnaState::NonOptimized,
+            0x03 => AnaState::Inaccessible,
+            0x04 => AnaState::PersistentLoss,
+            0x0f => AnaState::Change,
+            _ => return None,
+        })
+    }
+
+    /// Whether I/O is served through a path in this state.
+    pub const fn serves_io(self) -> bool {
+        matches!(self, AnaState::Optimized | AnaState::NonOptimized)
+    }
+}
+
+/// One ANA Group Descriptor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnaGroup {
+    /// ANA Group ID (non-zero).
+    pub grpid: u32,
+    /// The group's change count.
+    pub chgcnt: u64,
+    /// Its state through this controller.
+    pub state: AnaState,
+    /// Its namespaces attached to this controller, ascending (empty with
+    /// Return Groups Only).
+    pub nsids: Vec<u32>,
+}
+
+/// The Asymmetric Namespace Access log page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnaLog {
+    /// The log's change count (bumped at every ANA state change).
+    pub chgcnt: u64,
+    /// The ANA groups, ascending by ID.
+    pub groups: Vec<AnaGroup>,
+}
+
+impl AnaLog {
+    /// Encodes the page; with `groups_only` (Return Groups Only) each
+    /// descriptor's NNSID is 0 and no NSIDs follow.
+    pub fn encode(&self, groups_only: bool) -> Vec<u8> {
+        let nsids = |g: &AnaGroup| if groups_only { 0 } else { g.nsids.len() };
+        let len = ANA_LOG_HEADER_LEN + self.groups.iter().map(|g| ANA_GROUP_DESC_LEN + 4 * nsids(g)).sum::<usize>();
+        let mut b = vec![0u8; len];
+        put_u64(&mut b, ANA_CHGCNT_OFFSET, self.chgcnt);
+        put_u16(&mut b, ANA_NGRPS_OFFSET, u16::try_from(self.groups.len()).unwrap_or(u16::MAX));
+        let mut at = ANA_LOG_HEADER_LEN;
+        for g in self.groups.iter().take(usize::from(u16::MAX)) {
+            let n = nsids(g);
+            put_u32(&mut b, at + AG_GRPID_OFFSET, g.grpid);
+            put_u32(&mut b, at + AG_NNSID_OFFSET, n as u32);
+            put_u64(&mut b, at + AG_CHGCNT_OFFSET, g.chgcnt);
+            b[at + AG_STATE_OFFSET] = g.state.code();
+            at += ANA_GROUP_DESC_LEN;
+            for &nsid in &g.nsids[..n] {
+                put_u32(&mut b, at, nsid);
+                at += 4;
+            }
+        }
+        b
+    }
+
+    /// Decodes a page as a host reads it (the bytes after the last
+    /// descriptor, if any, are ignored).
+    ///
+    /// # Errors
+    ///
+    /// [`LogPageError::Truncated`] when NGRPS or a descriptor's NNSID
+    /// claims more than `buf` holds; [`LogPageError::BadAnaState`] for a
+    /// reserved state.
+    pub fn decode(buf: &[u8]) -> Result<AnaLog, LogPageError> {
+        let h = need(buf, ANA_LOG_HEADER_LEN)?;
+        let ngrps = usize::from(get_u16(h, ANA_NGRPS_OFFSET));
+        let mut groups = Vec::with_capacity(ngrps.min(buf.len() / ANA_GROUP_DESC_LEN));
+        let mut at = ANA_LOG_HEADER_LEN;
+        let truncated = |needed: usize| LogPageError::Truncated { needed, got: buf.len() };
+        for _ in 0..ngrps {
+            let list_at = at + ANA_GROUP_DESC_LEN;
+            let d = buf.get(at..list_at).ok_or(truncated(list_at))?;
+            let nnsid = get_u32(d, AG_NNSID_OFFSET) as usize;
+            let state = d[AG_STATE_OFFSET] & 0x0f;
+            let state = AnaState::from_code(state).ok_or(LogPageError::BadAnaState { state })?;
+            let end = nnsid.saturating_mul(4).saturating_add(list_at);
+            let list = buf.get(list_at..end).ok_or(truncated(end))?;
+            groups.push(AnaGroup {
+                grpid: get_u32(d, AG_GRPID_OFFSET),
+                chgcnt: get_u64(d, AG_CHGCNT_OFFSET),
+                state,
+                nsids: list.chunks_exact(4).map(|c| get_u32(c, 0)).collect(),
+            });
+            at = end;
+        }
+        Ok(AnaLog { chgcnt: get_u64(h, ANA_CHGCNT_OFFSET), groups })
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -884,6 +1054,84 @@ mod tests {
         assert_eq!(DE_TSAS_OFFSET, 768);
         assert_eq!(DE_TSAS_OFFSET + TSAS_LEN, DISCOVERY_LOG_ENTRY_LEN);
         assert_eq!((TRSVCID_LEN, SUBNQN_LEN, TRADDR_LEN), (32, 256, 256));
+    }
+
+    /// NVMe Base 2.0 "Asymmetric Namespace Access Log Page"; Linux
+    /// `struct nvme_ana_rsp_hdr` (16 bytes) and `struct
+    /// nvme_ana_group_desc` (32 bytes, then `__le32 nsids[]`).
+    #[test]
+    fn ana_log_offsets_match_spec() {
+        assert_eq!(ANA_CHGCNT_OFFSET, 0);
+        assert_eq!(ANA_NGRPS_OFFSET, 8);
+        assert_eq!(ANA_RSVD10_UNUSED_OFFSET + 6, ANA_LOG_HEADER_LEN);
+        assert_eq!(AG_GRPID_OFFSET, 0);
+        assert_eq!(AG_NNSID_OFFSET, 4);
+        assert_eq!(AG_CHGCNT_OFFSET, 8);
+        assert_eq!(AG_STATE_OFFSET, 16);
+        assert_eq!(AG_RSVD17_UNUSED_OFFSET + 15, ANA_GROUP_DESC_LEN);
+        let states = [
+            (AnaState::Optimized, 1),
+            (AnaState::NonOptimized, 2),
+            (AnaState::Inaccessible, 3),
+            (AnaState::PersistentLoss, 4),
+            (AnaState::Change, 0xf),
+        ];
+        for (s, code) in states {
+            assert_eq!(s.code(), code);
+            assert_eq!(AnaState::from_code(code), Some(s));
+        }
+        assert_eq!(AnaState::from_code(0), None, "0 is reserved: Linux refuses it");
+    }
+
+    fn two_groups() -> AnaLog {
+        AnaLog {
+            chgcnt: 7,
+            groups: vec![
+                AnaGroup { grpid: 1, chgcnt: 5, state: AnaState::Optimized, nsids: vec![1, 3] },
+                AnaGroup { grpid: 2, chgcnt: 7, state: AnaState::Inaccessible, nsids: vec![2] },
+            ],
+        }
+    }
+
+    #[test]
+    fn an_ana_log_lands_at_its_offsets_and_reads_back() {
+        let b = two_groups().encode(false);
+        assert_eq!(b.len(), 16 + 32 + 8 + 32 + 4);
+        assert_eq!(get_u64(&b, 0), 7);
+        assert_eq!(get_u16(&b, 8), 2);
+        assert_eq!((get_u32(&b, 16), get_u32(&b, 20), get_u64(&b, 24), b[32]), (1, 2, 5, 1));
+        assert_eq!((get_u32(&b, 48), get_u32(&b, 52)), (1, 3));
+        assert_eq!((get_u32(&b, 56), get_u32(&b, 60), b[72], get_u32(&b, 88)), (2, 1, 3, 2));
+        assert_eq!(AnaLog::decode(&b), Ok(two_groups()));
+        // A host reads a buffer sized for the most groups and namespaces:
+        // the zeros after the last descriptor mean nothing.
+        let mut padded = b.clone();
+        padded.resize(4096, 0);
+        assert_eq!(AnaLog::decode(&padded), Ok(two_groups()));
+    }
+
+    #[test]
+    fn return_groups_only_leaves_the_namespace_lists_out() {
+        let b = two_groups().encode(true);
+        assert_eq!(b.len(), 16 + 2 * 32);
+        let got = AnaLog::decode(&b).unwrap();
+        assert!(got.groups.iter().all(|g| g.nsids.is_empty()));
+        assert_eq!(got.groups[1].state, AnaState::Inaccessible);
+    }
+
+    #[test]
+    fn an_ana_log_that_claims_more_than_it_holds_is_refused() {
+        let b = two_groups().encode(false);
+        assert!(matches!(AnaLog::decode(&b[..b.len() - 1]), Err(LogPageError::Truncated { .. })));
+        let mut more = b.clone();
+        put_u16(&mut more, ANA_NGRPS_OFFSET, 3);
+        assert!(matches!(AnaLog::decode(&more), Err(LogPageError::Truncated { .. })));
+        let mut huge = b.clone();
+        put_u32(&mut huge, ANA_LOG_HEADER_LEN + AG_NNSID_OFFSET, u32::MAX);
+        assert!(matches!(AnaLog::decode(&huge), Err(LogPageError::Truncated { .. })));
+        let mut bad = b;
+        bad[ANA_LOG_HEADER_LEN + AG_STATE_OFFSET] = 0x05;
+        assert_eq!(AnaLog::decode(&bad), Err(LogPageError::BadAnaState { state: 5 }));
     }
 
     #[test]

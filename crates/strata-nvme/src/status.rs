@@ -88,6 +88,15 @@ impl Status {
     pub const NS_NOT_READY: Status = Status::new(SCT_GENERIC, 0x82);
     /// Reservation Conflict.
     pub const RESERVATION_CONFLICT: Status = Status::new(SCT_GENERIC, 0x83);
+    /// Asymmetric Access Persistent Loss: this path will not serve the
+    /// namespace again (a host retries on another path).
+    pub const ANA_PERSISTENT_LOSS: Status = Status::new(SCT_PATH, 0x01);
+    /// Asymmetric Access Inaccessible: this path does not serve the
+    /// namespace now (a host retries on another path).
+    pub const ANA_INACCESSIBLE: Status = Status::new(SCT_PATH, 0x02);
+    /// Asymmetric Access Transition: the path is changing state (a host
+    /// retries, here or elsewhere, within ANATT).
+    pub const ANA_TRANSITION: Status = Status::new(SCT_PATH, 0x03);
 
     /// Invalid Queue Identifier.
     pub const INVALID_QID: Status = Status::new(SCT_COMMAND_SPECIFIC, 0x01);

@@ -275,11 +275,30 @@ fn identify_controller_nvm() -> IdentifyControllerNvm {
 }
 
 /// The I/O Command Set Independent Identify Namespace (CNS 08h) of an
-/// active namespace: shared, ready, not write protected, no ANA group,
-/// NVM set or endurance group, as CNS 00h reports it.
+/// active namespace: shared, ready, not write protected, in the
+/// subsystem's ANA group, no NVM set or endurance group, as CNS 00h
+/// reports it.
 fn identify_namespace_independent() -> IdentifyNamespaceIndependent {
-    IdentifyNamespaceIndependent { nmic: id::NMIC_SHARED, nstat: id::NSTAT_NAMESPACE_READY, ..Default::default() }
+    IdentifyNamespaceIndependent {
+        nmic: id::NMIC_SHARED,
+        nstat: id::NSTAT_NAMESPACE_READY,
+        anagrpid: crate::subsystem::ANA_GROUP,
+        ..Default::default()
+    }
 }
+
+/// ANATT: the longest an ANA group stays in the Change state, seconds. A
+/// host that sees Change waits this long before it gives up on the path;
+/// it covers a cluster takeover (the default lease of 10 s, the 4 s a
+/// volume waits for its last owner, the open) with room to spare.
+pub const ANATT_SECS: u8 = 30;
+
+/// ANACAP: every ANA state may be reported.
+const ANACAP_ALL_STATES: u8 = id::ANACAP_OPTIMIZED
+    | id::ANACAP_NON_OPTIMIZED
+    | id::ANACAP_INACCESSIBLE
+    | id::ANACAP_PERSISTENT_LOSS
+    | id::ANACAP_CHANGE;
 
 /// The Identify Controller data of `ctrl`.
 ///
@@ -317,6 +336,17 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
             c.cmic = id::CMIC_MULTI_PORT | id::CMIC_MULTI_CONTROLLER;
             c.mdts = cfg.mdts;
             c.oaes = id::OAES_NS_ATTRIBUTE_NOTICES;
+            if !sub.is_internal() {
+                // Every namespace is in one ANA group (see `subsystem`),
+                // whose state may be any of the five; it changes only
+                // while the namespace stays attached.
+                c.cmic |= id::CMIC_ANA;
+                c.oaes |= id::OAES_ANA_CHANGE_NOTICES;
+                c.anatt = ANATT_SECS;
+                c.anacap = ANACAP_ALL_STATES | id::ANACAP_GRPID_STATIC;
+                c.anagrpmax = crate::subsystem::ANA_GROUP;
+                c.nanagrpid = crate::subsystem::ANA_GROUP;
+            }
             // SMART / Health per namespace, like nvmet (see `smart_log`).
             c.lpa |= id::LPA_SMART_PER_NAMESPACE | id::LPA_COMMANDS_EFFECTS;
             c.acl = 3;
@@ -359,6 +389,7 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
         nvmcap: u128::from(g.size_bytes()),
         nguid: ns.ids.nguid,
         eui64: ns.ids.eui64,
+        anagrpid: crate::subsystem::ANA_GROUP,
         lbaf,
         ..Default::default()
     }
@@ -394,6 +425,13 @@ fn get_log_page(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminRe
         }
         (LogPageId::CHANGED_NS, false) => lp::encode_changed_ns_list(&ctrl.take_changed_namespaces(cmd.rae)).to_vec(),
         (LogPageId::CMD_EFFECTS, false) => commands_effects_log(),
+        (LogPageId::ANA, false) => match ctrl.subsystem() {
+            Some(sub) if !sub.is_internal() => {
+                ctrl.ana_log_read(cmd.rae);
+                sub.ana_log().encode(cmd.lsp & lp::ANA_LSP_RGO != 0)
+            }
+            _ => return done(cid, Status::INVALID_LOG_PAGE.dnr()),
+        },
         _ => return done(cid, Status::INVALID_LOG_PAGE.dnr()),
     };
     match lp::log_window(&page, cmd.offset, cmd.len) {
@@ -497,7 +535,8 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
             done(cid, Status::SUCCESS)
         }
         feature::ASYNC_EVENT_CONFIG => {
-            st.async_event_config = f.value & strata_nvme::command::async_event::CONFIG_NS_ATTR;
+            use strata_nvme::command::async_event::{CONFIG_ANA_CHANGE, CONFIG_NS_ATTR};
+            st.async_event_config = f.value & (CONFIG_NS_ATTR | CONFIG_ANA_CHANGE);
             done(cid, Status::SUCCESS)
         }
         feature::VOLATILE_WRITE_CACHE => {

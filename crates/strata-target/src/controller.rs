@@ -87,6 +87,15 @@ pub enum ControllerKind {
 }
 
 #[derive(Debug)]
+/// The notices a controller raises (see [`Controller::raise_notice`]).
+#[derive(Clone, Copy)]
+enum Notice {
+    /// Namespace Attribute Changed (Changed Namespace List).
+    NsAttr,
+    /// Asymmetric Namespace Access Change (ANA log).
+    AnaChange,
+}
+
 pub(crate) struct CtrlState {
     pub(crate) cc: u32,
     pub(crate) csts: u32,
@@ -106,6 +115,8 @@ pub(crate) struct CtrlState {
     aer_cids: VecDeque<u16>,
     pending_events: VecDeque<u32>,
     ns_notice_masked: bool,
+    /// An ANA Change notice was sent and the ANA log not read since.
+    ana_notice_masked: bool,
     changed_ns: BTreeSet<u32>,
     changed_ns_overflow: bool,
     error_log: VecDeque<ErrorLogEntry>,
@@ -176,6 +187,7 @@ impl Controller {
                 aer_cids: VecDeque::new(),
                 pending_events: VecDeque::new(),
                 ns_notice_masked: false,
+                ana_notice_masked: false,
                 changed_ns: BTreeSet::new(),
                 changed_ns_overflow: false,
                 error_log: VecDeque::new(),
@@ -409,17 +421,43 @@ impl Controller {
         } else {
             st.changed_ns.insert(nsid);
         }
-        if st.async_event_config & async_event::CONFIG_NS_ATTR == 0 || st.ns_notice_masked {
+        self.raise_notice(st, Notice::NsAttr);
+    }
+
+    /// Raises an ANA Change notice if the host enabled them and has not
+    /// read the ANA log since the last one.
+    pub fn notify_ana_changed(&self) {
+        self.raise_notice(self.lock(), Notice::AnaChange);
+    }
+
+    /// Queues `notice` for the next Asynchronous Event Request when the
+    /// host enabled it and has not read its log page since the last one.
+    fn raise_notice(&self, mut st: MutexGuard<'_, CtrlState>, notice: Notice) {
+        let (enabled, info, lid) = match notice {
+            Notice::NsAttr => (async_event::CONFIG_NS_ATTR, async_event::INFO_NS_ATTR_CHANGED, LogPageId::CHANGED_NS),
+            Notice::AnaChange => (async_event::CONFIG_ANA_CHANGE, async_event::INFO_ANA_CHANGE, LogPageId::ANA),
+        };
+        if st.async_event_config & enabled == 0 {
             return;
         }
-        st.ns_notice_masked = true;
-        st.pending_events.push_back(async_event::dw0(
-            async_event::TYPE_NOTICE,
-            async_event::INFO_NS_ATTR_CHANGED,
-            LogPageId::CHANGED_NS.0,
-        ));
+        let masked = match notice {
+            Notice::NsAttr => &mut st.ns_notice_masked,
+            Notice::AnaChange => &mut st.ana_notice_masked,
+        };
+        if std::mem::replace(masked, true) {
+            return;
+        }
+        st.pending_events.push_back(async_event::dw0(async_event::TYPE_NOTICE, info, lid.0));
         drop(st);
         self.events.notify_one();
+    }
+
+    /// The host read the ANA log: without RAE the next change raises a
+    /// notice again.
+    pub(crate) fn ana_log_read(&self, rae: bool) {
+        if !rae {
+            self.lock().ana_notice_masked = false;
+        }
     }
 
     /// Returns and clears the Changed Namespace List; without RAE the

@@ -59,5 +59,5 @@ pub mod transport;
 pub use admission::TargetStats;
 pub use config::{MAX_NSID, MAX_QUEUE_SIZE, TargetConfig};
 pub use controller::Controller;
-pub use subsystem::{Namespace, NamespaceIds, Subsystem, SubsystemError};
+pub use subsystem::{ANA_GROUP, Namespace, NamespaceIds, Subsystem, SubsystemError};
 pub use target::{Port, PortRole, RemoteSubsystem, Target, TargetError};

@@ -20,6 +20,7 @@ use std::time::Duration;
 use strata_block::{BlockError, IoBuf, ReadData, Refused, Sender};
 use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZeroes, fenced, io};
 use strata_nvme::completion::Cqe;
+use strata_nvme::log_page::AnaState;
 use strata_nvme::status::Status;
 
 use crate::budget::{DataBudget, Permit};
@@ -210,6 +211,14 @@ async fn dispatch(
     budget: &DataBudget,
     sender: Sender,
 ) -> Outcome {
+    // A path that does not serve the namespaces says so with a path
+    // status: the host retries on another path instead of failing the I/O.
+    match sub.ana_state() {
+        AnaState::Optimized | AnaState::NonOptimized => {}
+        AnaState::Inaccessible => return Err((Status::ANA_INACCESSIBLE, 0)),
+        AnaState::PersistentLoss => return Err((Status::ANA_PERSISTENT_LOSS, 0)),
+        AnaState::Change => return Err((Status::ANA_TRANSITION, 0)),
+    }
     let nsid = sqe.nsid();
     if sqe.opcode() == io::FLUSH && nsid == u32::MAX {
         for e in sub.entries() {

@@ -11,6 +11,14 @@
 //! controller of the subsystem, which turns them into Asynchronous Event
 //! notices and Changed Namespace List entries.
 //!
+//! Asymmetric Namespace Access: all of a subsystem's namespaces form one
+//! ANA group ([`ANA_GROUP`]) whose state says how this node's ports reach
+//! them: optimized where the namespaces are served here, otherwise the
+//! state a cluster sets ([`Subsystem::set_ana_state`]). A change is
+//! announced as an ANA Change notice, and I/O through a path that does
+//! not serve gets the ANA path status, which makes a host retry on
+//! another path rather than fail the I/O.
+//!
 //! Locking: the namespace map and the controller list each sit behind a
 //! short `std::sync` lock that is never held across an `.await`.
 //!
@@ -18,7 +26,10 @@
 //! controller module's doc.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use strata_nvme::log_page::{AnaGroup, AnaLog, AnaState};
 
 use crate::controller::Controller;
 use crate::io_stats::{IoCounters, NamespaceIoStats};
@@ -45,6 +56,10 @@ pub enum SubsystemError {
     NoSuchNamespace(u32),
 }
 
+/// The ANA group of every namespace of a subsystem: one group, since a
+/// subsystem's namespaces are served (or not) together.
+pub const ANA_GROUP: u32 = 1;
+
 /// An active namespace with its SMART I/O counters.
 pub(crate) struct NsEntry {
     pub(crate) ns: Arc<Namespace>,
@@ -63,6 +78,10 @@ pub struct Subsystem {
     controllers: Mutex<Vec<Weak<Controller>>>,
     /// The namespaces' SMART I/O counters.
     pub(crate) io_stats: NamespaceIoStats,
+    /// The ANA group's state and change count (see [`Subsystem::set_ana_state`]).
+    ana: Mutex<(AnaState, u64)>,
+    /// The state's code, read by every I/O without the lock.
+    ana_code: AtomicU8,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -103,6 +122,8 @@ impl Subsystem {
             allowed_hosts: RwLock::new(allowed_hosts),
             controllers: Mutex::new(Vec::new()),
             io_stats: Default::default(),
+            ana: Mutex::new((AnaState::Optimized, 0)),
+            ana_code: AtomicU8::new(AnaState::Optimized.code()),
         })
     }
 
@@ -235,6 +256,39 @@ impl Subsystem {
         for c in self.controllers() {
             c.notify_namespace_changed(nsid);
         }
+    }
+
+    /// The ANA state of this subsystem's namespaces through this node's
+    /// ports ([`AnaState::Optimized`] until set).
+    pub fn ana_state(&self) -> AnaState {
+        AnaState::from_code(self.ana_code.load(Ordering::Acquire)).unwrap_or(AnaState::Inaccessible)
+    }
+
+    /// Sets the ANA state of this subsystem's namespaces through this
+    /// node's ports. A change bumps the change count and sends connected
+    /// controllers an ANA Change notice; I/O admitted from then on gets
+    /// the path status of a state that does not serve.
+    pub fn set_ana_state(&self, state: AnaState) {
+        {
+            let mut ana = self.ana.lock().unwrap_or_else(|e| e.into_inner());
+            if ana.0 == state {
+                return;
+            }
+            *ana = (state, ana.1 + 1);
+            self.ana_code.store(state.code(), Ordering::Release);
+        }
+        tracing::info!(nqn = %self.nqn, ?state, "ANA state changed");
+        for c in self.controllers() {
+            c.notify_ana_changed();
+        }
+    }
+
+    /// The ANA log page this subsystem's controllers return: its one group
+    /// with every active namespace.
+    pub(crate) fn ana_log(&self) -> AnaLog {
+        let (state, chgcnt) = *self.ana.lock().unwrap_or_else(|e| e.into_inner());
+        let nsids = self.namespaces.read().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+        AnaLog { chgcnt, groups: vec![AnaGroup { grpid: ANA_GROUP, chgcnt, state, nsids }] }
     }
 
     pub(crate) fn register_controller(&self, c: &Arc<Controller>) {

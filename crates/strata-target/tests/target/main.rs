@@ -13,6 +13,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod ana;
 mod connect;
 mod fenced;
 mod hardening;
