@@ -19,10 +19,11 @@ use bytes::Bytes;
 use strata_host::{Controller, HostConfig, HostError};
 use strata_meta::NewVolume;
 use strata_meta::testing::{FakeEtcd, loopback_ports};
-use strata_node::cluster::start::{NodeStart, StartedNode, start};
+use strata_node::cluster::start::{NodeStart, StartedNode, cntlid_range, start};
 use strata_node::cluster::{ClusterNode, SettingsPatch};
 use strata_node::config::{RuntimeModel, ServeConfig};
 use strata_node::pool_status::{Liveness, PoolStatus, VolumeStatus};
+use strata_pool::NodeId;
 use strata_pool::placement::FailureDomain;
 use tokio::runtime::Runtime;
 
@@ -303,6 +304,8 @@ fn taken_over_after_its_owner_dies(protection: &str) {
     let after = c.served("v", Some(&owner));
     assert!(after.epoch > v.epoch, "a takeover fences with a new epoch: {} then {}", v.epoch, after.epoch);
     let h = c.connect(&after);
+    let new_owner = NodeId(after.owner.expect("owned"));
+    assert!(cntlid_range(new_owner).contains(&h.cntlid()), "controller {} from {new_owner:?}'s range", h.cntlid());
     verify(&c.main, &h, &lbas, 1);
     // The new owner takes writes.
     write_all(&c.main, &h, &lbas, 2);

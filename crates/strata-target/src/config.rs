@@ -9,6 +9,8 @@
 pub const MAX_NSID: u32 = 1024;
 /// Entries per queue (CAP.MQES + 1).
 pub const MAX_QUEUE_SIZE: u16 = 1024;
+/// The dynamic controller IDs (FFF0h-FFFFh are reserved).
+pub const CNTLIDS: std::ops::RangeInclusive<u16> = 1..=0xFFEF;
 
 /// Target settings.
 #[derive(Debug, Clone)]
@@ -61,6 +63,12 @@ pub struct TargetConfig {
     /// waited for before they are abandoned (see `docs/nvme-tcp.md`).
     /// Default: 30 s.
     pub drain_timeout: std::time::Duration,
+    /// The controller IDs this target gives out, unique within each
+    /// subsystem. Nodes that serve one subsystem side by side (paths to
+    /// one volume) give each a range of its own, since a host refuses a
+    /// second controller with an ID the subsystem already showed it.
+    /// Clamped to [`CNTLIDS`]. Default: all of them.
+    pub cntlids: std::ops::RangeInclusive<u16>,
 }
 
 impl TargetConfig {
@@ -87,6 +95,7 @@ impl Default for TargetConfig {
             send_timeout: std::time::Duration::from_secs(30),
             io_buffer_budget: 1 << 30,
             drain_timeout: std::time::Duration::from_secs(30),
+            cntlids: CNTLIDS,
         }
     }
 }

@@ -57,7 +57,7 @@ mod target;
 pub mod transport;
 
 pub use admission::TargetStats;
-pub use config::{MAX_NSID, MAX_QUEUE_SIZE, TargetConfig};
+pub use config::{CNTLIDS, MAX_NSID, MAX_QUEUE_SIZE, TargetConfig};
 pub use controller::Controller;
 pub use subsystem::{ANA_GROUP, Namespace, NamespaceIds, Subsystem, SubsystemError};
 pub use target::{Port, PortRole, RemoteSubsystem, Target, TargetError};

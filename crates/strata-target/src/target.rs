@@ -99,7 +99,10 @@ pub(crate) struct TargetInner {
     /// The discovery log's generation counter: bumped whenever what the
     /// log shows changes.
     pub(crate) genctr: AtomicU64,
-    controllers: Mutex<HashMap<u16, Weak<Controller>>>,
+    /// Live controllers by subsystem NQN and controller ID: an ID is
+    /// unique within its subsystem (as hosts require), not across them.
+    controllers: Mutex<HashMap<(String, u16), Weak<Controller>>>,
+    /// Where the search for a free controller ID starts.
     next_cntlid: Mutex<u16>,
     pub(crate) shutdown: watch::Sender<bool>,
     pub(crate) admission: Arc<Admission>,
@@ -135,6 +138,11 @@ impl Target {
         let queue_budget = Budget::new(config.io_buffer_budget / 2);
         let budget = Budget::new(config.io_buffer_budget - config.io_buffer_budget / 2);
         let data_budget = DataBudget { budget: budget.clone(), prepaid: config.in_capsule_data };
+        let (lo, hi) = (*config.cntlids.start(), *config.cntlids.end());
+        let (all_lo, all_hi) = (*crate::config::CNTLIDS.start(), *crate::config::CNTLIDS.end());
+        let cntlids = lo.clamp(all_lo, all_hi)..=hi.clamp(lo.clamp(all_lo, all_hi), all_hi);
+        let next_cntlid = Mutex::new(*cntlids.start());
+        let config = TargetConfig { cntlids, ..config };
         Target {
             inner: Arc::new(TargetInner {
                 config,
@@ -143,7 +151,7 @@ impl Target {
                 ports: RwLock::new(Vec::new()),
                 genctr: AtomicU64::new(1),
                 controllers: Mutex::new(HashMap::new()),
-                next_cntlid: Mutex::new(1),
+                next_cntlid,
                 shutdown,
                 admission,
                 data_budget,
@@ -302,15 +310,19 @@ impl TargetInner {
         self.subsystems.read().unwrap_or_else(|e| e.into_inner()).get(nqn).cloned()
     }
 
-    fn allocate_cntlid(&self) -> Option<u16> {
+    /// A controller ID of the configured range that no live controller of
+    /// subsystem `subnqn` has, round robin.
+    fn allocate_cntlid(&self, subnqn: &str) -> Option<u16> {
         let mut ctrls = self.controllers.lock().unwrap_or_else(|e| e.into_inner());
         ctrls.retain(|_, w| w.strong_count() > 0);
         let mut next = self.next_cntlid.lock().unwrap_or_else(|e| e.into_inner());
-        // 1..=0xFFEF are valid dynamic controller IDs.
-        for _ in 0..0xFFEF {
-            let id = *next;
-            *next = if *next >= 0xFFEF { 1 } else { *next + 1 };
-            if !ctrls.contains_key(&id) {
+        let (lo, hi) = (*self.config.cntlids.start(), *self.config.cntlids.end());
+        let mut key = (subnqn.to_string(), 0);
+        for _ in lo..=hi {
+            let id = (*next).clamp(lo, hi);
+            *next = if id >= hi { lo } else { id + 1 };
+            key.1 = id;
+            if !ctrls.contains_key(&key) {
                 return Some(id);
             }
         }
@@ -340,8 +352,9 @@ impl TargetInner {
             .collect()
     }
 
-    fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
-        self.controllers.lock().unwrap_or_else(|e| e.into_inner()).get(&cntlid).and_then(Weak::upgrade)
+    fn controller(&self, subnqn: &str, cntlid: u16) -> Option<Arc<Controller>> {
+        let key = (subnqn.to_string(), cntlid);
+        self.controllers.lock().unwrap_or_else(|e| e.into_inner()).get(&key).and_then(Weak::upgrade)
     }
 
     /// Executes a Connect arriving on a port with `role`.
@@ -424,7 +437,7 @@ impl TargetInner {
                 let reason = format_args!("CNTLID {:#x} on an admin queue (only FFFFh, dynamic)", d.cntlid);
                 return Err(refuse(invalid_param(cid, true, CONNECT_CNTLID_OFFSET), &reason));
             }
-            let Some(cntlid) = self.allocate_cntlid() else {
+            let Some(cntlid) = self.allocate_cntlid(&d.subnqn) else {
                 return Err(refuse(Cqe::new(cid, Status::CONNECT_CONTROLLER_BUSY), &"no controller ID free"));
             };
             let ctrl = Controller::new(
@@ -440,7 +453,8 @@ impl TargetInner {
             if let ControllerKind::Io(sub) = &kind {
                 sub.register_controller(&ctrl);
             }
-            self.controllers.lock().unwrap_or_else(|e| e.into_inner()).insert(cntlid, Arc::downgrade(&ctrl));
+            let key = (d.subnqn.clone(), cntlid);
+            self.controllers.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::downgrade(&ctrl));
             tracing::info!(cntlid, subnqn = %d.subnqn, hostnqn = %d.hostnqn, kato_ms = c.kato, "controller created");
             let mut response = Cqe::new(cid, Status::SUCCESS);
             response.result = u64::from(cntlid);
@@ -448,7 +462,7 @@ impl TargetInner {
         }
         // An I/O queue joins an existing controller of the same host and
         // subsystem.
-        let Some(ctrl) = self.controller(d.cntlid).filter(|ctrl| !ctrl.is_dead()) else {
+        let Some(ctrl) = self.controller(&d.subnqn, d.cntlid).filter(|ctrl| !ctrl.is_dead()) else {
             let reason = format_args!("no controller {:#x}", d.cntlid);
             return Err(refuse(invalid_param(cid, true, CONNECT_CNTLID_OFFSET), &reason));
         };

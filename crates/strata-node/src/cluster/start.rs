@@ -17,7 +17,7 @@ use strata_pool::fabric::fabric_nqn;
 use strata_pool::placement::{FailureDomain, Node};
 use strata_pool::registry::{NodeClaim, NodeRecord, claim_node, join_map, register};
 use strata_store::Store;
-use strata_target::{PortRole, Subsystem, Target};
+use strata_target::{PortRole, Subsystem, Target, TargetConfig};
 
 use super::{ClusterNode, ClusterParts, SettingsPatch, node_nqn};
 use crate::config::ServeConfig;
@@ -145,7 +145,7 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
         );
     }
 
-    let target = Target::new(serve.target.clone());
+    let target = Target::new(TargetConfig { cntlids: cntlid_range(id), ..serve.target.clone() });
     // Only the cluster's nodes may reach the replicas: this one until the
     // first reconcile lists them all (never any host).
     let fabric_sub = Subsystem::internal(fabric_nqn(&name), format!("STRATAFAB{:011}", id.0), vec![node_nqn(&name)]);
@@ -219,8 +219,43 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
     })
 }
 
+/// How many nodes give out controller IDs from ranges of their own.
+const CNTLID_RANGES: u32 = 64;
+/// Controller IDs in each node's range.
+const CNTLID_RANGE_WIDTH: u16 = 1023;
+
+/// The controller IDs node `id` gives out: one of 64 ranges of 1023, by
+/// its id, so that the paths a host holds to one volume through different
+/// nodes never share an ID (Linux refuses a path whose ID another path of
+/// the subsystem has). IDs are unique per subsystem, so a range bounds the
+/// controllers of one volume on one node, not of the node; nodes whose ids
+/// are 64 apart share a range.
+pub fn cntlid_range(id: NodeId) -> std::ops::RangeInclusive<u16> {
+    let slot = (id.0.saturating_sub(1) % CNTLID_RANGES) as u16;
+    slot * CNTLID_RANGE_WIDTH + 1..=(slot + 1) * CNTLID_RANGE_WIDTH
+}
+
 /// `addr` as another node reaches it: an unspecified address (listen on
 /// every interface) becomes `ip`, the address hosts reach this node at.
 fn reachable(addr: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
     if addr.ip().is_unspecified() && !ip.is_unspecified() { SocketAddr::new(ip, addr.port()) } else { addr }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_give_out_controller_ids_from_disjoint_ranges_within_the_dynamic_ones() {
+        let ranges: Vec<_> = (1..=CNTLID_RANGES).map(|i| cntlid_range(NodeId(i))).collect();
+        for (i, r) in ranges.iter().enumerate() {
+            assert!(strata_target::CNTLIDS.contains(r.start()) && strata_target::CNTLIDS.contains(r.end()), "{r:?}");
+            assert_eq!(r.len(), usize::from(CNTLID_RANGE_WIDTH));
+            for other in &ranges[i + 1..] {
+                assert!(r.end() < other.start(), "{r:?} overlaps {other:?}");
+            }
+        }
+        assert_eq!(cntlid_range(NodeId(CNTLID_RANGES + 1)), cntlid_range(NodeId(1)));
+        assert_eq!(cntlid_range(NodeId(0)), cntlid_range(NodeId(1)), "no id 0, but no panic either");
+    }
 }

@@ -96,3 +96,45 @@ async fn an_io_queue_with_another_hostid_is_refused_pointing_at_hostid() {
     let cqe = read_cqe(&mut io).await;
     assert_eq!((status(&cqe), u16::from_le_bytes([cqe[0], cqe[1]])), (0, cntlid));
 }
+
+/// Controller IDs come from the target's range and are unique within a
+/// subsystem, not across subsystems: nodes that serve one volume side by
+/// side give out disjoint ranges, since Linux refuses a path whose
+/// controller ID another path of the subsystem already has ("Duplicate
+/// cntlid"), and a node serving many volumes must not run out of IDs
+/// because of the other volumes' hosts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_ids_come_from_the_targets_range_and_repeat_only_across_subsystems() {
+    use strata_host::{Controller, HostConfig, HostError};
+    use strata_nvme::status::Status;
+    use strata_target::TargetConfig;
+    const OTHER: &str = "nqn.2026-11.io.strata:itest-other";
+    let fx = crate::common::start_with(TargetConfig { cntlids: 7..=8, ..TargetConfig::default() }, 16).await;
+    fx.target.add_subsystem(Subsystem::new(OTHER, "STRATAITEST02", vec![])).unwrap();
+    let cfg = HostConfig::default();
+    let a = Controller::connect(fx.io, NQN, &cfg).await.expect("first");
+    let b = Controller::connect(fx.io, NQN, &cfg).await.expect("second");
+    let mut ids = [a.cntlid(), b.cntlid()];
+    ids.sort_unstable();
+    assert_eq!(ids, [7, 8]);
+    // The range is spent for this subsystem...
+    let err = Controller::connect(fx.io, NQN, &cfg).await.unwrap_err();
+    assert!(
+        matches!(err, HostError::ConnectRejected { .. }) && err.is_status(Status::CONNECT_CONTROLLER_BUSY),
+        "{err}"
+    );
+    // ...not for another one, whose controllers reuse the IDs.
+    let c = Controller::connect(fx.io, OTHER, &cfg).await.expect("another subsystem");
+    assert!((7..=8).contains(&c.cntlid()), "{}", c.cntlid());
+    // I/O queues join the controller of their own subsystem.
+    a.write(1, 0, vec![3u8; crate::common::BS], false).await.unwrap();
+    assert_eq!(a.read(1, 0, 1).await.unwrap()[..], [3u8; crate::common::BS][..]);
+    // A freed ID is given out again.
+    let freed = b.cntlid();
+    b.disconnect().await.unwrap();
+    let d = Controller::connect(fx.io, NQN, &cfg).await.expect("after a disconnect");
+    assert_eq!(d.cntlid(), freed);
+    for ctrl in [a, c, d] {
+        ctrl.disconnect().await.unwrap();
+    }
+}
