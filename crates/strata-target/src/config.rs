@@ -63,11 +63,12 @@ pub struct TargetConfig {
     /// waited for before they are abandoned (see `docs/nvme-tcp.md`).
     /// Default: 30 s.
     pub drain_timeout: std::time::Duration,
-    /// The controller IDs this target gives out, unique within each
-    /// subsystem. Nodes that serve one subsystem side by side (paths to
-    /// one volume) give each a range of its own, since a host refuses a
-    /// second controller with an ID the subsystem already showed it.
-    /// Clamped to [`CNTLIDS`]. Default: all of them.
+    /// The controller IDs this target gives out for host subsystems,
+    /// unique within each subsystem. Nodes that serve one subsystem side
+    /// by side (paths to one volume) give each a range of its own, since a
+    /// host refuses a second controller with an ID the subsystem already
+    /// showed it. Internal (fabric) and discovery controllers take from
+    /// all of [`CNTLIDS`]. Clamped to [`CNTLIDS`]. Default: all of them.
     pub cntlids: std::ops::RangeInclusive<u16>,
 }
 

@@ -310,16 +310,16 @@ impl TargetInner {
         self.subsystems.read().unwrap_or_else(|e| e.into_inner()).get(nqn).cloned()
     }
 
-    /// A controller ID of the configured range that no live controller of
-    /// subsystem `subnqn` has, round robin.
-    fn allocate_cntlid(&self, subnqn: &str) -> Option<u16> {
+    /// A controller ID in `range` that no live controller of subsystem
+    /// `subnqn` has, round robin.
+    fn allocate_cntlid(&self, subnqn: &str, range: std::ops::RangeInclusive<u16>) -> Option<u16> {
         let mut ctrls = self.controllers.lock().unwrap_or_else(|e| e.into_inner());
         ctrls.retain(|_, w| w.strong_count() > 0);
         let mut next = self.next_cntlid.lock().unwrap_or_else(|e| e.into_inner());
-        let (lo, hi) = (*self.config.cntlids.start(), *self.config.cntlids.end());
+        let (lo, hi) = (*range.start(), *range.end());
         let mut key = (subnqn.to_string(), 0);
-        for _ in lo..=hi {
-            let id = (*next).clamp(lo, hi);
+        for _ in range {
+            let id = if (lo..=hi).contains(&*next) { *next } else { lo };
             *next = if id >= hi { lo } else { id + 1 };
             key.1 = id;
             if !ctrls.contains_key(&key) {
@@ -437,7 +437,15 @@ impl TargetInner {
                 let reason = format_args!("CNTLID {:#x} on an admin queue (only FFFFh, dynamic)", d.cntlid);
                 return Err(refuse(invalid_param(cid, true, CONNECT_CNTLID_OFFSET), &reason));
             }
-            let Some(cntlid) = self.allocate_cntlid(&d.subnqn) else {
+            // The target's range keeps a host's paths to one subsystem
+            // through several nodes apart; the fabric and discovery are
+            // not paths, and take from every ID (a fabric subsystem has a
+            // controller per peer).
+            let range = match &kind {
+                ControllerKind::Io(sub) if !sub.is_internal() => self.config.cntlids.clone(),
+                _ => crate::config::CNTLIDS,
+            };
+            let Some(cntlid) = self.allocate_cntlid(&d.subnqn, range) else {
                 return Err(refuse(Cqe::new(cid, Status::CONNECT_CONTROLLER_BUSY), &"no controller ID free"));
             };
             let ctrl = Controller::new(

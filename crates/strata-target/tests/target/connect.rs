@@ -129,6 +129,19 @@ async fn controller_ids_come_from_the_targets_range_and_repeat_only_across_subsy
     // I/O queues join the controller of their own subsystem.
     a.write(1, 0, vec![3u8; crate::common::BS], false).await.unwrap();
     assert_eq!(a.read(1, 0, 1).await.unwrap()[..], [3u8; crate::common::BS][..]);
+    // The fabric is not a path: a node's internal subsystem has a
+    // controller per peer, beyond the range.
+    const FABRIC: &str = "nqn.2026-11.io.strata:fabric:itest";
+    fx.target.add_subsystem(Subsystem::internal(FABRIC, "STRATAFAB01", vec![])).unwrap();
+    let port = fx.target.listen("127.0.0.1:0".parse().unwrap(), strata_target::PortRole::Fabric).await.unwrap();
+    let mut peers = Vec::new();
+    for _ in 0..3 {
+        peers.push(Controller::connect(port.addr, FABRIC, &cfg).await.expect("a peer's controller"));
+    }
+    assert!(peers.iter().any(|p| !(7..=8).contains(&p.cntlid())));
+    for ctrl in peers {
+        ctrl.disconnect().await.unwrap();
+    }
     // A freed ID is given out again.
     let freed = b.cntlid();
     b.disconnect().await.unwrap();
