@@ -276,6 +276,22 @@ fn verify(main: &Runtime, host: &Controller, lbas: &[u64], round: u8) {
     });
 }
 
+/// What a host's multipath compares across paths to merge them into one
+/// device (Linux refuses a path whose namespace identifiers differ): the
+/// subsystem's serial and model, the namespace's size, NGUID and EUI-64,
+/// and its identification descriptors (UUID, command set).
+async fn identity(h: &Controller) -> (String, String, u64, [u8; 16], [u8; 8], Vec<u8>) {
+    use strata_nvme::command::{Sqe, admin};
+    let c = h.identify_controller().await.expect("identify controller");
+    let ns = h.identify_namespace(1).await.expect("identify namespace");
+    let mut sqe = Sqe::new(admin::IDENTIFY, 0);
+    sqe.set_nsid(1);
+    sqe.set_cdw10(3);
+    let (cqe, descriptors) = h.admin_command(sqe, None, 4096).await.expect("identify descriptors");
+    assert!(cqe.status.is_success(), "{:?}", cqe.status);
+    (c.sn, c.mn, ns.nsze, ns.nguid, ns.eui64, descriptors)
+}
+
 /// Whether `node` refuses a host that asks it for the volume (it does
 /// not serve it).
 fn refuses(main: &Runtime, node: &TestNode, nqn: &str) -> bool {
@@ -297,13 +313,16 @@ fn an_erasure_coded_volume_whose_owner_dies_is_taken_over_with_every_acknowledge
 
 fn taken_over_after_its_owner_dies(protection: &str) {
     let mut c = Cluster::start(3);
-    let (v, lbas, _) = c.create_written("v", protection);
+    let (v, lbas, h) = c.create_written("v", protection);
+    let before = c.main.block_on(identity(&h));
+    drop(h);
 
     let owner = v.owner_name.clone().expect("owned");
     c.nodes.iter_mut().find(|n| n.name == owner).expect("the owner").kill();
     let after = c.served("v", Some(&owner));
     assert!(after.epoch > v.epoch, "a takeover fences with a new epoch: {} then {}", v.epoch, after.epoch);
     let h = c.connect(&after);
+    assert!(c.main.block_on(identity(&h)) == before, "the new owner presents another namespace");
     let new_owner = NodeId(after.owner.expect("owned"));
     assert!(cntlid_range(new_owner).contains(&h.cntlid()), "controller {} from {new_owner:?}'s range", h.cntlid());
     verify(&c.main, &h, &lbas, 1);
