@@ -144,6 +144,17 @@ impl NodeProc {
         format!("== {} ==\n{}", self.name, lines[lines.len().saturating_sub(30)..].join("\n"))
     }
 
+    /// The lines of its log that say what the pool did (warnings,
+    /// errors, takeovers, repairs, resyncs, moves, undo logs), the last
+    /// 150: for a failure found long after its cause.
+    pub fn log_notable(&self) -> String {
+        const MARKS: [&str; 9] =
+            ["WARN", "ERROR", "took the volume", "repair", "resync", "mov", "roll", "undo", "in-sync"];
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().filter(|l| MARKS.iter().any(|m| l.contains(m))).collect();
+        format!("== {} ==\n{}", self.name, lines[lines.len().saturating_sub(150)..].join("\n"))
+    }
+
     /// A blocking call to its HTTP API; `None` when it does not answer
     /// with JSON.
     pub fn api(&self, method: &str, path: &str, body: Option<Value>) -> Option<Value> {

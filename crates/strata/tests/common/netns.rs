@@ -293,7 +293,11 @@ pub fn check_clean(nodes: &[NodeProc], via: usize, volume: &str, size: u64) -> s
     });
     assert_eq!(done["state"], "done", "{done}");
     let r = done["report"].clone();
-    assert_eq!(r["differences"], 0, "the copies or shards of {volume} disagree: {done}");
+    if r["differences"] != 0 {
+        // What each node did matters more than the report: say it all.
+        let logs: Vec<String> = nodes.iter().map(NodeProc::log_notable).collect();
+        panic!("the copies or shards of {volume} disagree: {done}\nnode logs:\n{}", logs.join("\n"));
+    }
     assert_eq!(r["bytes_unchecked"], 0, "{done}");
     assert_eq!(r["bytes_checked"], size, "{done}");
     r
