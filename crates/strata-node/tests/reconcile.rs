@@ -231,6 +231,15 @@ impl Cluster {
     }
 }
 
+/// Polls `done` until it holds; panics naming `what` after [`LIMIT`].
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {LIMIT:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn volume<'a>(s: &'a PoolStatus, name: &str) -> Option<&'a VolumeStatus> {
     s.volumes.iter().find(|v| v.name == name)
 }
@@ -367,13 +376,9 @@ fn a_frozen_owner_gives_the_volume_up_to_the_node_that_took_it_over() {
     // The old owner's host writes again once it wakes: the replicas'
     // fences refuse the deposed owner, so a write it acknowledges would
     // be one the new owner never sees.
-    let deadline = Instant::now() + LIMIT;
     let lba = lbas[20];
     let stale = c.main.block_on(async { old.write(1, lba, pattern(lba, 3), false).await });
-    while !refuses(&c.main, c.node(&owner), &v.nqn) {
-        assert!(Instant::now() < deadline, "the deposed owner {owner} still serves v");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    until(&format!("the deposed owner {owner} no longer serves v"), || refuses(&c.main, c.node(&owner), &v.nqn));
     let now = c.served("v", Some(&owner));
     assert_eq!(now.owner_name, after.owner_name, "the new owner keeps the volume");
     let new = c.connect(&now);
@@ -395,18 +400,10 @@ fn a_deleted_volume_is_released_by_its_owner_and_freed_by_its_holders() {
     let cluster = c.any().cluster();
     c.any().on(async move { cluster.delete_volume("v").await }).expect("delete");
     let owner = c.node(v.owner_name.as_deref().expect("owned"));
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let freed = c.nodes.iter().all(|n| {
-            let store = n.node.as_ref().expect("runs").store.clone();
-            !store.volume_ids().contains(&v.id)
-        });
-        if freed && refuses(&c.main, owner, &v.nqn) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "v is still held or served after its delete");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    until("v neither held nor served after its delete", || {
+        let freed = c.nodes.iter().all(|n| !n.node.as_ref().expect("runs").store.volume_ids().contains(&v.id));
+        freed && refuses(&c.main, owner, &v.nqn)
+    });
     assert!(c.any().status().volumes.iter().all(|x| x.name != "v"), "v is still listed");
     // The other volume goes on.
     verify(&c.main, &hw, &w_lbas, 1);

@@ -138,10 +138,9 @@ impl Target {
         let queue_budget = Budget::new(config.io_buffer_budget / 2);
         let budget = Budget::new(config.io_buffer_budget - config.io_buffer_budget / 2);
         let data_budget = DataBudget { budget: budget.clone(), prepaid: config.in_capsule_data };
-        let (lo, hi) = (*config.cntlids.start(), *config.cntlids.end());
         let (all_lo, all_hi) = (*crate::config::CNTLIDS.start(), *crate::config::CNTLIDS.end());
-        let cntlids = lo.clamp(all_lo, all_hi)..=hi.clamp(lo.clamp(all_lo, all_hi), all_hi);
-        let next_cntlid = Mutex::new(*cntlids.start());
+        let lo = (*config.cntlids.start()).clamp(all_lo, all_hi);
+        let cntlids = lo..=(*config.cntlids.end()).clamp(lo, all_hi);
         let config = TargetConfig { cntlids, ..config };
         Target {
             inner: Arc::new(TargetInner {
@@ -151,7 +150,7 @@ impl Target {
                 ports: RwLock::new(Vec::new()),
                 genctr: AtomicU64::new(1),
                 controllers: Mutex::new(HashMap::new()),
-                next_cntlid,
+                next_cntlid: Mutex::new(all_lo),
                 shutdown,
                 admission,
                 data_budget,
