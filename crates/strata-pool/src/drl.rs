@@ -27,7 +27,7 @@
 //! made stay wanted and the next persist saves them; its regions' in-flight
 //! counts are released by the guard it had already built.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -216,6 +216,9 @@ struct Inner {
     /// Per region, the sequence number of the last write to start.
     last_write: HashMap<u64, u64>,
     seq: u64,
+    /// The first sequence number of every write running: the oldest
+    /// bounds [`DirtyRegionLog::flush_mark`].
+    running: BTreeSet<u64>,
     /// Dirty regions a new owner has not yet made agree on every in-sync
     /// node ([`DirtyRegionLog::hold_for_repair`]): never cleaned.
     unrepaired: RegionSet,
@@ -264,11 +267,16 @@ impl std::fmt::Debug for DirtyRegionLog {
 pub struct WriteGuard {
     log: Arc<DirtyRegionLog>,
     regions: std::ops::Range<u64>,
+    /// The write's first sequence number (none for a write of no region).
+    first: Option<u64>,
 }
 
 impl Drop for WriteGuard {
     fn drop(&mut self) {
         let mut inner = self.log.lock();
+        if let Some(first) = self.first {
+            inner.running.remove(&first);
+        }
         for r in self.regions.clone() {
             if let Some(n) = inner.inflight.get_mut(&r) {
                 *n -= 1;
@@ -337,9 +345,13 @@ impl DirtyRegionLog {
         regions: std::ops::Range<u64>,
         stale: &[NodeId],
     ) -> Result<WriteGuard, DrlError> {
-        let version = {
+        let (version, first) = {
             let mut inner = self.lock();
             let mut changed = false;
+            let first = (!regions.is_empty()).then_some(inner.seq + 1);
+            if let Some(f) = first {
+                inner.running.insert(f);
+            }
             for r in regions.clone() {
                 *inner.inflight.entry(r).or_insert(0) += 1;
                 inner.seq += 1;
@@ -356,9 +368,9 @@ impl DirtyRegionLog {
                     self.note_missing(&inner);
                 }
             }
-            changed.then_some(inner.wanted_version)
+            (changed.then_some(inner.wanted_version), first)
         };
-        let guard = WriteGuard { log: self.clone(), regions };
+        let guard = WriteGuard { log: self.clone(), regions, first };
         if let Some(v) = version {
             self.persist(v).await?;
         }
@@ -499,6 +511,19 @@ impl DirtyRegionLog {
     /// meanwhile.
     pub fn sequence(&self) -> u64 {
         self.lock().seq
+    }
+
+    /// The newest sequence number at or below which every write has
+    /// ended: a flush issued after this call covers every write up to it,
+    /// so a region whose writes are all at or below it is durable on each
+    /// node that completes the flush. Take it, not
+    /// [`sequence`](Self::sequence), before a flush whose completion
+    /// cleans regions or tells what a restarted node kept: a write that
+    /// began before `sequence` may still be on its way to a node and land
+    /// there after the flush (the pool chaos test's stale parity).
+    pub fn flush_mark(&self) -> u64 {
+        let inner = self.lock();
+        inner.running.first().map_or(inner.seq, |&oldest| oldest - 1)
     }
 
     /// True when no write to `r` is running and none started after `seq`.
@@ -685,6 +710,28 @@ mod tests {
         drop(running);
         assert_eq!(log.clean_flushed(log.sequence()).await.unwrap(), 2);
         assert!(store.saved().dirty.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_flush_mark_stays_below_every_write_still_running() {
+        let (log, store) = log();
+        assert_eq!(log.flush_mark(), 0);
+        let running = log.begin(1..3, &[]).await.unwrap(); // seqs 1 and 2
+        drop(log.begin(5..6, &[]).await.unwrap()); // seq 3, ended
+        assert_eq!(log.sequence(), 3);
+        let mark = log.flush_mark();
+        assert_eq!(mark, 0, "a write that began before the mark still runs");
+        // It ends after the flush was sent: that flush may not hold it.
+        drop(running);
+        assert_eq!(log.clean_flushed(mark).await.unwrap(), 0);
+        assert_eq!(store.saved().dirty.iter().collect::<Vec<_>>(), vec![1, 2, 5]);
+        let mark = log.flush_mark();
+        assert_eq!(mark, 3);
+        assert_eq!(log.clean_flushed(mark).await.unwrap(), 3);
+        // A write of no region takes no number and holds no mark back.
+        let none = log.begin(4..4, &[]).await.unwrap();
+        assert_eq!(log.flush_mark(), log.sequence());
+        drop(none);
     }
 
     #[tokio::test]

@@ -82,15 +82,23 @@ pub(crate) fn write_blocks(geometry: Geometry, lba: u64, len: usize) -> Result<u
 /// [`DirtyRegionLog::hold_for_repair`]), with `repair`; I/O to a region
 /// not yet repaired repairs it first ([`Owner::repaired_before`]). So a
 /// takeover serves at once, whatever the number of dirty regions. Once
-/// all are repaired, flushes and cleans the log. A region that fails is
-/// tried again later, and by the first I/O there; the task ends when the
-/// volume is dropped or fenced.
-pub(crate) fn repair_in_background<V, R, F, Fut>(vol: &Arc<V>, owner: fn(&V) -> &Arc<Owner<R>>, repair: F)
-where
+/// all are repaired, cleans the log with `clean` (the volume's own clean
+/// with no quiet time: what it takes for a region to leave the log
+/// differs between replicas and shards). A region that fails is tried
+/// again later, and by the first I/O there; the task ends when the volume
+/// is dropped or fenced.
+pub(crate) fn repair_in_background<V, R, F, Fut, C, CFut>(
+    vol: &Arc<V>,
+    owner: fn(&V) -> &Arc<Owner<R>>,
+    repair: F,
+    clean: C,
+) where
     V: Send + Sync + 'static,
     R: ?Sized + Replica + 'static,
     F: Fn(Arc<V>, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), BlockError>> + Send,
+    C: FnOnce(Arc<V>) -> CFut + Send + 'static,
+    CFut: Future<Output = Result<u64, BlockError>> + Send,
 {
     let pending = owner(vol).drl.hold_for_repair();
     if pending.is_empty() {
@@ -132,14 +140,8 @@ where
                 }
             }
             let Some(v) = weak.upgrade() else { return };
-            let o = owner(&v);
             if failed == 0 {
-                let seq = o.drl.sequence();
-                if let Err(e) = o.flush().await {
-                    tracing::warn!(error = %e, "the flush after the repair failed; the log stays dirty");
-                    return;
-                }
-                if let Err(e) = o.drl.clean_flushed(seq).await {
+                if let Err(e) = clean(v).await {
                     tracing::warn!(error = %e, "cleaning the log after the repair failed; it stays dirty");
                 }
                 tracing::info!(regions = pending.len(), took = ?began.elapsed(), "the regions the last owner left dirty agree again");
@@ -176,7 +178,7 @@ pub(crate) struct Owner<R: ?Sized> {
     /// Writes running on their own tasks.
     running: AtomicUsize,
     /// Marks of the log's write sequence taken by [`Owner::clean_cutoff`].
-    clean_marks: Mutex<VecDeque<(Instant, u64)>>,
+    clean_marks: Mutex<VecDeque<(Instant, u64, u64)>>,
     pub(crate) stats: VolumeStats,
     /// The node's limit on rebuild and move bandwidth, once set.
     pub(crate) throttle: std::sync::OnceLock<Arc<crate::throttle::Throttle>>,
@@ -189,9 +191,9 @@ pub(crate) struct Owner<R: ?Sized> {
     /// Set when the owner stopped serving because nodes failed that it
     /// could not drop without going below [`Owner::min_in_sync`].
     gave_up: AtomicBool,
-    /// The log sequence taken before the last flush that every writable
-    /// node completed: a region with no write since holds nothing a
-    /// restart could have lost.
+    /// The log's [flush mark](crate::drl::DirtyRegionLog::flush_mark)
+    /// taken before the last flush that every writable node completed: a
+    /// region with no write since holds nothing a restart could have lost.
     flushed_seq: std::sync::atomic::AtomicU64,
     /// How long the promises this owner asks of its replicas last, once
     /// it asks for them ([`Owner::keep_promises`]).
@@ -1106,7 +1108,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     pub(crate) async fn flush(self: &Arc<Self>) -> Result<(), BlockError> {
         loop {
             self.serving().await?;
-            let seq = self.drl.sequence();
+            let seq = self.drl.flush_mark();
             let epoch = self.membership().epoch;
             let nodes: Vec<NodeId> = self.writable().into_iter().collect();
             let results = join_all(nodes.iter().map(|&n| async move {
@@ -1174,22 +1176,27 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     /// Each call takes a mark of the log's write sequence; a region is
     /// quiet for `quiet_for` when its last write came before the newest
     /// mark that old, so the delay is counted in calls as well as time.
-    pub(crate) fn clean_cutoff(&self, quiet_for: Duration) -> Option<u64> {
+    /// Each mark is the log's [flush mark](crate::drl::DirtyRegionLog::flush_mark)
+    /// and what `also` returned just after it (the volume's own
+    /// sequence, which its clean must also have reached); the cutoff is
+    /// both.
+    pub(crate) fn clean_cutoff(&self, quiet_for: Duration, also: impl FnOnce() -> u64) -> Option<(u64, u64)> {
         let now = Instant::now();
         let cutoff = {
             let mut marks = self.clean_marks.lock().unwrap_or_else(|e| e.into_inner());
-            marks.push_back((now, self.drl.sequence()));
+            let seq = self.drl.flush_mark();
+            marks.push_back((now, seq, also()));
             let mut cutoff = None;
-            while let Some(&(at, seq)) = marks.front() {
+            while let Some(&(at, seq, also)) = marks.front() {
                 if now.duration_since(at) < quiet_for {
                     break;
                 }
-                cutoff = Some(seq);
+                cutoff = Some((seq, also));
                 marks.pop_front();
             }
             cutoff
         };
-        cutoff.filter(|&seq| self.drl.has_quiet_dirty(seq))
+        cutoff.filter(|&(seq, _)| self.drl.has_quiet_dirty(seq))
     }
 }
 

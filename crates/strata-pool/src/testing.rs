@@ -162,6 +162,12 @@ pub struct Faulty<R: ?Sized = dyn Replica> {
     /// When set, every call waits (before reaching the replica) until it
     /// is cleared: a cut link, before the fabric's I/O timeout.
     pub hung: AtomicBool,
+    /// When set, writes (logged or not, and write-zeroes) wait before
+    /// reaching the replica until it is cleared, while every other call
+    /// passes: a write still on its way when a flush overtakes it.
+    pub held_writes: AtomicBool,
+    /// Writes waiting on [`held_writes`](Self::held_writes).
+    pub writes_held: AtomicU64,
     /// Reads served.
     pub reads: AtomicU64,
     /// Writes (and write-zeroes) served.
@@ -198,6 +204,8 @@ impl<R: ?Sized + Replica> Faulty<R> {
             full: AtomicBool::new(false),
             promised: AtomicBool::new(false),
             hung: AtomicBool::new(false),
+            held_writes: AtomicBool::new(false),
+            writes_held: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             promises: AtomicU64::new(0),
@@ -252,6 +260,18 @@ impl<R: ?Sized + Replica> Faulty<R> {
         }
     }
 
+    /// [`enter`](Self::enter) for a write: waits while writes are held.
+    async fn enter_write(&self) -> Result<(), ReplicaError> {
+        if self.held_writes.load(SeqCst) {
+            self.writes_held.fetch_add(1, SeqCst);
+            while self.held_writes.load(SeqCst) {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            self.writes_held.fetch_sub(1, SeqCst);
+        }
+        self.enter().await
+    }
+
     async fn leave<T>(&self, r: Result<T, ReplicaError>) -> Result<T, ReplicaError> {
         self.step().await;
         r
@@ -275,7 +295,7 @@ impl<R: ?Sized + Replica> Replica for Faulty<R> {
 
     fn write(&self, epoch: u64, lba: u64, data: Bytes, fua: bool) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
-            self.enter().await?;
+            self.enter_write().await?;
             if self.full.load(SeqCst) {
                 return Err(ReplicaError::NoSpace);
             }
@@ -300,7 +320,7 @@ impl<R: ?Sized + Replica> Replica for Faulty<R> {
 
     fn write_zeroes(&self, epoch: u64, lba: u64, blocks: u64, deallocate: bool) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
-            self.enter().await?;
+            self.enter_write().await?;
             self.writes.fetch_add(1, SeqCst);
             self.leave(self.inner.write_zeroes(epoch, lba, blocks, deallocate).await).await
         })
@@ -339,7 +359,7 @@ impl<R: ?Sized + Replica> Replica for Faulty<R> {
 impl<R: ?Sized + Shard> Shard for Faulty<R> {
     fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
-            self.enter().await?;
+            self.enter_write().await?;
             if self.full.load(SeqCst) {
                 return Err(ReplicaError::NoSpace);
             }

@@ -896,6 +896,27 @@ impl Inner {
         Ok(())
     }
 
+    /// See [`ErasureVolume::clean`]. A region leaves the dirty set only
+    /// when every write there ended before the cutoff's flush mark *and*
+    /// every update of those writes is committed. Flushed is not enough:
+    /// a later takeover may still roll back an uncommitted update on the
+    /// in-sync shards, while a node that left before keeps it, and a node
+    /// that leaves is refilled only where the log was dirty (it would keep
+    /// a strip of a version the others no longer hold).
+    async fn clean(self: &Arc<Self>, quiet_for: Duration) -> Result<u64, BlockError> {
+        // The update sequence after the flush mark: every update of the
+        // writes up to the mark had its number by then.
+        let cutoff = self.clean_cutoff(quiet_for, || self.seqs().next - 1);
+        let through = self.seqs().ended_through();
+        self.commit_through(through).await?;
+        let Some((seq, updates)) = cutoff else { return Ok(0) };
+        if self.seqs().committed < updates {
+            // An older update still runs: a later clean.
+            return Ok(0);
+        }
+        self.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))
+    }
+
     /// Brings every in-sync shard to one consistent version after a
     /// takeover (docs/pool.md, "The write hole, and the undo log"): takes
     /// the highest committed mark S, gathers the undo records of updates
@@ -1457,6 +1478,7 @@ impl ErasureVolume {
             &inner,
             |i| &i.owner,
             |i: Arc<Inner>, r| async move { i.repair_region(r).await },
+            |i: Arc<Inner>| async move { i.clean(Duration::ZERO).await },
         );
         Ok(ErasureVolume { inner })
     }
@@ -1529,12 +1551,7 @@ impl ErasureVolume {
     ///
     /// As a flush, or the log could not be saved.
     pub async fn clean(&self, quiet_for: Duration) -> Result<u64, BlockError> {
-        let i = &self.inner;
-        let cutoff = i.clean_cutoff(quiet_for);
-        let through = i.seqs().ended_through();
-        i.commit_through(through).await?;
-        let Some(seq) = cutoff else { return Ok(0) };
-        i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))
+        self.inner.clean(quiet_for).await
     }
 
     /// Brings the stale shards on `node` back: its old undo is dropped,

@@ -90,6 +90,13 @@ struct Segment {
 }
 
 impl Inner {
+    /// See [`ReplicatedVolume::clean`].
+    async fn clean(self: &Arc<Self>, quiet_for: Duration) -> Result<u64, BlockError> {
+        let Some((seq, _)) = self.clean_cutoff(quiet_for, || 0) else { return Ok(0) };
+        self.owner.flush().await?;
+        self.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))
+    }
+
     fn segments(&self, lba: u64, blocks: u64) -> Vec<Segment> {
         let per_chunk = self.layout().chunk_bytes() / self.bs();
         let mut out = Vec::with_capacity(1);
@@ -467,6 +474,7 @@ impl ReplicatedVolume {
             &vol.inner,
             |i| &i.owner,
             |i: Arc<Inner>, r| async move { i.repair_region(r).await },
+            |i: Arc<Inner>| async move { i.clean(Duration::ZERO).await },
         );
         Ok(vol)
     }
@@ -500,10 +508,7 @@ impl ReplicatedVolume {
     ///
     /// As a flush, or the log could not be saved.
     pub async fn clean(&self, quiet_for: Duration) -> Result<u64, BlockError> {
-        let i = &self.inner;
-        let Some(seq) = i.clean_cutoff(quiet_for) else { return Ok(0) };
-        i.owner.flush().await?;
-        i.drl.clean_flushed(seq).await.map_err(|e| io_error(e.to_string()))
+        self.inner.clean(quiet_for).await
     }
 
     /// Brings the stale replica on `node` back: every new write goes to it
