@@ -77,6 +77,14 @@ pub enum BlockError {
     /// The backing drive reported an I/O error.
     #[error("drive I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// This path to the device cannot reach what serves it now (a node
+    /// that forwards a pool volume's I/O to its owner lost the owner):
+    /// nothing is known to have failed, and the same command may succeed
+    /// through another path or later through this one. A target answers
+    /// it with a path status (ANA Transition), which makes a multipath
+    /// host retry elsewhere instead of failing the I/O.
+    #[error("this path cannot reach the device now: {0}")]
+    PathUnavailable(String),
 }
 
 /// Storage for one namespace.

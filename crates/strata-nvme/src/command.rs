@@ -758,11 +758,17 @@ pub mod async_event {
     pub const INFO_NS_ATTR_CHANGED: u8 = 0x00;
     /// Notice information: Asymmetric Namespace Access Change.
     pub const INFO_ANA_CHANGE: u8 = 0x03;
+    /// Notice information: Discovery Log Page Change (a discovery
+    /// controller's log changed).
+    pub const INFO_DISCOVERY_LOG_CHANGE: u8 = 0xF0;
     /// Asynchronous Event Configuration bit enabling namespace attribute
     /// notices.
     pub const CONFIG_NS_ATTR: u32 = 1 << 8;
     /// Asynchronous Event Configuration bit enabling ANA change notices.
     pub const CONFIG_ANA_CHANGE: u32 = 1 << 11;
+    /// Asynchronous Event Configuration bit enabling Discovery Log Page
+    /// Change notices (a discovery controller's).
+    pub const CONFIG_DISCOVERY_LOG_CHANGE: u32 = 1 << 31;
 
     /// Completion DW0 for an event: type in bits 0-2, information in bits
     /// 8-15, log page identifier in bits 16-23.

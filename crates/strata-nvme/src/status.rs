@@ -161,6 +161,13 @@ impl Status {
         Status(self.0 | DNR_BIT)
     }
 
+    /// True for a path-related status (SCT 3: ANA states, path errors):
+    /// the command may succeed through another path, and a multipath host
+    /// retries it there rather than fail it.
+    pub const fn is_path_error(self) -> bool {
+        self.sct() == SCT_PATH
+    }
+
     /// True when Do Not Retry is set.
     pub const fn is_dnr(self) -> bool {
         self.0 & DNR_BIT != 0

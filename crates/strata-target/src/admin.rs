@@ -365,6 +365,9 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
             c.subnqn = strata_nvme::fabrics::DISCOVERY_NQN.into();
             c.cntrltype = id::CNTRLTYPE_DISCOVERY;
             c.mdts = cfg.mdts;
+            // A persistent discovery controller hears when the log
+            // changes (a pool volume's paths come and go with nodes).
+            c.oaes = id::OAES_DISCOVERY_LOG_CHANGE_NOTICES;
         }
     }
     c
@@ -400,7 +403,10 @@ fn get_log_page(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminRe
     let cid = sqe.cid();
     let discovery = matches!(ctrl.kind(), ControllerKind::Discovery);
     let page: Vec<u8> = match (LogPageId(cmd.lid), discovery) {
-        (LogPageId::DISCOVERY, true) => (ctx.discovery_log)(),
+        (LogPageId::DISCOVERY, true) => {
+            ctrl.discovery_log_read(cmd.rae);
+            (ctx.discovery_log)()
+        }
         (LogPageId::ERROR, _) => {
             let (entries, _) = ctrl.error_log();
             let mut b = Vec::with_capacity(ERROR_LOG_ENTRIES * lp::ERROR_LOG_ENTRY_LEN);
@@ -535,8 +541,12 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
             done(cid, Status::SUCCESS)
         }
         feature::ASYNC_EVENT_CONFIG => {
-            use strata_nvme::command::async_event::{CONFIG_ANA_CHANGE, CONFIG_NS_ATTR};
-            st.async_event_config = f.value & (CONFIG_NS_ATTR | CONFIG_ANA_CHANGE);
+            use strata_nvme::command::async_event::{CONFIG_ANA_CHANGE, CONFIG_DISCOVERY_LOG_CHANGE, CONFIG_NS_ATTR};
+            let supported = match ctrl.kind() {
+                ControllerKind::Discovery => CONFIG_DISCOVERY_LOG_CHANGE,
+                ControllerKind::Io(_) => CONFIG_NS_ATTR | CONFIG_ANA_CHANGE,
+            };
+            st.async_event_config = f.value & supported;
             done(cid, Status::SUCCESS)
         }
         feature::VOLATILE_WRITE_CACHE => {

@@ -94,6 +94,8 @@ enum Notice {
     NsAttr,
     /// Asymmetric Namespace Access Change (ANA log).
     AnaChange,
+    /// Discovery Log Page Change (a discovery controller's log).
+    DiscoveryChange,
 }
 
 pub(crate) struct CtrlState {
@@ -117,6 +119,7 @@ pub(crate) struct CtrlState {
     ns_notice_masked: bool,
     /// An ANA Change notice was sent and the ANA log not read since.
     ana_notice_masked: bool,
+    discovery_notice_masked: bool,
     changed_ns: BTreeSet<u32>,
     changed_ns_overflow: bool,
     error_log: VecDeque<ErrorLogEntry>,
@@ -188,6 +191,7 @@ impl Controller {
                 pending_events: VecDeque::new(),
                 ns_notice_masked: false,
                 ana_notice_masked: false,
+                discovery_notice_masked: false,
                 changed_ns: BTreeSet::new(),
                 changed_ns_overflow: false,
                 error_log: VecDeque::new(),
@@ -430,12 +434,22 @@ impl Controller {
         self.raise_notice(self.lock(), Notice::AnaChange);
     }
 
+    /// Raises a Discovery Log Page Change notice if the host (of a
+    /// discovery controller) enabled them and has not read the log since
+    /// the last one.
+    pub fn notify_discovery_changed(&self) {
+        self.raise_notice(self.lock(), Notice::DiscoveryChange);
+    }
+
     /// Queues `notice` for the next Asynchronous Event Request when the
     /// host enabled it and has not read its log page since the last one.
     fn raise_notice(&self, mut st: MutexGuard<'_, CtrlState>, notice: Notice) {
         let (enabled, info, lid) = match notice {
             Notice::NsAttr => (async_event::CONFIG_NS_ATTR, async_event::INFO_NS_ATTR_CHANGED, LogPageId::CHANGED_NS),
             Notice::AnaChange => (async_event::CONFIG_ANA_CHANGE, async_event::INFO_ANA_CHANGE, LogPageId::ANA),
+            Notice::DiscoveryChange => {
+                (async_event::CONFIG_DISCOVERY_LOG_CHANGE, async_event::INFO_DISCOVERY_LOG_CHANGE, LogPageId::DISCOVERY)
+            }
         };
         if st.async_event_config & enabled == 0 {
             return;
@@ -443,6 +457,7 @@ impl Controller {
         let masked = match notice {
             Notice::NsAttr => &mut st.ns_notice_masked,
             Notice::AnaChange => &mut st.ana_notice_masked,
+            Notice::DiscoveryChange => &mut st.discovery_notice_masked,
         };
         if std::mem::replace(masked, true) {
             return;
@@ -457,6 +472,14 @@ impl Controller {
     pub(crate) fn ana_log_read(&self, rae: bool) {
         if !rae {
             self.lock().ana_notice_masked = false;
+        }
+    }
+
+    /// The host read the discovery log: without RAE the next change
+    /// raises a notice again.
+    pub(crate) fn discovery_log_read(&self, rae: bool) {
+        if !rae {
+            self.lock().discovery_notice_masked = false;
         }
     }
 

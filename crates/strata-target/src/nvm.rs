@@ -40,6 +40,8 @@ fn status_of(e: &BlockError, writing: bool) -> Status {
         BlockError::BadBuffer { .. } => Status::SGL_INVALID_DATA.dnr(),
         BlockError::NoSpace => Status::CAPACITY_EXCEEDED.dnr(),
         BlockError::Gone => Status::NS_NOT_READY,
+        // A path error: the host retries the command on another path.
+        BlockError::PathUnavailable(_) => Status::ANA_TRANSITION,
         _ if writing => Status::WRITE_FAULT.dnr(),
         _ => Status::UNRECOVERED_READ_ERROR.dnr(),
     }

@@ -175,15 +175,21 @@ impl Target {
         if map.contains_key(sub.nqn()) {
             return Err(TargetError::SubsystemExists(sub.nqn().into()));
         }
+        let listed = !sub.is_internal();
         map.insert(sub.nqn().into(), sub);
-        self.inner.genctr.fetch_add(1, Ordering::Relaxed);
+        drop(map);
+        if listed {
+            self.inner.discovery_changed();
+        }
         Ok(())
     }
 
     /// Removes an NVM subsystem and disconnects its controllers.
     pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
         let sub = self.inner.subsystems.write().unwrap_or_else(|e| e.into_inner()).remove(nqn)?;
-        self.inner.genctr.fetch_add(1, Ordering::Relaxed);
+        if !sub.is_internal() {
+            self.inner.discovery_changed();
+        }
         for c in sub.controllers() {
             c.kill();
         }
@@ -199,7 +205,9 @@ impl Target {
         }
         map.remove(sub.nqn());
         drop(map);
-        self.inner.genctr.fetch_add(1, Ordering::Relaxed);
+        if !sub.is_internal() {
+            self.inner.discovery_changed();
+        }
         for c in sub.controllers() {
             c.kill();
         }
@@ -207,13 +215,15 @@ impl Target {
     }
 
     /// Replaces the subsystems other nodes serve, which the discovery log
-    /// lists after this node's own (a local subsystem of the same NQN
-    /// wins).
+    /// lists after this node's own: other nodes' subsystems, and other
+    /// paths to this node's own (a pool volume is served by every node).
+    /// An entry for an NQN at an address already listed is left out.
     pub fn set_remote_subsystems(&self, remote: Vec<RemoteSubsystem>) {
         let mut cur = self.inner.remote.write().unwrap_or_else(|e| e.into_inner());
         if *cur != remote {
             *cur = remote;
-            self.inner.genctr.fetch_add(1, Ordering::Relaxed);
+            drop(cur);
+            self.inner.discovery_changed();
         }
     }
 
@@ -504,6 +514,24 @@ impl TargetInner {
         Ok(Connected { ctrl, qid: c.qid, sqsize: c.sqsize, sq_flow_disabled, response })
     }
 
+    /// The discovery log changed: a new generation, and a Discovery Log
+    /// Page Change notice to every discovery controller that asked for
+    /// them (a persistent one, `nvme discover --persistent`).
+    fn discovery_changed(&self) {
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        let discovery: Vec<Arc<Controller>> = self
+            .controllers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|((nqn, _), _)| nqn == DISCOVERY_NQN)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        for c in discovery {
+            c.notify_discovery_changed();
+        }
+    }
+
     /// The discovery log page as seen by `hostnqn` connected through
     /// `local`: NVM subsystems it may access on each I/O port, then the
     /// discovery ports.
@@ -528,10 +556,20 @@ impl TargetInner {
             }
         }
         let remote = self.remote.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut listed: Vec<(String, SocketAddr)> = Vec::new();
+        for port in ports.iter().filter(|p| p.role == PortRole::Io) {
+            for sub in subs.iter().filter(|s| !s.is_internal()) {
+                listed.push((sub.nqn().to_string(), port.addr));
+                if port.addr.ip().is_unspecified() {
+                    listed.push((sub.nqn().to_string(), SocketAddr::new(local.ip(), port.addr.port())));
+                }
+            }
+        }
         for r in remote.iter().filter(|r| r.allowed_hosts.is_empty() || r.allowed_hosts.iter().any(|h| h == hostnqn)) {
-            if subs.iter().any(|s| s.nqn() == r.nqn) {
+            if listed.iter().any(|(nqn, at)| *nqn == r.nqn && *at == r.addr) {
                 continue;
             }
+            listed.push((r.nqn.clone(), r.addr));
             let adrfam = if r.addr.is_ipv4() { lp::ADRFAM_IPV4 } else { lp::ADRFAM_IPV6 };
             let mut e = DiscoveryEntry::tcp(
                 adrfam,

@@ -114,3 +114,49 @@ async fn no_ana_notice_reaches_a_host_that_did_not_ask_for_them() {
     assert!(tokio::time::timeout(Duration::from_millis(500), aer).await.is_err(), "an AER completed unasked");
     ctrl.disconnect().await.unwrap();
 }
+
+/// A persistent discovery controller (`nvme discover --persistent`, as
+/// nvme-cli's autoconnect keeps) hears when the discovery log changes: a
+/// pool node's list of paths follows the nodes, and the host connects
+/// the new ones. The notice comes once until the host reads the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persistent_discovery_controller_hears_the_log_change() {
+    use strata_nvme::command::async_event::CONFIG_DISCOVERY_LOG_CHANGE;
+    use strata_nvme::fabrics::DISCOVERY_NQN;
+    use strata_nvme::log_page::LogPageId;
+    let fx = start(16).await;
+    let cfg = HostConfig { io_queues: 0, kato: Duration::from_secs(10), ..HostConfig::default() };
+    let disc = Controller::connect(fx.disc, DISCOVERY_NQN, &cfg).await.expect("a discovery controller");
+    let c = disc.identify_controller().await.unwrap();
+    assert_eq!(c.oaes & id::OAES_DISCOVERY_LOG_CHANGE_NOTICES, id::OAES_DISCOVERY_LOG_CHANGE_NOTICES);
+    // Only the discovery notice is kept on a discovery controller.
+    disc.set_features(feature::ASYNC_EVENT_CONFIG, CONFIG_DISCOVERY_LOG_CHANGE | 1 << 11).await.unwrap();
+    assert_eq!(disc.get_features(feature::ASYNC_EVENT_CONFIG, 0).await.unwrap(), CONFIG_DISCOVERY_LOG_CHANGE);
+    let genctr = |log: Vec<u8>| u64::from_le_bytes(log[..8].try_into().unwrap());
+    let before = genctr(disc.get_log_page(LogPageId::DISCOVERY.0, 0, 0, 16, false).await.unwrap());
+
+    let other_path = |port: u16| strata_target::RemoteSubsystem {
+        nqn: NQN.into(),
+        addr: std::net::SocketAddr::from(([10, 0, 0, 9], port)),
+        allowed_hosts: vec![],
+    };
+    let aer = disc.async_event_request().await.unwrap();
+    disc.keep_alive().await.unwrap();
+    fx.target.set_remote_subsystems(vec![other_path(4420)]);
+    let dw0 = tokio::time::timeout(Duration::from_secs(5), aer).await.expect("AER completes").unwrap();
+    assert_eq!(dw0, 0x0070_f002, "Notice, Discovery Log Page Change, log page 70h");
+    // Unread, a second change raises nothing.
+    let aer = disc.async_event_request().await.unwrap();
+    tokio::pin!(aer);
+    disc.keep_alive().await.unwrap();
+    fx.target.set_remote_subsystems(vec![other_path(4421)]);
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut aer).await;
+    assert!(early.is_err(), "a second notice before the log was read: {early:?}");
+    // Read (without RAE): the next change raises one again.
+    let after = genctr(disc.get_log_page(LogPageId::DISCOVERY.0, 0, 0, 16, false).await.unwrap());
+    assert!(after >= before + 2, "the generation moved with each change: {before} then {after}");
+    fx.target.add_subsystem(strata_target::Subsystem::new("nqn.2026-11.io.strata:new", "STRATANEW", vec![])).unwrap();
+    let dw0 = tokio::time::timeout(Duration::from_secs(5), aer).await.expect("AER completes").unwrap();
+    assert_eq!(dw0, 0x0070_f002);
+    disc.disconnect().await.unwrap();
+}

@@ -136,6 +136,14 @@ async fn internal_subsystems_stay_off_host_ports_and_out_of_discovery() {
             addr: "10.0.0.8:4420".parse().unwrap(),
             allowed_hosts: vec!["nqn.2014-08.org.nvmexpress:uuid:someone-else".into()],
         },
+        // Another node's path to this node's own subsystem is listed too,
+        // and an entry for this node's own port only once.
+        strata_target::RemoteSubsystem {
+            nqn: "nqn.2026-11.io.strata:vol".into(),
+            addr: "10.0.0.9:4420".parse().unwrap(),
+            allowed_hosts: vec![],
+        },
+        strata_target::RemoteSubsystem { nqn: "nqn.2026-11.io.strata:vol".into(), addr: io, allowed_hosts: vec![] },
     ]);
     let entries = strata_host::discover(io, &HostConfig::default()).await.unwrap();
     let nqns: Vec<&str> = entries.iter().map(|e| e.subnqn.as_str()).collect();
@@ -144,4 +152,11 @@ async fn internal_subsystems_stay_off_host_ports_and_out_of_discovery() {
     assert!(!nqns.contains(&"nqn.2026-11.io.strata:private"), "{nqns:?}");
     let remote = entries.iter().find(|e| e.subnqn == "nqn.2026-11.io.strata:elsewhere").expect("remote entry");
     assert_eq!((remote.traddr.as_str(), remote.trsvcid.as_str()), ("10.0.0.7", "4420"));
+    let vol: Vec<(String, String)> = entries
+        .iter()
+        .filter(|e| e.subnqn == "nqn.2026-11.io.strata:vol")
+        .map(|e| (e.traddr.clone(), e.trsvcid.clone()))
+        .collect();
+    let here = (io.ip().to_string(), io.port().to_string());
+    assert_eq!(vol, vec![here, ("10.0.0.9".into(), "4420".into())], "this node's path first, then the others'");
 }

@@ -203,9 +203,11 @@ async fn r2t_hoarders_are_bounded_by_the_budget_and_cut_off() {
 
 /// A RAM device with injected faults: a panic on reads of `panic_lba`
 /// and (once, when set) in `usage()`; a first write to `slow_lba` that
-/// takes `delay`.
+/// takes `delay`; every read, write and flush failing with
+/// [`BlockError::PathUnavailable`] while `path_lost` is set.
 struct Faulty {
     inner: MemDevice,
+    path_lost: AtomicBool,
     panic_lba: u64,
     panic_usage: AtomicBool,
     slow_lba: u64,
@@ -217,6 +219,7 @@ impl Faulty {
     fn new() -> Faulty {
         Faulty {
             inner: MemDevice::new(BS as u32, 64),
+            path_lost: false.into(),
             panic_lba: u64::MAX,
             panic_usage: false.into(),
             slow_lba: u64::MAX,
@@ -236,16 +239,25 @@ impl BlockDevice for Faulty {
     }
     fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
         assert_ne!(lba, self.panic_lba, "injected panic in read()");
+        if self.path_lost.load(Ordering::SeqCst) {
+            return Box::pin(async move { (buf, Err(lost())) });
+        }
         self.inner.read(lba, buf)
     }
     fn read_data(&self, lba: u64, blocks: u64) -> BlockFuture<'_, Result<ReadData, BlockError>> {
         Box::pin(async move {
             assert_ne!(lba, self.panic_lba, "injected panic in read_data()");
+            if self.path_lost.load(Ordering::SeqCst) {
+                return Err(lost());
+            }
             self.inner.read_data(lba, blocks).await
         })
     }
     fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
         Box::pin(async move {
+            if self.path_lost.load(Ordering::SeqCst) {
+                return (buf, Err(lost()));
+            }
             if lba == self.slow_lba && !self.slowed.swap(true, Ordering::SeqCst) {
                 tokio::time::sleep(self.delay).await;
             }
@@ -259,8 +271,41 @@ impl BlockDevice for Faulty {
         self.inner.deallocate(ranges)
     }
     fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
+        if self.path_lost.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(lost()) });
+        }
         self.inner.flush()
     }
+}
+
+fn lost() -> BlockError {
+    BlockError::PathUnavailable("the owner is out of reach (injected)".into())
+}
+
+/// A device that cannot reach what serves it (a pool node's path whose
+/// owner died) answers ANA Transition, a path status a multipath host
+/// retries on another path, never a media error that fails the I/O; the
+/// path serves again once its device does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_lost_its_path_answers_a_path_status_the_host_retries_elsewhere() {
+    let dev = Arc::new(Faulty::new());
+    let (_target, _sub, io, _) = serve(short_deadlines(), dev.clone()).await;
+    let ctrl = Controller::connect(io, NQN, &HostConfig::default()).await.unwrap();
+    ctrl.write(1, 4, vec![7u8; BS], false).await.unwrap();
+    dev.path_lost.store(true, Ordering::SeqCst);
+    for err in [
+        ctrl.read(1, 4, 1).await.unwrap_err(),
+        ctrl.write(1, 5, vec![8u8; BS], false).await.unwrap_err(),
+        ctrl.flush(1).await.unwrap_err(),
+    ] {
+        let status = err.status().expect("a status");
+        assert_eq!(status, strata_nvme::status::Status::ANA_TRANSITION, "{err}");
+        assert!(status.is_path_error() && !status.is_dnr(), "{err}");
+    }
+    dev.path_lost.store(false, Ordering::SeqCst);
+    assert_eq!(ctrl.read(1, 4, 1).await.unwrap()[..], [7u8; BS][..]);
+    assert_eq!(ctrl.read(1, 5, 1).await.unwrap()[..], [0u8; BS][..], "a write refused for its path landed");
+    ctrl.disconnect().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
