@@ -4,8 +4,9 @@
 # and /vm/etcd). In the guest: a private etcd and three `strata node`
 # processes in three racks on 127.0.0.1, data on ext4 on a ramdisk, and a
 # rep:3 volume. The Linux kernel's nvme-tcp driver finds the volume through a
-# node that does not own it (discovery points at the owner), connects to the
-# owner, and writes and verifies with fio while one non-owner node is
+# node that does not own it (discovery lists every node, each a path to
+# it; a non-owner's path reads as non-optimized and forwards to the
+# owner), connects to the owner, and writes and verifies with fio while one non-owner node is
 # killed (-9) in the middle of the writes, while it is down (the volume
 # degraded), and after it comes back and is resynced. Last, the owner and
 # the node that was never killed are killed too: the resynced node takes the
@@ -173,6 +174,14 @@ cond_degraded() {
 cond_owner_is() { [ "$(owner_index "$1" || true)" = "$2" ]; }
 # node i's discovery log lists the volume at node j's I/O port, only there
 cond_discovered_at() { [ "$(discovered_ports "$1")" = "$(listen_port "$2")" ]; }
+# node i's discovery log lists the volume at every node's I/O port (each
+# node is a path to it)
+cond_discovered_everywhere() {
+    [ "$(discovered_ports "$1" | sort | tr '\n' ' ')" = "$(listen_port 1) $(listen_port 2) $(listen_port 3) " ]
+}
+# The ANA state the kernel reads for its one path to the volume (sysfs:
+# optimized, non-optimized, inaccessible, persistent-loss, change).
+path_ana_state() { cat /sys/block/nvme*c*n1/ana_state 2>/dev/null | head -1; }
 
 show_pool() { # show_pool I LABEL: print the status for the console log
     log "pool status via n$1 ($2; $(date -u +%T) UTC, the node logs' clock):"
@@ -324,10 +333,18 @@ check "n$s agrees that n$own owns $VOL" cond_owner_is "$s" "$own"
 
 log "nvme discover at non-owner n$k's discovery port $(disc_port "$k")"
 nvme discover -t tcp -a 127.0.0.1 -s "$(disc_port "$k")" >&2 || true
-check "discovery at a non-owner (n$k) lists $VOL at the owner's port $(listen_port "$own")" \
-    cond_discovered_at "$k" "$own"
-check "discovery at the other non-owner (n$s) agrees" cond_discovered_at "$s" "$own"
-check "a non-owner's I/O port refuses $VOL (it only lists it)" connect_refused 127.0.0.1 "$(listen_port "$k")" "$NQN"
+check "discovery at a non-owner (n$k) lists $VOL at every node's port" cond_discovered_everywhere "$k"
+check "discovery at the other non-owner (n$s) agrees" cond_discovered_everywhere "$s"
+# A non-owner's port is a path to the volume: same subsystem and
+# namespace, non-optimized, its I/O forwarded to the owner.
+if pdev=$(connect 127.0.0.1 "$(listen_port "$k")" "$NQN"); then
+    check "the kernel sees n$k's port as a non-optimized path to $VOL" test "$(path_ana_state)" = non-optimized
+    check "a read through n$k's path (forwarded to the owner)" \
+        dd if="$pdev" of=/dev/null bs=4k count=256 iflag=direct status=none
+    disconnect_all || true
+else
+    fail "the kernel connects to n$k's path to $VOL"
+fi
 
 # ctrl-loss-tmo bounds how long the kernel keeps retrying a lost owner; the
 # owner stays up until the last step, where the host is disconnected.

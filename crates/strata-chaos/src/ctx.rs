@@ -106,13 +106,26 @@ impl Ctx {
     /// The last discovery error, or [`HostError::Io`] (not found) when no
     /// controller lists `nqn`.
     pub async fn target(&self, nqn: &str, cfg: &HostConfig) -> Result<SocketAddr, HostError> {
+        self.targets(nqn, cfg).await.map(|all| all[0])
+    }
+
+    /// Every address the first discovery controller that lists `nqn`
+    /// gives for it, in its order (a pool lists every node's path); at
+    /// least one.
+    ///
+    /// # Errors
+    ///
+    /// As [`target`](Self::target).
+    pub async fn targets(&self, nqn: &str, cfg: &HostConfig) -> Result<Vec<SocketAddr>, HostError> {
         let mut last = None;
         for &d in &self.discovery {
             match tokio::time::timeout(self.watchdog, strata_host::discover(d, cfg)).await {
                 Ok(Ok(entries)) => {
-                    let found = entries.iter().filter(|e| e.subnqn == nqn).find_map(|e| e.tcp_socket_addr());
-                    if let Some(a) = found {
-                        return Ok(a);
+                    let mut found: Vec<SocketAddr> =
+                        entries.iter().filter(|e| e.subnqn == nqn).filter_map(|e| e.tcp_socket_addr()).collect();
+                    found.dedup();
+                    if !found.is_empty() {
+                        return Ok(found);
                     }
                 }
                 Ok(Err(e)) => last = Some(e),
@@ -120,7 +133,7 @@ impl Ctx {
             }
         }
         match last {
-            _ if self.discovery.is_empty() => Ok(self.io),
+            _ if self.discovery.is_empty() => Ok(vec![self.io]),
             Some(e) => Err(e),
             None => Err(HostError::Io {
                 context: "resolving a volume through discovery",

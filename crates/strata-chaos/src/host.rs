@@ -106,6 +106,50 @@ pub async fn guarded<T>(watchdog: Duration, fut: impl Future<Output = Result<T, 
     }
 }
 
+/// Connects a controller to `nqn` through its optimized path, as a host
+/// without multipath that follows discovery and ANA: each address
+/// discovery lists in turn, keeping the first whose ANA state is
+/// optimized (a pool volume's owner; a controller without ANA counts as
+/// optimized). Every other node of a pool serves a path that forwards to
+/// the owner: a host on it would lose its connection with that node,
+/// which the chaos tests' faults do not expect.
+///
+/// # Errors
+///
+/// The last connect error, or [`HostError::Io`] when no path is
+/// optimized now (a takeover under way: the caller tries again).
+async fn connect_optimized(ctx: &Ctx, nqn: &str, cfg: &HostConfig) -> Result<Controller, HostError> {
+    let mut last = None;
+    for at in ctx.targets(nqn, cfg).await? {
+        let c = match Controller::connect(at, nqn, cfg).await {
+            Ok(c) => c,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        let optimized = match c.identify_controller().await {
+            Ok(id) if id.cmic & strata_nvme::identify::CMIC_ANA != 0 => {
+                let log = c.ana_log().await?;
+                log.groups.iter().all(|g| g.state == strata_nvme::log_page::AnaState::Optimized)
+            }
+            Ok(_) => true,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        if optimized {
+            return Ok(c);
+        }
+        let _ = c.disconnect().await;
+    }
+    Err(last.unwrap_or_else(|| HostError::Io {
+        context: "finding the optimized path",
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, format!("no path to {nqn} is optimized now")),
+    }))
+}
+
 /// Connects a controller to `nqn`, retrying for up to `patience` while
 /// `stop` is not set. `None` when stopped or out of patience (the last
 /// error is returned).
@@ -121,10 +165,7 @@ pub async fn connect_retrying(
         if *stop.borrow() {
             return Ok(None);
         }
-        let attempt = tokio::time::timeout(ctx.watchdog, async {
-            let at = ctx.target(nqn, cfg).await?;
-            Controller::connect(at, nqn, cfg).await
-        });
+        let attempt = tokio::time::timeout(ctx.watchdog, connect_optimized(ctx, nqn, cfg));
         let err = tokio::select! {
             r = attempt => match r {
                 Ok(Ok(c)) => return Ok(Some(c)),

@@ -538,6 +538,22 @@ impl Controller {
         get_log_page(&self.admin, self.max_transfer, lid, nsid, offset, len, rae).await
     }
 
+    /// The ANA log page (0Ch), read as Linux reads it: sized for the
+    /// controller's NANAGRPID groups and MNAN namespaces.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::Status`] (a controller without ANA refuses the log),
+    /// [`HostError::LogPage`] for a log that does not parse, or a
+    /// transport error.
+    pub async fn ana_log(&self) -> Result<strata_nvme::log_page::AnaLog, HostError> {
+        use strata_nvme::log_page as lp;
+        let c = self.identify_controller().await?;
+        let len = lp::ANA_LOG_HEADER_LEN + c.nanagrpid as usize * lp::ANA_GROUP_DESC_LEN + c.mnan as usize * 4;
+        let data = self.get_log_page(lp::LogPageId::ANA.0, u32::MAX, 0, len.next_multiple_of(4), false).await?;
+        Ok(lp::AnaLog::decode(&data)?)
+    }
+
     /// Get Features `fid` (current value) with `cdw11`; returns DW0.
     ///
     /// # Errors

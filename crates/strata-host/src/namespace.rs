@@ -51,6 +51,10 @@ pub struct RemoteNamespace {
     seeds: Vec<SocketAddr>,
     /// Where it was connected last.
     addr: Mutex<SocketAddr>,
+    /// Whether a connect asks the seeds' discovery first (false: the
+    /// seeds are the subsystem's own address, a fabric port that serves
+    /// no discovery).
+    discover: bool,
     nqn: String,
     nsid: u32,
     cfg: HostConfig,
@@ -93,6 +97,22 @@ impl RemoteNamespace {
         Self::connect_any(&[addr], nqn, nsid, cfg).await
     }
 
+    /// As [`RemoteNamespace::connect`], at `addr` only, never asking
+    /// discovery where the subsystem is (a fabric port between storage
+    /// nodes serves none).
+    ///
+    /// # Errors
+    ///
+    /// The connection fails, or the namespace does not exist.
+    pub async fn connect_direct(
+        addr: SocketAddr,
+        nqn: &str,
+        nsid: Option<u32>,
+        cfg: &HostConfig,
+    ) -> Result<Arc<RemoteNamespace>, HostError> {
+        Self::open(&[addr], false, nqn, nsid, cfg).await
+    }
+
     /// As [`RemoteNamespace::connect`], finding the subsystem through
     /// `seeds` (see the module doc), now and at every reconnect.
     ///
@@ -105,10 +125,20 @@ impl RemoteNamespace {
         nsid: Option<u32>,
         cfg: &HostConfig,
     ) -> Result<Arc<RemoteNamespace>, HostError> {
+        Self::open(seeds, true, nqn, nsid, cfg).await
+    }
+
+    async fn open(
+        seeds: &[SocketAddr],
+        discover: bool,
+        nqn: &str,
+        nsid: Option<u32>,
+        cfg: &HostConfig,
+    ) -> Result<Arc<RemoteNamespace>, HostError> {
         if seeds.is_empty() {
             return Err(HostError::InvalidArgument(format!("no address given for {nqn}")));
         }
-        let (ctrl, addr) = find(seeds, None, nqn, cfg, cfg.connect_timeout.min(DEFAULT_TIMEOUT)).await?;
+        let (ctrl, addr) = find(seeds, discover, None, nqn, cfg, cfg.connect_timeout.min(DEFAULT_TIMEOUT)).await?;
         let nsid = match nsid {
             Some(n) => n,
             None => match ctrl.active_namespaces().await?.first() {
@@ -129,6 +159,7 @@ impl RemoteNamespace {
         Ok(Arc::new(RemoteNamespace {
             seeds: seeds.to_vec(),
             addr: Mutex::new(addr),
+            discover,
             nqn: nqn.to_string(),
             nsid,
             cfg: cfg.clone(),
@@ -171,7 +202,8 @@ impl RemoteNamespace {
             return Ok(c);
         }
         let limit = self.command_timeout();
-        let (c, addr) = find(&self.seeds, Some(self.addr()), &self.nqn, &self.cfg, limit).await.map_err(io_error)?;
+        let (c, addr) =
+            find(&self.seeds, self.discover, Some(self.addr()), &self.nqn, &self.cfg, limit).await.map_err(io_error)?;
         let id = tokio::time::timeout(limit, c.identify_namespace(self.nsid))
             .await
             .map_err(|_| io_error(format!("identifying namespace {} at {addr} timed out", self.nsid)))?
@@ -237,10 +269,11 @@ impl RemoteNamespace {
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connects to `nqn`: at the address the first of `seeds` whose discovery
-/// lists it gives, else at `last`, else at each seed; each step within
-/// `limit`. Returns the controller and where it is.
+/// lists it gives (when `discover`), else at `last`, else at each seed;
+/// each step within `limit`. Returns the controller and where it is.
 async fn find(
     seeds: &[SocketAddr],
+    discover: bool,
     last: Option<SocketAddr>,
     nqn: &str,
     cfg: &HostConfig,
@@ -248,7 +281,7 @@ async fn find(
 ) -> Result<(Controller, SocketAddr), HostError> {
     let mut err = None;
     let mut candidates: Vec<SocketAddr> = Vec::new();
-    for &seed in seeds {
+    for &seed in seeds.iter().filter(|_| discover) {
         match tokio::time::timeout(limit, crate::discover(seed, cfg)).await {
             Ok(Ok(entries)) => {
                 candidates.extend(entries.iter().filter(|e| e.subnqn == nqn).filter_map(|e| e.tcp_socket_addr()))

@@ -25,6 +25,7 @@ use strata_node::config::{RuntimeModel, ServeConfig};
 use strata_node::pool_status::{Liveness, PoolStatus, VolumeStatus};
 use strata_pool::NodeId;
 use strata_pool::placement::FailureDomain;
+use strata_target::AnaState;
 use tokio::runtime::Runtime;
 
 const MIB: u64 = 1 << 20;
@@ -301,6 +302,26 @@ async fn identity(h: &Controller) -> (String, String, u64, [u8; 16], [u8; 8], Ve
     (c.sn, c.mn, ns.nsze, ns.nguid, ns.eui64, descriptors)
 }
 
+/// The ANA state of the volume through `node`'s port: `None` when it
+/// refuses the volume (it serves neither the volume nor a path to it).
+fn ana_state(main: &Runtime, node: &TestNode, nqn: &str) -> Option<AnaState> {
+    let (addr, nqn) = (node.listen, nqn.to_string());
+    main.block_on(async move {
+        let c = Controller::connect(addr, &nqn, &host()).await.ok()?;
+        let log = c.ana_log().await.expect("the ANA log");
+        assert_eq!(log.groups.len(), 1, "{log:?}");
+        assert_eq!(log.groups[0].nsids, vec![1], "{log:?}");
+        Some(log.groups[0].state)
+    })
+}
+
+/// Connects a host to `node`'s port for volume `nqn` (its path, or the
+/// volume itself on the owner).
+fn connect_at(main: &Runtime, node: &TestNode, nqn: &str) -> Controller {
+    let (addr, nqn) = (node.listen, nqn.to_string());
+    main.block_on(async move { Controller::connect(addr, &nqn, &host()).await }).expect("connect")
+}
+
 /// Whether `node` refuses a host that asks it for the volume (it does
 /// not serve it).
 fn refuses(main: &Runtime, node: &TestNode, nqn: &str) -> bool {
@@ -340,6 +361,93 @@ fn taken_over_after_its_owner_dies(protection: &str) {
     verify(&c.main, &h, &lbas, 2);
 }
 
+/// Every node serves the volume: the owner as the optimized path, the
+/// others as non-optimized paths that forward to it, all with one
+/// identity (a multipath host merges them). When the owner dies, a path
+/// answers path errors only, and then forwards to the new owner.
+#[test]
+fn every_node_is_a_path_to_the_volume_and_follows_a_takeover() {
+    let mut c = Cluster::start(3);
+    let (v, lbas, owned) = c.create_written("v", "rep:3");
+    let owner = v.owner_name.clone().expect("owned");
+    let before = c.main.block_on(identity(&owned));
+    assert_eq!(ana_state(&c.main, c.node(&owner), &v.nqn), Some(AnaState::Optimized));
+    let others: Vec<String> = c.nodes.iter().map(|n| n.name.clone()).filter(|n| *n != owner).collect();
+    for name in &others {
+        let node = c.node(name);
+        until(&format!("{name} a non-optimized path"), || {
+            ana_state(&c.main, node, &v.nqn) == Some(AnaState::NonOptimized)
+        });
+        let h = connect_at(&c.main, node, &v.nqn);
+        assert!(c.main.block_on(identity(&h)) == before, "{name}'s path presents another namespace");
+        let id = node.node.as_ref().expect("runs").id;
+        assert!(cntlid_range(id).contains(&h.cntlid()), "controller {} from {id:?}'s range", h.cntlid());
+        verify(&c.main, &h, &lbas, 1);
+    }
+    // Discovery on any node lists every node's port for the volume, its
+    // own first.
+    let ports: std::collections::BTreeSet<SocketAddr> = c.nodes.iter().map(|n| n.listen).collect();
+    for node in &c.nodes {
+        let found: Vec<SocketAddr> = c.main.block_on(async {
+            let entries = strata_host::discover(node.listen, &host()).await.expect("discovery");
+            entries.iter().filter(|e| e.subnqn == v.nqn).filter_map(|e| e.tcp_socket_addr()).collect()
+        });
+        assert_eq!(found.first(), Some(&node.listen), "{}'s discovery: {found:?}", node.name);
+        assert_eq!(found.iter().copied().collect::<std::collections::BTreeSet<_>>(), ports, "{}", node.name);
+        assert_eq!(found.len(), ports.len(), "{}'s discovery repeats a port: {found:?}", node.name);
+    }
+    // Writes through a path reach the owner.
+    let path = connect_at(&c.main, c.node(&others[0]), &v.nqn);
+    write_all(&c.main, &path, &lbas, 2);
+    verify(&c.main, &owned, &lbas, 2);
+    drop(owned);
+
+    // The owner dies: the survivors' paths answer path errors (the host
+    // retries elsewhere), never a media error, until one of them owns
+    // the volume and the other forwards to it.
+    c.nodes.iter_mut().find(|n| n.name == owner).expect("the owner").kill();
+    // A node that takes the volume over replaces its path with the
+    // volume itself: its hosts' connections close, and they connect
+    // again (as the kernel does), to the same port.
+    let at = c.node(&others[1]).listen;
+    let mut probe = connect_at(&c.main, c.node(&others[1]), &v.nqn);
+    let path_errors = c.main.block_on(async {
+        let deadline = tokio::time::Instant::now() + LIMIT;
+        let mut errors = 0;
+        loop {
+            match probe.read(1, lbas[0], 1).await {
+                Ok(got) => {
+                    assert!(got == pattern(lbas[0], 2), "a path read stale bytes after the takeover");
+                    break errors;
+                }
+                Err(HostError::Status { status, .. }) => {
+                    assert!(status.is_path_error(), "a path answered {status:?}, not a path error");
+                    errors += 1;
+                }
+                Err(_) => {
+                    if let Ok(again) = Controller::connect(at, &v.nqn, &host()).await {
+                        probe = again;
+                    }
+                }
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the path never served again");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let after = c.served("v", Some(&owner));
+    let new_owner = after.owner_name.clone().expect("owned");
+    eprintln!("the path answered {path_errors} path errors during the takeover by {new_owner}");
+    for name in &others {
+        let want = if *name == new_owner { AnaState::Optimized } else { AnaState::NonOptimized };
+        until(&format!("{name} {want:?}"), || ana_state(&c.main, c.node(name), &v.nqn) == Some(want));
+        let h = connect_at(&c.main, c.node(name), &v.nqn);
+        verify(&c.main, &h, &lbas, 2);
+    }
+    write_all(&c.main, &probe, &lbas, 3);
+    let h = c.connect(&after);
+    verify(&c.main, &h, &lbas, 3);
+}
+
 #[test]
 fn a_drained_owner_hands_its_volume_to_a_holder_once_its_copies_moved() {
     let c = Cluster::start(4);
@@ -356,7 +464,10 @@ fn a_drained_owner_hands_its_volume_to_a_holder_once_its_copies_moved() {
     });
     let moved = volume(&settled, "v").expect("listed");
     assert!(!moved.in_sync.contains(&drained), "the drained node left the in-sync set once replaced: {moved:?}");
-    assert!(refuses(&c.main, c.node(&owner), &v.nqn), "the drained node still serves v");
+    // It serves v as a path to the new owner, not as its owner.
+    until("the drained node a non-optimized path", || {
+        ana_state(&c.main, c.node(&owner), &v.nqn) == Some(AnaState::NonOptimized)
+    });
     let h = c.connect(&after);
     verify(&c.main, &h, &lbas, 1);
 }
@@ -378,7 +489,9 @@ fn a_frozen_owner_gives_the_volume_up_to_the_node_that_took_it_over() {
     // be one the new owner never sees.
     let lba = lbas[20];
     let stale = c.main.block_on(async { old.write(1, lba, pattern(lba, 3), false).await });
-    until(&format!("the deposed owner {owner} no longer serves v"), || refuses(&c.main, c.node(&owner), &v.nqn));
+    until(&format!("the deposed owner {owner} only a path to v"), || {
+        ana_state(&c.main, c.node(&owner), &v.nqn) == Some(AnaState::NonOptimized)
+    });
     let now = c.served("v", Some(&owner));
     assert_eq!(now.owner_name, after.owner_name, "the new owner keeps the volume");
     let new = c.connect(&now);

@@ -32,6 +32,12 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
         .block_on(Controller::connect(fabric, "nqn.2026-11.io.strata:fabric:n1", &host()))
         .expect_err("a host connected to a node's fabric");
     assert!(matches!(e, strata_host::HostError::ConnectRejected { .. }), "{e}");
+    // Nor the volumes a node owns, which its proxy lists for the other
+    // nodes' paths.
+    let e = rt0
+        .block_on(Controller::connect(fabric, "nqn.2026-11.io.strata:proxy:n1", &host()))
+        .expect_err("a host connected to a node's proxy");
+    assert!(matches!(e, strata_host::HostError::ConnectRejected { .. }), "{e}");
     drop(rt0);
     let created = nodes[0]
         .api("POST", "/api/v1/volumes", Some(json!({"name": "v1", "size": "256M", "protect": "rep:3"})))

@@ -2,8 +2,9 @@
 //! under a lease, joins the placement map, keeps a replica of every volume
 //! placement gives it (a thin store volume behind an epoch fence, served
 //! on the fabric listener), takes over volumes that have no owner, and
-//! serves the ones it owns to hosts. Every node's discovery lists each
-//! volume at its owner.
+//! serves the ones it owns to hosts. Every other node serves each volume
+//! as a path that forwards to the owner ([`paths`]), and every node's
+//! discovery lists each volume at every live node.
 //!
 //! The node reconciles with etcd every second: what it should hold and
 //! serve follows from the volumes, their pool state and the live nodes
@@ -37,7 +38,7 @@ use strata_pool::slow::logged_if_slow;
 use strata_pool::throttle::Throttle;
 use strata_pool::{DirtyRegionLog, Layout, LocalReplica, Moving, NodeId, PoolVolume, Regions};
 use strata_store::Store;
-use strata_target::{Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
+use strata_target::{AnaState, Namespace, NamespaceIds, RemoteSubsystem, Subsystem, Target};
 
 use crate::node::NodeError;
 use crate::pool_status::{
@@ -46,6 +47,7 @@ use crate::pool_status::{
 };
 
 mod ownership;
+pub mod paths;
 pub mod start;
 
 use ownership::{Decision, LastOwner, RECLAIM_GRACE, Serving, VolumeView, decide, must_stop_serving};
@@ -112,8 +114,17 @@ struct Opening {
     moving: Option<Moving>,
 }
 
+/// A volume this node serves as another node's path to it (see
+/// [`paths`]).
+struct Path {
+    sub: Arc<Subsystem>,
+    forward: Arc<paths::Forward>,
+}
+
 /// A volume this node owns and serves.
 struct Owned {
+    /// The volume's id: its NSID on this node's proxy subsystem.
+    id: u64,
     vol: Arc<dyn PoolVolume>,
     kind: OpenedVolume,
     nqn: String,
@@ -136,6 +147,8 @@ struct State {
     links: HashMap<NodeId, Arc<FabricLink>>,
     held: HashMap<u64, Held>,
     owned: HashMap<u64, Owned>,
+    /// The volumes served here as a path to their owner.
+    paths: HashMap<u64, Path>,
     /// Up nodes of the map without a live record, since when this node
     /// has seen them gone.
     missing_since: HashMap<NodeId, std::time::Instant>,
@@ -179,6 +192,8 @@ pub struct ClusterNode {
     store: Arc<Store>,
     target: Target,
     fabric: Arc<Subsystem>,
+    /// The volumes this node owns, for the other nodes' paths.
+    proxy: Arc<Subsystem>,
     /// Where hosts discover volumes on this node.
     discovery: Option<SocketAddr>,
     /// The current lease; replaced by a new one after a loss.
@@ -233,6 +248,9 @@ pub struct ClusterParts {
     pub target: Target,
     /// The fabric subsystem, whose namespaces are the replicas held here.
     pub fabric: Arc<Subsystem>,
+    /// The proxy subsystem, whose namespaces are the volumes owned here
+    /// (see [`paths`]).
+    pub proxy: Arc<Subsystem>,
     /// The node's lease.
     pub lease: LeaseKeeper,
     /// Where hosts discover the pool's volumes on this node.
@@ -246,7 +264,7 @@ pub struct ClusterParts {
 impl ClusterNode {
     /// A node, registered and in the map.
     pub fn new(parts: ClusterParts) -> Arc<ClusterNode> {
-        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, lease, discovery, identity, data_dir } =
+        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, proxy, lease, discovery, identity, data_dir } =
             parts;
         let host_cfg = HostConfig {
             hostnqn: node_nqn(&me.name),
@@ -268,6 +286,7 @@ impl ClusterNode {
             store,
             target,
             fabric,
+            proxy,
             lease: std::sync::Mutex::new(Arc::new(lease)),
             discovery,
             identity,
@@ -501,6 +520,7 @@ impl ClusterNode {
         let mut allowed: Vec<String> = map.nodes().iter().map(|n| node_nqn(&n.name)).collect();
         allowed.sort();
         if self.fabric_hosts() != allowed {
+            self.proxy.set_allowed_hosts(allowed.clone());
             self.fabric.set_allowed_hosts(allowed);
         }
     }
@@ -545,7 +565,14 @@ impl ClusterNode {
         st.owned.retain(|id, o| {
             let keep = present.contains(id);
             if !keep {
-                self.target.remove_subsystem(&o.nqn);
+                self.unserve(o);
+            }
+            keep
+        });
+        st.paths.retain(|id, p| {
+            let keep = present.contains(id);
+            if !keep {
+                self.target.remove_this_subsystem(&p.sub);
             }
             keep
         });
@@ -746,7 +773,76 @@ impl ClusterNode {
         self.keep_replica(st, rec, &placed, token_of(owner_kv.as_ref()).as_ref(), nodes, released).await?;
         let owner = self.owner_of(st, rec, &keys, owner_kv).await?;
         let decision = self.decide_for(st, rec, &placed, owner.as_ref(), nodes);
-        self.carry_out(st, rec, &keys, placed, owner, decision, nodes, remote).await;
+        let owner_node = owner.as_ref().map(|t| t.node);
+        self.carry_out(st, rec, &keys, placed, owner, decision, nodes).await;
+        self.keep_path(st, rec, owner_node, nodes, remote)
+    }
+
+    /// Stops serving owned volume `o` to hosts and to the other nodes'
+    /// paths.
+    fn unserve(&self, o: &Owned) {
+        self.target.remove_subsystem(&o.nqn);
+        if let Ok(nsid) = u32::try_from(o.id)
+            && self.proxy.namespace(nsid).is_some_and(|ns| same_volume(&ns.device, &o.vol))
+        {
+            let _ = self.proxy.remove_namespace(nsid);
+        }
+    }
+
+    /// Serves volume `rec` as a path to its owner (`owner`, when known)
+    /// unless this node owns it or is opening it (see [`paths`]), and
+    /// lists every other live node's port for it in discovery.
+    fn keep_path(
+        &self,
+        st: &mut State,
+        rec: &VolumeRecord,
+        owner: Option<NodeId>,
+        nodes: &BTreeMap<NodeId, NodeRecord>,
+        remote: &mut Vec<RemoteSubsystem>,
+    ) -> anyhow::Result<()> {
+        for n in nodes.values().filter(|n| n.id != self.me.id) {
+            remote.push(RemoteSubsystem {
+                nqn: rec.nqn.clone(),
+                addr: n.listen,
+                allowed_hosts: rec.allowed_hosts.clone(),
+            });
+        }
+        if st.owned.contains_key(&rec.id) || st.opening.contains(&rec.id) {
+            if let Some(p) = st.paths.remove(&rec.id) {
+                self.target.remove_this_subsystem(&p.sub);
+            }
+            return Ok(());
+        }
+        let path = match st.paths.get(&rec.id) {
+            Some(p) => p,
+            None => {
+                let geometry = strata_block::Geometry {
+                    block_size: rec.block_size,
+                    num_blocks: rec.size_bytes / u64::from(rec.block_size),
+                };
+                let nsid = u32::try_from(rec.id).context("volume id beyond the proxy's NSIDs")?;
+                let forward = paths::Forward::new(geometry, nsid, self.host_cfg.clone());
+                let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
+                sub.set_ana_state(AnaState::Change);
+                let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
+                sub.add_namespace(Namespace::new(rec.nsid, ids, forward.clone()))?;
+                // A subsystem of that NQN still here (an owner's, being
+                // stopped) stays until it goes; the next pass adds this.
+                self.target.add_subsystem(sub.clone())?;
+                tracing::info!(volume = %rec.name, "serving the volume as a path to its owner");
+                st.paths.entry(rec.id).or_insert(Path { sub, forward })
+            }
+        };
+        if path.sub.allowed_hosts() != rec.allowed_hosts {
+            path.sub.set_allowed_hosts(rec.allowed_hosts.clone());
+        }
+        let aim = owner
+            .filter(|&o| o != self.me.id)
+            .and_then(|o| nodes.get(&o))
+            .map(|n| paths::Aim { addr: n.fabric, nqn: paths::proxy_nqn(&n.name) });
+        let state = if aim.is_some() { AnaState::NonOptimized } else { AnaState::Change };
+        path.forward.aim(aim);
+        path.sub.set_ana_state(state);
         Ok(())
     }
 
@@ -802,7 +898,7 @@ impl ClusterNode {
             && let Some(o) = st.owned.remove(&rec.id)
         {
             tracing::warn!(volume = %rec.name, owner = ?view.owner, "no longer the owner: not serving the volume");
-            self.target.remove_subsystem(&o.nqn);
+            self.unserve(&o);
             view.serving = None;
         }
         let mut decision = decide(&view);
@@ -833,7 +929,6 @@ impl ClusterNode {
         owner: Option<OwnerToken>,
         decision: Decision,
         nodes: &BTreeMap<NodeId, NodeRecord>,
-        remote: &mut Vec<RemoteSubsystem>,
     ) {
         let Placed { state, protection, layout, holders, recorded, recorded_holders, next } = p;
         match (decision, owner) {
@@ -844,7 +939,7 @@ impl ClusterNode {
                 // key up so that a holder takes it over (and recovers it)
                 // once it can.
                 if let Some(o) = st.owned.remove(&rec.id) {
-                    self.target.remove_subsystem(&o.nqn);
+                    self.unserve(&o);
                 }
                 if short {
                     tracing::error!(volume = %rec.name,
@@ -860,7 +955,7 @@ impl ClusterNode {
             // new owner.
             (Decision::HandOver, Some(t)) => {
                 if let Some(o) = st.owned.remove(&rec.id) {
-                    self.target.remove_subsystem(&o.nqn);
+                    self.unserve(&o);
                     tracing::info!(volume = %rec.name, "this node holds none of the volume: handing it to a holder");
                     let (this, rec, keys) = (self.clone(), rec.clone(), keys.clone());
                     tokio::spawn(async move { this.hand_over(&rec, &keys, &t, o.vol).await });
@@ -883,15 +978,6 @@ impl ClusterNode {
                         o.vol.interrupt_fill();
                     }
                     self.tend(rec.id, o, nodes, &state.in_sync, mv);
-                }
-            }
-            (Decision::Forward(node), _) => {
-                if let Some(n) = nodes.get(&node) {
-                    remote.push(RemoteSubsystem {
-                        nqn: rec.nqn.clone(),
-                        addr: n.listen,
-                        allowed_hosts: rec.allowed_hosts.clone(),
-                    });
                 }
             }
             (Decision::AwaitInSync, _) if st.waiting.insert(rec.id) => {
@@ -1005,6 +1091,12 @@ impl ClusterNode {
         let (rec, keys) = (claim.rec.clone(), claim.keys.clone());
         let (membership, token) = acquire(&self.etcd, &keys, rec.id, self.me.id, self.lease().id()).await?;
         tracing::info!(volume = %rec.name, epoch = membership.epoch, "took the volume over");
+        // The owner serves the volume itself: this node's path to the old
+        // owner goes (its hosts reconnect to the owner's subsystem here,
+        // and meanwhile go through the other nodes' paths).
+        if let Some(p) = st.paths.remove(&rec.id) {
+            self.target.remove_this_subsystem(&p.sub);
+        }
         let opening = match self.prepare_open(st, claim, membership, &token) {
             Ok(o) => o,
             Err(e) => {
@@ -1142,6 +1234,10 @@ impl ClusterNode {
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
         sub.add_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
         self.target.add_subsystem(sub.clone())?;
+        // The other nodes' paths forward to it here.
+        let proxy_nsid = u32::try_from(rec.id).context("volume id beyond the proxy's NSIDs")?;
+        let _ = self.proxy.remove_namespace(proxy_nsid);
+        self.proxy.add_namespace(Namespace::new(proxy_nsid, ids, vol.clone()))?;
         tracing::info!(volume = %rec.name, "serving the volume");
         // Fenced: the hosts' connections close at once, so that they look
         // for the new owner rather than get Namespace Not Ready until the
@@ -1156,7 +1252,14 @@ impl ClusterNode {
                 tracing::warn!(volume = %name, "fenced: not serving the volume; the hosts' connections are closed");
             }
         });
-        Ok(Owned { vol, kind, nqn: rec.nqn.clone(), resyncing: Arc::new(tokio::sync::Mutex::new(())), token })
+        Ok(Owned {
+            id: rec.id,
+            vol,
+            kind,
+            nqn: rec.nqn.clone(),
+            resyncing: Arc::new(tokio::sync::Mutex::new(())),
+            token,
+        })
     }
 
     /// Handles of the copies (`shards` false) or shards of `rec` that
@@ -1512,6 +1615,11 @@ fn holders_of(layout: &dyn Layout, rec: &VolumeRecord, protection: Protection) -
         set.extend(layout.replicas(c));
     }
     set
+}
+
+/// Whether `device` is `vol` (the same object behind two trait objects).
+fn same_volume(device: &Arc<dyn BlockDevice>, vol: &Arc<dyn PoolVolume>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(device), Arc::as_ptr(vol))
 }
 
 fn serial_for(nqn: &str) -> String {

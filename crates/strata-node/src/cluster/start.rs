@@ -19,6 +19,7 @@ use strata_pool::registry::{NodeClaim, NodeRecord, claim_node, join_map, registe
 use strata_store::Store;
 use strata_target::{PortRole, Subsystem, Target, TargetConfig};
 
+use super::paths::proxy_nqn;
 use super::{ClusterNode, ClusterParts, SettingsPatch, node_nqn};
 use crate::config::ServeConfig;
 use crate::identity::DirLock;
@@ -150,6 +151,9 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
     // first reconcile lists them all (never any host).
     let fabric_sub = Subsystem::internal(fabric_nqn(&name), format!("STRATAFAB{:011}", id.0), vec![node_nqn(&name)]);
     target.add_subsystem(fabric_sub.clone())?;
+    // The volumes this node owns, for the other nodes' paths to them.
+    let proxy_sub = Subsystem::internal(proxy_nqn(&name), format!("STRATAPRX{:011}", id.0), vec![node_nqn(&name)]);
+    target.add_subsystem(proxy_sub.clone())?;
     let fabric_port = target.listen(fabric, PortRole::Fabric).await?;
     for &a in &serve.listen {
         target.listen(a, PortRole::Io).await?;
@@ -201,6 +205,7 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
         store: store.clone(),
         target: target.clone(),
         fabric: fabric_sub,
+        proxy: proxy_sub,
         lease: keeper,
         discovery: serve.discovery.first().copied(),
         identity,

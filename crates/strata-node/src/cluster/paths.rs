@@ -1,0 +1,237 @@
+//! Every node is a path to every pool volume (ANA multipath).
+//!
+//! The owner serves a volume itself (ANA optimized). Every other node
+//! serves it too, under the same subsystem NQN, serial, model, NSID and
+//! namespace identifiers, so that a multipath host (Linux native
+//! multipath, SPDK's bdev_nvme) merges the paths into one device: such a
+//! *path* forwards each command to the owner over the fabric and reports
+//! ANA non-optimized. The owner lists the volumes it serves on its *proxy*
+//! subsystem (internal, fabric listener only, the cluster's nodes as its
+//! only hosts, NSID = volume id), which is what a path connects to.
+//!
+//! # States
+//!
+//! | this node | ANA state of its path | I/O |
+//! |---|---|---|
+//! | owner | optimized | served here |
+//! | another node owns it | non-optimized | forwarded to the owner |
+//! | no owner known (a takeover under way) | change | ANA Transition |
+//!
+//! A forwarded command that cannot reach the owner (it died, it was
+//! fenced, its proxy no longer lists the volume) fails with
+//! [`BlockError::PathUnavailable`], which the target answers with ANA
+//! Transition: a path error, which makes the host retry the command on
+//! another path instead of failing it. Nothing a path forwards can be
+//! stale: the owner serves it through its fenced volume, and a deposed
+//! owner's proxy refuses it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf};
+use strata_host::{HostConfig, RemoteNamespace};
+
+/// The NQN of `node_name`'s proxy subsystem (see the module docs).
+pub fn proxy_nqn(node_name: &str) -> String {
+    format!("nqn.2026-11.io.strata:proxy:{node_name}")
+}
+
+/// How long a forwarded command may take before the path gives up on it
+/// and answers ANA Transition: well inside the 30 s a Linux host waits for
+/// an I/O, so that the host retries elsewhere rather than aborts.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a path tries to connect to the owner's proxy.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where a path forwards to: the owner's fabric address and proxy NQN.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aim {
+    /// The owner's fabric listener.
+    pub addr: SocketAddr,
+    /// The owner's proxy subsystem.
+    pub nqn: String,
+}
+
+/// A path's device: forwards every command to the volume's owner (see
+/// the module docs). Aimed by the reconcile pass; connects on first use
+/// and after every failure.
+pub struct Forward {
+    geometry: Geometry,
+    /// The volume's NSID on the owner's proxy: its id.
+    nsid: u32,
+    host: HostConfig,
+    aim: Mutex<Option<(Aim, Option<Arc<RemoteNamespace>>)>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forward").field("nsid", &self.nsid).field("aim", &self.aimed()).finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> BlockError {
+    BlockError::PathUnavailable(e.to_string())
+}
+
+impl Forward {
+    /// A path to volume `nsid` of `geometry`, connecting as `host`;
+    /// aimed nowhere yet.
+    pub fn new(geometry: Geometry, nsid: u32, host: HostConfig) -> Arc<Forward> {
+        Arc::new(Forward { geometry, nsid, host, aim: Mutex::new(None), connecting: tokio::sync::Mutex::new(()) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Aim, Option<Arc<RemoteNamespace>>)>> {
+        self.aim.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where it forwards to now.
+    pub fn aimed(&self) -> Option<Aim> {
+        self.lock().as_ref().map(|(a, _)| a.clone())
+    }
+
+    /// Forwards to `aim` from now on (`None`: nowhere, every command is a
+    /// path error); a new aim drops the connection to the old one.
+    pub fn aim(&self, aim: Option<Aim>) {
+        let mut cur = self.lock();
+        if cur.as_ref().map(|(a, _)| a) != aim.as_ref() {
+            *cur = aim.map(|a| (a, None));
+        }
+    }
+
+    /// The connection to the owner's namespace, made if there is none.
+    async fn remote(&self) -> Result<Arc<RemoteNamespace>, BlockError> {
+        let aim = match &*self.lock() {
+            None => return Err(unavailable("no owner known")),
+            Some((_, Some(ns))) => return Ok(ns.clone()),
+            Some((aim, None)) => aim.clone(),
+        };
+        let _one = self.connecting.lock().await;
+        if let Some((a, Some(ns))) = &*self.lock()
+            && *a == aim
+        {
+            return Ok(ns.clone());
+        }
+        let connect = RemoteNamespace::connect_direct(aim.addr, &aim.nqn, Some(self.nsid), &self.host);
+        let ns = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .map_err(|_| unavailable(format!("connecting to the owner at {} timed out", aim.addr)))?
+            .map_err(|e| unavailable(format!("the owner at {}: {e}", aim.addr)))?;
+        if ns.geometry() != self.geometry {
+            return Err(unavailable(format!(
+                "the owner at {} serves {:?}, not the volume's {:?}",
+                aim.addr,
+                ns.geometry(),
+                self.geometry
+            )));
+        }
+        ns.set_command_timeout(FORWARD_TIMEOUT);
+        let mut cur = self.lock();
+        match &mut *cur {
+            Some((a, slot)) if *a == aim => {
+                *slot = Some(ns.clone());
+                Ok(ns)
+            }
+            // Aimed elsewhere meanwhile: this command still goes where it
+            // was sent; the next one connects to the new aim.
+            _ => Ok(ns),
+        }
+    }
+
+    /// Drops `ns` as the connection, after a failure on it: the next
+    /// command connects again (the owner may have restarted, or moved).
+    fn retire(&self, ns: &Arc<RemoteNamespace>) {
+        if let Some((_, slot)) = &mut *self.lock()
+            && slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, ns))
+        {
+            *slot = None;
+        }
+    }
+
+    /// `e` from the owner as this path's answer: a bad request stays
+    /// what it is, anything else is a path error (the owner's own path
+    /// gives the host the real status, if there is one).
+    fn judge(&self, ns: &Arc<RemoteNamespace>, e: BlockError) -> BlockError {
+        match e {
+            BlockError::OutOfRange { .. } | BlockError::BadBuffer { .. } => e,
+            e => {
+                self.retire(ns);
+                unavailable(format!("forwarding to the owner: {e}"))
+            }
+        }
+    }
+
+    /// Forwards a read or write of `buf` at `lba` (`op`), after the
+    /// local range check; the buffer comes back whatever happens.
+    async fn with_buf<F, Fut>(&self, lba: u64, buf: IoBuf, op: F) -> (IoBuf, Result<(), BlockError>)
+    where
+        F: FnOnce(Arc<RemoteNamespace>, IoBuf) -> Fut,
+        Fut: std::future::Future<Output = (IoBuf, Result<(), BlockError>)>,
+    {
+        if let Err(e) = self.check(lba, buf.len() as u64) {
+            return (buf, Err(e));
+        }
+        let ns = match self.remote().await {
+            Ok(ns) => ns,
+            Err(e) => return (buf, Err(e)),
+        };
+        let (buf, r) = op(ns.clone(), buf).await;
+        (buf, r.map_err(|e| self.judge(&ns, e)))
+    }
+
+    fn check(&self, lba: u64, len: u64) -> Result<(), BlockError> {
+        let bs = u64::from(self.geometry.block_size);
+        if !len.is_multiple_of(bs) {
+            return Err(BlockError::BadBuffer { len: len as usize, expected: len / bs * bs });
+        }
+        let blocks = len / bs;
+        if lba.checked_add(blocks).is_none_or(|end| end > self.geometry.num_blocks) {
+            return Err(BlockError::OutOfRange { lba, blocks, num_blocks: self.geometry.num_blocks });
+        }
+        Ok(())
+    }
+}
+
+impl BlockDevice for Forward {
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn usage(&self) -> DeviceUsage {
+        // The owner accounts for the space; a path only knows the size.
+        DeviceUsage { provisioned_bytes: self.geometry.size_bytes(), allocated_bytes: 0 }
+    }
+
+    fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        Box::pin(self.with_buf(lba, buf, move |ns, buf| async move { ns.read(lba, buf).await }))
+    }
+
+    fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        Box::pin(self.with_buf(lba, buf, move |ns, buf| async move { ns.write(lba, buf, fua).await }))
+    }
+
+    fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(async move {
+            let len = blocks.saturating_mul(u64::from(self.geometry.block_size));
+            self.check(lba, len)?;
+            let ns = self.remote().await?;
+            ns.write_zeroes(lba, blocks, deallocate).await.map_err(|e| self.judge(&ns, e))
+        })
+    }
+
+    fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(async move {
+            let ns = self.remote().await?;
+            ns.deallocate(ranges).await.map_err(|e| self.judge(&ns, e))
+        })
+    }
+
+    fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
+        Box::pin(async move {
+            let ns = self.remote().await?;
+            ns.flush().await.map_err(|e| self.judge(&ns, e))
+        })
+    }
+}
