@@ -122,6 +122,8 @@ fn an_erasure_coded_volume_survives_drains_m_plus_one_kills_and_etcd_outages_wit
     assert!(holders(&v).contains(&drained_id), "the undrained node lost its shards: {v}");
     load_runs(&ctx, Duration::from_secs(2), "after the undrain");
     step("step 3 done: refused drain, drain, undrain");
+    checked_while_loaded(&nodes, VOLUME, "after the drain and undrain");
+    step("checked: after the drain and undrain");
 
     // 4. M + 1 shard holders killed: the volume stops with K still in
     // sync, and serves again once they are back. Unflushed writes may be
@@ -159,6 +161,8 @@ fn an_erasure_coded_volume_survives_drains_m_plus_one_kills_and_etcd_outages_wit
     ctx.set_disrupted(false);
     load_runs(&ctx, Duration::from_secs(3), "after the three came back");
     step("step 4 done: M+1 kills and their return");
+    checked_while_loaded(&nodes, VOLUME, "after the M+1 kills");
+    step("checked: after the M+1 kills");
 
     // 5. etcd killed for 30 s: the owner goes on serving, no host sees an
     // I/O error (the oracle fails the run on any).
@@ -190,6 +194,8 @@ fn an_erasure_coded_volume_survives_drains_m_plus_one_kills_and_etcd_outages_wit
     });
     assert!(ctx.snapshot().is_clean(), "a host saw an error while etcd was frozen:\n{}", ctx.snapshot().summary());
     step("step 6 done: etcd SIGSTOP for 10 s");
+    checked_while_loaded(&nodes, VOLUME, "after the etcd outages");
+    step("checked: after the etcd outages");
 
     // 1b. A holder restarted with other labels is refused (it would move
     // to another failure domain, and its data with it); with its own
@@ -226,4 +232,13 @@ fn an_erasure_coded_volume_survives_drains_m_plus_one_kills_and_etcd_outages_wit
     let owner = owner_index(VOLUME, &nodes, watcher);
     check_clean(&nodes, (0..NODES).find(|&i| i != owner).unwrap(), VOLUME, 256 << 20);
     step("checked: every stripe one codeword");
+}
+
+/// Every stripe one codeword after a fault, with the hosts still writing
+/// (the check reads each run under its stripes' locks): a stale strip is
+/// caught at the step that left it, not only at the end.
+fn checked_while_loaded(nodes: &[NodeProc], volume: &str, after: &str) {
+    let owner = owner_index(volume, nodes, 0);
+    eprintln!("checking every stripe {after}");
+    check_clean(nodes, (0..nodes.len()).find(|&i| i != owner).unwrap(), volume, 256 << 20);
 }
