@@ -62,5 +62,7 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     VM_TIMEOUT=1500 tests/vm/run.sh cluster-ec-kernel.sh
     step "kernel initiator in a VM (Debian trixie, Linux 6.12)"
     tests/vm/run.sh kernel-initiator.sh --suite trixie
+    step "Linux native multipath against a three-node cluster (every node a path, kill -9 of the owner, failback; trixie)"
+    VM_TIMEOUT=1500 tests/vm/run.sh cluster-multipath.sh --suite trixie
 fi
 step "all tests passed"

@@ -214,6 +214,10 @@ job_args() { # job_args REGION DEV
     B128k) echo "${common[@]}" --rw=write --bs=128k --iodepth=8 --size=16m --offset=136m ;;
     C4k) echo "${common[@]}" --rw=randwrite --bs=4k --iodepth=16 --numjobs=2 --size=2m --offset=192m --offset_increment=2m ;;
     C128k) echo "${common[@]}" --rw=write --bs=128k --iodepth=8 --size=16m --offset=200m ;;
+    # Multipath (SCENARIO=multipath): M through the owner's kill, capped at
+    # 2 MiB/s so that it lasts 20 s, past the takeover; F after failback.
+    M128k) echo "${common[@]}" --rw=randwrite --bs=128k --iodepth=8 --size=40m --offset=256m --rate=,2m ;;
+    F4k) echo "${common[@]}" --rw=randwrite --bs=4k --iodepth=16 --numjobs=2 --size=2m --offset=320m --offset_increment=2m ;;
     esac
 }
 WRITTEN=" "                  # the regions whose write + verify passed
@@ -345,6 +349,118 @@ if pdev=$(connect 127.0.0.1 "$(listen_port "$k")" "$NQN"); then
 else
     fail "the kernel connects to n$k's path to $VOL"
 fi
+
+# ------------------------------- multipath (tests/vm/cluster-multipath.sh)
+
+# The ANA states the kernel holds for the volume's paths whose controller
+# is live (a dead one keeps its last state), sorted, on one line.
+live_path_states() {
+    local p c
+    for p in /sys/block/nvme*c*n1; do
+        [ -e "$p/ana_state" ] || continue
+        c=${p##*/}
+        c=${c#nvme*c}
+        c=nvme${c%n1}
+        [ "$(cat "/sys/class/nvme/$c/state" 2>/dev/null)" = live ] && cat "$p/ana_state"
+    done | sort | tr '\n' ' '
+}
+cond_live_paths() { [ "$(live_path_states)" = "$1" ]; }
+uptime_ms() { # milliseconds since boot, to 10 ms (/proc/uptime)
+    local u
+    read -r u _ </proc/uptime
+    echo $((10#${u/./} * 10))
+}
+# A QD 1 probe: 4 KiB direct writes in a loop at 300 MiB (its own blocks),
+# recording the longest gap between two completions and the writes that
+# failed, in $LOGS/probe.out ("MAX_MS ERRORS").
+probe_start() {
+    rm -f "$LOGS/probe.stop"
+    (
+        max=0 errs=0 last=$(uptime_ms)
+        while [ ! -e "$LOGS/probe.stop" ]; do
+            dd if=/dev/zero of="$1" bs=4k count=1 seek=$((76800 + RANDOM % 256)) oflag=direct conv=notrunc \
+                status=none 2>>"$LOGS/probe.err" || errs=$((errs + 1))
+            now=$(uptime_ms)
+            gap=$((now - last))
+            last=$now
+            [ "$gap" -le "$max" ] || max=$gap
+            echo "$max $errs" >"$LOGS/probe.out"
+        done
+    ) &
+    PROBE_PID=$!
+}
+probe_stop() { # sets PROBE_MAX (ms) and PROBE_ERRS
+    touch "$LOGS/probe.stop"
+    wait "$PROBE_PID" 2>/dev/null || true
+    read -r PROBE_MAX PROBE_ERRS <"$LOGS/probe.out" || { PROBE_MAX=?; PROBE_ERRS=?; }
+}
+# The node index of the owner as node i sees it, other than $2.
+cond_owner_not() { local o; o=$(owner_index "$1") && [ "$o" != "$2" ]; }
+
+multipath_scenario() {
+    local dev="" rc new other
+    log "nvme connect-all through non-owner n$k's discovery port: one connection per path"
+    nvme connect-all -t tcp -a 127.0.0.1 -s "$(disc_port "$k")" --reconnect-delay=1 --ctrl-loss-tmo=120 >&2 || true
+    for _ in $(seq 100); do
+        dev=$(_nvmf_find_ns "$NQN") && break
+        sleep 0.1
+    done
+    [ -n "$dev" ] || die "no device for $VOL after connect-all"
+    nvme list-subsys >&2 || true
+    check "connect-all: one device with a path through each node" test "$(ls -d /sys/block/nvme*c*n1 | wc -l)" = 3
+    check "ANA: one optimized path (the owner n$own), two non-optimized" \
+        wait_until 20 "the paths' ANA states" cond_live_paths "non-optimized non-optimized optimized "
+    check "multipath: fio 4k randwrite + verify, every path up" fio_write A4k "$dev"
+
+    log "fio 128k random writes through the multipath device; kill -9 the owner n$own while they run"
+    probe_start "$dev"
+    fio_write M128k "$dev" >"$LOGS/fio-M.out" 2>&1 &
+    fio_pid=$!
+    sleep 3
+    kill9_node "$own"
+    rc=0
+    wait "$fio_pid" || rc=$?
+    cat "$LOGS/fio-M.out" >&2
+    grep -E '^write-M128k ' "$LOGS/fio-M.out" >"$LOGS/fio-M.summary" || true
+    while IFS= read -r l; do SUMMARY+=("$l"); done <"$LOGS/fio-M.summary"
+    check "fio 128k randwrite + verify through the kill -9 of the owner: no I/O error" test "$rc" = 0
+    [ "$rc" != 0 ] || WRITTEN+="M128k "
+    probe_stop
+    log "QD 1 probe through the owner's kill: longest pause ${PROBE_MAX} ms, ${PROBE_ERRS} failed writes"
+    SUMMARY+=("probe owner-kill-9 longest_pause_ms=$PROBE_MAX failed_writes=$PROBE_ERRS")
+    check "the QD 1 probe: no failed write through the owner's kill" test "$PROBE_ERRS" = 0
+    check "a survivor owns $VOL" wait_until 60 "a new owner" cond_owner_not "$k" "$own"
+    new=$(owner_index "$k" || true)
+    log "new owner: n$new"
+    check "ANA after the takeover: the survivors' paths, one optimized, one non-optimized" \
+        wait_until 60 "the survivors' paths" cond_live_paths "non-optimized optimized "
+    reverify_all "$dev" after-owner-kill A4k M128k
+
+    log "the old owner n$own comes back: a non-optimized path again (failback)"
+    probe_start "$dev"
+    start_node "$own"
+    check "n$own's path is back, non-optimized" \
+        wait_until 120 "n$own's path" cond_live_paths "non-optimized non-optimized optimized "
+    check "failback: fio 4k randwrite + verify with every path up" fio_write F4k "$dev"
+    probe_stop
+    log "QD 1 probe through the failback: longest pause ${PROBE_MAX} ms, ${PROBE_ERRS} failed writes"
+    SUMMARY+=("probe failback longest_pause_ms=$PROBE_MAX failed_writes=$PROBE_ERRS")
+    check "the QD 1 probe: no failed write through the failback" test "$PROBE_ERRS" = 0
+    reverify_all "$dev" after-failback A4k M128k F4k
+    check "nvme flush through the multipath device" nvme flush "$dev"
+    disconnect_all || true
+    log "stopping the cluster"
+    for other in 1 2 3; do
+        [ -n "${PID[other]:-}" ] || continue
+        kill -TERM "${PID[other]}" 2>/dev/null || true
+        wait "${PID[other]}" 2>/dev/null || true
+    done
+    kill -TERM "$ETCD_PID" 2>/dev/null || true
+    wait "$ETCD_PID" 2>/dev/null || true
+    print_summary
+    exit "$FAILED"
+}
+[ "${SCENARIO:-}" != multipath ] || multipath_scenario
 
 # ctrl-loss-tmo bounds how long the kernel keeps retrying a lost owner; the
 # owner stays up until the last step, where the host is disconnected.

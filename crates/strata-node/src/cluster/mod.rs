@@ -824,6 +824,7 @@ impl ClusterNode {
                 let forward = paths::Forward::new(geometry, nsid, self.host_cfg.clone());
                 let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
                 sub.set_ana_state(AnaState::Change);
+                forward.serves_in(&sub);
                 let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
                 sub.add_namespace(Namespace::new(rec.nsid, ids, forward.clone()))?;
                 // A subsystem of that NQN still here (an owner's, being
@@ -840,8 +841,14 @@ impl ClusterNode {
             .filter(|&o| o != self.me.id)
             .and_then(|o| nodes.get(&o))
             .map(|n| paths::Aim { addr: n.fabric, nqn: paths::proxy_nqn(&n.name) });
-        let state = if aim.is_some() { AnaState::NonOptimized } else { AnaState::Change };
+        let known = aim.is_some();
         path.forward.aim(aim);
+        // A path that lost the owner stays in change until a probe
+        // reaches it again (or the owner changes).
+        let state = if known && !path.forward.failing() { AnaState::NonOptimized } else { AnaState::Change };
+        if known && path.forward.failing() {
+            tokio::spawn(path.forward.clone().probe());
+        }
         path.sub.set_ana_state(state);
         Ok(())
     }

@@ -16,6 +16,7 @@
 //! | owner | optimized | served here |
 //! | another node owns it | non-optimized | forwarded to the owner |
 //! | no owner known (a takeover under way) | change | ANA Transition |
+//! | the owner did not answer the last command | change | ANA Transition |
 //!
 //! A forwarded command that cannot reach the owner (it died, it was
 //! fenced, its proxy no longer lists the volume) fails with
@@ -26,11 +27,13 @@
 //! owner's proxy refuses it.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf};
 use strata_host::{HostConfig, RemoteNamespace};
+use strata_target::{AnaState, Subsystem};
 
 /// The NQN of `node_name`'s proxy subsystem (see the module docs).
 pub fn proxy_nqn(node_name: &str) -> String {
@@ -64,6 +67,13 @@ pub struct Forward {
     host: HostConfig,
     aim: Mutex<Option<(Aim, Option<Arc<RemoteNamespace>>)>>,
     connecting: tokio::sync::Mutex<()>,
+    /// The path's subsystem, whose ANA state a lost owner turns to
+    /// change at once (see [`Forward::failing`]).
+    path: OnceLock<Weak<Subsystem>>,
+    /// Set when a command could not reach the current aim; cleared by a
+    /// new aim or a probe that reaches it again.
+    failing: AtomicBool,
+    probing: AtomicBool,
 }
 
 impl std::fmt::Debug for Forward {
@@ -71,6 +81,9 @@ impl std::fmt::Debug for Forward {
         f.debug_struct("Forward").field("nsid", &self.nsid).field("aim", &self.aimed()).finish_non_exhaustive()
     }
 }
+
+/// Why a path with no aim refuses a command.
+const NO_OWNER: &str = "no owner known";
 
 fn unavailable(e: impl std::fmt::Display) -> BlockError {
     BlockError::PathUnavailable(e.to_string())
@@ -80,7 +93,60 @@ impl Forward {
     /// A path to volume `nsid` of `geometry`, connecting as `host`;
     /// aimed nowhere yet.
     pub fn new(geometry: Geometry, nsid: u32, host: HostConfig) -> Arc<Forward> {
-        Arc::new(Forward { geometry, nsid, host, aim: Mutex::new(None), connecting: tokio::sync::Mutex::new(()) })
+        Arc::new(Forward {
+            geometry,
+            nsid,
+            host,
+            aim: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            path: OnceLock::new(),
+            failing: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+        })
+    }
+
+    /// The path subsystem this device serves in: its ANA state turns to
+    /// change as soon as a command cannot reach the owner.
+    pub fn serves_in(&self, sub: &Arc<Subsystem>) {
+        let _ = self.path.set(Arc::downgrade(sub));
+    }
+
+    /// True while the owner it is aimed at did not answer the last
+    /// command (or connect) and no probe has reached it since. The path
+    /// then reports ANA change, not non-optimized: a multipath host stops
+    /// sending there (Linux queues the I/O, or sends it down another path)
+    /// instead of retrying a dead owner through it as fast as it can.
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::Acquire)
+    }
+
+    /// A command could not reach the owner: the path goes to ANA change
+    /// until a probe or a new aim says otherwise.
+    fn lost(&self, why: &BlockError) {
+        if self.failing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::warn!(nsid = self.nsid, aim = ?self.aimed(), error = %why, "a path lost the volume's owner: ANA change");
+        if let Some(sub) = self.path.get().and_then(Weak::upgrade) {
+            sub.set_ana_state(AnaState::Change);
+        }
+    }
+
+    /// Tries to reach the owner again (one probe at a time); when it
+    /// does, the path serves again (non-optimized).
+    pub async fn probe(self: Arc<Self>) {
+        if self.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let aim = self.aimed();
+        if aim.is_some() && self.remote().await.is_ok() && self.aimed() == aim {
+            self.failing.store(false, Ordering::Release);
+            if let Some(sub) = self.path.get().and_then(Weak::upgrade) {
+                sub.set_ana_state(AnaState::NonOptimized);
+            }
+            tracing::info!(nsid = self.nsid, ?aim, "a path reaches the volume's owner again");
+        }
+        self.probing.store(false, Ordering::Release);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Aim, Option<Arc<RemoteNamespace>>)>> {
@@ -98,13 +164,23 @@ impl Forward {
         let mut cur = self.lock();
         if cur.as_ref().map(|(a, _)| a) != aim.as_ref() {
             *cur = aim.map(|a| (a, None));
+            self.failing.store(false, Ordering::Release);
         }
     }
 
-    /// The connection to the owner's namespace, made if there is none.
+    /// The connection to the owner's namespace, made if there is none;
+    /// a failure to make it marks the path [failing](Self::failing).
     async fn remote(&self) -> Result<Arc<RemoteNamespace>, BlockError> {
+        self.connected().await.inspect_err(|e| {
+            if !matches!(e, BlockError::PathUnavailable(why) if why == NO_OWNER) {
+                self.lost(e);
+            }
+        })
+    }
+
+    async fn connected(&self) -> Result<Arc<RemoteNamespace>, BlockError> {
         let aim = match &*self.lock() {
-            None => return Err(unavailable("no owner known")),
+            None => return Err(unavailable(NO_OWNER)),
             Some((_, Some(ns))) => return Ok(ns.clone()),
             Some((aim, None)) => aim.clone(),
         };
@@ -158,7 +234,9 @@ impl Forward {
             BlockError::OutOfRange { .. } | BlockError::BadBuffer { .. } => e,
             e => {
                 self.retire(ns);
-                unavailable(format!("forwarding to the owner: {e}"))
+                let e = unavailable(format!("forwarding to the owner: {e}"));
+                self.lost(&e);
+                e
             }
         }
     }
