@@ -218,6 +218,8 @@ job_args() { # job_args REGION DEV
     # 2 MiB/s so that it lasts 20 s, past the takeover; F after failback.
     M128k) echo "${common[@]}" --rw=randwrite --bs=128k --iodepth=8 --size=40m --offset=256m --rate=,2m ;;
     F4k) echo "${common[@]}" --rw=randwrite --bs=4k --iodepth=16 --numjobs=2 --size=2m --offset=320m --offset_increment=2m ;;
+    # Through a SIGSTOP of the owner past its lease: 80 MiB at 2 MiB/s.
+    S128k) echo "${common[@]}" --rw=randwrite --bs=128k --iodepth=8 --size=80m --offset=384m --rate=,2m ;;
     esac
 }
 WRITTEN=" "                  # the regions whose write + verify passed
@@ -394,7 +396,7 @@ probe_stop() { # sets PROBE_MAX (ms) and PROBE_ERRS
     wait "$PROBE_PID" 2>/dev/null || true
     read -r PROBE_MAX PROBE_ERRS <"$LOGS/probe.out" || { PROBE_MAX=?; PROBE_ERRS=?; }
 }
-# The node index of the owner as node i sees it, other than $2.
+# Node i sees an owner other than node j.
 cond_owner_not() { local o; o=$(owner_index "$1") && [ "$o" != "$2" ]; }
 
 multipath_scenario() {
@@ -447,6 +449,39 @@ multipath_scenario() {
     SUMMARY+=("probe failback longest_pause_ms=$PROBE_MAX failed_writes=$PROBE_ERRS")
     check "the QD 1 probe: no failed write through the failback" test "$PROBE_ERRS" = 0
     reverify_all "$dev" after-failback A4k M128k F4k
+
+    # A frozen owner (SIGSTOP) past its lease: another node takes over
+    # and fences the replicas; the frozen one wakes to find itself
+    # deposed and serves nothing (its writes are refused by the fence).
+    local frozen watcher
+    frozen=$(owner_index "$own" || true)
+    watcher=$own
+    [ "$watcher" != "$frozen" ] || watcher=$k
+    log "SIGSTOP the owner n$frozen past its lease while fio writes; then SIGCONT"
+    probe_start "$dev"
+    fio_write S128k "$dev" >"$LOGS/fio-S.out" 2>&1 &
+    fio_pid=$!
+    sleep 3
+    kill -STOP "${PID[frozen]}"
+    check "another node takes $VOL over from the frozen n$frozen" \
+        wait_until 90 "a new owner" cond_owner_not "$watcher" "$frozen"
+    sleep 5
+    kill -CONT "${PID[frozen]}"
+    rc=0
+    wait "$fio_pid" || rc=$?
+    cat "$LOGS/fio-S.out" >&2
+    grep -E '^write-S128k ' "$LOGS/fio-S.out" >"$LOGS/fio-S.summary" || true
+    while IFS= read -r l; do SUMMARY+=("$l"); done <"$LOGS/fio-S.summary"
+    check "fio 128k randwrite + verify through a SIGSTOP of the owner: no I/O error" test "$rc" = 0
+    [ "$rc" != 0 ] || WRITTEN+="S128k "
+    probe_stop
+    log "QD 1 probe through the owner's freeze: longest pause ${PROBE_MAX} ms, ${PROBE_ERRS} failed writes"
+    SUMMARY+=("probe owner-sigstop longest_pause_ms=$PROBE_MAX failed_writes=$PROBE_ERRS")
+    check "the QD 1 probe: no failed write through the owner's freeze" test "$PROBE_ERRS" = 0
+    check "the woken n$frozen is a non-optimized path again, one owner" \
+        wait_until 120 "every path back" cond_live_paths "non-optimized non-optimized optimized "
+    check "the woken n$frozen agrees it does not own $VOL" cond_owner_not "$frozen" "$frozen"
+    reverify_all "$dev" after-sigstop A4k M128k F4k S128k
     check "nvme flush through the multipath device" nvme flush "$dev"
     disconnect_all || true
     log "stopping the cluster"

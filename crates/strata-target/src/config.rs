@@ -70,6 +70,14 @@ pub struct TargetConfig {
     /// showed it. Internal (fabric) and discovery controllers take from
     /// all of [`CNTLIDS`]. Clamped to [`CNTLIDS`]. Default: all of them.
     pub cntlids: std::ops::RangeInclusive<u16>,
+    /// Whether a Connect to a host subsystem this target does not serve
+    /// *now* may be retried: refused with Connect Invalid Parameters
+    /// without Do Not Retry, so that a host reconnecting to a pool node
+    /// that restarts, or that is between serving a volume as a path and
+    /// as its owner, keeps trying (Linux deletes a controller whose
+    /// reconnect is refused with DNR). A first connect fails either way.
+    /// Default: false (DNR, as Linux nvmet answers).
+    pub retry_unknown_subsystems: bool,
 }
 
 impl TargetConfig {
@@ -97,6 +105,7 @@ impl Default for TargetConfig {
             io_buffer_budget: 1 << 30,
             drain_timeout: std::time::Duration::from_secs(30),
             cntlids: CNTLIDS,
+            retry_unknown_subsystems: false,
         }
     }
 }

@@ -432,6 +432,11 @@ impl TargetInner {
                     return Err(refuse(cqe, &"a host subsystem asked for on a fabric port"));
                 }
                 // An internal subsystem does not exist for hosts.
+                (PortRole::Io, None) if self.config.retry_unknown_subsystems => {
+                    let mut cqe = invalid_param(cid, true, CONNECT_SUBNQN_OFFSET);
+                    cqe.status = Status::CONNECT_INVALID_PARAMETERS;
+                    return Err(refuse(cqe, &"no such subsystem here now (retryable)"));
+                }
                 (_, _) => return Err(refuse(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET), &"no such subsystem")),
             };
             if !sub.host_allowed(&d.hostnqn) {

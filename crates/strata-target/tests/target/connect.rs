@@ -151,3 +151,28 @@ async fn controller_ids_come_from_the_targets_range_and_repeat_only_across_subsy
         ctrl.disconnect().await.unwrap();
     }
 }
+
+/// An unknown subsystem is refused with Do Not Retry, as Linux nvmet
+/// does; a pool node, whose volumes' subsystems come and go with
+/// ownership, refuses it without (Linux 6.12 deletes a controller whose
+/// reconnect is refused with DNR, and a host reconnecting to a node that
+/// restarts would lose that path for good). Once the subsystem is there
+/// the same host connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_subsystem_is_refused_with_dnr_unless_the_target_says_retry() {
+    use strata_host::{Controller, HostConfig};
+    use strata_nvme::status::Status;
+    use strata_target::TargetConfig;
+    const LATER: &str = "nqn.2026-11.io.strata:itest-later";
+    let cfg = HostConfig::default();
+    for retry in [false, true] {
+        let fx = crate::common::start_with(TargetConfig { retry_unknown_subsystems: retry, ..TargetConfig::default() }, 16)
+            .await;
+        let err = Controller::connect(fx.io, LATER, &cfg).await.unwrap_err();
+        let status = err.status().expect("a Connect status");
+        assert_eq!(status.sc(), Status::CONNECT_INVALID_PARAMETERS.sc(), "{err}");
+        assert_eq!(status.is_dnr(), !retry, "retry={retry}: {err}");
+        fx.target.add_subsystem(Subsystem::new(LATER, "STRATAITEST03", vec![])).unwrap();
+        Controller::connect(fx.io, LATER, &cfg).await.expect("served now").disconnect().await.unwrap();
+    }
+}
