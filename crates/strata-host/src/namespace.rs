@@ -12,13 +12,16 @@
 //! a copy. Nothing is retried here: the caller decides (the KV
 //! store treats a failed read as a miss).
 //!
-//! A volume of a strata pool is served by its owner, which moves when a
-//! node fails. [`RemoteNamespace::connect_any`] takes several addresses
-//! (any I/O or discovery port of any node): each connect, the first one
-//! and every reconnect, asks them in turn where the subsystem is served
-//! now (discovery is served on every I/O port), then tries that address,
-//! the last one that worked, and the given ones. A reconnect checks that
-//! the namespace still has the size it had.
+//! A volume of a strata pool is owned by one node, which moves when a
+//! node fails, and every other node is a path to it that forwards to the
+//! owner (ANA non-optimized). [`RemoteNamespace::connect_any`] takes
+//! several addresses (any I/O or discovery port of any node): each
+//! connect, the first one and every reconnect, asks them in turn where
+//! the subsystem is served now (discovery is served on every I/O port),
+//! then tries those addresses, the last one that worked, and the given
+//! ones, keeping the first optimized path (else the first that
+//! connected). A reconnect checks that the namespace still has the size
+//! it had.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -296,18 +299,46 @@ async fn find(
     candidates.extend(last);
     candidates.extend_from_slice(seeds);
     let mut tried = Vec::new();
+    // The first path that is not optimized, kept in case none is.
+    let mut fallback: Option<(Controller, SocketAddr)> = None;
     for addr in candidates {
         if tried.contains(&addr) {
             continue;
         }
         tried.push(addr);
-        match tokio::time::timeout(limit, Controller::connect(addr, nqn, cfg)).await {
-            Ok(Ok(c)) => return Ok((c, addr)),
+        let connected = tokio::time::timeout(limit, async {
+            let c = Controller::connect(addr, nqn, cfg).await?;
+            let optimized = optimized(&c).await?;
+            Ok::<_, HostError>((c, optimized))
+        });
+        match connected.await {
+            Ok(Ok((c, true))) => {
+                if let Some((other, _)) = fallback {
+                    let _ = tokio::time::timeout(limit, other.disconnect()).await;
+                }
+                return Ok((c, addr));
+            }
+            Ok(Ok((c, false))) if fallback.is_none() => fallback = Some((c, addr)),
+            Ok(Ok((c, false))) => {
+                let _ = tokio::time::timeout(limit, c.disconnect()).await;
+            }
             Ok(Err(e)) => err = Some(e),
             Err(_) => err = Some(HostError::Timeout { what: "connect", after: limit }),
         }
     }
-    Err(err.unwrap_or_else(|| HostError::InvalidArgument(format!("no address leads to {nqn}"))))
+    fallback.ok_or_else(|| err.unwrap_or_else(|| HostError::InvalidArgument(format!("no address leads to {nqn}"))))
+}
+
+/// Whether `c` is an optimized path to its namespaces: every ANA group
+/// it reports is optimized, or it reports no ANA (one path). A strata
+/// pool serves each volume through every node, the owner's path
+/// optimized and the others forwarding to it.
+async fn optimized(c: &Controller) -> Result<bool, HostError> {
+    use strata_nvme::log_page::AnaState;
+    if c.identity().cmic & strata_nvme::identify::CMIC_ANA == 0 {
+        return Ok(true);
+    }
+    Ok(c.ana_log().await?.groups.iter().all(|g| g.state == AnaState::Optimized))
 }
 
 impl BlockDevice for RemoteNamespace {

@@ -166,8 +166,9 @@ async fn an_unknown_subsystem_is_refused_with_dnr_unless_the_target_says_retry()
     const LATER: &str = "nqn.2026-11.io.strata:itest-later";
     let cfg = HostConfig::default();
     for retry in [false, true] {
-        let fx = crate::common::start_with(TargetConfig { retry_unknown_subsystems: retry, ..TargetConfig::default() }, 16)
-            .await;
+        let fx =
+            crate::common::start_with(TargetConfig { retry_unknown_subsystems: retry, ..TargetConfig::default() }, 16)
+                .await;
         let err = Controller::connect(fx.io, LATER, &cfg).await.unwrap_err();
         let status = err.status().expect("a Connect status");
         assert_eq!(status.sc(), Status::CONNECT_INVALID_PARAMETERS.sc(), "{err}");

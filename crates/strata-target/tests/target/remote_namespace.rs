@@ -168,3 +168,32 @@ async fn a_remote_namespace_follows_its_subsystem_to_where_discovery_says_it_is_
     }
     panic!("the size change was not reported");
 }
+
+/// Of the paths discovery lists, a remote namespace keeps the optimized
+/// one (a pool volume's owner), not the first listed (a node that would
+/// forward every command to the owner); with none optimized it takes the
+/// first that connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_namespace_takes_the_optimized_path_of_those_discovery_lists() {
+    use strata_target::{AnaState, RemoteSubsystem};
+    let owner = start(2048).await;
+    // A second node serving the same subsystem as a non-optimized path,
+    // listed first by its own discovery.
+    let path = Target::new(TargetConfig::default());
+    let sub = Subsystem::new(NQN, "STRATAITEST", vec![]);
+    sub.add_namespace(Namespace::new(1, IDS, owner.dev.clone())).unwrap();
+    sub.set_ana_state(AnaState::NonOptimized);
+    path.add_subsystem(sub.clone()).unwrap();
+    let path_io = path.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.unwrap().addr;
+    path.set_remote_subsystems(vec![RemoteSubsystem { nqn: NQN.into(), addr: owner.io, allowed_hosts: vec![] }]);
+
+    let cfg = HostConfig::default();
+    let dev = RemoteNamespace::connect_any(&[path_io], NQN, None, &cfg).await.expect("connected");
+    assert_eq!(dev.addr(), owner.io, "the non-optimized path was kept");
+    drop(dev);
+    // The owner's path is not optimized either (a takeover under way):
+    // the first that connects.
+    owner.sub.set_ana_state(AnaState::Change);
+    let dev = RemoteNamespace::connect_any(&[path_io], NQN, None, &cfg).await.expect("connected");
+    assert_eq!(dev.addr(), path_io);
+}
