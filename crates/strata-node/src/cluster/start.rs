@@ -148,11 +148,8 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
 
     // A volume's subsystem comes and goes with ownership and paths: a
     // host reconnecting meanwhile is told to retry, not to give up.
-    let target = Target::new(TargetConfig {
-        cntlids: cntlid_range(id),
-        retry_unknown_subsystems: true,
-        ..serve.target.clone()
-    });
+    let target =
+        Target::new(TargetConfig { cntlids: cntlid_range(id), retry_unknown_subsystems: true, ..serve.target.clone() });
     // Only the cluster's nodes may reach the replicas: this one until the
     // first reconcile lists them all (never any host).
     let fabric_sub = Subsystem::internal(fabric_nqn(&name), format!("STRATAFAB{:011}", id.0), vec![node_nqn(&name)]);
