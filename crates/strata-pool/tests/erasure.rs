@@ -701,3 +701,64 @@ async fn a_shard_killed_during_its_resync_gets_again_what_it_had_not_flushed() {
     o.vol.flush().await.expect("flush");
     c.assert_consistent().await;
 }
+
+/// A region leaves the dirty-region log only once every update written
+/// there is committed. The clean used to free a region whose write had
+/// ended but whose update was not committed yet (an older update still
+/// ran): two shards that then left the in-sync set were refilled only
+/// where the log was dirty, so after a takeover that had to roll that
+/// update back (too few shards left to tell it was whole), they kept it
+/// and their stripe decoded to bytes never written. The pool chaos test's
+/// stale strips after its M+1 kills fit this.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncommitted_update_keeps_its_region_dirty_for_the_shards_that_leave() {
+    let c = Cluster::new();
+    let o = c.open(&[], None).await.expect("open");
+    let (_, r) = o.vol.write(0, payload(1, 0, BLOCKS), false).await;
+    r.expect("fill");
+    o.vol.flush().await.expect("flush");
+    // Chunk c's slots are the six nodes rotated by c; with one block a
+    // strip, block 4g + d is data strip d of stripe g, and a chunk is
+    // eight stripes. V: chunk 0, data on node 1 (held there). W: chunk
+    // 3, data on node 4, parity on nodes 2 and 3 (none held): it ends.
+    o.faulty[0].held_writes.store(true, SeqCst);
+    let vol = o.vol.clone();
+    let v = tokio::spawn(async move { vol.write(0, payload(2, 0, 1), false).await.1 });
+    while o.faulty[0].writes_held.load(SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let w_lba = 4 * 24;
+    let (_, r) = o.vol.write(w_lba, payload(3, w_lba, 1), false).await;
+    r.expect("W");
+    // Cleans while V runs: W's region must stay dirty (W is not
+    // committed: V, older, has not ended).
+    for _ in 0..2 {
+        o.vol.clean(Duration::ZERO).await.expect("clean");
+    }
+    assert!(o.vol.drl().state().dirty.contains(3), "W's region was cleaned before W was committed");
+    // Nodes 2 and 4 fail (a read meets each, in chunk 0) and leave.
+    o.faulty[1].down.store(true, SeqCst);
+    o.faulty[3].down.store(true, SeqCst);
+    o.faulty[0].held_writes.store(false, SeqCst);
+    v.await.unwrap().expect("V");
+    for lba in [1, 3] {
+        let (_, r) = o.vol.read(lba, IoBuf::zeroed(BS as usize)).await;
+        r.expect("a degraded read");
+    }
+    assert_eq!(c.control.get().in_sync.len(), K, "{:?}", c.control.get());
+    // The owner dies before it commits W. The next one has K shards of
+    // W's stripe in sync, cannot tell W whole, and rolls it back there.
+    drop(o);
+    let o = c.open(&[NodeId(2), NodeId(4)], None).await.expect("the next owner");
+    o.faulty[1].down.store(false, SeqCst);
+    o.faulty[3].down.store(false, SeqCst);
+    for n in [NodeId(2), NodeId(4)] {
+        o.vol.resync(n).await.expect("resync");
+    }
+    o.vol.flush().await.expect("flush");
+    assert_eq!(c.control.get().in_sync.len(), K + M);
+    c.assert_consistent().await;
+    let (b, r) = o.vol.read(w_lba, IoBuf::zeroed(BS as usize)).await;
+    r.expect("read W's block");
+    assert!(matches!(writer_of(&b, w_lba), Some(1 | 3)), "W's block holds neither its old bytes nor W");
+}
