@@ -228,6 +228,25 @@ fio_write() { # fio_write REGION DEV: write + verify
     fio_run "write-$1" $(job_args "$1" "$2") --do_verify=1 || return 1
     WRITTEN+="$1 "
 }
+# fio_start REGION DEV: fio_write in the background, while a fault is
+# injected; its output goes to a file (fio_run's summary line is added by
+# fio_wait, in this shell).
+fio_start() {
+    fio_write "$1" "$2" >"$LOGS/fio-$1.out" 2>&1 &
+    FIO_PID=$!
+}
+# fio_wait REGION: waits for fio_start's run, prints its output, adds its
+# summary and notes the region written; returns fio's status.
+fio_wait() {
+    local rc=0 l
+    wait "$FIO_PID" || rc=$?
+    cat "$LOGS/fio-$1.out" >&2
+    # (no process substitution: the guest has no /dev/fd)
+    grep -E "^write-$1 " "$LOGS/fio-$1.out" >"$LOGS/fio-$1.summary" || true
+    while IFS= read -r l; do SUMMARY+=("$l"); done <"$LOGS/fio-$1.summary"
+    [ "$rc" != 0 ] || WRITTEN+="$1 "
+    return "$rc"
+}
 fio_reverify() { # fio_reverify REGION DEV [TAG]: read back and verify only
     # shellcheck disable=SC2046
     fio_run "reverify-$1${3:+-$3}" $(job_args "$1" "$2") --verify_only=1
@@ -416,17 +435,12 @@ multipath_scenario() {
 
     log "fio 128k random writes through the multipath device; kill -9 the owner n$own while they run"
     probe_start "$dev"
-    fio_write M128k "$dev" >"$LOGS/fio-M.out" 2>&1 &
-    fio_pid=$!
+    fio_start M128k "$dev"
     sleep 3
     kill9_node "$own"
     rc=0
-    wait "$fio_pid" || rc=$?
-    cat "$LOGS/fio-M.out" >&2
-    grep -E '^write-M128k ' "$LOGS/fio-M.out" >"$LOGS/fio-M.summary" || true
-    while IFS= read -r l; do SUMMARY+=("$l"); done <"$LOGS/fio-M.summary"
+    fio_wait M128k || rc=$?
     check "fio 128k randwrite + verify through the kill -9 of the owner: no I/O error" test "$rc" = 0
-    [ "$rc" != 0 ] || WRITTEN+="M128k "
     probe_stop
     log "QD 1 probe through the owner's kill: longest pause ${PROBE_MAX} ms, ${PROBE_ERRS} failed writes"
     SUMMARY+=("probe owner-kill-9 longest_pause_ms=$PROBE_MAX failed_writes=$PROBE_ERRS")
@@ -459,8 +473,7 @@ multipath_scenario() {
     [ "$watcher" != "$frozen" ] || watcher=$k
     log "SIGSTOP the owner n$frozen past its lease while fio writes; then SIGCONT"
     probe_start "$dev"
-    fio_write S128k "$dev" >"$LOGS/fio-S.out" 2>&1 &
-    fio_pid=$!
+    fio_start S128k "$dev"
     sleep 3
     kill -STOP "${PID[frozen]}"
     check "another node takes $VOL over from the frozen n$frozen" \
@@ -468,12 +481,8 @@ multipath_scenario() {
     sleep 5
     kill -CONT "${PID[frozen]}"
     rc=0
-    wait "$fio_pid" || rc=$?
-    cat "$LOGS/fio-S.out" >&2
-    grep -E '^write-S128k ' "$LOGS/fio-S.out" >"$LOGS/fio-S.summary" || true
-    while IFS= read -r l; do SUMMARY+=("$l"); done <"$LOGS/fio-S.summary"
+    fio_wait S128k || rc=$?
     check "fio 128k randwrite + verify through a SIGSTOP of the owner: no I/O error" test "$rc" = 0
-    [ "$rc" != 0 ] || WRITTEN+="S128k "
     probe_stop
     log "QD 1 probe through the owner's freeze: longest pause ${PROBE_MAX} ms, ${PROBE_ERRS} failed writes"
     SUMMARY+=("probe owner-sigstop longest_pause_ms=$PROBE_MAX failed_writes=$PROBE_ERRS")
@@ -513,12 +522,9 @@ check "healthy: fio 128k write QD8 + crc32c verify" fio_write A128k "$dev"
 # ------------------------------------------- kill -9 a non-owner mid-write
 
 log "fio 128k random writes in region K; kill -9 n$k while they run"
-# In the background, so fio_run's summary line is written to a file and
-# added here.
-fio_write K128k "$dev" >"$LOGS/fio-K.out" 2>&1 &
-fio_pid=$!
+fio_start K128k "$dev"
 sleep 3
-if kill -0 "$fio_pid" 2>/dev/null; then
+if kill -0 "$FIO_PID" 2>/dev/null; then
     kill9_node "$k"
     pass "n$k killed while fio was writing"
 else
@@ -526,13 +532,8 @@ else
     fail "fio K finished in under 3 s: n$k was killed after the writes, not during them"
 fi
 rc=0
-wait "$fio_pid" || rc=$?
-cat "$LOGS/fio-K.out" >&2
-# (no process substitution: the guest has no /dev/fd)
-grep -E '^write-K128k ' "$LOGS/fio-K.out" >"$LOGS/fio-K.summary" || true
-while IFS= read -r l; do SUMMARY+=("$l"); done <"$LOGS/fio-K.summary"
+fio_wait K128k || rc=$?
 check "fio 128k randwrite + verify survives the kill -9 of a replica node" test "$rc" = 0
-[ "$rc" != 0 ] || WRITTEN+="K128k "
 
 log "fio while n$k is down: region B"
 check "degraded: fio 4k randwrite 2 jobs QD16 + crc32c verify" fio_write B4k "$dev"

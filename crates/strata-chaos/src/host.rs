@@ -128,19 +128,10 @@ async fn connect_optimized(ctx: &Ctx, nqn: &str, cfg: &HostConfig) -> Result<Con
                 continue;
             }
         };
-        let optimized = match c.identify_controller().await {
-            Ok(id) if id.cmic & strata_nvme::identify::CMIC_ANA != 0 => {
-                let log = c.ana_log().await?;
-                log.groups.iter().all(|g| g.state == strata_nvme::log_page::AnaState::Optimized)
-            }
-            Ok(_) => true,
-            Err(e) => {
-                last = Some(e);
-                continue;
-            }
-        };
-        if optimized {
-            return Ok(c);
+        match c.is_optimized().await {
+            Ok(true) => return Ok(c),
+            Ok(false) => {}
+            Err(e) => last = Some(e),
         }
         let _ = c.disconnect().await;
     }

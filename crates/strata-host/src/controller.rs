@@ -554,6 +554,22 @@ impl Controller {
         Ok(lp::AnaLog::decode(&data)?)
     }
 
+    /// Whether this controller is an optimized path to its namespaces:
+    /// every ANA group it reports is optimized, or it reports no ANA (one
+    /// path). A strata pool serves each volume through every node, the
+    /// owner's path optimized and the others forwarding to it.
+    ///
+    /// # Errors
+    ///
+    /// As [`ana_log`](Self::ana_log).
+    pub async fn is_optimized(&self) -> Result<bool, HostError> {
+        use strata_nvme::log_page::AnaState;
+        if self.identity.cmic & strata_nvme::identify::CMIC_ANA == 0 {
+            return Ok(true);
+        }
+        Ok(self.ana_log().await?.groups.iter().all(|g| g.state == AnaState::Optimized))
+    }
+
     /// Get Features `fid` (current value) with `cdw11`; returns DW0.
     ///
     /// # Errors

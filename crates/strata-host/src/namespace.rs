@@ -308,7 +308,7 @@ async fn find(
         tried.push(addr);
         let connected = tokio::time::timeout(limit, async {
             let c = Controller::connect(addr, nqn, cfg).await?;
-            let optimized = optimized(&c).await?;
+            let optimized = c.is_optimized().await?;
             Ok::<_, HostError>((c, optimized))
         });
         match connected.await {
@@ -327,18 +327,6 @@ async fn find(
         }
     }
     fallback.ok_or_else(|| err.unwrap_or_else(|| HostError::InvalidArgument(format!("no address leads to {nqn}"))))
-}
-
-/// Whether `c` is an optimized path to its namespaces: every ANA group
-/// it reports is optimized, or it reports no ANA (one path). A strata
-/// pool serves each volume through every node, the owner's path
-/// optimized and the others forwarding to it.
-async fn optimized(c: &Controller) -> Result<bool, HostError> {
-    use strata_nvme::log_page::AnaState;
-    if c.identity().cmic & strata_nvme::identify::CMIC_ANA == 0 {
-        return Ok(true);
-    }
-    Ok(c.ana_log().await?.groups.iter().all(|g| g.state == AnaState::Optimized))
 }
 
 impl BlockDevice for RemoteNamespace {
