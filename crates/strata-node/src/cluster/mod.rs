@@ -133,6 +133,13 @@ struct Owned {
     token: OwnerToken,
 }
 
+/// What a pass reads of an owned volume under the state lock to take
+/// its owner key back after it, with no lock held.
+struct Served {
+    token: OwnerToken,
+    epoch: u64,
+}
+
 /// A move of a volume to the current placement map, ready to run: every
 /// node it adds serves the volume already.
 struct Move {
@@ -480,25 +487,26 @@ impl ClusterNode {
             self.allow_fabric_hosts(map);
         }
         let volumes = self.meta.list_volumes().await?;
-        let mut st = self.state.lock().await;
         let map = match map {
-            Some(map) => Some(self.watch_nodes(&mut st, map, &nodes, &settings).await?),
+            Some(map) => Some(self.watch_nodes(map, &nodes, &settings).await?),
             None => None,
         };
         let current_epoch = map.as_ref().map(PlacementMap::epoch);
-        st.leaving = map.as_ref().is_some_and(|m| m.node(self.me.id).is_none_or(|n| n.state != NodeState::Up));
-        if let Some(map) = &map {
-            self.warn_fill(&mut st, map, &nodes, &settings);
-        }
-        for (id, link) in &st.links {
-            if let Some(n) = nodes.get(id) {
-                link.update(n.fabric, fabric_nqn(&n.name));
+        {
+            let mut st = self.state.lock().await;
+            st.leaving = map.as_ref().is_some_and(|m| m.node(self.me.id).is_none_or(|n| n.state != NodeState::Up));
+            if let Some(map) = &map {
+                self.warn_fill(&mut st, map, &nodes, &settings);
+            }
+            for (id, link) in &st.links {
+                if let Some(n) = nodes.get(id) {
+                    link.update(n.fabric, fabric_nqn(&n.name));
+                }
             }
         }
         let present: BTreeSet<u64> = volumes.iter().map(|rec| rec.id).collect();
-        let (remote, released) = self.reconcile_volumes(&mut st, &volumes, current_epoch, &nodes).await;
-        self.drop_deleted(&mut st, &present);
-        drop(st);
+        let (remote, released) = self.reconcile_volumes(&volumes, current_epoch, &nodes).await;
+        self.drop_deleted(&mut *self.state.lock().await, &present);
         self.free_deleted(&present, &released).await?;
         self.target.set_remote_subsystems(remote);
         Ok(())
@@ -531,7 +539,6 @@ impl ClusterNode {
     /// that moved off this node.
     async fn reconcile_volumes(
         self: &Arc<Self>,
-        st: &mut State,
         volumes: &[VolumeRecord],
         current_epoch: Option<u64>,
         nodes: &BTreeMap<NodeId, NodeRecord>,
@@ -539,11 +546,12 @@ impl ClusterNode {
         let mut remote = Vec::new();
         let mut released = Vec::new();
         for rec in volumes {
-            let pass = self.reconcile_volume(st, rec, current_epoch, nodes, &mut remote, &mut released);
+            let pass = self.reconcile_volume(rec, current_epoch, nodes, &mut remote, &mut released);
             let outcome = match tokio::time::timeout(VOLUME_PASS_LIMIT, pass).await {
                 Ok(r) => r,
                 Err(_) => Err(anyhow::anyhow!("its reconcile pass took longer than {VOLUME_PASS_LIMIT:?}")),
             };
+            let mut st = self.state.lock().await;
             match outcome {
                 Ok(()) => {
                     st.volume_errors.remove(&rec.id);
@@ -613,11 +621,11 @@ impl ClusterNode {
         &self,
         rec: &VolumeRecord,
         keys: &VolumeKeys,
-        o: &Owned,
+        served: &Served,
         held: Option<i64>,
     ) -> anyhow::Result<Option<OwnerToken>> {
         let lease = self.lease().id();
-        let taken = strata_pool::cluster::reclaim(&self.etcd, keys, rec.id, &o.token, o.vol.epoch(), lease, held)
+        let taken = strata_pool::cluster::reclaim(&self.etcd, keys, rec.id, &served.token, served.epoch, lease, held)
             .await
             .context("taking its owner key back (still serving; trying again)")?;
         if taken && held.is_some() {
@@ -625,7 +633,7 @@ impl ClusterNode {
         } else if taken {
             tracing::info!(volume = %rec.name, "its owner key went with an old lease: taken back, still serving");
         }
-        Ok(taken.then(|| o.token.clone()))
+        Ok(taken.then(|| served.token.clone()))
     }
 
     /// How long the promises an owner asks of its replicas last: half the
@@ -731,22 +739,29 @@ impl ClusterNode {
     /// while it is served.
     async fn owner_of(
         &self,
-        st: &State,
         rec: &VolumeRecord,
         keys: &VolumeKeys,
         owner_kv: Option<KeyValue>,
     ) -> anyhow::Result<Option<OwnerToken>> {
         let owner = token_of(owner_kv.as_ref());
         let lease = self.lease().id();
-        Ok(match (owner, st.owned.get(&rec.id)) {
-            (None, Some(o)) if !o.vol.is_fenced() => self.reclaim(rec, keys, o, None).await?,
-            (Some(t), Some(o))
-                if t == o.token
-                    && !o.vol.is_fenced()
-                    && owner_kv.as_ref().is_some_and(|kv| kv.lease != Some(lease)) =>
+        // Read under the lock, used after it: the key is taken back in
+        // etcd with no lock held.
+        let served = self
+            .state
+            .lock()
+            .await
+            .owned
+            .get(&rec.id)
+            .filter(|o| !o.vol.is_fenced())
+            .map(|o| Served { token: o.token.clone(), epoch: o.vol.epoch() });
+        Ok(match (owner, served) {
+            (None, Some(served)) => self.reclaim(rec, keys, &served, None).await?,
+            (Some(t), Some(served))
+                if t == served.token && owner_kv.as_ref().is_some_and(|kv| kv.lease != Some(lease)) =>
             {
                 let held = owner_kv.as_ref().map(|kv| kv.mod_revision);
-                self.reclaim(rec, keys, o, held).await?;
+                self.reclaim(rec, keys, &served, held).await?;
                 Some(t)
             }
             (owner, _) => owner,
@@ -756,9 +771,16 @@ impl ClusterNode {
     /// One volume's part of a reconcile pass: hold or free its replica,
     /// serve or stop serving it, take it over, and as its owner move it
     /// and bring its nodes up to date.
+    ///
+    /// The node's state lock is never held across an etcd round trip: the
+    /// pass reads etcd first, and changes it (a takeover, a key taken back
+    /// or given up) between its locked steps. Passes run one at a time
+    /// (only [`Self::run`] starts them), so what a step decided under the
+    /// lock still holds when the next step takes it again: the pass is the
+    /// only one to change which volumes this node holds, owns or opens,
+    /// except a takeover's own task, which ends an opening it started.
     async fn reconcile_volume(
         self: &Arc<Self>,
-        st: &mut State,
         rec: &VolumeRecord,
         current_epoch: Option<u64>,
         nodes: &BTreeMap<NodeId, NodeRecord>,
@@ -770,12 +792,16 @@ impl ClusterNode {
             return Ok(());
         };
         let owner_kv = self.etcd.get(&keys.owner).await?;
-        self.keep_replica(st, rec, &placed, token_of(owner_kv.as_ref()).as_ref(), nodes, released).await?;
-        let owner = self.owner_of(st, rec, &keys, owner_kv).await?;
-        let decision = self.decide_for(st, rec, &placed, owner.as_ref(), nodes);
+        {
+            let mut st = self.state.lock().await;
+            self.keep_replica(&mut st, rec, &placed, token_of(owner_kv.as_ref()).as_ref(), nodes, released).await?;
+        }
+        let owner = self.owner_of(rec, &keys, owner_kv).await?;
+        let mut st = self.state.lock().await;
+        let decision = self.decide_for(&mut st, rec, &placed, owner.as_ref(), nodes);
         let owner_node = owner.as_ref().map(|t| t.node);
         self.carry_out(st, rec, &keys, placed, owner, decision, nodes).await;
-        self.keep_path(st, rec, owner_node, nodes, remote)
+        self.keep_path(&mut *self.state.lock().await, rec, owner_node, nodes, remote)
     }
 
     /// Stops serving owned volume `o` to hosts and to the other nodes'
@@ -929,7 +955,7 @@ impl ClusterNode {
     #[allow(clippy::too_many_arguments)]
     async fn carry_out(
         self: &Arc<Self>,
-        st: &mut State,
+        mut st: tokio::sync::MutexGuard<'_, State>,
         rec: &VolumeRecord,
         keys: &VolumeKeys,
         p: Placed,
@@ -955,6 +981,7 @@ impl ClusterNode {
                 } else {
                     tracing::warn!(volume = %rec.name, "this owner was fenced: giving the volume up");
                 }
+                drop(st);
                 self.give_up(rec, keys, &t).await;
             }
             // Hand the volume to a node that holds it, after a flush, so
@@ -971,7 +998,7 @@ impl ClusterNode {
             (Decision::Tend, _) => {
                 let mv = match next {
                     Some((epoch, next, next_holders)) if st.owned.contains_key(&rec.id) => {
-                        self.prepare_move(st, rec, protection, &layout, epoch, next, &next_holders, nodes)
+                        self.prepare_move(&mut st, rec, protection, &layout, epoch, next, &next_holders, nodes)
                     }
                     _ => None,
                 };
@@ -1094,19 +1121,27 @@ impl ClusterNode {
     /// dirty regions) and must not be cut short by the pass's bound or
     /// hold up the other volumes. The task serves the volume when it is
     /// open, or gives it up.
-    async fn take_over(self: &Arc<Self>, st: &mut State, claim: Claim<'_>) -> anyhow::Result<()> {
+    async fn take_over(
+        self: &Arc<Self>,
+        st: tokio::sync::MutexGuard<'_, State>,
+        claim: Claim<'_>,
+    ) -> anyhow::Result<()> {
         let (rec, keys) = (claim.rec.clone(), claim.keys.clone());
+        // No lock across the round trip (see `reconcile_volume`).
+        drop(st);
         let (membership, token) = acquire(&self.etcd, &keys, rec.id, self.me.id, self.lease().id()).await?;
         tracing::info!(volume = %rec.name, epoch = membership.epoch, "took the volume over");
+        let mut st = self.state.lock().await;
         // The owner serves the volume itself: this node's path to the old
         // owner goes (its hosts reconnect to the owner's subsystem here,
         // and meanwhile go through the other nodes' paths).
         if let Some(p) = st.paths.remove(&rec.id) {
             self.target.remove_this_subsystem(&p.sub);
         }
-        let opening = match self.prepare_open(st, claim, membership, &token) {
+        let opening = match self.prepare_open(&mut st, claim, membership, &token) {
             Ok(o) => o,
             Err(e) => {
+                drop(st);
                 self.give_up(&rec, &keys, &token).await;
                 return Err(e);
             }
@@ -1425,22 +1460,24 @@ impl ClusterNode {
     /// map as it is after that.
     async fn watch_nodes(
         &self,
-        st: &mut State,
         map: PlacementMap,
         live: &BTreeMap<NodeId, NodeRecord>,
         settings: &PoolSettings,
     ) -> anyhow::Result<PlacementMap> {
         let now = std::time::Instant::now();
         let grace = Duration::from_secs(settings.rebuild_grace_secs);
-        st.missing_since.retain(|id, _| !live.contains_key(id));
         let mut dead = Vec::new();
-        for n in map.nodes() {
-            if n.state != NodeState::Up || live.contains_key(&n.id) {
-                continue;
-            }
-            let since = *st.missing_since.entry(n.id).or_insert(now);
-            if now.duration_since(since) >= grace {
-                dead.push(n.id);
+        {
+            let mut st = self.state.lock().await;
+            st.missing_since.retain(|id, _| !live.contains_key(id));
+            for n in map.nodes() {
+                if n.state != NodeState::Up || live.contains_key(&n.id) {
+                    continue;
+                }
+                let since = *st.missing_since.entry(n.id).or_insert(now);
+                if now.duration_since(since) >= grace {
+                    dead.push(n.id);
+                }
             }
         }
         let me_down = map.node(self.me.id).is_some_and(|n| n.state == NodeState::Down);
