@@ -33,6 +33,7 @@
 
 mod buf;
 mod device;
+pub mod duration;
 pub mod fence;
 pub mod lend;
 mod mem;
@@ -43,6 +44,7 @@ pub mod undo;
 
 pub use buf::{IO_ALIGN, IoBuf, POISON};
 pub use device::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, blocks_in, check_range};
+pub use duration::{DurationError, format_duration, parse_duration, parse_duration_or_secs};
 pub use fence::{ANONYMOUS, EpochFence, FenceGuard, MAX_PROMISE, Refused, Sender, Stale, sender_id};
 pub use lend::{Lender, Lent, ReadData};
 pub use mem::MemDevice;

@@ -47,36 +47,10 @@ struct Args {
     report: Option<PathBuf>,
 }
 
-/// Parses `90`, `90s`, `500ms`, `30m`, `1h`, `1h30m`.
+/// Parses `90` (seconds), `90s`, `500ms`, `30m`, `1h`, `1h30m`: the
+/// project's one duration grammar, a bare number as seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?} is not a duration such as 90s, 30m or 1h30m");
-    if s.is_empty() {
-        return Err(bad());
-    }
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        if digits == 0 {
-            return Err(bad());
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n * 60),
-            "h" => Duration::from_secs(n * 3600),
-            _ => return Err(bad()),
-        };
-        total += unit;
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
+    strata_block::parse_duration_or_secs(s).map_err(|e| e.to_string())
 }
 
 fn time_seed() -> u64 {
@@ -220,7 +194,8 @@ mod tests {
         assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        for bad in ["", "m", "10x", "1.5h", "-3s"] {
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        for bad in ["", "m", "10x", "1.5", "-3s", "1h30"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }

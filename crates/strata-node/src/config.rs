@@ -69,21 +69,34 @@ pub struct PoolFile {
     pub balance_for: Option<String>,
 }
 
-/// Seconds of a duration such as `90s`, `5m` or `1h` (bare numbers are
-/// seconds).
+/// Whole seconds of a duration such as `90s`, `5m`, `1h30m` or a bare
+/// `600` (seconds), read by [`strata_block::parse_duration_or_secs`].
 ///
 /// # Errors
 ///
-/// Text that is not such a duration, with why.
+/// Text that is not such a duration, or not a whole number of seconds,
+/// with why.
 pub fn parse_duration_secs(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration such as 90s, 5m or 1h"))?;
-    let scale = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        _ => return Err(format!("{text:?}: the unit must be s, m or h")),
-    };
-    n.checked_mul(scale).ok_or_else(|| format!("{text:?} is too long"))
+    let d = strata_block::parse_duration_or_secs(text).map_err(|e| e.to_string())?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("{text:?} is not a whole number of seconds"));
+    }
+    Ok(d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_whole_seconds() {
+        assert_eq!(parse_duration_secs("600"), Ok(600));
+        assert_eq!(parse_duration_secs("90s"), Ok(90));
+        assert_eq!(parse_duration_secs("5m"), Ok(300));
+        assert_eq!(parse_duration_secs("1h30m"), Ok(5400));
+        assert!(parse_duration_secs("1500ms").unwrap_err().contains("whole number of seconds"));
+        for bad in ["", "5x", "-1s", "m"] {
+            assert!(parse_duration_secs(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -28,11 +28,11 @@ use clap::{Args, Subcommand};
 use strata_bench::report::{BaselineRef, JobFile, render_text};
 use strata_bench::suite::{check_spec, run_suite};
 use strata_bench::sysinfo::rfc3339;
-use strata_bench::units::parse_duration;
 use strata_bench::{
     Pattern, Progress, PublicKey, Report, RunOptions, SecretKey, StopLossMonitor, Suite, SystemInfo, TargetSpec,
     WorkloadReport, WorkloadResult, WorkloadSpec, html, sign,
 };
+use strata_block::parse_duration;
 use tokio::sync::watch;
 
 /// `strata bench` arguments.

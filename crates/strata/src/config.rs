@@ -185,7 +185,7 @@ fn addrs(values: &[String], what: &str) -> anyhow::Result<Vec<SocketAddr>> {
 
 fn duration(v: Option<String>, what: &str, default: Duration) -> anyhow::Result<Duration> {
     let Some(v) = v else { return Ok(default) };
-    let d = strata_bench::units::parse_duration(&v)
+    let d = strata_block::parse_duration(&v)
         .with_context(|| format!("{what} {v:?} is not a duration such as 10s or 500ms"))?;
     if d.is_zero() {
         bail!("{what} must be more than zero");

@@ -81,7 +81,7 @@ struct ServeArgs {
 }
 
 fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
-    let d = strata_bench::units::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))?;
+    let d = strata_block::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))?;
     if d.is_zero() {
         return Err(format!("{s:?}: a timeout must be above zero"));
     }
