@@ -14,19 +14,29 @@ pub fn dir(data_dir: &Path) -> PathBuf {
     data_dir.join("notes")
 }
 
+/// The extension of a note being written, before it is renamed over the
+/// note: `ID.new`.
+const WRITING: &str = "new";
+
 /// The note of volume `id` in `data_dir`.
+///
+/// Saves through one `FileNotes` (and its clones) run one at a time: two
+/// saves that shared the temporary file could rename one's half-written
+/// file over the note, or find it gone.
 #[derive(Debug, Clone)]
 pub struct FileNotes {
     path: PathBuf,
+    saving: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
 impl FileNotes {
     /// The note of volume `id` under `data_dir`.
     pub fn new(data_dir: &Path, id: u64) -> FileNotes {
-        FileNotes { path: dir(data_dir).join(id.to_string()) }
+        FileNotes { path: dir(data_dir).join(id.to_string()), saving: Default::default() }
     }
 
     fn save_now(&self, note: &[u8]) -> std::io::Result<()> {
+        let _one = self.saving.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
         if note.is_empty() {
@@ -36,7 +46,7 @@ impl FileNotes {
                 Err(e) => return Err(e),
             }
         } else {
-            let tmp = self.path.with_extension("new");
+            let tmp = self.path.with_extension(WRITING);
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(note)?;
             f.sync_all()?;
@@ -76,11 +86,14 @@ impl NoteStore for FileNotes {
     }
 }
 
-/// Removes the notes of volumes not in `keep`.
+/// Removes the notes of volumes not in `keep`, and the notes being
+/// written for them. A kept volume's note being written stays: a save
+/// may be renaming it over the note right now (the reconcile pass runs
+/// this while the volume's owner saves notes).
 ///
 /// # Errors
 ///
-/// File system errors other than a missing directory.
+/// File system errors other than a missing directory or file.
 pub fn retain(data_dir: &Path, keep: &[u64]) -> std::io::Result<()> {
     let entries = match std::fs::read_dir(dir(data_dir)) {
         Ok(e) => e,
@@ -89,9 +102,15 @@ pub fn retain(data_dir: &Path, keep: &[u64]) -> std::io::Result<()> {
     };
     for entry in entries {
         let entry = entry?;
-        let id = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok());
+        let name = entry.file_name();
+        let id =
+            name.to_str().map(|n| n.strip_suffix(&format!(".{WRITING}")).unwrap_or(n)).and_then(|n| n.parse().ok());
         if id.is_none_or(|id| !keep.contains(&id)) {
-            std::fs::remove_file(entry.path())?;
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(())
@@ -117,5 +136,49 @@ mod tests {
         retain(dir.path(), &[7]).unwrap();
         assert_eq!(n.load().await.unwrap(), b"y");
         assert!(other.load().await.unwrap().is_empty(), "volume 8 is gone: its note too");
+    }
+
+    /// The pool soak's write fault: the reconcile pass freed the notes of
+    /// volumes it no longer holds while an owner saved a note of a kept
+    /// one, removed the kept note's file being written, and the save's
+    /// rename failed (ENOENT), failing the host's write that needed it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn saves_survive_each_other_and_the_freeing_of_other_volumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = FileNotes::new(dir.path(), 7);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let freeing = {
+            let (path, stop) = (dir.path().to_path_buf(), stop.clone());
+            std::thread::spawn(move || {
+                let mut passes = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    FileNotes::new(&path, 8).save_now(b"gone").unwrap();
+                    retain(&path, &[7]).unwrap();
+                    passes += 1;
+                }
+                passes
+            })
+        };
+        let savers: Vec<_> = (0..2u8)
+            .map(|w| {
+                let n = n.clone();
+                tokio::spawn(async move {
+                    for i in 0..200u8 {
+                        n.save(vec![w, i, 0xAA]).await.expect("a save while other volumes' notes are freed");
+                    }
+                })
+            })
+            .collect();
+        for s in savers {
+            s.await.unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(freeing.join().unwrap() > 0);
+        let last = n.load().await.unwrap();
+        assert_eq!((last.len(), last[2]), (3, 0xAA), "a whole note: {last:?}");
+        assert_eq!(last[1], 199, "the last save of a saver: {last:?}");
+        let stray: Vec<_> =
+            std::fs::read_dir(super::dir(dir.path())).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(!stray.iter().any(|f| f == "8" || f == "8.new"), "volume 8's notes freed: {stray:?}");
     }
 }
