@@ -13,7 +13,7 @@
 //! - Sequential patterns (`read`, `write`) give each job its own
 //!   contiguous region of the span and wrap around inside it; random ones
 //!   draw `bs`-aligned offsets uniformly over the whole span, from an
-//!   xorshift seeded with `seed + job`.
+//!   `strata_rand::Rng` seeded with `seed + job`.
 //! - The ramp is excluded by submission time: I/Os issued during the ramp
 //!   are never counted, I/Os issued after it are counted when they
 //!   complete, including those still in flight at the runtime deadline
@@ -60,11 +60,12 @@ use tokio::sync::{mpsc, watch};
 use crate::cpu::{self, CpuTimes};
 use crate::histogram::Histogram;
 use crate::job::{Check, Job, Phase, PhaseOutcome, Report, Reporter, Shared};
-use crate::pattern::{self, OpKind, Source, XorShift};
+use crate::pattern::{self, OpKind, Source};
 use crate::rate::RateLimiter;
 use crate::result::{CpuUsage, LatencySummary, Sample, WorkloadResult};
 use crate::spec::{MAX_POLL_US, Pattern, WorkloadSpec};
 use crate::verify::{self, Stamp};
+use strata_rand::Rng;
 
 /// Largest transfer of one prefill I/O.
 const PREFILL_CHUNK_BYTES: usize = 128 * 1024;
@@ -335,7 +336,7 @@ fn layout(spec: &WorkloadSpec, block_bytes: usize, ns_bytes: u64, max_transfer: 
 /// The source of job `j` for the measured phase.
 fn main_source(spec: &WorkloadSpec, l: &Layout, j: u32) -> Source {
     let random = |read_pct| Source::Random {
-        rng: XorShift::new(spec.seed.wrapping_add(u64::from(j))),
+        rng: Rng::new(spec.seed.wrapping_add(u64::from(j))),
         units: l.units,
         blocks_per_io: l.bpi,
         read_pct,

@@ -36,9 +36,10 @@ use strata_nvme::command::{ReadWrite, Sqe, io};
 use tokio::sync::mpsc;
 
 use crate::histogram::Histogram;
-use crate::pattern::{NextIo, OpKind, Source, XorShift};
+use crate::pattern::{NextIo, OpKind, Source};
 use crate::rate::{Grant, RateLimiter};
 use crate::verify::{self, BlockCheck, Stamp};
+use strata_rand::Rng;
 
 /// State shared by the jobs of one phase.
 #[derive(Debug, Default)]
@@ -186,7 +187,7 @@ impl Job {
         let depth = usize::from(driver.depth());
         let mut payload = vec![0u8; if stamp.is_some() { 0 } else { max_write }];
         // Not zeros: a target may treat zero writes specially.
-        let mut rng = XorShift::new(seed ^ 0xDA7A);
+        let mut rng = Rng::new(seed ^ 0xDA7A);
         for chunk in payload.chunks_mut(8) {
             let v = rng.next_u64().to_le_bytes();
             chunk.copy_from_slice(&v[..chunk.len()]);

@@ -1,5 +1,5 @@
-//! Where each job's next I/O goes: a seeded xorshift for random offsets,
-//! and the sources of (operation, LBA, block count) that the job loop
+//! Where each job's next I/O goes: the seeded [`Rng`] for random
+//! offsets, and the sources of (operation, LBA, block count) that the job loop
 //! draws from.
 //!
 //! Offsets are chosen in units of the workload's block size `bs` (so every
@@ -12,30 +12,7 @@
 //! read-ahead and write coalescing, and the prefill of a verify run can
 //! split the span the same way.
 
-/// xorshift64*: deterministic, seedable and a few instructions per draw,
-/// which is all offset selection needs.
-#[derive(Debug, Clone)]
-pub(crate) struct XorShift(u64);
-
-impl XorShift {
-    /// A generator for `seed` (any value, zero included).
-    pub(crate) fn new(seed: u64) -> XorShift {
-        XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `0..n` (`n > 0`), by the multiply-high method: no
-    /// division on the I/O path, and a bias below `n / 2^64`.
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
+use strata_rand::Rng;
 
 /// Direction of one I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +45,7 @@ pub(crate) struct NextIo {
 pub(crate) enum Source {
     /// Uniform random `bs`-aligned I/Os over `units` units of
     /// `blocks_per_io` blocks; reads with probability `read_pct` %.
-    Random { rng: XorShift, units: u64, blocks_per_io: u32, read_pct: u8 },
+    Random { rng: Rng, units: u64, blocks_per_io: u32, read_pct: u8 },
     /// Consecutive I/Os of `chunk` blocks through `len` blocks from
     /// `start` (the last one shorter if `len` is not a multiple), wrapping
     /// around unless `once`.
@@ -122,7 +99,7 @@ mod tests {
 
     #[test]
     fn random_offsets_are_aligned_in_range_and_reproducible() {
-        let mk = || Source::Random { rng: XorShift::new(7), units: 100, blocks_per_io: 8, read_pct: 30 };
+        let mk = || Source::Random { rng: Rng::new(7), units: 100, blocks_per_io: 8, read_pct: 30 };
         let (mut a, mut b) = (mk(), mk());
         let mut reads = 0;
         for _ in 0..10_000 {

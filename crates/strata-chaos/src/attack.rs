@@ -40,7 +40,7 @@ use crate::ctx::{Ctx, VolumeRef};
 use crate::host::{NSID, host_config};
 use crate::oracle::{Value, WriteOutcome};
 use crate::raw::{self, AssocOptions, HostIdent, Incoming, RawAssoc};
-use crate::rng::Rng;
+use strata_rand::Rng;
 
 /// What an attacker saw of its connection.
 #[derive(Debug, Clone)]

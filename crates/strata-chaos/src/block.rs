@@ -22,7 +22,7 @@
 //! look like data (not mostly zeros) so that a store which compresses or
 //! deduplicates zero runs is exercised the same way as with real data.
 
-use crate::rng::mix64;
+use strata_rand::mix64;
 
 /// Block size the suite writes and reads (strata's default LBA format).
 pub const BLOCK_SIZE: usize = 4096;

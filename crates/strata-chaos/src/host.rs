@@ -31,7 +31,7 @@ use crate::block::{self, BLOCK_SIZE};
 use crate::ctx::{Ctx, VolumeRef};
 use crate::oracle::{Value, WriteOutcome};
 use crate::raw::HostIdent;
-use crate::rng::Rng;
+use strata_rand::Rng;
 
 /// Namespace of every strata volume.
 pub const NSID: u32 = 1;

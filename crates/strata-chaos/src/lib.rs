@@ -17,7 +17,7 @@
 //!
 //! - [`oracle`]: the durability rules, fed histories and asked for
 //!   verdicts; [`block`]: the self-describing block format it relies on;
-//!   [`rng`]: the seeded PRNG behind every random choice.
+//!   [`strata_rand::Rng`]: the seeded PRNG behind every random choice.
 //! - [`raw`]: a byte-level NVMe/TCP client for misbehaving hosts;
 //!   `host`: verified hosts on strata's own initiator; `resets`:
 //!   connection resets during Flush and R2T transfers; `attack`: idle
@@ -39,7 +39,7 @@ pub mod process;
 pub mod raw;
 pub mod report;
 mod resets;
-pub mod rng;
+
 mod runner;
 mod volume_ops;
 

@@ -33,7 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 
-use crate::rng::Rng;
+use strata_rand::Rng;
 
 /// In-capsule data strata accepts on I/O queues (IOCCSZ 516: 8 KiB after
 /// the SQE); larger writes go by R2T.

@@ -31,7 +31,7 @@ use crate::ctx::{Ctx, VolumeRef};
 use crate::host::NSID;
 use crate::oracle::{Value, WriteOutcome};
 use crate::raw::{self, AssocOptions, HostIdent, Incoming, RawAssoc, RawConn, RawError};
-use crate::rng::Rng;
+use strata_rand::Rng;
 
 const SCENARIO: &str = "resets";
 /// Blocks per extent with strata's default `extent_size` (1 MiB): the

@@ -39,8 +39,8 @@ use crate::error::Error;
 use crate::host::{self, HostPlan};
 use crate::process::{RssSampler, StrataProcess};
 use crate::report::Report;
-use crate::rng::Rng;
 use crate::{resets, volume_ops};
+use strata_rand::Rng;
 
 /// Blocks each verified host owns.
 const HOST_BLOCKS: u64 = 2048;

@@ -42,7 +42,7 @@ use crate::ctx::{Ctx, VolumeRef};
 use crate::host::{self, Ended, HostPlan, NSID, guarded};
 use crate::oracle::{Value, VolumeId};
 use crate::process::VolumeCli;
-use crate::rng::Rng;
+use strata_rand::Rng;
 
 const SCENARIO: &str = "volume_ops";
 const MIB_BLOCKS: u64 = (1 << 20) / BLOCK_SIZE as u64;

@@ -544,11 +544,9 @@ mod tests {
     }
 
     fn random_load(mut p: S3Fifo<u64>) {
-        let mut x = 1u64;
+        let mut rng = strata_rand::Rng::new(1);
         for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let k = x % 500;
             if x.is_multiple_of(3) {
                 p.touch(&k);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
+use strata_rand::Rng;
 
 use strata_block::{BlockDevice, EpochFence, Geometry, IoBuf, MemDevice};
 use strata_pool::drl::{DirtyRegionLog, MemDrlStore};
@@ -188,18 +189,6 @@ async fn read_all(vol: &ErasureVolume) -> Vec<Vec<u8>> {
     b.chunks(BS as usize).map(<[u8]>::to_vec).collect()
 }
 
-/// A simple deterministic generator.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// A write of a few blocks anywhere, from one block to several stripes.
 fn random_write(rng: &mut Rng) -> (u64, u64) {
     let long = rng.below(4) == 0;
@@ -213,7 +202,7 @@ async fn reads_match_writes_with_up_to_m_nodes_down_and_after_resync() {
     let c = Cluster::new();
     let o = c.open(&[], None).await.expect("open");
     let mut model: BTreeMap<u64, u32> = BTreeMap::new();
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let mut next = 1u32;
     let mut write = |o: &Owner, rng: &mut Rng, model: &mut BTreeMap<u64, u32>| {
         let (lba, blocks) = random_write(rng);
@@ -294,7 +283,7 @@ async fn an_owner_dying_at_any_step_leaves_no_write_hole() {
     for steps in (0..160).step_by(3) {
         for (li, lost) in losses.iter().enumerate() {
             let c = Cluster::new();
-            let mut rng = Rng(steps * 31 + li as u64);
+            let mut rng = Rng::new(steps * 31 + li as u64);
             // Flushed state: every block written once.
             let o = c.open(&[], None).await.expect("open");
             let (_, r) = o.vol.write(0, payload(1, 0, BLOCKS), false).await;
@@ -410,7 +399,7 @@ async fn an_owner_is_not_deposed_by_fences_raised_to_its_own_new_epoch() {
     for t in 0..4u32 {
         let vol = o.vol.clone();
         writers.push(tokio::spawn(async move {
-            let mut rng = Rng(u64::from(t) + 1);
+            let mut rng = Rng::new(u64::from(t) + 1);
             for i in 0..40u32 {
                 let (lba, blocks) = random_write(&mut rng);
                 let (_, r) = vol.write(lba, payload(t * 1000 + i + 2, lba, blocks), false).await;

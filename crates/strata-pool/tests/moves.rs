@@ -56,14 +56,11 @@ where
         let (vol, stop) = (vol.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let mut wrote = BTreeMap::new();
-            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ w;
+            let mut rng = strata_rand::Rng::new(w);
             let mut version = 2 + w * 1_000_000;
             while !stop.load(SeqCst) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
                 // Each writer owns the blocks equal to it mod 3.
-                let lba = (x % (blocks / 3)) * 3 + w;
+                let lba = rng.below(blocks / 3) * 3 + w;
                 let (_, r) = vol.write(lba, IoBuf::from_slice(&block(lba, version)), false).await;
                 r.expect("write during the move");
                 wrote.insert(lba, version);

@@ -110,13 +110,7 @@ impl Cluster {
 
 fn pattern(seed: u64, blocks: usize) -> IoBuf {
     let mut b = IoBuf::zeroed(blocks * BS as usize);
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for chunk in b.as_mut_slice().chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
-    }
+    strata_rand::Rng::new(seed).fill(b.as_mut_slice());
     b
 }
 

@@ -11,6 +11,7 @@
 
 use crate::gemm::{View, gemm, linear};
 use crate::{KvCache, Shape};
+use strata_rand::Rng;
 
 const RMS_EPS: f32 = 1e-5;
 const ROPE_THETA: f32 = 500_000.0;
@@ -42,24 +43,11 @@ pub struct Model {
     pub chunk: usize,
 }
 
-/// xorshift64*: deterministic weights from a seed, fast enough for
-/// hundreds of millions of them.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// `n` values uniform in `[-a, a]`, where `a` keeps the variance of a
-    /// product with `fan_in` inputs near 1 (Kaiming-uniform).
-    fn matrix(&mut self, n: usize, fan_in: usize) -> Vec<f32> {
-        let a = (3.0 / fan_in as f32).sqrt();
-        (0..n).map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a).collect()
-    }
+/// `n` weights uniform in `[-a, a]` from `rng`, where `a` keeps the
+/// variance of a product with `fan_in` inputs near 1 (Kaiming-uniform).
+fn matrix(rng: &mut Rng, n: usize, fan_in: usize) -> Vec<f32> {
+    let a = (3.0 / fan_in as f32).sqrt();
+    (0..n).map(|_| ((rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a).collect()
 }
 
 impl Model {
@@ -67,26 +55,26 @@ impl Model {
     /// `threads` threads.
     pub fn random(shape: Shape, seed: u64, threads: usize) -> Result<Model, String> {
         shape.check()?;
-        let mut rng = Rng(seed | 1);
+        let mut rng = Rng::new(seed);
         let (d, q, kv, f) = (shape.hidden, shape.q_dim(), shape.kv_dim(), shape.ffn);
         let layers = (0..shape.layers)
             .map(|_| Layer {
                 attn_norm: vec![1.0; d],
-                wq: rng.matrix(d * q, d),
-                wk: rng.matrix(d * kv, d),
-                wv: rng.matrix(d * kv, d),
-                wo: rng.matrix(q * d, q),
+                wq: matrix(&mut rng, d * q, d),
+                wk: matrix(&mut rng, d * kv, d),
+                wv: matrix(&mut rng, d * kv, d),
+                wo: matrix(&mut rng, q * d, q),
                 ffn_norm: vec![1.0; d],
-                w1: rng.matrix(d * f, d),
-                w3: rng.matrix(d * f, d),
-                w2: rng.matrix(f * d, f),
+                w1: matrix(&mut rng, d * f, d),
+                w3: matrix(&mut rng, d * f, d),
+                w2: matrix(&mut rng, f * d, f),
             })
             .collect();
         let half = shape.head_dim / 2;
         let inv_freq = (0..half).map(|j| ROPE_THETA.powf(-(2.0 * j as f32) / shape.head_dim as f32)).collect();
         Ok(Model {
             shape,
-            embed: rng.matrix(shape.vocab * d, 1),
+            embed: matrix(&mut rng, shape.vocab * d, 1),
             layers,
             final_norm: vec![1.0; d],
             inv_freq,

@@ -219,7 +219,7 @@ async fn dropped_writes_leave_old_or_new_data_and_no_leak() {
                 assert_blocks(&w, x * BPE, BPE, &[0, 3], &format!("{what}: volume 2 extent {x}, flushed")).await;
             }
             rig.assert_no_leak(&[&v, &w], &what).await;
-            let mut r = Rng(n as u64 * 31 + 7);
+            let mut r = Rng::new(n as u64 * 31 + 7);
             rig.crash_and_reopen(|_| r.below(2) == 0);
             let v = rig.vol(1, 8);
             let allowed: &[u64] = if finished_ok { &[2] } else { &[0, 1, 2] };

@@ -171,7 +171,7 @@ async fn crash_cycles(seed: u64, disk_size: u64, ndisks: usize, rounds: usize) {
     let power = Arc::new(AtomicI64::new(-1));
     let disks: Vec<Arc<SimDisk>> =
         (0..ndisks).map(|_| Arc::new(SimDisk::with_power(disk_size, power.clone()))).collect();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut models = new_models(&[11, 22, 33]);
     let mut tag = 0u64;
     for round in 0..rounds {
@@ -195,7 +195,7 @@ async fn crash_cycles(seed: u64, disk_size: u64, ndisks: usize, rounds: usize) {
         power.store(-1, Ordering::SeqCst);
         // Power cut: all, nothing, or a random subset of unsynced blocks.
         let mode = rng.below(3);
-        let mut r2 = Rng(rng.next() | 1);
+        let mut r2 = rng.fork();
         for d in &disks {
             d.crash(|_| match mode {
                 0 => true,

@@ -79,17 +79,7 @@ pub struct Recovered {
     pub reopened: Table,
 }
 
-/// A deterministic xorshift generator, so images are reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use strata_rand::Rng;
 
 fn load(disk: &Arc<SimDisk>) -> Result<LoadedDrive, StoreError> {
     LoadedDrive::load(
@@ -138,7 +128,7 @@ impl Image {
         let meta_len = usize::try_from(sb.data_offset).expect("metadata of a 1 MiB drive fits");
         let mut history = vec![disk.durable_image()[..meta_len].to_vec()];
         disk.record_history(meta_len);
-        let mut rng = Rng(seed | 1);
+        let mut rng = Rng::new(seed);
         let vol_bytes = VOLUME_EXTENTS * u64::from(IMAGE_EXTENT_SIZE);
         let store = rt.block_on(async {
             for round in 0..commits {

@@ -14,33 +14,11 @@ pub(crate) const BS: usize = 4096;
 pub(crate) const EXT: u32 = 16 * 1024;
 pub(crate) const BPE: u64 = EXT as u64 / BS as u64;
 
-/// A deterministic xorshift generator; tests control their randomness.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+pub(crate) use strata_rand::Rng;
 
 /// Block content derived from `(tag, lba)`; every byte depends on both.
 pub(crate) fn pattern(tag: u64, lba: u64) -> Vec<u8> {
-    let mut x = tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ lba.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) ^ 1;
-    (0..BS)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    Rng::new(tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ lba.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)).bytes(BS)
 }
 
 pub(crate) fn patterned(tag: u64, lba: u64, blocks: u64) -> IoBuf {
@@ -97,7 +75,7 @@ async fn random_writes_across_extent_boundaries_read_back() {
     let v = s.open_volume(7, 2 << 20, 4096).unwrap();
     let n = v.geometry().num_blocks;
     let mut model = vec![zeros(1); n as usize];
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     for i in 0..300u64 {
         let blocks = 1 + rng.below(2 * BPE + 2);
         let lba = rng.below(n - blocks);

@@ -31,8 +31,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use strata_chaos::rng::Rng;
 use strata_meta::testing::EtcdProcess;
+use strata_rand::Rng;
 
 mod common;
 #[path = "common/netns.rs"]

@@ -410,11 +410,10 @@ async fn reads_lent_from_a_ram_drive_are_never_torn_or_stale() {
         let (ctrl, done) = (ctrl.clone(), done.clone());
         readers.push(tokio::spawn(async move {
             let mut reads = 0u64;
-            let mut i = r;
+            let mut rng = strata_rand::Rng::new(r);
             while Instant::now() < until {
-                i = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let lba = (i >> 33) % BLOCKS;
-                let n = if i & 1 == 0 { 1 } else { (BLOCKS - lba).min(16) };
+                let lba = rng.below(BLOCKS);
+                let n = if rng.chance(50) { 1 } else { (BLOCKS - lba).min(16) };
                 let floor: Vec<u64> =
                     (lba..lba + n).map(|l| done[l as usize].load(std::sync::atomic::Ordering::Acquire)).collect();
                 let data = ctrl.read(1, lba, n as u32).await.expect("read");

@@ -7,15 +7,8 @@ use strata_kv::key::KeyContext;
 
 /// Deterministic token ids: `seed` picks the sequence.
 pub(super) fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % vocab as u64) as u32
-        })
-        .collect()
+    let mut rng = strata_rand::Rng::new(seed);
+    (0..n).map(|_| rng.below(vocab as u64) as u32).collect()
 }
 
 pub(super) fn key_context(name: &str, page: usize, what: &str) -> KeyContext {

@@ -215,10 +215,9 @@ mod tests {
             let all: Vec<&[u8]> = data.iter().chain(&parity).map(Vec::as_slice).collect();
             // Pick M distinct strips to lose from the seed.
             let mut lost = std::collections::BTreeSet::new();
-            let mut x = lost_seed;
+            let mut rng = strata_rand::Rng::new(lost_seed);
             while lost.len() < m {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                lost.insert((x >> 33) as usize % (k + m));
+                lost.insert(rng.below((k + m) as u64) as usize);
             }
             let shards: Vec<Option<&[u8]>> = all.iter().enumerate().map(|(i, s)| (!lost.contains(&i)).then_some(*s)).collect();
             prop_assert_eq!(codec.decode(&shards).unwrap(), data);

@@ -45,11 +45,7 @@ const SQRT_2: f64 = std::f64::consts::SQRT_2;
 
 /// The SplitMix64 output function: a bijective 64-bit mixer with full
 /// avalanche (every input bit flips each output bit with probability ~1/2).
-pub(crate) const fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+pub(crate) use strata_rand::mix64;
 
 /// The key of a placement group in every draw it takes part in.
 pub(crate) const fn pg_key(pg: u32) -> u64 {

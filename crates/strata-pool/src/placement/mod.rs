@@ -35,6 +35,3 @@ pub use map::{
 pub use placer::Placer;
 pub use protection::{MAX_COPIES, MAX_WIDTH, Protection, ProtectionError};
 pub use table::PlacementTable;
-
-/// The 64-bit mixer placement hashes with, for the simulator's generator.
-pub(crate) use hash::mix64;

@@ -252,7 +252,7 @@ mod tests {
             let first_full = vec![40 * 1024 - 3; 12];
             let data_shards = protection.data_shards() as u64;
             let cluster = Cluster { table: &table, first_full: &first_full, extent_bytes: MIB, data_shards };
-            let mut rng = crate::sim::rng::Rng::new(11);
+            let mut rng = strata_rand::Rng::new(11);
             let volumes: Vec<Volume> = (1..2000)
                 .map(|id| Volume { id, bytes: (1 + rng.below(300)) * 7 * MIB + rng.below(5) * 4096 })
                 .collect();

@@ -18,7 +18,7 @@
 //! - `rebuild`: who reads and writes what to rebuild a failed node;
 //! - `drives`: a node's drives, most free first;
 //! - `workload`: the volumes;
-//! - `rng`: the seeded generator;
+//! - [`strata_rand::Rng`]: the seeded generator;
 //! - `report`: the figures.
 
 mod drives;
@@ -26,7 +26,6 @@ mod fill;
 mod options;
 mod rebuild;
 mod report;
-mod rng;
 mod run;
 mod workload;
 

@@ -11,12 +11,12 @@ use super::fill::{Cluster, fill};
 use super::options::{SimError, SimOptions};
 use super::rebuild::{Rebuild, rebuild};
 use super::report::SimReport;
-use super::rng::Rng;
 use super::workload::Workload;
 use crate::placement::{
     BalanceOptions, CHUNK_SIZE, FailureDomain, Node, NodeId, NodeState, PlacementMap, PlacementTable, Placer, balance,
     pg_count_for,
 };
+use strata_rand::Rng;
 
 /// Node `i` of the modelled cluster.
 fn sim_node(i: u32, opts: &SimOptions) -> Node {

@@ -8,7 +8,7 @@
 //! simulator's figures are statistics, not placement: nothing here needs
 //! to agree bit for bit between machines.
 
-use super::rng::Rng;
+use strata_rand::Rng;
 
 /// Volume sizes are whole blocks of this many bytes.
 const BLOCK_BYTES: u64 = 4096;

@@ -60,7 +60,7 @@ pub(crate) struct SimDisk {
     /// Bumped by every crash: I/O through a handle from an earlier epoch
     /// (the crashed "process") fails and never lands.
     epoch: AtomicU64,
-    /// xorshift state choosing which queued mutation lands when.
+    /// The generator's state choosing which queued mutation lands when.
     rng: AtomicU64,
 }
 
@@ -284,13 +284,9 @@ impl SimDisk {
         self.deferred.load(Ordering::SeqCst)
     }
 
+    /// SplitMix64 ([`strata_rand`]'s generator) on an atomic state.
     fn random(&self) -> u64 {
-        let mut x = self.rng.load(Ordering::Relaxed);
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng.store(x, Ordering::Relaxed);
-        x
+        strata_rand::mix64(self.rng.fetch_add(strata_rand::GOLDEN, Ordering::Relaxed).wrapping_add(strata_rand::GOLDEN))
     }
 
     /// Applies the queued mutation at `index`, keeping its result for its
@@ -333,9 +329,12 @@ impl SimDisk {
         }
     }
 
-    /// Mutations still queued (in flight for a caller that went away).
+    /// Mutations submitted and not finished: still queued, or landed at
+    /// random with their result not taken yet (in flight for a caller
+    /// that went away too).
     pub(crate) fn in_flight(&self) -> usize {
-        self.lock().queued.len()
+        let st = self.lock();
+        st.queued.len() + st.results.len()
     }
 
     pub(crate) fn sync(&self) -> io::Result<()> {

@@ -1,8 +1,8 @@
 //! Shared fixtures for the target + host integration tests: a target on
-//! loopback (port 0) serving one RAM namespace, and a small deterministic
+//! loopback (port 0) serving one RAM namespace, and the project's seeded
 //! PRNG for data patterns.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod raw;
 
@@ -57,35 +57,4 @@ pub async fn serve(
     (target, sub, io, disc)
 }
 
-/// xorshift64*: deterministic, seedable, good enough for test patterns.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    pub fn fill(&mut self, b: &mut [u8]) {
-        for chunk in b.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut v = vec![0u8; len];
-        self.fill(&mut v);
-        v
-    }
-}
+pub use strata_rand::Rng;

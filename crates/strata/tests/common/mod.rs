@@ -257,15 +257,7 @@ pub fn pattern(seed: u64) -> Vec<u8> {
 
 /// `len` (a multiple of 8) pseudo-random bytes, named by `seed`.
 pub fn pattern_len(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
+    strata_rand::Rng::new(seed).bytes(len)
 }
 
 /// The host side of the cluster tests.

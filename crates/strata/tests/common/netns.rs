@@ -12,7 +12,7 @@ use std::time::Duration;
 use strata_chaos::ctx::{Ctx, VolumeRef};
 use strata_chaos::host::{self, HostPlan};
 use strata_chaos::report::Report;
-use strata_chaos::rng::Rng;
+use strata_rand::Rng;
 
 use super::common::{NodeAddrs, NodeProc, volume_status, wait_for};
 

@@ -1,24 +1,36 @@
-//! The one source of randomness: a seeded SplitMix64 generator.
+//! strata's one seeded pseudo-random generator: SplitMix64.
 //!
-//! Every random choice of a run (what a host does next, when strata is
-//! killed, which attack runs in which round, host identities) comes from
-//! one [`Rng`] seeded with the run's seed. Tasks get their own stream with
-//! [`Rng::fork`], taken in a fixed order by the task that spawns them, so
-//! that replaying a seed replays the same plan and the same per-task
-//! choices. (Interleavings between tasks still depend on timing: a replay
-//! is the same experiment, not the same trace.)
+//! Every random choice of a replayable run comes from one [`Rng`] seeded
+//! with the run's seed: the chaos suite's plan (what a host does next,
+//! when a node is killed, which attack runs in which round), the pool
+//! simulator's volumes and failures, the tests' random workloads and the
+//! prefill model's weights. Tasks get their own stream with [`Rng::fork`],
+//! taken in a fixed order by the task that spawns them, so that replaying
+//! a seed replays the same plan and the same per-task choices.
+//! (Interleavings between tasks still depend on timing: a replay is the
+//! same experiment, not the same trace.)
 //!
 //! No `getrandom`, no OS entropy: the point is that a failing seed can be
-//! run again.
+//! run again. Secrets and identifiers come from `getrandom`, never from
+//! here.
+//!
+//! ```
+//! use strata_rand::Rng;
+//! let (mut a, mut b) = (Rng::new(42), Rng::new(42));
+//! assert_eq!(a.next_u64(), b.next_u64());
+//! assert!(a.below(10) < 10);
+//! ```
 
 use std::time::Duration;
 
-/// The SplitMix64 increment (the golden ratio in 64-bit fixed point).
-const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+/// The SplitMix64 increment (the golden ratio in 64-bit fixed point):
+/// `mix64` of a state advanced by it is the next draw.
+pub const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// The SplitMix64 output function: a bijective 64-bit mixer. Also used on
-/// its own to derive block filler from a block's identity.
-pub fn mix64(mut z: u64) -> u64 {
+/// its own as a hash: block filler from a block's identity, the pool's
+/// placement draws (which pin its values).
+pub const fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
@@ -67,12 +79,24 @@ impl Rng {
         Duration::from_millis(self.range(lo_ms, hi_ms.max(lo_ms)))
     }
 
+    /// A uniform value in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// Random bytes.
     pub fn fill(&mut self, out: &mut [u8]) {
         for chunk in out.chunks_mut(8) {
             let v = self.next_u64().to_le_bytes();
             chunk.copy_from_slice(&v[..chunk.len()]);
         }
+    }
+
+    /// `len` random bytes.
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.fill(&mut v);
+        v
     }
 
     /// An independent generator for a child task. The child's sequence is
@@ -99,6 +123,15 @@ mod tests {
     }
 
     #[test]
+    fn the_sequence_is_splitmix64() {
+        // Pinned: a seed must replay the same run after any change here.
+        let mut r = Rng::new(0);
+        assert_eq!(r.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
+        assert_eq!(mix64(1), 0x5692_161d_100b_05e5);
+    }
+
+    #[test]
     fn bounded_draws_stay_in_range() {
         let mut r = Rng::new(7);
         for _ in 0..10_000 {
@@ -122,5 +155,8 @@ mod tests {
         assert!(seen.iter().all(|&s| s));
         let hits = (0..10_000).filter(|_| r.chance(25)).count();
         assert!((2000..3000).contains(&hits), "{hits}");
+        for _ in 0..1000 {
+            assert!((0.0..1.0).contains(&r.unit()));
+        }
     }
 }
