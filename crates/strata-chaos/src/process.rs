@@ -10,14 +10,14 @@
 //! Every wait has a deadline: readiness is polled (TCP connect to the I/O
 //! and HTTP ports), exit is polled, CLI calls are killed when late.
 
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use strata_testkit::Proc;
 
 use crate::config::Tuning;
 use crate::error::Error;
@@ -57,19 +57,16 @@ pub enum CliError {
     Timeout(String, Duration),
 }
 
-/// A `strata serve` child process.
+/// A `strata serve` child process, on [`strata_testkit::Proc`].
 #[derive(Debug)]
 pub struct StrataProcess {
     bin: PathBuf,
-    args: Vec<String>,
     /// NVMe/TCP I/O address.
     pub io: SocketAddr,
     /// HTTP API address.
     pub http: SocketAddr,
-    log_path: PathBuf,
-    child: Option<Child>,
+    proc: Proc,
     pid: Arc<AtomicU32>,
-    starts: u32,
 }
 
 impl StrataProcess {
@@ -98,7 +95,8 @@ impl StrataProcess {
         let io: SocketAddr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let discovery = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let http = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        let args = vec![
+        let argv = vec![
+            bin.display().to_string(),
             "serve".into(),
             "--data-dir".into(),
             data.display().to_string(),
@@ -115,26 +113,21 @@ impl StrataProcess {
             "--config".into(),
             config.display().to_string(),
         ];
-        Ok(StrataProcess {
-            bin: bin.to_path_buf(),
-            args,
-            io,
-            http,
-            log_path: dir.join("strata.log"),
-            child: None,
-            pid: Arc::new(AtomicU32::new(0)),
-            starts: 0,
-        })
+        let mut proc = Proc::new("strata", argv, dir.join("strata.log"));
+        if std::env::var_os("RUST_LOG").is_none() {
+            proc = proc.env("RUST_LOG", "warn");
+        }
+        Ok(StrataProcess { bin: bin.to_path_buf(), io, http, proc, pid: Arc::new(AtomicU32::new(0)) })
     }
 
     /// The command line strata is started with (for the report).
     pub fn command_line(&self) -> String {
-        format!("{} {}", self.bin.display(), self.args.join(" "))
+        self.proc.command_line()
     }
 
     /// Where strata's stderr goes.
     pub fn log_path(&self) -> &Path {
-        &self.log_path
+        self.proc.log_path()
     }
 
     /// A cell holding the running process's pid (0 while none runs), for
@@ -151,25 +144,11 @@ impl StrataProcess {
     /// [`Error::StrataStart`] when it exits early or is not listening
     /// within `deadline`, with the end of its log.
     pub async fn start(&mut self, deadline: Duration) -> Result<Duration, Error> {
-        if self.child.is_some() {
+        if self.proc.running() {
             return Ok(Duration::ZERO);
         }
-        self.starts += 1;
-        let mut log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .map_err(|e| Error::io(format!("opening {}", self.log_path.display()), e))?;
-        let _ = writeln!(log, "===== strata-chaos: start #{} =====", self.starts);
-        let stderr = log.try_clone().map_err(|e| Error::io("cloning the log file handle", e))?;
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(&self.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(stderr));
-        if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "warn");
-        }
-        let child = cmd.spawn().map_err(|e| Error::io(format!("starting {}", self.bin.display()), e))?;
-        self.pid.store(child.id(), Ordering::Release);
-        self.child = Some(child);
+        self.proc.start().map_err(|e| Error::io(format!("starting {}", self.bin.display()), e))?;
+        self.pid.store(self.proc.pid().unwrap_or(0), Ordering::Release);
         let began = Instant::now();
         loop {
             if let Some(status) = self.exited() {
@@ -189,29 +168,25 @@ impl StrataProcess {
     }
 
     fn start_error(&self, reason: String) -> Error {
-        Error::StrataStart { reason, log: self.log_path.display().to_string(), tail: self.log_tail(20) }
+        Error::StrataStart { reason, log: self.log_path().display().to_string(), tail: self.log_tail(20) }
     }
 
     /// The exit status if strata exited by itself since the last check
     /// (it is then no longer running).
     pub fn exited(&mut self) -> Option<ExitStatus> {
-        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
-        self.child = None;
+        let status = self.proc.exited()?;
         self.pid.store(0, Ordering::Release);
         Some(status)
     }
 
     /// True while strata runs.
     pub fn running(&self) -> bool {
-        self.child.is_some()
+        self.proc.running()
     }
 
     /// SIGKILL, and reap it. Nothing happens when it is not running.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.proc.kill9();
         self.pid.store(0, Ordering::Release);
     }
 
@@ -219,8 +194,9 @@ impl StrataProcess {
     /// does not come. Returns the exit status, `None` if it had to be
     /// killed or was not running.
     pub async fn stop(&mut self, deadline: Duration) -> Option<ExitStatus> {
-        let pid = self.child.as_ref()?.id();
-        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).stderr(Stdio::null()).status();
+        if !self.proc.signal("-TERM") {
+            return None;
+        }
         let began = Instant::now();
         while began.elapsed() < deadline {
             if let Some(status) = self.exited() {
@@ -234,15 +210,14 @@ impl StrataProcess {
 
     /// The last `n` lines of strata's log.
     pub fn log_tail(&self, n: usize) -> String {
-        let text = std::fs::read(&self.log_path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let text = self.proc.log_text();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
     /// Lines of strata's log that show a panic.
     pub fn panics_in_log(&self) -> Vec<String> {
-        let text = std::fs::read(&self.log_path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-        text.lines().filter(|l| l.contains("panicked at")).map(str::to_owned).collect()
+        self.proc.log_text().lines().filter(|l| l.contains("panicked at")).map(str::to_owned).collect()
     }
 
     /// A handle for running `strata volume` against this strata.
@@ -294,12 +269,6 @@ impl VolumeCli {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
-    }
-}
-
-impl Drop for StrataProcess {
-    fn drop(&mut self) {
-        self.kill9();
     }
 }
 

@@ -20,12 +20,12 @@
 //! Needs root (CAP_NET_ADMIN), iproute2 and etcd, as in CI (`.ci/run`
 //! installs them and runs as root); it fails, saying so, without them.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use strata_kv::client::Client;
 use strata_kv::resp::Reply;
 use strata_meta::testing::EtcdProcess;
+use strata_testkit::Proc;
 
 mod common;
 #[path = "common/netns.rs"]
@@ -46,17 +46,15 @@ fn value_of(key: &str) -> Vec<u8> {
 
 /// `strata kv serve` in a namespace of its own; killed when dropped.
 struct KvProc {
-    child: Child,
-    argv: Vec<String>,
+    proc: Proc,
     addr: std::net::SocketAddr,
-    log: std::path::PathBuf,
 }
 
 impl KvProc {
     fn start(net: &Net, at: usize, region: usize, pool: &str, dir: &std::path::Path) -> KvProc {
         std::fs::create_dir_all(dir).unwrap();
         let addr: std::net::SocketAddr = format!("{}:6380", net.addr(at)).parse().unwrap();
-        let argv: Vec<String> = [
+        let argv = [
             "ip",
             "netns",
             "exec",
@@ -78,60 +76,26 @@ impl KvProc {
             &format!("{region}/2"),
             "--pool-timeout",
             "3s",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let log = dir.join(format!("kv{region}.log"));
-        let child = KvProc::spawn(&argv, &log);
-        let mut kv = KvProc { child, argv, addr, log };
+        ];
+        let name = format!("kv{region}");
+        let mut kv = KvProc { proc: Proc::spawn(&name, argv, dir.join(format!("{name}.log"))), addr };
         kv.wait_listening();
         kv
     }
 
-    fn spawn(argv: &[String], log: &std::path::Path) -> Child {
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        Command::new(&argv[0])
-            .args(&argv[1..])
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .expect("spawn strata kv serve")
-    }
-
     fn wait_listening(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(self.addr).is_err() {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("strata kv serve exited ({status}):\n{}", self.log_tail());
-            }
-            assert!(Instant::now() < deadline, "strata kv serve did not listen:\n{}", self.log_tail());
-            std::thread::sleep(Duration::from_millis(100));
+        if let Err(e) = self.proc.wait_listening(&[self.addr], Duration::from_secs(60)) {
+            panic!("strata kv serve: {e}");
         }
     }
 
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
     fn restart(&mut self) {
-        self.kill9();
-        self.child = KvProc::spawn(&self.argv, &self.log);
+        self.proc.restart().expect("restart strata kv serve");
         self.wait_listening();
     }
 
     fn log_tail(&self) -> String {
-        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = s.lines().collect();
-        format!("== {} ==\n{}", self.log.display(), lines[lines.len().saturating_sub(30)..].join("\n"))
-    }
-}
-
-impl Drop for KvProc {
-    fn drop(&mut self) {
-        self.kill9();
+        self.proc.log_tail(30)
     }
 }
 
@@ -290,7 +254,7 @@ fn two_kv_servers_share_a_rep2_pool_volume_through_owner_failures() {
         // volume (the returned node resynced).
         watch_states(VOLUME, "healthy again", &nodes, watcher, Duration::from_secs(90), |v| v["state"] == "healthy");
     }
-    let text = std::fs::read_to_string(&a.log).unwrap_or_default();
+    let text = a.proc.log_text();
     let moved = text.matches("remote namespace reconnected").count();
     assert!(moved >= 2, "A's pool tier moved {moved} times for two owner faults:\n{}", a.log_tail());
 

@@ -6,10 +6,11 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use strata_kv::client::Client;
+use strata_testkit::Proc;
 
 const BIN: &str = env!("CARGO_BIN_EXE_strata");
 
@@ -20,7 +21,7 @@ fn tool(name: &str) -> String {
 }
 
 struct Kv {
-    child: Child,
+    proc: Proc,
     addr: SocketAddr,
 }
 
@@ -34,33 +35,20 @@ impl Kv {
     /// As [`Kv::start`], with an SSD tier of `ssd_size`.
     fn start_sized(dir: &Path, dram: &str, ssd_size: &str, extra: &[&str]) -> Kv {
         let ssd = format!("{}:{ssd_size}", dir.join("ssd.log").display());
-        let mut args = vec!["kv", "serve", "--dram", dram, "--ssd", &ssd, "--ssd-segment", "4M"];
+        let mut args = vec![BIN, "kv", "serve", "--dram", dram, "--ssd", &ssd, "--ssd-segment", "4M"];
         args.extend(["--listen", "127.0.0.1:0"]);
         args.extend(extra);
-        let log_path = dir.join(format!("kv-{}.log", std::process::id()));
-        let log = std::fs::File::create(&log_path).unwrap();
-        let mut child = Command::new(BIN)
-            .args(&args)
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn strata");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-            if let Some(addr) = text
+        let mut proc = Proc::spawn("kv", args, dir.join("kv.log"));
+        // The log is appended across starts: read this start's part.
+        let listening = proc.wait_until("serving", Duration::from_secs(60), |log| {
+            let this_start = log.rsplit("===== kv: start #").next().unwrap_or(log);
+            this_start
                 .lines()
                 .find_map(|l| l.split_once("serving (RESP2/RESP3) on ").and_then(|(_, a)| a.split_whitespace().next()))
-            {
-                return Kv { child, addr: addr.parse().expect("address in the log") };
-            }
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("strata kv serve exited ({status}): {text}");
-            }
-            assert!(Instant::now() < deadline, "strata kv serve did not listen: {text}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .map(|a| a.parse::<SocketAddr>().expect("address in the log"))
+        });
+        let (addr, _) = listening.unwrap_or_else(|e| panic!("strata kv serve: {e}"));
+        Kv { proc, addr }
     }
 
     fn cli(&self, args: &[&str]) -> String {
@@ -74,15 +62,7 @@ impl Kv {
     }
 
     fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Kv {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.proc.kill9();
     }
 }
 
@@ -301,11 +281,8 @@ fn kill_9_keeps_every_flushed_block_and_its_accounting() {
 /// `strata serve` with its default volume, for the pool tier; killed
 /// when dropped (a failing test leaves no target behind).
 struct Target {
-    child: Child,
+    proc: Proc,
     io: SocketAddr,
-    dir: std::path::PathBuf,
-    disc: u16,
-    http: u16,
 }
 
 impl Target {
@@ -313,30 +290,20 @@ impl Target {
         let ports = strata_meta::testing::loopback_ports(3);
         let (io, disc, http) = (ports[0], ports[1], ports[2]);
         let io: SocketAddr = format!("127.0.0.1:{io}").parse().unwrap();
-        let child = Target::spawn(dir, io, disc, http);
-        Target { child, io, dir: dir.to_path_buf(), disc, http }
+        let drive = format!("{}:256M", dir.join("drive0.img").display());
+        let (data, io_arg) = (dir.display().to_string(), io.to_string());
+        let (disc, http) = (format!("127.0.0.1:{disc}"), format!("127.0.0.1:{http}"));
+        let args = [BIN, "serve", "--data-dir", &data, "--listen", &io_arg, "--discovery", &disc, "--http", &http];
+        let args = args.into_iter().chain(["--default-volume-size", "96M", "--drive", &drive]);
+        let mut t = Target { proc: Proc::spawn("target", args, dir.join("target.log")), io };
+        t.wait_ready();
+        t
     }
 
-    fn spawn(dir: &Path, io: SocketAddr, disc: u16, http: u16) -> Child {
-        let drive = format!("{}:256M", dir.join("drive0.img").display());
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("target.log")).unwrap();
-        let mut child = Command::new(BIN)
-            .args(["serve", "--data-dir", &dir.display().to_string(), "--listen", &io.to_string()])
-            .args(["--discovery", &format!("127.0.0.1:{disc}"), "--http", &format!("127.0.0.1:{http}")])
-            .args(["--default-volume-size", "96M", "--drive", &drive])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn strata serve");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(io).is_err() {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("strata serve exited ({status}): {}", std::fs::read_to_string(dir.join("target.log")).unwrap());
-            }
-            assert!(Instant::now() < deadline, "strata serve did not listen");
-            std::thread::sleep(Duration::from_millis(50));
+    fn wait_ready(&mut self) {
+        if let Err(e) = self.proc.wait_listening(&[self.io], Duration::from_secs(30)) {
+            panic!("strata serve: {e}");
         }
-        child
     }
 
     /// The `--pool` argument for its default volume.
@@ -345,19 +312,13 @@ impl Target {
     }
 
     fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.proc.kill9();
     }
 
     /// Starts it again on the same ports and data.
     fn restart(&mut self) {
-        self.child = Target::spawn(&self.dir, self.io, self.disc, self.http);
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.kill9();
+        self.proc.restart().expect("restart strata serve");
+        self.wait_ready();
     }
 }
 

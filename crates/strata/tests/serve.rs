@@ -8,10 +8,11 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use strata_host::{Controller, HostConfig};
+use strata_testkit::Proc;
 
 const BIN: &str = env!("CARGO_BIN_EXE_strata");
 const NQN: &str = "nqn.2026-11.io.strata:default";
@@ -23,14 +24,12 @@ fn free_port(ip: &str) -> u16 {
     TcpListener::bind((ip, 0)).and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
+/// A `strata serve` process: a [`Proc`] (its log in `DATA_DIR/serve.log`,
+/// killed on drop) with its addresses.
 struct Server {
-    child: Child,
+    proc: Proc,
     io: SocketAddr,
     api: String,
-    args: Vec<String>,
-    /// The server's stderr, read by `drain` as it comes.
-    log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    drain: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -44,6 +43,7 @@ impl Server {
         let io: SocketAddr = format!("{host}:{io_port}").parse().unwrap();
         let api = format!("127.0.0.1:{}", free_port("127.0.0.1"));
         let mut args: Vec<String> = vec![
+            BIN.into(),
             "serve".into(),
             "--data-dir".into(),
             dir.display().to_string(),
@@ -61,64 +61,29 @@ impl Server {
             args.push(format!("{}:256M", dir.join("drive0.img").display()));
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        Self::spawn(io, api, args)
-    }
-
-    fn spawn(io: SocketAddr, api: String, args: Vec<String>) -> Server {
-        let mut child =
-            Command::new(BIN).args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
-        // Read stderr as it comes: once a pipe nobody reads holds 64 KiB,
-        // the server blocks in its next log line (a flood of rejected
-        // connections logs that much in a second).
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let drain = child.stderr.take().map(|mut e| {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                use std::io::Read;
-                let mut buf = [0u8; 4096];
-                while let Ok(n @ 1..) = e.read(&mut buf) {
-                    let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
-                    log.extend_from_slice(&buf[..n]);
-                    // Keep the tail: what explains an early exit.
-                    if log.len() > 1 << 20 {
-                        log.drain(..1 << 19);
-                    }
-                }
-            })
-        });
-        let mut s = Server { child, io, api, args, log, drain };
+        let mut s = Server { proc: Proc::spawn("strata-serve", args, dir.join("serve.log")), io, api };
         s.wait_ready();
         s
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                if let Some(drain) = self.drain.take() {
-                    let _ = drain.join();
-                }
-                let err = String::from_utf8_lossy(&self.log.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
-                panic!("strata serve exited early with {status}: {err}");
-            }
-            if std::net::TcpStream::connect(self.io).is_ok() && std::net::TcpStream::connect(&self.api).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let api: SocketAddr = self.api.parse().unwrap();
+        if let Err(e) = self.proc.wait_listening(&[self.io, api], Duration::from_secs(20)) {
+            panic!("strata serve: {e}");
         }
-        panic!("strata serve did not start listening on {}", self.io);
     }
 
-    /// The same server again, on the same data dir and ports.
+    /// The same server again, on the same data dir and ports (after it
+    /// exited or was killed).
     fn restart(mut self) -> Server {
-        let _ = self.child.wait();
-        Self::spawn(self.io, self.api.clone(), self.args.clone())
+        self.proc.restart().expect("restart strata serve");
+        self.wait_ready();
+        self
     }
 
     fn sigterm(&mut self) -> std::process::ExitStatus {
-        let st = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill");
-        assert!(st.success());
-        self.child.wait().expect("wait")
+        assert!(self.proc.signal("-TERM"));
+        self.proc.wait_exit(Duration::from_secs(60)).expect("strata serve exits on SIGTERM")
     }
 
     fn cli(&self, args: &[&str]) -> Output {
@@ -128,13 +93,6 @@ impl Server {
             .args(["--api", &format!("http://{}", self.api)])
             .output()
             .expect("cli")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -229,7 +187,7 @@ async fn kill9_after_flush_loses_nothing_acknowledged() {
         durable.insert(lba, 7);
     }
     let mut server = server;
-    server.child.kill().unwrap(); // SIGKILL
+    server.proc.kill9();
     let server = server.restart();
     let ctrl = connect(server.io).await;
     for (&lba, &round) in &durable {

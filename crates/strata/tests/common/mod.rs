@@ -3,11 +3,12 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use strata_testkit::Proc;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_strata");
 
@@ -30,15 +31,13 @@ pub struct NodeAddrs {
     pub http: String,
 }
 
-/// A `strata node` process, its log in a file (never a pipe that could
-/// fill and block it). Killed on drop.
+/// A `strata node` process: a [`Proc`] (log in a file, killed on drop,
+/// its log kept under `STRATA_TEST_LOGS` when the test fails) with the
+/// node's name and addresses.
 pub struct NodeProc {
     pub name: String,
-    child: Child,
-    /// The command: a prefix such as `ip netns exec NS`, then strata's.
-    argv: Vec<String>,
+    proc: Proc,
     pub addrs: NodeAddrs,
-    log: PathBuf,
 }
 
 impl NodeProc {
@@ -84,64 +83,39 @@ impl NodeProc {
             .iter()
             .map(|s| s.to_string()),
         );
-        let log = dir.join(format!("{name}.log"));
-        Self::spawn(name.to_string(), argv, addrs, log)
-    }
-
-    fn spawn(name: String, argv: Vec<String>, addrs: NodeAddrs, log: PathBuf) -> NodeProc {
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .expect("spawn strata node");
-        NodeProc { name, child, argv, addrs, log }
+        let proc = Proc::spawn(name, argv, dir.join(format!("{name}.log")));
+        NodeProc { name: name.to_string(), proc, addrs }
     }
 
     /// SIGKILL, and reap.
     pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.proc.kill9();
     }
 
     /// Sends `signal` (e.g. `-STOP`, `-CONT`) to the process.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill").arg(signal).arg(self.child.id().to_string()).status().expect("kill(1)");
-        assert!(status.success(), "kill {signal} {} failed", self.child.id());
+        assert!(self.proc.signal(signal), "kill {signal} {} failed", self.name);
     }
 
     /// Waits up to `limit` for the process to exit on its own; its exit
     /// status, or `None` if it still runs.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.proc.wait_exit(limit)
     }
 
     /// Starts the node again with the same arguments (after a kill).
     pub fn restart(&mut self) {
-        self.kill9();
-        *self = NodeProc::spawn(self.name.clone(), self.argv.clone(), self.addrs.clone(), self.log.clone());
+        self.proc.restart().expect("restart strata node");
     }
 
     /// Its whole log.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.proc.log_text()
     }
 
     /// The last 30 lines of its log.
     pub fn log_tail(&self) -> String {
-        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = s.lines().collect();
-        format!("== {} ==\n{}", self.name, lines[lines.len().saturating_sub(30)..].join("\n"))
+        self.proc.log_tail(30)
     }
 
     /// The lines of its log that say what the pool did (warnings,
@@ -150,7 +124,7 @@ impl NodeProc {
     pub fn log_notable(&self) -> String {
         const MARKS: [&str; 9] =
             ["WARN", "ERROR", "took the volume", "repair", "resync", "mov", "roll", "undo", "in-sync"];
-        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let s = self.proc.log_text();
         let lines: Vec<&str> = s.lines().filter(|l| MARKS.iter().any(|m| l.contains(m))).collect();
         format!("== {} ==\n{}", self.name, lines[lines.len().saturating_sub(150)..].join("\n"))
     }
@@ -172,35 +146,11 @@ impl NodeProc {
     }
 }
 
-impl Drop for NodeProc {
-    /// Kills the node; when the test is failing and `STRATA_TEST_LOGS`
-    /// names a directory, keeps its whole log there (the failure message
-    /// holds only the tail).
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking()
-            && let Some(dir) = std::env::var_os("STRATA_TEST_LOGS")
-        {
-            let dir = PathBuf::from(dir);
-            let _ = std::fs::create_dir_all(&dir);
-            let _ = std::fs::copy(&self.log, dir.join(format!("{}.log", self.name)));
-        }
-    }
-}
-
 /// Polls `f` every 100 ms until it gives a value; panics after `limit`
 /// with the nodes' logs.
-pub fn wait_for<T>(what: &str, limit: Duration, nodes: &[NodeProc], mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(v) = f() {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let logs: Vec<String> = nodes.iter().map(NodeProc::log_tail).collect();
-    panic!("timed out after {limit:?} waiting for {what}; node logs:\n{}", logs.join("\n"));
+pub fn wait_for<T>(what: &str, limit: Duration, nodes: &[NodeProc], f: impl FnMut() -> Option<T>) -> T {
+    let procs: Vec<&Proc> = nodes.iter().map(|n| &n.proc).collect();
+    strata_testkit::wait_for(what, limit, &procs, f)
 }
 
 /// Volume `name` as the pool status of `via` shows it.
