@@ -5,7 +5,7 @@
 # of a holder, of an owner, of M+1 ec holders; a cut link; etcd killed or
 # frozen; a drain cancelled half way. At the end every block is read back
 # against the oracle and `strata volume check` compares every copy and
-# shard (crates/strata/tests/pool_soak.rs; docs/pool.md).
+# shard (crates/strata/tests/cluster/pool_soak.rs; docs/pool.md).
 #
 #   sudo bench/pool-soak.sh                # 30 minutes, seed from the time
 #   sudo bench/pool-soak.sh 2h 12345       # DURATION SEED (replay a seed)
@@ -40,7 +40,7 @@ mkdir -p "$out"
 echo "pool soak: $secs s, seed $SEED (replay: bench/pool-soak.sh $DURATION $SEED); output in $out"
 set +e
 STRATA_SOAK_SECS=$secs STRATA_SOAK_SEED=$SEED STRATA_SOAK_REPORT=$out/report.json STRATA_TEST_LOGS=$out/logs \
-    cargo test --profile "$PROFILE" -p strata --test pool_soak -- --nocapture 2>&1 | tee "$out/output.txt"
+    cargo test --profile "$PROFILE" -p strata --test cluster -- pool_soak:: --nocapture 2>&1 | tee "$out/output.txt"
 status=${PIPESTATUS[0]}
 set -e
 

@@ -12,6 +12,11 @@
 //!
 //! Every wait has a deadline and says what it waited for.
 //!
+//! [`group`] keeps the tests of one group (one former test binary, now a
+//! module of a bigger one) from running beside another group's: heavy
+//! multi-process tests share a 2-core machine as they did when each group
+//! was a binary of its own.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use strata_testkit::Proc;
@@ -254,6 +259,39 @@ pub fn wait_for<T>(what: &str, limit: Duration, procs: &[&Proc], mut f: impl FnM
     panic!("timed out after {limit:?} waiting for {what}\n{}", logs.join("\n"));
 }
 
+/// Which group of tests runs now, and how many of its tests.
+static GROUPS: std::sync::Mutex<(Option<&'static str>, usize)> = std::sync::Mutex::new((None, 0));
+static GROUP_LEFT: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Held by a test of group `name` while it runs: see [`group`].
+#[derive(Debug)]
+#[must_use = "the group is left when the guard is dropped"]
+pub struct GroupGuard(());
+
+/// Waits until no test of another group runs, then enters group `name`
+/// (pass `module_path!()`): tests of one group run beside each other,
+/// never beside another group's. Left when the guard drops, also when the
+/// test panics.
+pub fn group(name: &'static str) -> GroupGuard {
+    let mut g = GROUPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    while g.0.is_some_and(|running| running != name) {
+        g = GROUP_LEFT.wait(g).unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
+    *g = (Some(name), g.1 + 1);
+    GroupGuard(())
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let mut g = GROUPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        g.1 -= 1;
+        if g.1 == 0 {
+            g.0 = None;
+            GROUP_LEFT.notify_all();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +340,29 @@ mod tests {
         let mut r = sh(dir.path(), "exit 4");
         r.start().unwrap();
         assert_eq!(r.wait_exit(Duration::from_secs(10)).and_then(|s| s.code()), Some(4));
+    }
+
+    #[test]
+    fn groups_never_overlap() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        static INSIDE: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+        let threads: Vec<_> = (0..6)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let (me, other) = (i % 2, 1 - i % 2);
+                        let _g = group(["testkit-a", "testkit-b"][me]);
+                        INSIDE[me].fetch_add(1, SeqCst);
+                        assert_eq!(INSIDE[other].load(SeqCst), 0, "two groups at once");
+                        std::thread::yield_now();
+                        INSIDE[me].fetch_sub(1, SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 
     #[test]

@@ -121,6 +121,7 @@ async fn connect(addr: SocketAddr) -> Controller {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volumes_and_data_survive_a_clean_restart() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path(), &[]);
     let before = server.cli(&["list", "--json"]);
@@ -153,6 +154,7 @@ async fn volumes_and_data_survive_a_clean_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_after_flush_loses_nothing_acknowledged() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]);
     let ctrl = connect(server.io).await;
@@ -211,6 +213,7 @@ async fn kill9_after_flush_loses_nothing_acknowledged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_cli_manages_volumes_on_a_live_node() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]);
     let out = server.cli(&["create", "scratch", "--size", "32M", "--json"]);
@@ -258,6 +261,7 @@ async fn volume_cli_manages_volumes_on_a_live_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_over_ipv6() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_on("::1", dir.path(), &[]);
     let ctrl = connect(server.io).await;
@@ -270,6 +274,7 @@ async fn serves_over_ipv6() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_drive_fails_writes_with_capacity_exceeded_and_keeps_data() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     // A 16 MiB drive under a 64 MiB thin volume: it fills after a few extents.
     let drive = format!("{}:16M", dir.path().join("small.img").display());
@@ -335,6 +340,7 @@ fn mem_server(dir: &Path) -> Server {
 /// before the read was issued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_lent_from_a_ram_drive_are_never_torn_or_stale() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let server = mem_server(dir.path());
     let ctrl = std::sync::Arc::new(connect(server.io).await);
@@ -399,6 +405,7 @@ async fn reads_lent_from_a_ram_drive_are_never_torn_or_stale() {
 /// gets whole blocks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_that_stops_reading_does_not_block_writers_to_what_it_read() {
+    let _group = strata_testkit::group(module_path!());
     use strata_nvme::command::{ReadWrite, Sqe, io};
     let dir = tempfile::tempdir().unwrap();
     let server = mem_server(dir.path());
@@ -454,6 +461,7 @@ async fn a_host_that_stops_reading_does_not_block_writers_to_what_it_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_byte_a_host_reads_was_written_to_that_block() {
+    let _group = strata_testkit::group(module_path!());
     // Buffers are recycled between commands and volumes; a read path that
     // failed to overwrite part of one would send another command's bytes.
     // This debug binary fills recycled buffers with POISON, so such a path
@@ -520,6 +528,7 @@ async fn every_byte_a_host_reads_was_written_to_that_block() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_not_on_a_new_volumes_list_never_gets_in() {
+    let _group = strata_testkit::group(module_path!());
     // Regression: a new subsystem was added with an empty access list (any
     // host) and got its real list afterwards; a host that connected in
     // between stayed connected. An intruder tries to connect to each new

@@ -28,11 +28,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use strata_meta::testing::EtcdProcess;
 
-mod common;
-#[path = "common/netns.rs"]
-mod netns;
-use common::{NodeProc, node_id_of, nodes_up, volume_status, wait_for};
-use netns::{
+use crate::common::{NodeProc, node_id_of, nodes_up, volume_status, wait_for};
+use crate::netns::{
     Load, Net, addrs, check_clean, create_healthy, holders, load_runs, owner_index, settings, settled, start_node,
     watch_states,
 };
@@ -45,6 +42,7 @@ const BLOCKS: u64 = 256 << 20 >> 12;
 
 #[test]
 fn an_erasure_coded_volume_survives_drains_m_plus_one_kills_and_etcd_outages_with_no_host_error() {
+    let _group = strata_testkit::group(module_path!());
     let began = Instant::now();
     let step = |what: &str| eprintln!("{:6.1}s {what}", began.elapsed().as_secs_f64());
     let net = Net::new(NODES);

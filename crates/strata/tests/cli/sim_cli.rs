@@ -23,6 +23,7 @@ fn num(v: &Value, key: &str) -> f64 {
 
 #[test]
 fn json_report_of_a_small_cluster_has_sane_figures() {
+    let _group = strata_testkit::group(module_path!());
     let out = sim(&["--json", "--nodes", "200", "--drives-per-node", "8", "--drive-size", "1T", "--seed", "7"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
@@ -52,6 +53,7 @@ fn json_report_of_a_small_cluster_has_sane_figures() {
 
 #[test]
 fn summary_names_the_figures() {
+    let _group = strata_testkit::group(module_path!());
     let out = sim(&["--nodes", "60", "--rack-size", "6", "--drive-size", "256G", "--drives-per-node", "2"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let s = text(&out.stdout);
@@ -70,6 +72,7 @@ fn summary_names_the_figures() {
 
 #[test]
 fn erasure_coding_holds_more_data_and_rebuilds_from_k_shards() {
+    let _group = strata_testkit::group(module_path!());
     let small = ["--json", "--nodes", "48", "--rack-size", "3", "--drives-per-node", "2", "--drive-size", "256G"];
     let report = |extra: &[&str]| -> Value {
         let out = sim(&[&small[..], extra].concat());
@@ -90,6 +93,7 @@ fn erasure_coding_holds_more_data_and_rebuilds_from_k_shards() {
 
 #[test]
 fn bad_options_are_refused_with_exit_2_and_a_reason() {
+    let _group = strata_testkit::group(module_path!());
     let cases: [(&[&str], &str); 8] = [
         (&["--protect", "rep:0"], "1 to 8 copies"),
         (&["--protect", "ec:4+0"], "ec:K+M takes K >= 1, M >= 1 and K+M <= 32"),

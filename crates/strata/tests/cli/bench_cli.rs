@@ -52,6 +52,7 @@ fn path(p: &Path) -> &str {
 
 #[test]
 fn verified_run_writes_a_signed_report_that_verify_accepts_and_any_edit_breaks() {
+    let _group = strata_testkit::group(module_path!());
     let (_rt, _target, addr) = start_target();
     let dir = tempfile::tempdir().expect("tempdir");
     let key = dir.path().join("bench.key");
@@ -165,6 +166,7 @@ fn verified_run_writes_a_signed_report_that_verify_accepts_and_any_edit_breaks()
 
 #[test]
 fn a_suite_with_an_impossible_gate_exits_1_and_reports_the_verdict() {
+    let _group = strata_testkit::group(module_path!());
     let (_rt, _target, addr) = start_target();
     let dir = tempfile::tempdir().expect("tempdir");
     let job = dir.path().join("impossible.toml");
@@ -208,6 +210,7 @@ gates = ["iops >= 1e12"]
 
 #[test]
 fn configuration_mistakes_exit_2_before_any_io() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().expect("tempdir");
     let job = dir.path().join("job.toml");
     // Nothing listens on port 9: these must fail on the configuration, not
@@ -236,6 +239,7 @@ fn configuration_mistakes_exit_2_before_any_io() {
 
 #[test]
 fn poll_us_and_disable_sqflow_reach_the_run_and_its_report() {
+    let _group = strata_testkit::group(module_path!());
     let (_rt, _target, addr) = start_target();
     let target = format!("tcp://{addr}/{NQN}");
     let o = bench(&[
@@ -272,6 +276,7 @@ fn poll_us_and_disable_sqflow_reach_the_run_and_its_report() {
 
 #[test]
 fn kv_trace_replays_hit_rates_and_refuses_a_bad_trace() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().expect("tempdir");
     let trace = dir.path().join("t.jsonl");
     // Block 0..3 asked for, then 0,1 again with a new tail, then all again:
@@ -295,6 +300,7 @@ fn kv_trace_replays_hit_rates_and_refuses_a_bad_trace() {
 
 #[test]
 fn kv_tier_reads_every_block_back_from_the_ssd_tier() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().expect("tempdir");
     let ssd = format!("{}:160M", dir.path().join("t.log").display());
     // The SSD run has 64 MiB of DRAM: 100 MiB of 1 MiB values overflow it.
@@ -312,6 +318,7 @@ fn kv_tier_reads_every_block_back_from_the_ssd_tier() {
 
 #[test]
 fn ttft_loads_verified_blocks_from_each_tier_and_replays_a_trace() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().expect("tempdir");
     let ssd = format!("{}:64M", dir.path().join("ttft.log").display());
     let trace = dir.path().join("t.jsonl");

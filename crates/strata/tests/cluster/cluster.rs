@@ -9,18 +9,18 @@ use serde_json::{Value, json};
 use strata_host::Controller;
 use strata_meta::testing::EtcdProcess;
 
-mod common;
-use common::{NodeProc, connect_when_served, free_ports, host, loopback, pattern, wait_for};
+use crate::common::{NodeProc, connect_when_served, free_ports, host, loopback, pattern, wait_for};
 
 const BS: usize = 4096;
 
 #[test]
 fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node_resyncs() {
+    let _group = strata_testkit::group(module_path!());
     let etcd = EtcdProcess::start();
     let tmp = tempfile::tempdir().unwrap();
     let ports = free_ports(12);
     let mut nodes: Vec<NodeProc> =
-        (1..=3).map(|i| common::loopback_node(tmp.path(), i, &etcd.url(), "512M", &ports)).collect();
+        (1..=3).map(|i| crate::common::loopback_node(tmp.path(), i, &etcd.url(), "512M", &ports)).collect();
     wait_for("three nodes up", Duration::from_secs(30), &nodes, || {
         let s = nodes[0].api("GET", "/api/v1/pool", None)?;
         (s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count() == 3).then_some(())
@@ -106,6 +106,7 @@ fn allocated(via: &NodeProc) -> Option<Vec<u64>> {
 
 #[test]
 fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_and_delete_gives_the_space_back() {
+    let _group = strata_testkit::group(module_path!());
     let etcd = EtcdProcess::start();
     let tmp = tempfile::tempdir().unwrap();
     let ports = free_ports(12);
@@ -116,7 +117,9 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
             NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), &etcd.url(), "64M", addrs, &[])
         })
         .collect();
-    wait_for("three nodes up", Duration::from_secs(30), &nodes, || (common::nodes_up(&nodes[0])? == 3).then_some(()));
+    wait_for("three nodes up", Duration::from_secs(30), &nodes, || {
+        (crate::common::nodes_up(&nodes[0])? == 3).then_some(())
+    });
     let s = nodes[0].api("GET", "/api/v1/pool", None).unwrap();
     for n in s["nodes"].as_array().unwrap() {
         let drives = n["drives"].as_array().expect("drives listed");
@@ -137,7 +140,7 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
         .expect("create answered");
     assert_eq!(created["protection"], "rep:3", "{created}");
     let nqn = created["nqn"].as_str().unwrap().to_string();
-    let addr = wait_for("an owner", Duration::from_secs(30), &nodes, || common::owner_addr(&nodes[0], "big"));
+    let addr = wait_for("an owner", Duration::from_secs(30), &nodes, || crate::common::owner_addr(&nodes[0], "big"));
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     const MIB_BLOCKS: u64 = (1 << 20) / BS as u64;
@@ -167,12 +170,12 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
     });
     assert!(written > 32, "only {written} MiB of 64 fitted");
     // Full is not failed: every replica stays in sync.
-    let v = common::volume_status(&nodes[2], "big").unwrap();
+    let v = crate::common::volume_status(&nodes[2], "big").unwrap();
     assert_eq!(v["state"], "healthy", "{v}");
 
     // What one copy allocates is reported, from the holders' records.
     wait_for("the volume's allocation reported", Duration::from_secs(10), &nodes, || {
-        let v = common::volume_status(&nodes[0], "big")?;
+        let v = crate::common::volume_status(&nodes[0], "big")?;
         (v["allocated_bytes"].as_u64()? >= written << 20).then_some(())
     });
 
@@ -190,7 +193,7 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
         .api("POST", "/api/v1/volumes", Some(json!({"name": "again", "size": "64M", "protect": "rep:3"})))
         .expect("create answered");
     let nqn = created["nqn"].as_str().expect("created").to_string();
-    let addr = wait_for("an owner", Duration::from_secs(30), &nodes, || common::owner_addr(&nodes[0], "again"));
+    let addr = wait_for("an owner", Duration::from_secs(30), &nodes, || crate::common::owner_addr(&nodes[0], "again"));
     rt.block_on(async {
         let c = connect_when_served(addr, &nqn).await;
         for m in 0..32 {

@@ -17,6 +17,7 @@ const SEED: u64 = 20261201;
 
 #[test]
 fn a_minute_of_chaos_loses_nothing_hangs_nothing_and_cuts_off_every_attacker() {
+    let _group = strata_testkit::group(module_path!());
     let mut cfg = ChaosConfig::new(env!("CARGO_BIN_EXE_strata"), Duration::from_secs(60), SEED);
     // The worst case docs/operations.md promises for these settings.
     cfg.rss_limit_bytes = cfg.tuning.as_ref().map(|t| t.memory_bound_bytes());

@@ -27,11 +27,8 @@ use strata_kv::resp::Reply;
 use strata_meta::testing::EtcdProcess;
 use strata_testkit::Proc;
 
-mod common;
-#[path = "common/netns.rs"]
-mod netns;
-use common::{NodeProc, nodes_up, volume_status, wait_for};
-use netns::{Net, create_healthy, owner_index, start_node, watch_states};
+use crate::common::{NodeProc, nodes_up, volume_status, wait_for};
+use crate::netns::{Net, create_healthy, owner_index, start_node, watch_states};
 
 const BIN: &str = env!("CARGO_BIN_EXE_strata");
 const NODES: usize = 3;
@@ -41,7 +38,7 @@ const BLOCK: usize = 64 << 10;
 /// The value written for `key`: any reader can check it.
 fn value_of(key: &str) -> Vec<u8> {
     let seed = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    common::pattern_len(seed, BLOCK)
+    crate::common::pattern_len(seed, BLOCK)
 }
 
 /// `strata kv serve` in a namespace of its own; killed when dropped.
@@ -170,6 +167,7 @@ fn all_logs(nodes: &[NodeProc], kvs: [&KvProc; 2]) -> String {
 
 #[test]
 fn two_kv_servers_share_a_rep2_pool_volume_through_owner_failures() {
+    let _group = strata_testkit::group(module_path!());
     let net = Net::new(NODES + 2);
     let etcd = EtcdProcess::start_also_on(net.gateway());
     let tmp = tempfile::tempdir().unwrap();

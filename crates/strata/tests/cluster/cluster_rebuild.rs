@@ -16,8 +16,7 @@ use serde_json::{Value, json};
 use strata_host::Controller;
 use strata_meta::testing::EtcdProcess;
 
-mod common;
-use common::{NodeProc, connect_when_served, free_ports, pattern, wait_for};
+use crate::common::{NodeProc, connect_when_served, free_ports, pattern, wait_for};
 
 const VOLUMES: [(&str, &str, &str); 2] = [("r", "192M", "rep:3"), ("e", "128M", "ec:2+1")];
 
@@ -81,12 +80,15 @@ async fn verify(c: &Controller, expect: &Expect, when: &str) {
 
 #[test]
 fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled() {
+    let _group = strata_testkit::group(module_path!());
     let etcd = EtcdProcess::start();
     let tmp = tempfile::tempdir().unwrap();
     let ports = free_ports(4 * 6);
-    let start = |i: usize| common::loopback_node(tmp.path(), i, &etcd.url(), "768M", &ports);
+    let start = |i: usize| crate::common::loopback_node(tmp.path(), i, &etcd.url(), "768M", &ports);
     let mut nodes: Vec<NodeProc> = (1..=5).map(start).collect();
-    wait_for("five nodes up", Duration::from_secs(40), &nodes, || (common::nodes_up(&nodes[0])? == 5).then_some(()));
+    wait_for("five nodes up", Duration::from_secs(40), &nodes, || {
+        (crate::common::nodes_up(&nodes[0])? == 5).then_some(())
+    });
     let set = nodes[0]
         .api("PATCH", "/api/v1/pool/settings", Some(json!({"rebuild_grace_secs": 2, "rebuild_mbps": 0})))
         .expect("settings answered");
@@ -217,12 +219,15 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
 
 #[test]
 fn the_owner_killed_in_the_middle_of_a_rebuild_leaves_it_to_the_next_owner() {
+    let _group = strata_testkit::group(module_path!());
     let etcd = EtcdProcess::start();
     let tmp = tempfile::tempdir().unwrap();
     let ports = free_ports(4 * 5);
     let mut nodes: Vec<NodeProc> =
-        (1..=5).map(|i| common::loopback_node(tmp.path(), i, &etcd.url(), "512M", &ports)).collect();
-    wait_for("five nodes up", Duration::from_secs(40), &nodes, || (common::nodes_up(&nodes[0])? == 5).then_some(()));
+        (1..=5).map(|i| crate::common::loopback_node(tmp.path(), i, &etcd.url(), "512M", &ports)).collect();
+    wait_for("five nodes up", Duration::from_secs(40), &nodes, || {
+        (crate::common::nodes_up(&nodes[0])? == 5).then_some(())
+    });
     // Slow enough that the rebuild is still running when the owner dies.
     let set = nodes[0].api("PATCH", "/api/v1/pool/settings", Some(json!({"rebuild_grace_secs": 1, "rebuild_mbps": 8})));
     assert_eq!(set.expect("settings")["rebuild_mbps"], 8);

@@ -34,11 +34,8 @@ use serde_json::json;
 use strata_meta::testing::EtcdProcess;
 use strata_rand::Rng;
 
-mod common;
-#[path = "common/netns.rs"]
-mod netns;
-use common::{NodeProc, node_name, nodes_up, volume_status, wait_for};
-use netns::{Load, Net, check_clean, create_healthy, holders, settings, settled, start_node};
+use crate::common::{NodeProc, node_name, nodes_up, volume_status, wait_for};
+use crate::netns::{Load, Net, check_clean, create_healthy, holders, settings, settled, start_node};
 
 const NODES: usize = 7;
 /// The volumes: name, size, protection.
@@ -144,7 +141,7 @@ impl Pool {
         }
         self.disrupted(false);
         for l in &self.loads {
-            netns::load_runs(&l.ctx, Duration::from_secs(2), &format!("after {what}"));
+            crate::netns::load_runs(&l.ctx, Duration::from_secs(2), &format!("after {what}"));
         }
     }
 
@@ -219,7 +216,7 @@ impl Pool {
             }
             Fault::EtcdKill | Fault::EtcdPause => {
                 let ms = if fault == Fault::EtcdKill { rng.range(2000, 30_000) } else { rng.range(1000, 10_000) };
-                let before: Vec<u64> = self.loads.iter().map(|l| netns::written(&l.ctx)).collect();
+                let before: Vec<u64> = self.loads.iter().map(|l| crate::netns::written(&l.ctx)).collect();
                 if fault == Fault::EtcdKill {
                     self.etcd.kill()
                 } else {
@@ -260,6 +257,7 @@ fn env_u64(key: &str) -> Option<u64> {
 
 #[test]
 fn random_pool_faults_under_verified_load_lose_nothing_and_leave_every_copy_agreeing() {
+    let _group = strata_testkit::group(module_path!());
     let secs = env_u64("STRATA_SOAK_SECS").unwrap_or(0);
     let seed = env_u64("STRATA_SOAK_SEED").unwrap_or(20261203);
     let mut rng = Rng::new(seed);

@@ -1,8 +1,7 @@
 //! Network namespaces for multi-node tests: a bridge, one namespace per
 //! node with its own address, links to cut; and the helpers the tests
-//! that use them share. Included with `#[path]` by those tests only.
+//! that use them share.
 
-#![allow(dead_code)] // each test that includes it uses a different part
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
 use std::sync::Arc;
@@ -14,7 +13,7 @@ use strata_chaos::host::{self, HostPlan};
 use strata_chaos::report::Report;
 use strata_rand::Rng;
 
-use super::common::{NodeAddrs, NodeProc, volume_status, wait_for};
+use crate::common::{NodeAddrs, NodeProc, volume_status, wait_for};
 
 /// Runs `ip ARGS...`, panicking with its stderr on failure.
 fn ip(args: &[&str]) {
@@ -144,7 +143,7 @@ pub fn replica_not_owner(volume: &str, nodes: &[NodeProc], via: usize, not: Opti
     let owner = v["owner"].as_u64().expect("an owner");
     let replicas: Vec<u64> = v["replicas"].as_array().unwrap().iter().filter_map(|r| r.as_u64()).collect();
     let index = |id: u64| {
-        let name = super::common::node_name(&nodes[via], id).expect("node name");
+        let name = crate::common::node_name(&nodes[via], id).expect("node name");
         nodes.iter().position(|n| n.name == name).expect("a node of ours")
     };
     replicas
@@ -157,7 +156,7 @@ pub fn replica_not_owner(volume: &str, nodes: &[NodeProc], via: usize, not: Opti
 
 pub fn owner_index(volume: &str, nodes: &[NodeProc], via: usize) -> usize {
     let v = volume_status(&nodes[via], volume).expect("status");
-    let name = super::common::node_name(&nodes[via], v["owner"].as_u64().expect("an owner")).expect("name");
+    let name = crate::common::node_name(&nodes[via], v["owner"].as_u64().expect("an owner")).expect("name");
     nodes.iter().position(|n| n.name == name).unwrap()
 }
 

@@ -76,6 +76,7 @@ fn rt() -> tokio::runtime::Runtime {
 
 #[test]
 fn redis_cli_drives_the_commands_users_type() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let kv = Kv::start(dir.path(), "4M", &[]);
     assert_eq!(kv.cli(&["PING"]), "PONG");
@@ -135,6 +136,7 @@ fn redis_cli_drives_the_commands_users_type() {
 
 #[test]
 fn redis_benchmark_runs_a_short_load() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let kv = Kv::start(dir.path(), "64M", &[]);
     let port = kv.addr.port().to_string();
@@ -188,6 +190,7 @@ fn python_example() -> std::path::PathBuf {
 
 #[test]
 fn the_python_worked_example_runs_unmodified_against_the_server() {
+    let _group = strata_testkit::group(module_path!());
     // docs/kv.md's example: redis-py with pooled connections in a
     // namespace, prefix lookups, leases, pipelines, a 32 MiB value, and
     // LMCache's Redis connector's access pattern over redis.asyncio. It
@@ -211,6 +214,7 @@ fn the_python_worked_example_runs_unmodified_against_the_server() {
 
 #[test]
 fn python_and_rust_compute_the_same_reference_keys() {
+    let _group = strata_testkit::group(module_path!());
     // A key that differs between processes is a silent zero hit rate:
     // the example's Python implementation of the scheme and the Rust one
     // must agree on an input with every context field, unsorted tags,
@@ -237,6 +241,7 @@ fn python_and_rust_compute_the_same_reference_keys() {
 
 #[test]
 fn kill_9_keeps_every_flushed_block_and_its_accounting() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let kv = Kv::start(dir.path(), "4M", &["--admit", "all"]);
     // 24 MiB of 64 KiB blocks through 4 MiB of DRAM: most go to the SSD.
@@ -335,6 +340,7 @@ fn stat(st: &[(String, i64)], k: &str) -> i64 {
 
 #[test]
 fn the_pool_tier_is_a_strata_volume_over_nvme_tcp_and_survives_kill_9() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let target_dir = dir.path().join("target");
     std::fs::create_dir_all(&target_dir).unwrap();
@@ -382,6 +388,7 @@ fn the_pool_tier_is_a_strata_volume_over_nvme_tcp_and_survives_kill_9() {
 
 #[test]
 fn two_kv_servers_share_one_pool_volume_and_see_each_others_blocks() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let target_dir = dir.path().join("target");
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
@@ -420,6 +427,7 @@ fn two_kv_servers_share_one_pool_volume_and_see_each_others_blocks() {
 
 #[test]
 fn the_pool_tier_pauses_while_its_target_is_down_and_resumes_when_it_is_back() {
+    let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let target_dir = dir.path().join("target");
     std::fs::create_dir_all(&target_dir).unwrap();

@@ -26,11 +26,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use strata_meta::testing::EtcdProcess;
 
-mod common;
-#[path = "common/netns.rs"]
-mod netns;
-use common::{NodeProc, nodes_up, volume_status, wait_for};
-use netns::{Load, Net, create_healthy, load_runs, owner_index, replica_not_owner, start_node, watch_states};
+use crate::common::{NodeProc, nodes_up, volume_status, wait_for};
+use crate::netns::{Load, Net, create_healthy, load_runs, owner_index, replica_not_owner, start_node, watch_states};
 
 /// Namespaces: seven nodes at first, an eighth joins in step 2.
 const NODES: usize = 8;
@@ -64,6 +61,7 @@ fn settings(via: &NodeProc, patch: Value) {
 
 #[test]
 fn an_ec_4_2_volume_under_verified_load_survives_m_kills_an_add_a_drain_and_a_rebuild_in_network_namespaces() {
+    let _group = strata_testkit::group(module_path!());
     let began = Instant::now();
     let step = |what: &str| eprintln!("{:6.1}s {what}", began.elapsed().as_secs_f64());
     let net = Net::new(NODES);

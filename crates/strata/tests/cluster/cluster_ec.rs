@@ -13,8 +13,7 @@ use serde_json::{Value, json};
 use strata_host::Controller;
 use strata_meta::testing::EtcdProcess;
 
-mod common;
-use common::{NodeProc, connect_when_served, free_ports, loopback, pattern, wait_for};
+use crate::common::{NodeProc, connect_when_served, free_ports, loopback, pattern, wait_for};
 
 const NODES: usize = 6;
 
@@ -34,7 +33,7 @@ fn allocated(via: &NodeProc) -> Option<u64> {
 }
 
 fn name_of(via: &NodeProc, id: u64) -> String {
-    common::node_name(via, id).expect("node listed")
+    crate::common::node_name(via, id).expect("node listed")
 }
 
 /// Reads every block in `expect` and checks it.
@@ -47,6 +46,7 @@ async fn verify(c: &Controller, expect: &std::collections::BTreeMap<u64, Vec<u8>
 
 #[test]
 fn an_ec_4_2_volume_keeps_flushed_writes_through_two_kill_9s_and_rebuilds_the_nodes() {
+    let _group = strata_testkit::group(module_path!());
     let etcd = EtcdProcess::start();
     let tmp = tempfile::tempdir().unwrap();
     let ports = free_ports(4 * NODES);
@@ -57,7 +57,9 @@ fn an_ec_4_2_volume_keeps_flushed_writes_through_two_kill_9s_and_rebuilds_the_no
             NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), &etcd.url(), "512M", addrs, &[])
         })
         .collect();
-    wait_for("six nodes up", Duration::from_secs(40), &nodes, || (common::nodes_up(&nodes[0])? == NODES).then_some(()));
+    wait_for("six nodes up", Duration::from_secs(40), &nodes, || {
+        (crate::common::nodes_up(&nodes[0])? == NODES).then_some(())
+    });
     let created = nodes[0]
         .api("POST", "/api/v1/volumes", Some(json!({"name": "ec", "size": "64M", "protect": "ec:4+2"})))
         .expect("create answered");

@@ -24,11 +24,8 @@ use std::time::{Duration, Instant};
 
 use strata_meta::testing::EtcdProcess;
 
-mod common;
-#[path = "common/netns.rs"]
-mod netns;
-use common::{NodeProc, nodes_up, volume_status, wait_for};
-use netns::{Load, Net, create_healthy, load_runs, owner_index, replica_not_owner, start_node, watch_states};
+use crate::common::{NodeProc, nodes_up, volume_status, wait_for};
+use crate::netns::{Load, Net, create_healthy, load_runs, owner_index, replica_not_owner, start_node, watch_states};
 
 const NODES: usize = 4;
 const SEED: u64 = 20261201;
@@ -39,6 +36,7 @@ const BLOCKS: u64 = 512 << 20 >> 12;
 
 #[test]
 fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in_network_namespaces() {
+    let _group = strata_testkit::group(module_path!());
     let net = Net::new(NODES);
     let etcd = EtcdProcess::start_also_on(net.gateway());
     let tmp = tempfile::tempdir().unwrap();
@@ -72,7 +70,8 @@ fn a_rep3_volume_under_verified_load_survives_kills_a_cut_link_and_a_takeover_in
     // etcd and from the owner, then joins again with a new lease.
     let cut = replica_not_owner(VOLUME, &nodes, watcher, Some(victim));
     let watcher = (0..NODES).find(|&i| i != cut).unwrap();
-    let cut_id = volume_status(&nodes[watcher], VOLUME).map(|_| common::node_id_of(&nodes[watcher], &nodes[cut].name));
+    let cut_id =
+        volume_status(&nodes[watcher], VOLUME).map(|_| crate::common::node_id_of(&nodes[watcher], &nodes[cut].name));
     net.link(cut, false);
     // Degraded as soon as its record is gone; the hosts write again once
     // the owner has dropped it (its writes to it time out first).

@@ -1,8 +1,6 @@
 //! Helpers shared by the cluster tests: `strata node` processes, their
 //! HTTP API, and waiting with the nodes' logs at hand.
 
-#![allow(dead_code)] // each test binary uses a different part
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
