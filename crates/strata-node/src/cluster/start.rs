@@ -127,43 +127,10 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
         .with_context(|| format!("node {name} cannot join the cluster"))?;
     let id = NodeId(identity.node_id);
     let capacity = store.stats().capacity_bytes;
-    // A node that moves to another failure domain moves data: only when
-    // asked.
-    if let Some((map, _)) = strata_pool::registry::current_map(&etcd, &prefix).await?
-        && let Some(n) = map.node(id)
-        && n.labels != labels
-        && !relabel
-    {
-        let show = |l: &BTreeMap<String, String>| {
-            let v: Vec<String> = l.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            if v.is_empty() { "none".to_string() } else { v.join(",") }
-        };
-        anyhow::bail!(
-            "node {name}'s labels in the placement map are {}, and this start gives {}: moving a node to another \
-             failure domain moves its data; pass --relabel to do it, or start it with its labels",
-            show(&n.labels),
-            show(&labels)
-        );
-    }
+    keeps_its_failure_domain(&etcd, &prefix, id, &name, &labels, relabel).await?;
 
-    // A volume's subsystem comes and goes with ownership and paths: a
-    // host reconnecting meanwhile is told to retry, not to give up.
-    let target =
-        Target::new(TargetConfig { cntlids: cntlid_range(id), retry_unknown_subsystems: true, ..serve.target.clone() });
-    // Only the cluster's nodes may reach the replicas: this one until the
-    // first reconcile lists them all (never any host).
-    let fabric_sub = Subsystem::internal(fabric_nqn(&name), format!("STRATAFAB{:011}", id.0), vec![node_nqn(&name)]);
-    target.add_subsystem(fabric_sub.clone())?;
-    // The volumes this node owns, for the other nodes' paths to them.
-    let proxy_sub = Subsystem::internal(proxy_nqn(&name), format!("STRATAPRX{:011}", id.0), vec![node_nqn(&name)]);
-    target.add_subsystem(proxy_sub.clone())?;
-    let fabric_port = target.listen(fabric, PortRole::Fabric).await?;
-    for &a in &serve.listen {
-        target.listen(a, PortRole::Io).await?;
-    }
-    for &a in &serve.discovery {
-        target.listen(a, PortRole::Discovery).await?;
-    }
+    let Served { target, fabric: fabric_sub, proxy: proxy_sub, fabric_port } =
+        serve_ports(id, &name, fabric, &serve).await?;
 
     let mut node = Node::new(id.0, name.clone(), capacity);
     node.labels = labels.clone();
@@ -178,26 +145,8 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
     if let NodeClaim::Taken { instance } = claim_node(&etcd, &prefix, id, identity.instance, lease.id).await? {
         return Err(crate::identity::IdentityError::Running { name: name.clone(), id: id.0, instance }.into());
     }
-    let mut incarnation = [0u8; 8];
-    getrandom::fill(&mut incarnation).map_err(|e| anyhow::anyhow!("random: {e}"))?;
     let listen = *serve.listen.first().context("a node needs an I/O listener")?;
-    let me = NodeRecord {
-        id,
-        name,
-        fabric: fabric_port.addr,
-        listen,
-        labels,
-        capacity_bytes: capacity,
-        allocated_bytes: 0,
-        incarnation: u64::from_le_bytes(incarnation),
-        held: Vec::new(),
-        serving: Vec::new(),
-        resyncing: Vec::new(),
-        drives: Vec::new(),
-        held_bytes: BTreeMap::new(),
-        rebuild_bytes_per_sec: 0,
-        api: Some(reachable(serve.http, listen.ip())),
-    };
+    let me = first_record(id, name, fabric_port.addr, listen, labels, capacity, reachable(serve.http, listen.ip()))?;
     register(&etcd, &prefix, &me, lease.id).await?;
     let keeper = etcd.keep_alive(lease);
     let cluster = ClusterNode::new(ClusterParts {
@@ -224,6 +173,98 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
         fabric: fabric_port.addr,
         map_nodes: map.nodes().len(),
         dir_lock,
+    })
+}
+
+/// Refuses a start that would move node `id` to another failure domain
+/// (which moves its data) unless `relabel` asks for it.
+async fn keeps_its_failure_domain(
+    etcd: &EtcdClient,
+    prefix: &str,
+    id: NodeId,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    relabel: bool,
+) -> anyhow::Result<()> {
+    if let Some((map, _)) = strata_pool::registry::current_map(etcd, prefix).await?
+        && let Some(n) = map.node(id)
+        && &n.labels != labels
+        && !relabel
+    {
+        let show = |l: &BTreeMap<String, String>| {
+            let v: Vec<String> = l.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if v.is_empty() { "none".to_string() } else { v.join(",") }
+        };
+        anyhow::bail!(
+            "node {name}'s labels in the placement map are {}, and this start gives {}: moving a node to another \
+             failure domain moves its data; pass --relabel to do it, or start it with its labels",
+            show(&n.labels),
+            show(labels)
+        );
+    }
+    Ok(())
+}
+
+/// The target of a node and what it serves before it joins: its fabric
+/// and proxy subsystems (only itself may reach them until the first
+/// reconcile lists the other nodes) and its listeners.
+struct Served {
+    target: Target,
+    fabric: Arc<Subsystem>,
+    proxy: Arc<Subsystem>,
+    fabric_port: strata_target::Port,
+}
+
+async fn serve_ports(id: NodeId, name: &str, fabric: SocketAddr, serve: &ServeConfig) -> anyhow::Result<Served> {
+    // A volume's subsystem comes and goes with ownership and paths: a
+    // host reconnecting meanwhile is told to retry, not to give up.
+    let target =
+        Target::new(TargetConfig { cntlids: cntlid_range(id), retry_unknown_subsystems: true, ..serve.target.clone() });
+    // Only the cluster's nodes may reach the replicas: this one until the
+    // first reconcile lists them all (never any host).
+    let fabric_sub = Subsystem::internal(fabric_nqn(name), format!("STRATAFAB{:011}", id.0), vec![node_nqn(name)]);
+    target.add_subsystem(fabric_sub.clone())?;
+    // The volumes this node owns, for the other nodes' paths to them.
+    let proxy_sub = Subsystem::internal(proxy_nqn(name), format!("STRATAPRX{:011}", id.0), vec![node_nqn(name)]);
+    target.add_subsystem(proxy_sub.clone())?;
+    let fabric_port = target.listen(fabric, PortRole::Fabric).await?;
+    for &a in &serve.listen {
+        target.listen(a, PortRole::Io).await?;
+    }
+    for &a in &serve.discovery {
+        target.listen(a, PortRole::Discovery).await?;
+    }
+    Ok(Served { target, fabric: fabric_sub, proxy: proxy_sub, fabric_port })
+}
+
+/// This node's record as it first registers it.
+fn first_record(
+    id: NodeId,
+    name: String,
+    fabric: SocketAddr,
+    listen: SocketAddr,
+    labels: BTreeMap<String, String>,
+    capacity_bytes: u64,
+    api: SocketAddr,
+) -> anyhow::Result<NodeRecord> {
+    let mut incarnation = [0u8; 8];
+    getrandom::fill(&mut incarnation).map_err(|e| anyhow::anyhow!("random: {e}"))?;
+    Ok(NodeRecord {
+        id,
+        name,
+        fabric,
+        listen,
+        labels,
+        capacity_bytes,
+        allocated_bytes: 0,
+        incarnation: u64::from_le_bytes(incarnation),
+        held: Vec::new(),
+        serving: Vec::new(),
+        resyncing: Vec::new(),
+        drives: Vec::new(),
+        held_bytes: BTreeMap::new(),
+        rebuild_bytes_per_sec: 0,
+        api: Some(api),
     })
 }
 
