@@ -404,35 +404,32 @@ fn every_node_is_a_path_to_the_volume_and_follows_a_takeover() {
 
     // The owner dies: the survivors' paths answer path errors (the host
     // retries elsewhere), never a media error, until one of them owns
-    // the volume and the other forwards to it.
+    // the volume and the other forwards to it. Neither closes its hosts'
+    // connections: the node that takes the volume over serves it in the
+    // subsystem it served as a path.
+    let probes: Vec<Controller> = others.iter().map(|n| connect_at(&c.main, c.node(n), &v.nqn)).collect();
     c.nodes.iter_mut().find(|n| n.name == owner).expect("the owner").kill();
-    // A node that takes the volume over replaces its path with the
-    // volume itself: its hosts' connections close, and they connect
-    // again (as the kernel does), to the same port.
-    let at = c.node(&others[1]).listen;
-    let mut probe = connect_at(&c.main, c.node(&others[1]), &v.nqn);
     let path_errors = c.main.block_on(async {
         let deadline = tokio::time::Instant::now() + LIMIT;
         let mut errors = 0;
-        loop {
-            match probe.read(1, lbas[0], 1).await {
-                Ok(got) => {
-                    assert!(got == pattern(lbas[0], 2), "a path read stale bytes after the takeover");
-                    break errors;
-                }
-                Err(HostError::Status { status, .. }) => {
-                    assert!(status.is_path_error(), "a path answered {status:?}, not a path error");
-                    errors += 1;
-                }
-                Err(_) => {
-                    if let Ok(again) = Controller::connect(at, &v.nqn, &host()).await {
-                        probe = again;
+        for (name, probe) in others.iter().zip(&probes) {
+            loop {
+                match probe.read(1, lbas[0], 1).await {
+                    Ok(got) => {
+                        assert!(got == pattern(lbas[0], 2), "a path read stale bytes after the takeover");
+                        break;
                     }
+                    Err(HostError::Status { status, .. }) => {
+                        assert!(status.is_path_error(), "{name}'s path answered {status:?}, not a path error");
+                        errors += 1;
+                    }
+                    Err(e) => panic!("{name} closed its host's connection during the takeover: {e}"),
                 }
+                assert!(tokio::time::Instant::now() < deadline, "{name}'s path never served again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            assert!(tokio::time::Instant::now() < deadline, "the path never served again");
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        errors
     });
     let after = c.served("v", Some(&owner));
     let new_owner = after.owner_name.clone().expect("owned");
@@ -443,7 +440,9 @@ fn every_node_is_a_path_to_the_volume_and_follows_a_takeover() {
         let h = connect_at(&c.main, c.node(name), &v.nqn);
         verify(&c.main, &h, &lbas, 2);
     }
-    write_all(&c.main, &probe, &lbas, 3);
+    for probe in &probes {
+        write_all(&c.main, probe, &lbas, 3);
+    }
     let h = c.connect(&after);
     verify(&c.main, &h, &lbas, 3);
 }

@@ -250,6 +250,31 @@ impl Subsystem {
         Ok(ns.ns.clone())
     }
 
+    /// Puts `ns` in place of the namespace with its NSID, keeping its SMART
+    /// counters; I/O already running against the old one finishes there,
+    /// new commands go to `ns`. Connected controllers are told only when
+    /// what they see changed (identifiers or size): a pool node that
+    /// takes a volume over swaps the path it served for the volume itself
+    /// and its hosts stay connected. The old namespace is returned.
+    ///
+    /// # Errors
+    ///
+    /// [`SubsystemError::NoSuchNamespace`].
+    pub fn replace_namespace(&self, ns: Namespace) -> Result<Arc<Namespace>, SubsystemError> {
+        let nsid = ns.nsid;
+        let old = {
+            let mut map = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
+            let old = map.get(&nsid).cloned().ok_or(SubsystemError::NoSuchNamespace(nsid))?;
+            map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters: old.counters.clone() }));
+            old
+        };
+        let new = self.namespace(nsid).ok_or(SubsystemError::NoSuchNamespace(nsid))?;
+        if old.ns.ids != new.ids || old.ns.device.geometry() != new.device.geometry() {
+            self.namespace_changed(nsid);
+        }
+        Ok(old.ns.clone())
+    }
+
     /// Tells connected controllers that namespace `nsid` changed (e.g. its
     /// device was resized), raising a Namespace Attribute Changed event.
     pub fn namespace_changed(&self, nsid: u32) {

@@ -1132,12 +1132,6 @@ impl ClusterNode {
         let (membership, token) = acquire(&self.etcd, &keys, rec.id, self.me.id, self.lease().id()).await?;
         tracing::info!(volume = %rec.name, epoch = membership.epoch, "took the volume over");
         let mut st = self.state.lock().await;
-        // The owner serves the volume itself: this node's path to the old
-        // owner goes (its hosts reconnect to the owner's subsystem here,
-        // and meanwhile go through the other nodes' paths).
-        if let Some(p) = st.paths.remove(&rec.id) {
-            self.target.remove_this_subsystem(&p.sub);
-        }
         let opening = match self.prepare_open(&mut st, claim, membership, &token) {
             Ok(o) => o,
             Err(e) => {
@@ -1146,10 +1140,19 @@ impl ClusterNode {
                 return Err(e);
             }
         };
+        // The owner serves the volume itself, in this node's path
+        // subsystem when it has one: its hosts stay connected, their I/O
+        // waits on path errors (ANA change) until the volume is open and
+        // the path turns optimized.
+        let path = st.paths.remove(&rec.id);
+        if let Some(p) = &path {
+            p.forward.stop_being_a_path();
+            p.sub.set_ana_state(AnaState::Change);
+        }
         st.opening.insert(rec.id);
         let this = self.clone();
         tokio::spawn(async move {
-            let opened = this.open_owned(opening).await;
+            let opened = this.open_owned(opening, path.as_ref().map(|p| p.sub.clone())).await;
             let mut st = this.state.lock().await;
             st.opening.remove(&rec.id);
             match opened {
@@ -1157,6 +1160,15 @@ impl ClusterNode {
                     st.owned.insert(rec.id, o);
                 }
                 Err(e) => {
+                    // Still a path to whoever owns the volume next, its
+                    // forwarding device back in place (an open can fail
+                    // after the swap).
+                    if let Some(p) = path {
+                        let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
+                        let _ = p.sub.replace_namespace(Namespace::new(rec.nsid, ids, p.forward.clone()));
+                        p.forward.serves_in(&p.sub);
+                        st.paths.insert(rec.id, p);
+                    }
                     drop(st);
                     tracing::info!(volume = %rec.name, "could not open the volume it took over: {e:#}");
                     // Do not sit on a volume we cannot serve until our
@@ -1240,7 +1252,10 @@ impl ClusterNode {
         })
     }
 
-    async fn open_owned(&self, opening: Opening) -> anyhow::Result<Owned> {
+    /// Opens the volume a takeover claimed and serves it: in `path`, the
+    /// subsystem this node served it in as a path (its namespace's device
+    /// swapped for the volume, its ANA state optimized), or in a new one.
+    async fn open_owned(&self, opening: Opening, path: Option<Arc<Subsystem>>) -> anyhow::Result<Owned> {
         let Opening { rec, keys, token, membership, layout, regions, stripes, handles, moving } = opening;
         let ev = Arc::new(EtcdVolume::new(self.etcd.clone(), keys.clone(), rec.id, &token, regions));
         // The log etcd holds, and the notes an owner kept on the replicas
@@ -1272,10 +1287,21 @@ impl ClusterNode {
         // volume is served only while they promise no other owner comes.
         ev.keep_notes_on(vol.note_sink());
         vol.keep_promises(self.promise_duration()).await;
-        let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
-        sub.add_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
-        self.target.add_subsystem(sub.clone())?;
+        let sub = match path {
+            Some(sub) => {
+                sub.set_allowed_hosts(rec.allowed_hosts.clone());
+                sub.replace_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
+                sub.set_ana_state(AnaState::Optimized);
+                sub
+            }
+            None => {
+                let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
+                sub.add_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
+                self.target.add_subsystem(sub.clone())?;
+                sub
+            }
+        };
         // The other nodes' paths forward to it here.
         let proxy_nsid = u32::try_from(rec.id).context("volume id beyond the proxy's NSIDs")?;
         let _ = self.proxy.remove_namespace(proxy_nsid);

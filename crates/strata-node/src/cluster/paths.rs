@@ -28,7 +28,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf};
@@ -68,8 +68,8 @@ pub struct Forward {
     aim: Mutex<Option<(Aim, Option<Arc<RemoteNamespace>>)>>,
     connecting: tokio::sync::Mutex<()>,
     /// The path's subsystem, whose ANA state a lost owner turns to
-    /// change at once (see [`Forward::failing`]).
-    path: OnceLock<Weak<Subsystem>>,
+    /// change at once (see [`Forward::failing`]); none once retired.
+    path: Mutex<Weak<Subsystem>>,
     /// Set when a command could not reach the current aim; cleared by a
     /// new aim or a probe that reaches it again.
     failing: AtomicBool,
@@ -99,7 +99,7 @@ impl Forward {
             host,
             aim: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
-            path: OnceLock::new(),
+            path: Mutex::new(Weak::new()),
             failing: AtomicBool::new(false),
             probing: AtomicBool::new(false),
         })
@@ -108,7 +108,19 @@ impl Forward {
     /// The path subsystem this device serves in: its ANA state turns to
     /// change as soon as a command cannot reach the owner.
     pub fn serves_in(&self, sub: &Arc<Subsystem>) {
-        let _ = self.path.set(Arc::downgrade(sub));
+        *self.path.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(sub);
+    }
+
+    /// Stops being a path: aimed nowhere (every command a path error)
+    /// and never again touching its subsystem's ANA state, which the
+    /// volume itself now serves in (this node took it over).
+    pub fn stop_being_a_path(&self) {
+        *self.path.lock().unwrap_or_else(|e| e.into_inner()) = Weak::new();
+        self.aim(None);
+    }
+
+    fn subsystem(&self) -> Option<Arc<Subsystem>> {
+        self.path.lock().unwrap_or_else(|e| e.into_inner()).upgrade()
     }
 
     /// True while the owner it is aimed at did not answer the last
@@ -127,7 +139,7 @@ impl Forward {
             return;
         }
         tracing::warn!(nsid = self.nsid, aim = ?self.aimed(), error = %why, "a path lost the volume's owner: ANA change");
-        if let Some(sub) = self.path.get().and_then(Weak::upgrade) {
+        if let Some(sub) = self.subsystem() {
             sub.set_ana_state(AnaState::Change);
         }
     }
@@ -141,7 +153,7 @@ impl Forward {
         let aim = self.aimed();
         if aim.is_some() && self.remote().await.is_ok() && self.aimed() == aim {
             self.failing.store(false, Ordering::Release);
-            if let Some(sub) = self.path.get().and_then(Weak::upgrade) {
+            if let Some(sub) = self.subsystem() {
                 sub.set_ana_state(AnaState::NonOptimized);
             }
             tracing::info!(nsid = self.nsid, ?aim, "a path reaches the volume's owner again");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{BS, NQN, start};
-use strata_block::MemDevice;
+use strata_block::{BlockDevice, MemDevice};
 use strata_host::{Controller, HostConfig};
 use strata_nvme::command::feature;
 use strata_nvme::identify as id;
@@ -159,4 +159,34 @@ async fn a_persistent_discovery_controller_hears_the_log_change() {
     let dw0 = tokio::time::timeout(Duration::from_secs(5), aer).await.expect("AER completes").unwrap();
     assert_eq!(dw0, 0x0070_f002);
     disc.disconnect().await.unwrap();
+}
+
+/// A pool node that takes a volume over swaps the device behind its path
+/// for the volume itself: the host's controller stays connected, its next
+/// command reaches the new device, and with the same identity and size
+/// no Namespace Attribute Changed notice is sent (only the ANA change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_replaced_in_place_keeps_its_hosts_connected() {
+    let fx = start(16).await;
+    let ctrl = Controller::connect(fx.io, NQN, &HostConfig::default()).await.expect("connect");
+    ctrl.write(1, 0, vec![1u8; BS], false).await.unwrap();
+    // Namespace Attribute and ANA Change notices on.
+    ctrl.set_features(feature::ASYNC_EVENT_CONFIG, 1 << 8 | 1 << 11).await.unwrap();
+    fx.sub.set_ana_state(AnaState::Change);
+    let first = ctrl.async_event_request().await.unwrap();
+    assert_eq!(tokio::time::timeout(Duration::from_secs(5), first).await.expect("AER").unwrap(), 0x000c_0302);
+    ana_log(&ctrl, false).await; // reading the log clears the notice
+    let aer = ctrl.async_event_request().await.unwrap();
+    ctrl.keep_alive().await.unwrap();
+    let next = Arc::new(MemDevice::new(BS as u32, 16));
+    next.write(0, strata_block::IoBuf::from_slice(&[9u8; BS]), false).await.1.unwrap();
+    let old = fx.sub.replace_namespace(Namespace::new(1, crate::common::IDS, next.clone())).expect("replaced");
+    assert!(Arc::ptr_eq(&old.device, &(fx.dev.clone() as Arc<dyn BlockDevice>)), "the old device back");
+    fx.sub.set_ana_state(AnaState::Optimized);
+    let dw0 = tokio::time::timeout(Duration::from_secs(5), aer).await.expect("AER completes").unwrap();
+    assert_eq!(dw0, 0x000c_0302, "the ANA change comes first, not a namespace change");
+    assert_eq!(ctrl.read(1, 0, 1).await.unwrap(), vec![9u8; BS], "the same connection reads the new device");
+    let missing = Namespace::new(2, crate::common::IDS, next);
+    assert!(fx.sub.replace_namespace(missing).is_err(), "only an active NSID is replaced");
+    ctrl.disconnect().await.unwrap();
 }
