@@ -210,9 +210,7 @@ impl StrataProcess {
 
     /// The last `n` lines of strata's log.
     pub fn log_tail(&self, n: usize) -> String {
-        let text = self.proc.log_text();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        self.proc.last_lines(n)
     }
 
     /// Lines of strata's log that show a panic.

@@ -262,14 +262,14 @@ impl Subsystem {
     /// [`SubsystemError::NoSuchNamespace`].
     pub fn replace_namespace(&self, ns: Namespace) -> Result<Arc<Namespace>, SubsystemError> {
         let nsid = ns.nsid;
-        let old = {
+        let (old, seen_changed) = {
             let mut map = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
             let old = map.get(&nsid).cloned().ok_or(SubsystemError::NoSuchNamespace(nsid))?;
+            let seen_changed = old.ns.ids != ns.ids || old.ns.device.geometry() != ns.device.geometry();
             map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters: old.counters.clone() }));
-            old
+            (old, seen_changed)
         };
-        let new = self.namespace(nsid).ok_or(SubsystemError::NoSuchNamespace(nsid))?;
-        if old.ns.ids != new.ids || old.ns.device.geometry() != new.device.geometry() {
+        if seen_changed {
             self.namespace_changed(nsid);
         }
         Ok(old.ns.clone())

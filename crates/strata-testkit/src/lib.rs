@@ -222,11 +222,16 @@ impl Proc {
         std::fs::read(&self.log).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
     }
 
-    /// The last `n` lines of its log, under a header with its name.
-    pub fn log_tail(&self, n: usize) -> String {
+    /// The last `n` lines of its log.
+    pub fn last_lines(&self, n: usize) -> String {
         let text = self.log_text();
         let lines: Vec<&str> = text.lines().collect();
-        format!("== {} ==\n{}", self.name, lines[lines.len().saturating_sub(n)..].join("\n"))
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// The last `n` lines of its log, under a header with its name.
+    pub fn log_tail(&self, n: usize) -> String {
+        format!("== {} ==\n{}", self.name, self.last_lines(n))
     }
 }
 

@@ -129,7 +129,7 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
     let capacity = store.stats().capacity_bytes;
     keeps_its_failure_domain(&etcd, &prefix, id, &name, &labels, relabel).await?;
 
-    let Served { target, fabric: fabric_sub, proxy: proxy_sub, fabric_port } =
+    let Listening { target, fabric: fabric_sub, proxy: proxy_sub, fabric_port } =
         serve_ports(id, &name, fabric, &serve).await?;
 
     let mut node = Node::new(id.0, name.clone(), capacity);
@@ -208,14 +208,14 @@ async fn keeps_its_failure_domain(
 /// The target of a node and what it serves before it joins: its fabric
 /// and proxy subsystems (only itself may reach them until the first
 /// reconcile lists the other nodes) and its listeners.
-struct Served {
+struct Listening {
     target: Target,
     fabric: Arc<Subsystem>,
     proxy: Arc<Subsystem>,
     fabric_port: strata_target::Port,
 }
 
-async fn serve_ports(id: NodeId, name: &str, fabric: SocketAddr, serve: &ServeConfig) -> anyhow::Result<Served> {
+async fn serve_ports(id: NodeId, name: &str, fabric: SocketAddr, serve: &ServeConfig) -> anyhow::Result<Listening> {
     // A volume's subsystem comes and goes with ownership and paths: a
     // host reconnecting meanwhile is told to retry, not to give up.
     let target =
@@ -234,7 +234,7 @@ async fn serve_ports(id: NodeId, name: &str, fabric: SocketAddr, serve: &ServeCo
     for &a in &serve.discovery {
         target.listen(a, PortRole::Discovery).await?;
     }
-    Ok(Served { target, fabric: fabric_sub, proxy: proxy_sub, fabric_port })
+    Ok(Listening { target, fabric: fabric_sub, proxy: proxy_sub, fabric_port })
 }
 
 /// This node's record as it first registers it.
