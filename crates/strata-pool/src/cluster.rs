@@ -81,6 +81,11 @@ pub struct VolumeState {
     /// taking the volume over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<NodeId>,
+    /// The node an owner that gave the volume up on purpose (a drain's
+    /// hand-over, a rebalance) handed it to: while it lives, the other
+    /// nodes let it take the volume over first. The takeover clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successor: Option<NodeId>,
 }
 
 impl VolumeState {
@@ -214,6 +219,7 @@ pub async fn acquire(
         let (mut state, rev) = read_state(client, keys, id).await?;
         state.epoch += 1;
         state.owner = Some(me);
+        state.successor = None;
         let token = OwnerToken { node: me, epoch: state.epoch };
         let txn = Txn {
             compare: vec![Compare::missing(keys.owner.clone()), Compare::mod_revision_is(keys.state.clone(), rev)],
@@ -303,7 +309,8 @@ pub async fn release(client: &EtcdClient, keys: &VolumeKeys, token: &OwnerToken)
 /// [`release`], and the volume's record of its last owner
 /// ([`VolumeState::owner`]) cleared with it: the other nodes take the volume
 /// over at once instead of giving its owner time to take the key back (a
-/// handover, or an owner that stopped). True when released.
+/// handover, or an owner that stopped), `successor` first when named (see
+/// [`VolumeState::successor`]). True when released.
 ///
 /// # Errors
 ///
@@ -313,13 +320,15 @@ pub async fn release_for_good(
     keys: &VolumeKeys,
     id: u64,
     token: &OwnerToken,
+    successor: Option<NodeId>,
 ) -> Result<bool, ClusterError> {
     for _ in 0..MAX_ATTEMPTS {
         let (mut state, rev) = read_state(client, keys, id).await?;
-        if state.owner != Some(token.node) {
+        if state.owner != Some(token.node) && successor.is_none() {
             return release(client, keys, token).await;
         }
         state.owner = None;
+        state.successor = successor;
         let txn = Txn {
             compare: vec![
                 Compare::value_is(keys.owner.clone(), to_json(token)),

@@ -53,6 +53,14 @@ pub(crate) fn io_error(msg: impl Into<String>) -> BlockError {
     BlockError::Io(std::io::Error::other(msg.into()))
 }
 
+/// What an owner that stopped (fenced by a newer owner, or without the
+/// promises that keep one out) answers: a path error, so that a multipath
+/// host sends the command to the node that serves the volume now rather
+/// than fail it.
+pub(crate) fn not_serving() -> BlockError {
+    BlockError::PathUnavailable("this node no longer serves the volume".into())
+}
+
 /// True when every byte of `b` is zero (what a rebuild sends as a
 /// deallocate, keeping the target thin).
 pub(crate) fn is_zero(b: &[u8]) -> bool {
@@ -574,26 +582,26 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
     /// be on its way (one that had to take a silent node out of the
     /// in-sync set first, or one that found a node reconnected), so the
     /// caller waits for the rounds of up to one promise's length before
-    /// it is refused: hosts see a pause, not Namespace Not Ready, when
+    /// it is refused: hosts see a pause, not a path error, when
     /// a replica dies.
     pub(crate) async fn serving(&self) -> Result<(), BlockError> {
         if !self.fenced.load(Ordering::Acquire) && self.promised() {
             return Ok(());
         }
-        let Some(&wait) = self.promise_for.get() else { return Err(BlockError::Gone) };
+        let Some(&wait) = self.promise_for.get() else { return Err(not_serving()) };
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let renewed = self.renewed.notified();
             tokio::pin!(renewed);
             renewed.as_mut().enable();
             if self.fenced.load(Ordering::Acquire) || self.promises_ended.load(Ordering::Acquire) {
-                return Err(BlockError::Gone);
+                return Err(not_serving());
             }
             if self.promised() {
                 return Ok(());
             }
             if tokio::time::timeout_at(deadline, renewed).await.is_err() {
-                return Err(BlockError::Gone);
+                return Err(not_serving());
             }
         }
     }
@@ -619,7 +627,7 @@ impl<R: ?Sized + Replica + 'static> Owner<R> {
             self.renewed.notify_waiters();
             self.fenced_tx.send_replace(true);
         }
-        BlockError::Gone
+        not_serving()
     }
 
     /// The error a node's refusal of our epoch means: we are deposed.

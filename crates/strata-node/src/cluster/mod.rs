@@ -128,6 +128,11 @@ struct Owned {
     vol: Arc<dyn PoolVolume>,
     kind: OpenedVolume,
     nqn: String,
+    /// The subsystem hosts reach it in: it stays as this node's path to
+    /// the volume when the node stops owning it (see `demote`).
+    sub: Arc<Subsystem>,
+    /// When this node began serving it.
+    since: std::time::Instant,
     resyncing: Arc<tokio::sync::Mutex<()>>,
     /// The owner key's value, for taking it back under a new lease.
     token: OwnerToken,
@@ -188,6 +193,12 @@ struct State {
     /// node that a rebalance moved off a volume keeps serving it (its
     /// hosts would only see their connections closed for nothing).
     leaving: bool,
+    /// How many volumes each live node that is up in the map owns, as of
+    /// this pass (this node's own count is its own; the others' come from
+    /// their records).
+    owned_counts: BTreeMap<NodeId, usize>,
+    /// When this node last handed a volume over to even out ownership.
+    rebalanced: Option<std::time::Instant>,
 }
 
 /// One node of a cluster.
@@ -495,6 +506,12 @@ impl ClusterNode {
         {
             let mut st = self.state.lock().await;
             st.leaving = map.as_ref().is_some_and(|m| m.node(self.me.id).is_none_or(|n| n.state != NodeState::Up));
+            let mine = st.owned.len() + st.opening.len();
+            st.owned_counts = nodes
+                .values()
+                .filter(|n| map.as_ref().and_then(|m| m.node(n.id)).is_some_and(|m| m.state == NodeState::Up))
+                .map(|n| (n.id, if n.id == self.me.id { mine } else { n.serving.len() }))
+                .collect();
             if let Some(map) = &map {
                 self.warn_fill(&mut st, map, &nodes, &settings);
             }
@@ -815,6 +832,58 @@ impl ClusterNode {
         }
     }
 
+    /// Serves owned volume `o`, which this node stops owning (deposed,
+    /// fenced, handing it over), as a path in the subsystem its hosts are
+    /// connected to: the subsystem turns to ANA change at once, so that
+    /// new commands get path errors, and its namespace's device becomes a
+    /// forwarding device, which the next pass aims at the new owner. In
+    /// flight commands finish on the volume. Its hosts stay connected
+    /// (and Linux sends their I/O to the new owner as soon as it serves),
+    /// rather than see their connections closed and reconnect. When the
+    /// subsystem is no longer served (a fence closed it), it goes.
+    fn demote(&self, paths: &mut HashMap<u64, Path>, rec: &VolumeRecord, o: &Owned) {
+        if let Ok(nsid) = u32::try_from(o.id)
+            && self.proxy.namespace(nsid).is_some_and(|ns| same_volume(&ns.device, &o.vol))
+        {
+            let _ = self.proxy.remove_namespace(nsid);
+        }
+        let served = self.target.subsystem(&o.nqn).is_some_and(|s| Arc::ptr_eq(&s, &o.sub));
+        if !served || paths.contains_key(&rec.id) {
+            self.target.remove_this_subsystem(&o.sub);
+            return;
+        }
+        o.sub.set_ana_state(AnaState::Change);
+        let forward = match self.forward_for(rec) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(volume = %rec.name, "cannot serve the volume as a path: {e:#}");
+                self.target.remove_this_subsystem(&o.sub);
+                return;
+            }
+        };
+        forward.serves_in(&o.sub);
+        let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
+        match o.sub.replace_namespace(Namespace::new(rec.nsid, ids, forward.clone())) {
+            Ok(_) => {
+                paths.insert(rec.id, Path { sub: o.sub.clone(), forward });
+            }
+            Err(e) => {
+                tracing::warn!(volume = %rec.name, "cannot serve the volume as a path: {e}");
+                self.target.remove_this_subsystem(&o.sub);
+            }
+        }
+    }
+
+    /// A path's forwarding device for volume `rec`, aimed nowhere yet.
+    fn forward_for(&self, rec: &VolumeRecord) -> anyhow::Result<Arc<paths::Forward>> {
+        let geometry = strata_block::Geometry {
+            block_size: rec.block_size,
+            num_blocks: rec.size_bytes / u64::from(rec.block_size),
+        };
+        let nsid = u32::try_from(rec.id).context("volume id beyond the proxy's NSIDs")?;
+        Ok(paths::Forward::new(geometry, nsid, self.host_cfg.clone()))
+    }
+
     /// Serves volume `rec` as a path to its owner (`owner`, when known)
     /// unless this node owns it or is opening it (see [`paths`]), and
     /// lists every other live node's port for it in discovery.
@@ -842,12 +911,7 @@ impl ClusterNode {
         let path = match st.paths.get(&rec.id) {
             Some(p) => p,
             None => {
-                let geometry = strata_block::Geometry {
-                    block_size: rec.block_size,
-                    num_blocks: rec.size_bytes / u64::from(rec.block_size),
-                };
-                let nsid = u32::try_from(rec.id).context("volume id beyond the proxy's NSIDs")?;
-                let forward = paths::Forward::new(geometry, nsid, self.host_cfg.clone());
+                let forward = self.forward_for(rec)?;
                 let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
                 sub.set_ana_state(AnaState::Change);
                 forward.serves_in(&sub);
@@ -899,6 +963,8 @@ impl ClusterNode {
                 fenced: o.vol.is_fenced(),
                 below_minimum: o.vol.below_minimum(),
                 filling: !o.vol.filling().is_empty(),
+                resyncing: !o.vol.resyncing().is_empty(),
+                settled: o.since.elapsed() >= ownership::SETTLE,
             })
         };
         let last = p.state.owner.filter(|&o| o != self.me.id);
@@ -924,21 +990,24 @@ impl ClusterNode {
             },
             orphaned_for: Duration::ZERO,
             rejoined: st.rejoined.is_some_and(|t| t.elapsed() < 2 * RECLAIM_GRACE),
+            successor: p.state.successor.filter(|s| nodes.contains_key(s)),
+            owned: &st.owned_counts,
+            may_rebalance: st.rebalanced.is_none_or(|t| t.elapsed() >= ownership::REBALANCE_EVERY),
         };
-        // Not (or no longer) the owner: stop serving at once, rather
-        // than answer Namespace Not Ready until another node shows up.
+        // Not (or no longer) the owner: serve it as a path to the owner
+        // at once, rather than answer path errors until it is fenced.
         if must_stop_serving(&view)
             && let Some(o) = st.owned.remove(&rec.id)
         {
-            tracing::warn!(volume = %rec.name, owner = ?view.owner, "no longer the owner: not serving the volume");
-            self.unserve(&o);
+            tracing::warn!(volume = %rec.name, owner = ?view.owner, "no longer the owner: serving the volume as a path");
+            self.demote(&mut st.paths, rec, &o);
             view.serving = None;
         }
         let mut decision = decide(&view);
         // A takeover in view: first whether enough of its in-sync nodes
         // are up to serve every chunk (a takeover would only fail, and
         // bump the epoch for nothing), then how long it has waited.
-        if matches!(decision, Decision::AwaitLastOwner | Decision::TakeOver) {
+        if matches!(decision, Decision::AwaitLastOwner | Decision::AwaitSuccessor | Decision::TakeOver) {
             view.short_of_live = short_of_live(&*p.layout, rec, p.protection, &p.state.in_sync, nodes).is_some();
             if !view.short_of_live {
                 view.orphaned_for = st.orphaned.entry(rec.id).or_insert_with(std::time::Instant::now).elapsed();
@@ -972,7 +1041,7 @@ impl ClusterNode {
                 // key up so that a holder takes it over (and recovers it)
                 // once it can.
                 if let Some(o) = st.owned.remove(&rec.id) {
-                    self.unserve(&o);
+                    self.demote(&mut st.paths, rec, &o);
                 }
                 if short {
                     tracing::error!(volume = %rec.name,
@@ -985,14 +1054,21 @@ impl ClusterNode {
                 self.give_up(rec, keys, &t).await;
             }
             // Hand the volume to a node that holds it, after a flush, so
-            // nothing is lost; hosts reconnect through discovery to the
-            // new owner.
-            (Decision::HandOver, Some(t)) => {
+            // nothing is lost; this node's hosts stay connected to it as a
+            // path, their I/O waiting on path errors until the successor
+            // serves it.
+            (Decision::HandOver { to, rebalance }, Some(t)) => {
                 if let Some(o) = st.owned.remove(&rec.id) {
-                    self.unserve(&o);
-                    tracing::info!(volume = %rec.name, "this node holds none of the volume: handing it to a holder");
+                    self.demote(&mut st.paths, rec, &o);
+                    if rebalance {
+                        st.rebalanced = Some(std::time::Instant::now());
+                        tracing::info!(volume = %rec.name, to = ?to, "handing the volume over to even out ownership");
+                    } else {
+                        tracing::info!(volume = %rec.name, to = ?to,
+                            "this node holds none of the volume: handing it to a holder");
+                    }
                     let (this, rec, keys) = (self.clone(), rec.clone(), keys.clone());
-                    tokio::spawn(async move { this.hand_over(&rec, &keys, &t, o.vol).await });
+                    tokio::spawn(async move { this.hand_over(&rec, &keys, &t, o.vol, to).await });
                 }
             }
             (Decision::Tend, _) => {
@@ -1184,7 +1260,14 @@ impl ClusterNode {
     /// takes it over next: lets the writes still running end, flushes,
     /// cleans its dirty-region log (so that the next owner has nothing to
     /// repair), ends its replicas' promises and gives the key up.
-    async fn hand_over(&self, rec: &VolumeRecord, keys: &VolumeKeys, token: &OwnerToken, vol: Arc<dyn PoolVolume>) {
+    async fn hand_over(
+        &self,
+        rec: &VolumeRecord,
+        keys: &VolumeKeys,
+        token: &OwnerToken,
+        vol: Arc<dyn PoolVolume>,
+        successor: Option<NodeId>,
+    ) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while vol.writes_running() > 0 && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -1201,15 +1284,33 @@ impl ClusterNode {
             Err(e) => tracing::warn!(volume = %rec.name, "flush before handing the volume over: {e}"),
         }
         vol.end_promises().await;
-        self.give_up(rec, keys, token).await;
+        self.release(rec, keys, token, successor).await;
     }
 
     /// Releases volume `rec`'s owner key (held with `token`) for good: the
     /// other nodes may take it over at once (no grace for a live owner).
     async fn give_up(&self, rec: &VolumeRecord, keys: &VolumeKeys, token: &OwnerToken) {
-        if let Err(e) = strata_pool::cluster::release_for_good(&self.etcd, keys, rec.id, token).await {
-            tracing::warn!(volume = %rec.name, "cannot give the volume up: {e}");
-        }
+        self.release(rec, keys, token, None).await;
+    }
+
+    /// [`Self::give_up`], naming the node that takes the volume over
+    /// first, when there is one.
+    ///
+    /// Tried again every second until etcd answers, on a task of its own:
+    /// a key this node no longer serves under stays with its live lease,
+    /// and no other node would ever take the volume over.
+    async fn release(&self, rec: &VolumeRecord, keys: &VolumeKeys, token: &OwnerToken, successor: Option<NodeId>) {
+        let (etcd, keys, token, id, name) = (self.etcd.clone(), keys.clone(), token.clone(), rec.id, rec.name.clone());
+        tokio::spawn(async move {
+            let mut warned = false;
+            while let Err(e) = strata_pool::cluster::release_for_good(&etcd, &keys, id, &token, successor).await {
+                if !warned {
+                    tracing::warn!(volume = %name, "cannot give the volume up yet (trying again every second): {e}");
+                    warned = true;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
     }
 
     /// What opening a volume just taken over needs from the node's state:
@@ -1307,17 +1408,18 @@ impl ClusterNode {
         let _ = self.proxy.remove_namespace(proxy_nsid);
         self.proxy.add_namespace(Namespace::new(proxy_nsid, ids, vol.clone()))?;
         tracing::info!(volume = %rec.name, "serving the volume");
-        // Fenced: the hosts' connections close at once, so that they look
-        // for the new owner rather than get Namespace Not Ready until the
-        // next reconcile notices.
-        let (mut fenced, target, sub, name) =
-            (vol.fenced_signal(), self.target.clone(), Arc::downgrade(&sub), rec.name.clone());
+        // Fenced: the path turns to ANA change at once, so that the hosts
+        // send their I/O elsewhere (the volume answers path errors) until
+        // the next pass serves it as a path (`demote`).
+        let (mut fenced, weak_sub, weak_vol, name, nsid) =
+            (vol.fenced_signal(), Arc::downgrade(&sub), Arc::downgrade(&vol), rec.name.clone(), rec.nsid);
         tokio::spawn(async move {
             if fenced.wait_for(|&f| f).await.is_ok()
-                && let Some(sub) = sub.upgrade()
-                && target.remove_this_subsystem(&sub)
+                && let (Some(sub), Some(vol)) = (weak_sub.upgrade(), weak_vol.upgrade())
+                && sub.namespace(nsid).is_some_and(|ns| same_volume(&ns.device, &vol))
             {
-                tracing::warn!(volume = %name, "fenced: not serving the volume; the hosts' connections are closed");
+                sub.set_ana_state(AnaState::Change);
+                tracing::warn!(volume = %name, "fenced: not serving the volume (ANA change)");
             }
         });
         Ok(Owned {
@@ -1325,6 +1427,8 @@ impl ClusterNode {
             vol,
             kind,
             nqn: rec.nqn.clone(),
+            sub,
+            since: std::time::Instant::now(),
             resyncing: Arc::new(tokio::sync::Mutex::new(())),
             token,
         })
@@ -1740,6 +1844,7 @@ impl ClusterNode {
             slots: Default::default(),
             next: None,
             owner: None,
+            successor: None,
         };
         let keys = VolumeKeys::new(&self.prefix, rec.id);
         if let Err(e) = strata_pool::cluster::create_state(&self.etcd, &keys, rec.id, &state).await {

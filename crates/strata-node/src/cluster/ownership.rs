@@ -11,9 +11,25 @@
 //! owner key is changed by compare-and-set in etcd, and every replica's
 //! epoch fence refuses a deposed owner. What the decision adds is
 //! liveness and manners: not taking a volume over that cannot be served
-//! yet, and not deposing a live owner that only lost its key with a lease.
+//! yet, not deposing a live owner that only lost its key with a lease,
+//! and spreading ownership evenly over the nodes.
+//!
+//! # Balance
+//!
+//! Every live node that is up in the map owns within one volume of an
+//! even share, once the pool is quiet: the most loaded owner hands a
+//! settled volume (no fill, no resync, served for [`SETTLE`]) to the least
+//! loaded live in-sync holder of it whenever their counts differ by two
+//! or more, one volume per [`REBALANCE_EVERY`], and names it as the
+//! successor so that no other node takes the volume first. A hand-over
+//! is planned: the owner flushes, cleans its log and ends its promises
+//! before it lets go, so the successor opens it with nothing to repair
+//! and the hosts' I/O waits on path errors for about a reconcile pass.
+//! Only the most loaded nodes give volumes away and each hand-over lowers
+//! the spread, so the spreading ends; a count read from a record one
+//! pass old can overshoot by one volume, which the next round evens out.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use strata_pool::NodeId;
@@ -28,6 +44,16 @@ pub const RECLAIM_GRACE: Duration = Duration::from_secs(4);
 /// renews on this node's replica) to take its key back.
 pub const RECLAIM_LIMIT: Duration = Duration::from_secs(30);
 
+/// How long an owner serves a volume before it may hand it to another
+/// node to even out ownership (a volume just taken over stays put while
+/// the nodes' records catch up).
+pub const SETTLE: Duration = Duration::from_secs(5);
+
+/// The least time between two hand-overs of one node to even out
+/// ownership: a few passes, so that the records show each one before the
+/// next is chosen.
+pub const REBALANCE_EVERY: Duration = Duration::from_secs(5);
+
 /// This node's view of a volume it owns and serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Serving {
@@ -38,6 +64,10 @@ pub struct Serving {
     pub below_minimum: bool,
     /// A fill (a move's copy) is still running.
     pub filling: bool,
+    /// A node that missed writes is being caught up.
+    pub resyncing: bool,
+    /// Served here for [`SETTLE`] or longer.
+    pub settled: bool,
 }
 
 /// What a volume's last owner shows of itself, for a takeover's grace.
@@ -89,6 +119,14 @@ pub struct VolumeView<'a> {
     /// This node got a new lease lately after losing one: every lease may
     /// have ended together (etcd froze).
     pub rejoined: bool,
+    /// The live node the last owner handed the volume to (see
+    /// [`strata_pool::VolumeState::successor`]).
+    pub successor: Option<NodeId>,
+    /// How many volumes each live node that is up in the map owns.
+    pub owned: &'a BTreeMap<NodeId, usize>,
+    /// This node's last hand-over to even out ownership was
+    /// [`REBALANCE_EVERY`] ago or longer.
+    pub may_rebalance: bool,
 }
 
 /// What this node does about a volume this pass.
@@ -106,9 +144,15 @@ pub enum Decision {
         /// Stopped for too few in-sync nodes, rather than deposed.
         short: bool,
     },
-    /// Drained off this node, which holds none of it: hand it to a
-    /// holder.
-    HandOver,
+    /// Hand it to another node, after a flush: drained off this node,
+    /// which holds none of it, or to even out ownership (`rebalance`).
+    /// `to` is the node that takes it over first, when one is chosen.
+    HandOver {
+        /// The successor.
+        to: Option<NodeId>,
+        /// Handed over to even out ownership, not for a drain.
+        rebalance: bool,
+    },
     /// A new volume whose live holders do not all hold a replica yet.
     AwaitHolders,
     /// Being opened here already.
@@ -117,6 +161,8 @@ pub enum Decision {
     AwaitInSync,
     /// Its last owner may still take its key back.
     AwaitLastOwner,
+    /// Its last owner handed it to another live node, which takes it.
+    AwaitSuccessor,
     /// Take it over.
     TakeOver,
 }
@@ -142,7 +188,13 @@ pub fn decide(v: &VolumeView<'_>) -> Decision {
                     && v.holders.iter().any(|h| v.in_sync.contains(h) && v.live.contains(h))
                     && !s.filling =>
             {
-                Decision::HandOver
+                Decision::HandOver { to: least_loaded_holder(v).map(|(_, n)| n), rebalance: false }
+            }
+            Some(s) if !v.leaving && !v.moving && !s.filling && !s.resyncing && s.settled && v.may_rebalance => {
+                match rebalance_to(v) {
+                    Some(n) => Decision::HandOver { to: Some(n), rebalance: true },
+                    None => Decision::Tend,
+                }
             }
             _ => Decision::Tend,
         },
@@ -150,9 +202,12 @@ pub fn decide(v: &VolumeView<'_>) -> Decision {
         None if v.epoch == 0 && v.holders_not_ready => Decision::AwaitHolders,
         None if v.opening => Decision::Opening,
         None if v.holders.contains(&v.me) && v.in_sync.contains(&v.me) => {
+            let handed_elsewhere = v.successor.is_some_and(|s| s != v.me);
             if v.short_of_live {
                 Decision::AwaitInSync
-            } else if waits_for_last_owner(v) {
+            } else if handed_elsewhere && v.orphaned_for < RECLAIM_GRACE {
+                Decision::AwaitSuccessor
+            } else if v.successor != Some(v.me) && waits_for_last_owner(v) {
                 Decision::AwaitLastOwner
             } else {
                 Decision::TakeOver
@@ -160,6 +215,39 @@ pub fn decide(v: &VolumeView<'_>) -> Decision {
         }
         None => Decision::Idle,
     }
+}
+
+/// The live, up, in-sync holder of the volume other than this node that
+/// owns the fewest volumes, with its count (the lowest id among equals).
+fn least_loaded_holder(v: &VolumeView<'_>) -> Option<(usize, NodeId)> {
+    v.holders
+        .iter()
+        .filter(|&&h| h != v.me && v.in_sync.contains(&h) && v.live.contains(&h))
+        .filter_map(|&h| v.owned.get(&h).map(|&count| (count, h)))
+        .min()
+}
+
+/// The node this owner hands the volume to, to even out ownership (see
+/// the module docs): only a most loaded node gives one away, to a holder
+/// that owns at least two fewer. Most loaded nodes deciding on the same
+/// counts spread their volumes over the holders that own the fewest
+/// (the k-th most loaded by id picks the k-th of them), rather than all
+/// handing one to the same node.
+fn rebalance_to(v: &VolumeView<'_>) -> Option<NodeId> {
+    let mine = *v.owned.get(&v.me)?;
+    if v.owned.values().any(|&c| c > mine) {
+        return None;
+    }
+    let rank = v.owned.iter().filter(|&(&n, &c)| c == mine && n < v.me).count();
+    let mut takers: Vec<(usize, NodeId)> = v
+        .holders
+        .iter()
+        .filter(|&&h| h != v.me && v.in_sync.contains(&h) && v.live.contains(&h))
+        .filter_map(|&h| v.owned.get(&h).map(|&count| (count, h)))
+        .filter(|&(count, _)| count + 2 <= mine)
+        .collect();
+    takers.sort_unstable();
+    takers.get(rank % takers.len().max(1)).map(|&(_, n)| n)
 }
 
 /// Whether a volume without an owner still waits for its last owner.
@@ -196,13 +284,19 @@ mod tests {
         holders: BTreeSet<NodeId>,
         in_sync: BTreeSet<NodeId>,
         live: BTreeSet<NodeId>,
+        owned: BTreeMap<NodeId, usize>,
+    }
+
+    fn counts(list: &[(u32, usize)]) -> BTreeMap<NodeId, usize> {
+        list.iter().map(|&(n, c)| (NodeId(n), c)).collect()
     }
 
     impl World {
-        /// Three holders (1, 2, 3), all in sync and live.
+        /// Three holders (1, 2, 3), all in sync and live, owning one
+        /// volume each.
         fn three() -> World {
             let all = set(&[1, 2, 3]);
-            World { holders: all.clone(), in_sync: all.clone(), live: all }
+            World { holders: all.clone(), in_sync: all.clone(), live: all, owned: counts(&[(1, 1), (2, 1), (3, 1)]) }
         }
 
         fn view(&self) -> VolumeView<'_> {
@@ -222,11 +316,15 @@ mod tests {
                 last: LastOwner::default(),
                 orphaned_for: Duration::ZERO,
                 rejoined: false,
+                successor: None,
+                owned: &self.owned,
+                may_rebalance: true,
             }
         }
     }
 
-    const SERVING: Serving = Serving { fenced: false, below_minimum: false, filling: false };
+    const SERVING: Serving =
+        Serving { fenced: false, below_minimum: false, filling: false, resyncing: false, settled: true };
 
     #[test]
     fn the_owner_tends_what_it_serves_and_others_forward_to_it() {
@@ -310,13 +408,15 @@ mod tests {
         w.holders = set(&[2, 3, 4]);
         w.in_sync = set(&[1, 2, 3, 4]);
         w.live = set(&[1, 2, 3, 4]);
+        w.owned = counts(&[(2, 3), (3, 1), (4, 1)]);
         let settled = VolumeView { owner: Some(ME), serving: Some(SERVING), leaving: true, ..w.view() };
-        assert_eq!(decide(&settled), Decision::HandOver);
+        let to_3 = Decision::HandOver { to: Some(NodeId(3)), rebalance: false };
+        assert_eq!(decide(&settled), to_3, "to the least loaded holder, the lowest id among equals");
         let v = VolumeView { moving: true, ..settled.clone() };
         assert_eq!(decide(&v), Decision::Tend, "its move is not done");
         let v = VolumeView { serving: Some(Serving { filling: true, ..SERVING }), ..settled.clone() };
         assert_eq!(decide(&v), Decision::Tend, "its fill is still running");
-        let v = VolumeView { leaving: false, ..settled.clone() };
+        let v = VolumeView { leaving: false, may_rebalance: false, ..settled.clone() };
         assert_eq!(decide(&v), Decision::Tend, "a rebalance off an up node keeps its owner");
         let in_sync = set(&[1]);
         let v = VolumeView { in_sync: &in_sync, ..settled.clone() };
@@ -325,5 +425,107 @@ mod tests {
         holders.insert(ME);
         let v = VolumeView { holders: &holders, ..settled };
         assert_eq!(decide(&v), Decision::Tend, "it still holds a part");
+    }
+
+    #[test]
+    fn the_most_loaded_owner_hands_a_settled_volume_to_the_least_loaded_holder() {
+        let mut w = World::three();
+        w.owned = counts(&[(1, 3), (2, 1), (3, 2)]);
+        let v = VolumeView { owner: Some(ME), serving: Some(SERVING), ..w.view() };
+        assert_eq!(decide(&v), Decision::HandOver { to: Some(NodeId(2)), rebalance: true });
+        for (why, serving) in [
+            ("not settled", Serving { settled: false, ..SERVING }),
+            ("filling", Serving { filling: true, ..SERVING }),
+            ("resyncing", Serving { resyncing: true, ..SERVING }),
+        ] {
+            let v = VolumeView { owner: Some(ME), serving: Some(serving), ..w.view() };
+            assert_eq!(decide(&v), Decision::Tend, "{why}");
+        }
+        let v = VolumeView { owner: Some(ME), serving: Some(SERVING), may_rebalance: false, ..w.view() };
+        assert_eq!(decide(&v), Decision::Tend, "one hand-over per REBALANCE_EVERY");
+        let v = VolumeView { owner: Some(ME), serving: Some(SERVING), moving: true, ..w.view() };
+        assert_eq!(decide(&v), Decision::Tend, "a move runs");
+        // Within one volume of the least loaded holder: stays.
+        w.owned = counts(&[(1, 3), (2, 2), (3, 2)]);
+        let v = VolumeView { owner: Some(ME), serving: Some(SERVING), ..w.view() };
+        assert_eq!(decide(&v), Decision::Tend);
+        // Not the most loaded: another node gives first.
+        w.owned = counts(&[(1, 3), (2, 1), (3, 4)]);
+        let v = VolumeView { owner: Some(ME), serving: Some(SERVING), ..w.view() };
+        assert_eq!(decide(&v), Decision::Tend);
+        // Only to a live, in-sync holder that is up (has a count).
+        w.owned = counts(&[(1, 3), (2, 0), (3, 2), (4, 0)]);
+        w.in_sync.remove(&NodeId(2));
+        let v = VolumeView { owner: Some(ME), serving: Some(SERVING), ..w.view() };
+        assert_eq!(decide(&v), Decision::Tend, "node 2 is not in sync, node 4 holds none of it");
+    }
+
+    #[test]
+    fn a_volume_handed_to_a_live_successor_waits_for_it() {
+        let w = World::three();
+        let last = LastOwner { node: None, live: false, serves: false, promised: false };
+        let v = VolumeView { last, successor: Some(NodeId(2)), ..w.view() };
+        assert_eq!(decide(&v), Decision::AwaitSuccessor);
+        let v = VolumeView { orphaned_for: RECLAIM_GRACE, ..v };
+        assert_eq!(decide(&v), Decision::TakeOver, "a successor that does not come gets the grace only");
+        // The successor takes it at once, even while a last owner lives.
+        let last = LastOwner { node: Some(NodeId(3)), live: true, serves: false, promised: false };
+        let v = VolumeView { last, successor: Some(ME), ..w.view() };
+        assert_eq!(decide(&v), Decision::TakeOver);
+    }
+
+    /// Every node holds every volume; in each round every node decides on
+    /// the same counts (the worst case of records read at once) and each
+    /// hand-over moves one volume. From any start the counts end within
+    /// one of each other, and stay there.
+    #[test]
+    fn balancing_ends_within_one_volume_of_an_even_share_from_any_start() {
+        let mut rng = strata_rand::Rng::new(0x0a0b_5eed);
+        let base = World::three();
+        for _ in 0..300 {
+            let nodes = 2 + rng.below(7) as u32;
+            let all: BTreeSet<NodeId> = (1..=nodes).map(NodeId).collect();
+            let mut owned: BTreeMap<NodeId, usize> = all.iter().map(|&n| (n, 0)).collect();
+            let volumes = rng.below(40) as usize;
+            for _ in 0..volumes {
+                let n = NodeId(1 + rng.below(u64::from(nodes)) as u32);
+                *owned.get_mut(&n).unwrap() += 1;
+            }
+            let mut rounds = 0;
+            loop {
+                let snapshot = owned.clone();
+                let mut moves = Vec::new();
+                for &me in &all {
+                    if snapshot[&me] == 0 {
+                        continue;
+                    }
+                    let v = VolumeView {
+                        me,
+                        owner: Some(me),
+                        serving: Some(SERVING),
+                        holders: &all,
+                        in_sync: &all,
+                        live: &all,
+                        owned: &snapshot,
+                        ..base.view()
+                    };
+                    if let Decision::HandOver { to: Some(to), rebalance: true } = decide(&v) {
+                        moves.push((me, to));
+                    }
+                }
+                if moves.is_empty() {
+                    break;
+                }
+                for (from, to) in moves {
+                    *owned.get_mut(&from).unwrap() -= 1;
+                    *owned.get_mut(&to).unwrap() += 1;
+                }
+                rounds += 1;
+                assert!(rounds <= volumes, "no end after {rounds} rounds: {owned:?}");
+            }
+            let (min, max) = (owned.values().min().unwrap(), owned.values().max().unwrap());
+            assert!(max - min <= 1, "{owned:?}");
+            assert_eq!(owned.values().sum::<usize>(), volumes);
+        }
     }
 }

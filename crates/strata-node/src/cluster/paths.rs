@@ -17,14 +17,17 @@
 //! | another node owns it | non-optimized | forwarded to the owner |
 //! | no owner known (a takeover under way) | change | ANA Transition |
 //! | the owner did not answer the last command | change | ANA Transition |
+//! | it stopped owning the volume (fenced, deposed, handed over) | change, then non-optimized | ANA Transition, then forwarded |
 //!
 //! A forwarded command that cannot reach the owner (it died, it was
 //! fenced, its proxy no longer lists the volume) fails with
 //! [`BlockError::PathUnavailable`], which the target answers with ANA
 //! Transition: a path error, which makes the host retry the command on
-//! another path instead of failing it. Nothing a path forwards can be
-//! stale: the owner serves it through its fenced volume, and a deposed
-//! owner's proxy refuses it.
+//! another path instead of failing it. An owner that stops owning keeps
+//! its subsystem and its hosts' connections: the volume in it is swapped
+//! for a forwarding device (`ClusterNode::demote`). Nothing a path
+//! forwards can be stale: the owner serves it through its fenced volume,
+//! and a deposed owner's proxy refuses it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -17,8 +17,9 @@
 //!   same replica answers, so a block never flips between two values.
 //! - An owner whose epoch a replica refuses (a newer owner fenced it) or
 //!   whose metadata update is refused stops: every later I/O fails with
-//!   [`BlockError::Gone`](strata_block::BlockError::Gone) (Namespace Not
-//!   Ready), and the host's multipath moves to the new owner.
+//!   [`BlockError::PathUnavailable`](strata_block::BlockError::PathUnavailable)
+//!   (ANA Transition, a path error), and the host's multipath moves to the
+//!   new owner.
 //!
 //! # Cancellation
 //!

@@ -12,6 +12,7 @@ use strata_meta::on_both_etcds;
 use strata_meta::testing::EtcdServer;
 use strata_pool::cluster::{
     ClusterError, EtcdVolume, OwnerToken, VolumeKeys, VolumeState, acquire, create_state, read_state, reclaim, release,
+    release_for_good,
 };
 use strata_pool::drl::DirtyRegionLog;
 use strata_pool::testing::{Faulty, TableLayout};
@@ -42,6 +43,7 @@ async fn new_volume(etcd: &impl EtcdServer) -> VolumeKeys {
         slots: Default::default(),
         next: None,
         owner: None,
+        successor: None,
     };
     create_state(&etcd.client(), &keys, VOL, &state).await.unwrap();
     keys
@@ -330,7 +332,10 @@ async fn a_failover_through_etcd_keeps_every_acknowledged_write_and_fences_the_o
     let (back, r) = b.read(100, IoBuf::zeroed(4096)).await;
     r.unwrap();
     assert!(back.iter().all(|&x| x == 8), "an acknowledged write was lost in the failover");
-    assert!(matches!(a.write(100, IoBuf::from_slice(&[9u8; 4096]), false).await.1, Err(BlockError::Gone)));
+    assert!(matches!(
+        a.write(100, IoBuf::from_slice(&[9u8; 4096]), false).await.1,
+        Err(BlockError::PathUnavailable(_))
+    ));
     let (back, _) = b.read(100, IoBuf::zeroed(4096)).await;
     assert!(back.iter().all(|&x| x == 8), "the old owner wrote after the takeover");
     // Node 3 comes back and is resynced by the new owner from the log.
@@ -352,6 +357,26 @@ async fn an_owner_that_cannot_serve_gives_the_volume_up_at_once(etcd: impl EtcdS
     // Another node takes it over without waiting for node 1's lease.
     let (m, _) = acquire(&client, &keys, VOL, NodeId(2), lease.id).await.unwrap();
     assert_eq!(m.epoch, token.epoch + 1);
+}
+
+on_both_etcds!(an_owner_hands_a_volume_to_a_named_successor_and_the_takeover_clears_the_name);
+async fn an_owner_hands_a_volume_to_a_named_successor_and_the_takeover_clears_the_name(etcd: impl EtcdServer) {
+    let client = etcd.client();
+    let keys = new_volume(&etcd).await;
+    let lease = client.lease_grant(Duration::from_secs(30)).await.unwrap();
+    let (_, token) = acquire(&client, &keys, VOL, NodeId(1), lease.id).await.unwrap();
+    let forged = OwnerToken { node: NodeId(1), epoch: token.epoch + 7 };
+    assert!(!release_for_good(&client, &keys, VOL, &forged, Some(NodeId(2))).await.unwrap());
+    let state = read_state(&client, &keys, VOL).await.unwrap().0;
+    assert_eq!((state.owner, state.successor), (Some(NodeId(1)), None), "a forged token changes nothing");
+    assert!(release_for_good(&client, &keys, VOL, &token, Some(NodeId(2))).await.unwrap());
+    let state = read_state(&client, &keys, VOL).await.unwrap().0;
+    assert_eq!((state.owner, state.successor), (None, Some(NodeId(2))));
+    // Whoever takes it over (the successor, or another node once the
+    // successor is gone) clears the name.
+    let (m, token) = acquire(&client, &keys, VOL, NodeId(3), lease.id).await.unwrap();
+    let state = read_state(&client, &keys, VOL).await.unwrap().0;
+    assert_eq!((state.owner, state.successor, m.epoch), (Some(NodeId(3)), None, token.epoch));
 }
 
 on_both_etcds!(an_owner_rides_out_an_etcd_stall_longer_than_one_request_timeout);
@@ -497,7 +522,7 @@ async fn a_partitioned_owner_stops_before_the_next_one_serves(etcd: impl EtcdSer
     // By the time B serves, A serves nothing: it is fenced or its
     // promises ended.
     let (_, r) = a.read(0, IoBuf::zeroed(4096)).await;
-    assert!(matches!(r, Err(BlockError::Gone)), "the old owner still serves reads: {r:?}");
+    assert!(matches!(r, Err(BlockError::PathUnavailable(_))), "the old owner still serves reads: {r:?}");
     assert!(!a.promised() || a.is_fenced());
     b.write(0, IoBuf::from_slice(&[8u8; 4096]), false).await.1.unwrap();
     let (_, r) = a.read(0, IoBuf::zeroed(4096)).await;

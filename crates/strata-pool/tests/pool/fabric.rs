@@ -232,7 +232,7 @@ async fn an_owner_that_lost_the_volume_cannot_write_over_the_fabric() {
     let (old, _l1) = open(&nodes, NodeId(1), &control, &store).await;
     old.write(5, data(1, 1), false).await.1.unwrap();
     let (new, _l2) = open(&nodes, NodeId(2), &control, &store).await;
-    assert!(matches!(old.write(5, data(9, 1), false).await.1, Err(BlockError::Gone)));
+    assert!(matches!(old.write(5, data(9, 1), false).await.1, Err(BlockError::PathUnavailable(_))));
     for n in &nodes {
         assert!(n.block(5).await == data(1, 1).to_vec(), "node {} took a fenced write", n.id);
     }

@@ -283,9 +283,9 @@ async fn a_new_owner_fences_the_old_one() {
     let new = c.open(NodeId(2)).await.unwrap();
     // The old owner wakes up: its writes and reads are refused, and it
     // stops serving for good.
-    assert!(matches!(write(&old.vol, 5, 2, 1).await, Err(BlockError::Gone)));
+    assert!(matches!(write(&old.vol, 5, 2, 1).await, Err(BlockError::PathUnavailable(_))));
     assert!(old.vol.is_fenced());
-    assert!(matches!(old.vol.read(5, IoBuf::zeroed(BS as usize)).await.1, Err(BlockError::Gone)));
+    assert!(matches!(old.vol.read(5, IoBuf::zeroed(BS as usize)).await.1, Err(BlockError::PathUnavailable(_))));
     for node in 0..3 {
         assert!(c.block(node, 5).await == pattern(1, 1).to_vec(), "the fenced write changed node {node}");
     }
