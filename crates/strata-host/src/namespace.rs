@@ -22,6 +22,24 @@
 //! ones, keeping the first optimized path (else the first that
 //! connected). A reconnect checks that the namespace still has the size
 //! it had.
+//!
+//! # Failover
+//!
+//! A namespace found that way rides through a path's loss and an owner's
+//! failover as Linux native multipath does: a command that fails with a
+//! path error (ANA Transition or Inaccessible, a status the target marks
+//! as a path error), any status without Do Not Retry, a dropped
+//! connection, a failed connect or a timeout retires the connection and
+//! runs again on the path discovery gives next, with a short, growing pause (5 ms to 200 ms) between rounds,
+//! until [`RemoteNamespace::failover_timeout`] has passed since the
+//! command began (default 30 s: longer than a pool's lease, so an
+//! owner's crash stalls a command rather than fails it). A status with
+//! Do Not Retry that is not a path error fails the command at once. A command that timed out is retried
+//! only after its connection is closed (as Linux resets a controller
+//! before it fails I/O over), so the old attempt cannot land after a
+//! later write. [`RemoteNamespace::connect_direct`] never fails over: a
+//! node forwarding to a volume's owner returns path errors to its own
+//! host, whose multipath decides.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -64,6 +82,9 @@ pub struct RemoteNamespace {
     geometry: Geometry,
     /// Command timeout in milliseconds (settable while shared).
     timeout_ms: std::sync::atomic::AtomicU64,
+    /// How long a command keeps failing over, in milliseconds (see the
+    /// module doc; 0: never).
+    failover_ms: std::sync::atomic::AtomicU64,
     current: Mutex<Option<Arc<Controller>>>,
     connecting: tokio::sync::Mutex<()>,
 }
@@ -168,6 +189,11 @@ impl RemoteNamespace {
             cfg: cfg.clone(),
             geometry: Geometry { block_size, num_blocks: id.nsze },
             timeout_ms: std::sync::atomic::AtomicU64::new(DEFAULT_TIMEOUT.as_millis() as u64),
+            failover_ms: std::sync::atomic::AtomicU64::new(if discover {
+                DEFAULT_FAILOVER.as_millis() as u64
+            } else {
+                0
+            }),
             current: Mutex::new(Some(Arc::new(ctrl))),
             connecting: tokio::sync::Mutex::new(()),
         }))
@@ -185,6 +211,19 @@ impl RemoteNamespace {
         self.timeout_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// How long a command keeps trying other paths after path errors
+    /// (see the module doc); zero for [`Self::connect_direct`].
+    pub fn failover_timeout(&self) -> Duration {
+        Duration::from_millis(self.failover_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Sets [`Self::failover_timeout`] for the commands that start after
+    /// (zero: a path error fails the command, as before failover).
+    pub fn set_failover_timeout(&self, timeout: Duration) {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.failover_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The namespace id.
     pub fn nsid(&self) -> u32 {
         self.nsid
@@ -195,8 +234,9 @@ impl RemoteNamespace {
         *self.addr.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The live controller, connecting again after a failure.
-    async fn ctrl(&self) -> Result<Arc<Controller>, BlockError> {
+    /// The live controller, connecting again after a failure. Only a
+    /// namespace that changed size fails for good.
+    async fn ctrl(&self) -> Result<Arc<Controller>, Attempt> {
         if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Ok(c);
         }
@@ -205,17 +245,18 @@ impl RemoteNamespace {
             return Ok(c);
         }
         let limit = self.command_timeout();
+        let path = |e| Attempt::Path(io_error(e));
         let (c, addr) =
-            find(&self.seeds, self.discover, Some(self.addr()), &self.nqn, &self.cfg, limit).await.map_err(io_error)?;
+            find(&self.seeds, self.discover, Some(self.addr()), &self.nqn, &self.cfg, limit).await.map_err(path)?;
         let id = tokio::time::timeout(limit, c.identify_namespace(self.nsid))
             .await
-            .map_err(|_| io_error(format!("identifying namespace {} at {addr} timed out", self.nsid)))?
-            .map_err(io_error)?;
+            .map_err(|_| Attempt::Path(io_error(format!("identifying namespace {} at {addr} timed out", self.nsid))))?
+            .map_err(path)?;
         if id.nsze != self.geometry.num_blocks {
-            return Err(io_error(format!(
+            return Err(Attempt::Final(io_error(format!(
                 "{} namespace {} at {addr} has {} blocks, not the {} it had",
                 self.nqn, self.nsid, id.nsze, self.geometry.num_blocks
-            )));
+            ))));
         }
         let c = Arc::new(c);
         *self.addr.lock().unwrap_or_else(|e| e.into_inner()) = addr;
@@ -229,22 +270,56 @@ impl RemoteNamespace {
         &self,
         ctrl: &Arc<Controller>,
         cmd: impl std::future::Future<Output = Result<T, HostError>>,
-    ) -> Result<T, BlockError> {
+    ) -> Result<T, Attempt> {
         let limit = self.command_timeout();
         // Any failure retires the connection, an error status too: the
         // controller may be a pool volume's deposed owner, whose fenced
         // writes fail while the volume is served elsewhere, and only a
         // reconnect asks discovery where that is.
-        let e = match tokio::time::timeout(limit, cmd).await {
+        let failed = match tokio::time::timeout(limit, cmd).await {
             Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) => io_error(e),
-            Err(_) => io_error(format!("a command to {} took over {limit:?}", self.addr())),
+            // As Linux: a status the target says not to retry fails the
+            // command; a path error or any other status is tried again.
+            Ok(Err(e)) if matches!(&e, HostError::Status { status, .. } if status.is_dnr() && !status.is_path_error()) => {
+                Attempt::Final(io_error(e))
+            }
+            Ok(Err(e)) => Attempt::Path(io_error(e)),
+            Err(_) => Attempt::Path(io_error(format!("a command to {} took over {limit:?}", self.addr()))),
         };
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, ctrl)) {
             *cur = None;
         }
-        Err(e)
+        Err(failed)
+    }
+
+    /// Runs `op` on the live controller, and again on the next path
+    /// after each path failure until [`Self::failover_timeout`] has
+    /// passed (see the module doc).
+    async fn failover<T, F, Fut>(&self, mut op: F) -> Result<T, BlockError>
+    where
+        F: FnMut(Arc<Controller>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Attempt>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.failover_timeout();
+        let mut pause = FAILOVER_FIRST_PAUSE;
+        loop {
+            let tried = match self.ctrl().await {
+                Ok(c) => op(c).await,
+                Err(failed) => Err(failed),
+            };
+            let e = match tried {
+                Ok(v) => return Ok(v),
+                Err(Attempt::Final(e)) => return Err(e),
+                Err(Attempt::Path(e)) => e,
+            };
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(e);
+            }
+            tracing::debug!(nqn = %self.nqn, error = %e, "path failure: trying again on the next path");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(FAILOVER_MAX_PAUSE);
+        }
     }
 
     /// The commands `len` bytes at `lba` take: each one's first block
@@ -270,6 +345,24 @@ impl RemoteNamespace {
 
 /// The command timeout until [`RemoteNamespace::set_command_timeout`].
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The failover time of a namespace found through discovery until
+/// [`RemoteNamespace::set_failover_timeout`].
+const DEFAULT_FAILOVER: Duration = Duration::from_secs(30);
+
+/// The pause before a command's second try on another path; it doubles
+/// at each round up to [`FAILOVER_MAX_PAUSE`].
+const FAILOVER_FIRST_PAUSE: Duration = Duration::from_millis(5);
+const FAILOVER_MAX_PAUSE: Duration = Duration::from_millis(200);
+
+/// How one try of a command failed.
+enum Attempt {
+    /// On this path only: another path (or this one later) may serve it.
+    Path(BlockError),
+    /// For good: the target answered with a status that is not a path
+    /// error.
+    Final(BlockError),
+}
 
 /// Connects to `nqn`: at the address the first of `seeds` whose discovery
 /// lists it gives (when `discover`), else at `last`, else at each seed;
@@ -341,23 +434,32 @@ impl BlockDevice for RemoteNamespace {
 
     fn read(&self, lba: u64, mut buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
         Box::pin(async move {
-            let r = async {
-                self.check(lba, buf.len())?;
-                let ctrl = self.ctrl().await?;
-                let bs = self.geometry.block_size as usize;
-                let pieces: Vec<_> = self.pieces(&ctrl, lba, buf.len()).collect();
-                let reads =
-                    pieces.iter().map(|(slba, r)| self.run(&ctrl, ctrl.read(self.nsid, *slba, (r.len() / bs) as u32)));
-                let datas = futures_util::future::try_join_all(reads).await?;
-                for ((_, r), data) in pieces.into_iter().zip(datas) {
-                    if data.len() != r.len() {
-                        return Err(io_error(format!("short read: {} of {} bytes", data.len(), r.len())));
+            if let Err(e) = self.check(lba, buf.len()) {
+                return (buf, Err(e));
+            }
+            let len = buf.len();
+            let bs = self.geometry.block_size as usize;
+            let r = self
+                .failover(|ctrl| async move {
+                    let pieces: Vec<_> = self.pieces(&ctrl, lba, len).collect();
+                    let reads = pieces
+                        .iter()
+                        .map(|(slba, r)| self.run(&ctrl, ctrl.read(self.nsid, *slba, (r.len() / bs) as u32)));
+                    let datas = futures_util::future::try_join_all(reads).await?;
+                    for ((_, r), data) in pieces.iter().zip(&datas) {
+                        if data.len() != r.len() {
+                            let e = io_error(format!("short read: {} of {} bytes", data.len(), r.len()));
+                            return Err(Attempt::Final(e));
+                        }
                     }
+                    Ok((pieces, datas))
+                })
+                .await;
+            let r = r.map(|(pieces, datas)| {
+                for ((_, r), data) in pieces.into_iter().zip(datas) {
                     buf.as_mut_slice()[r].copy_from_slice(&data);
                 }
-                Ok(())
-            }
-            .await;
+            });
             (buf, r)
         })
     }
@@ -370,15 +472,18 @@ impl BlockDevice for RemoteNamespace {
             // The host library sends `Bytes`: each command's piece is a
             // view of the one buffer, shared rather than copied.
             let shared = Arc::new(buf);
-            let r = async {
-                let ctrl = self.ctrl().await?;
-                let writes = self.pieces(&ctrl, lba, shared.len()).map(|(slba, range)| {
-                    let data = bytes::Bytes::from_owner(Piece { buf: shared.clone(), range });
-                    self.run(&ctrl, ctrl.write(self.nsid, slba, data, fua))
-                });
-                futures_util::future::try_join_all(writes).await.map(drop)
-            }
-            .await;
+            let r = self
+                .failover(|ctrl| {
+                    let shared = shared.clone();
+                    async move {
+                        let writes = self.pieces(&ctrl, lba, shared.len()).map(|(slba, range)| {
+                            let data = bytes::Bytes::from_owner(Piece { buf: shared.clone(), range });
+                            self.run(&ctrl, ctrl.write(self.nsid, slba, data, fua))
+                        });
+                        futures_util::future::try_join_all(writes).await.map(drop)
+                    }
+                })
+                .await;
             // A completed command has dropped its piece. One that failed
             // or timed out may still be queued, holding its piece: then
             // the caller gets a copy and the queue frees the original.
@@ -392,11 +497,14 @@ impl BlockDevice for RemoteNamespace {
             let len = usize::try_from(blocks.saturating_mul(u64::from(self.geometry.block_size)))
                 .map_err(|_| BlockError::OutOfRange { lba, blocks, num_blocks: self.geometry.num_blocks })?;
             self.check(lba, len)?;
-            let ctrl = self.ctrl().await?;
             let mut done = 0;
             while done < blocks {
                 let n = (blocks - done).min(MAX_ZERO_BLOCKS);
-                self.run(&ctrl, ctrl.write_zeroes(self.nsid, lba + done, n as u32, deallocate)).await?;
+                let at = lba + done;
+                self.failover(|ctrl| async move {
+                    self.run(&ctrl, ctrl.write_zeroes(self.nsid, at, n as u32, deallocate)).await
+                })
+                .await?;
                 done += n;
             }
             Ok(())
@@ -413,9 +521,6 @@ impl BlockDevice for RemoteNamespace {
     }
 
     fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
-        Box::pin(async move {
-            let ctrl = self.ctrl().await?;
-            self.run(&ctrl, ctrl.flush(self.nsid)).await
-        })
+        Box::pin(async move { self.failover(|ctrl| async move { self.run(&ctrl, ctrl.flush(self.nsid)).await }).await })
     }
 }

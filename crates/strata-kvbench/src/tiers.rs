@@ -102,7 +102,9 @@ pub type PoolSpec = strata_host::TargetUrl;
 pub type PoolSpecError = strata_host::TargetUrlError;
 
 /// Connects to a pool tier's volume over NVMe/TCP, with `timeout` for
-/// each command.
+/// each command, and as the most it fails over to other paths (a path's
+/// loss, an owner's failover): a command waits for the pool at most that
+/// long, and the store treats what fails as a miss.
 /// A volume that is not served yet (a cluster still starting, an owner
 /// moving) is asked for again, every second, for [`POOL_CONNECT_WAIT`].
 ///
@@ -117,6 +119,7 @@ pub async fn connect_pool(t: &PoolSpec, timeout: Duration) -> Result<Arc<dyn Blo
         match strata_host::RemoteNamespace::connect_any(&t.addrs, &t.nqn, Some(1), &cfg).await {
             Ok(dev) => {
                 dev.set_command_timeout(timeout);
+                dev.set_failover_timeout(timeout);
                 return Ok(dev);
             }
             Err(e) if started.elapsed() < POOL_CONNECT_WAIT => {

@@ -1,7 +1,8 @@
 //! `strata_host::RemoteNamespace`: a remote namespace behind the
 //! `BlockDevice` trait. Large I/O is split into commands and comes back
-//! intact, bad requests are refused before anything is sent, and a lost
-//! target fails commands promptly and is reconnected by the next one.
+//! intact, bad requests are refused before anything is sent, a lost
+//! target fails commands promptly and is reconnected by the next one,
+//! and a namespace found through discovery fails over between paths.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,9 +53,10 @@ async fn a_remote_namespace_is_a_block_device_that_reconnects() {
         Err(HostError::Status { .. } | HostError::UnknownNamespace(9))
     ));
 
-    // The target goes away: commands fail (no hang), the connection is
-    // retired, and once a target serves the namespace again at the same
-    // address the next command reconnects and sees the data.
+    // The target goes away: commands fail (no hang: failover is off), the
+    // connection is retired, and once a target serves the namespace again
+    // at the same address the next command reconnects and sees the data.
+    dev.set_failover_timeout(Duration::ZERO);
     fx.target.shutdown(Duration::from_secs(2)).await;
     let t0 = std::time::Instant::now();
     assert!(matches!(read(&dev, 6, BS).await, Err(BlockError::Io(_))));
@@ -196,4 +198,75 @@ async fn a_remote_namespace_takes_the_optimized_path_of_those_discovery_lists() 
     owner.sub.set_ana_state(AnaState::Change);
     let dev = RemoteNamespace::connect_any(&[path_io], NQN, None, &cfg).await.expect("connected");
     assert_eq!(dev.addr(), path_io);
+}
+
+/// Two paths to one namespace, as a pool volume's owner (optimized) and
+/// another node (non-optimized). A command rides through what a failover
+/// does to the paths: the owner's path in transition (the command moves
+/// to the other path), every path in transition (it waits until one
+/// serves, within the failover time, and fails after it), and the owner's
+/// port gone (it moves to the other path). Every byte read back is what
+/// was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_namespace_fails_over_between_paths_within_its_failover_time() {
+    use strata_target::{AnaState, RemoteSubsystem};
+    let owner = start(2048).await;
+    let other = Target::new(TargetConfig::default());
+    let sub = Subsystem::new(NQN, "STRATAITEST", vec![]);
+    sub.add_namespace(Namespace::new(1, IDS, owner.dev.clone())).unwrap();
+    sub.set_ana_state(AnaState::NonOptimized);
+    other.add_subsystem(sub.clone()).unwrap();
+    let other_io = other.listen("127.0.0.1:0".parse().unwrap(), PortRole::Io).await.unwrap().addr;
+    other.set_remote_subsystems(vec![RemoteSubsystem { nqn: NQN.into(), addr: owner.io, allowed_hosts: vec![] }]);
+
+    let dev = RemoteNamespace::connect_any(&[other_io], NQN, None, &HostConfig::default()).await.expect("connected");
+    dev.set_command_timeout(Duration::from_secs(5));
+    assert_eq!(dev.addr(), owner.io);
+    assert_eq!(dev.failover_timeout(), Duration::from_secs(30), "the default");
+    let mut rng = Rng::new(31);
+    let mut write = async |lba: u64| {
+        let data = rng.bytes(2 * BS);
+        let (_, r) = dev.write(lba, buf_of(&data), false).await;
+        r.map(|()| data)
+    };
+
+    // The owner's path in transition: the write lands through the other.
+    owner.sub.set_ana_state(AnaState::Change);
+    let a = write(0).await.expect("a write while the owner's path is in transition");
+    assert_eq!(dev.addr(), other_io);
+    assert_eq!(read(&dev, 0, a.len()).await.expect("read"), a);
+
+    // Every path in transition: the write waits until one serves.
+    sub.set_ana_state(AnaState::Change);
+    let (owner_sub, path_sub) = (owner.sub.clone(), sub.clone());
+    let serve_again = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        owner_sub.set_ana_state(AnaState::Optimized);
+        path_sub.set_ana_state(AnaState::NonOptimized);
+    });
+    let t0 = std::time::Instant::now();
+    let b = write(8).await.expect("a write through a failover");
+    assert!(t0.elapsed() >= Duration::from_millis(400), "served while every path was in transition");
+    serve_again.await.unwrap();
+    assert_eq!(read(&dev, 8, b.len()).await.expect("read"), b);
+    // ... but no longer than its failover time.
+    sub.set_ana_state(AnaState::Change);
+    owner.sub.set_ana_state(AnaState::Change);
+    dev.set_failover_timeout(Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    assert!(matches!(write(16).await, Err(BlockError::Io(_))), "served while every path was in transition");
+    assert!(t0.elapsed() < Duration::from_secs(5), "failed over for {:?}", t0.elapsed());
+
+    // The owner's port gone: the write moves to the other path.
+    dev.set_failover_timeout(Duration::from_secs(30));
+    sub.set_ana_state(AnaState::NonOptimized);
+    owner.sub.set_ana_state(AnaState::Optimized);
+    let c = write(24).await.expect("a write on the owner's path");
+    assert_eq!(dev.addr(), owner.io);
+    owner.target.shutdown(Duration::from_secs(2)).await;
+    let d = write(32).await.expect("a write after the owner's port closed");
+    assert_eq!(dev.addr(), other_io);
+    for (lba, data) in [(0, &a), (8, &b), (24, &c), (32, &d)] {
+        assert_eq!(read(&dev, lba, data.len()).await.expect("read"), *data, "block {lba}");
+    }
 }
