@@ -85,10 +85,20 @@ impl<T> Ended<T> {
     pub fn write_outcome(&self) -> WriteOutcome {
         match self {
             Ended::Done(_) => WriteOutcome::Acked,
+            // A path that forwarded the command may have given up on it
+            // after the owner ran it.
+            Ended::Status(e) if is_path_error(e) => WriteOutcome::Unknown,
             Ended::Status(_) => WriteOutcome::Failed,
             Ended::Transport(_) | Ended::Hang => WriteOutcome::Unknown,
         }
     }
+}
+
+/// A path error (ANA Transition, Inaccessible, ...): a multipath host
+/// retries the command on another path, or on this one once it serves
+/// again; its application never sees it.
+pub fn is_path_error(e: &HostError) -> bool {
+    e.status().is_some_and(|s| s.is_path_error())
 }
 
 /// Runs `fut` under the watchdog and classifies its result. The host
@@ -304,6 +314,13 @@ impl Worker {
                 self.ctx.host_done(who);
                 true
             }
+            // As a multipath host: the path is changing (a pool volume's
+            // owner handing it over, or fenced); look for the optimized
+            // path again. Not an error the application sees.
+            Ended::Status(e) if is_path_error(e) => {
+                self.ctx.report(|r| r.op("path_error", 1));
+                false
+            }
             Ended::Status(e) => {
                 if !self.expected(era) {
                     self.ctx.fail(self.plan.scenario, format!("{who}: {what} failed: {e}"));
@@ -435,7 +452,18 @@ pub async fn verify_volume(
         while i + n < lbas.len() && lbas[i + n] == start + n as u64 && n < 256 && scenario_of(lbas[i + n]) == scenario {
             n += 1;
         }
-        match guarded(ctx.watchdog, ctrl.read(NSID, start, n as u32)).await {
+        // Path errors (the owner handing the volume over) are tried
+        // again, as a multipath host does, until the watchdog.
+        let deadline = Instant::now() + ctx.watchdog;
+        let ended = loop {
+            match guarded(ctx.watchdog, ctrl.read(NSID, start, n as u32)).await {
+                Ended::Status(e) if is_path_error(&e) && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                ended => break ended,
+            }
+        };
+        match ended {
             Ended::Done(data) if data.len() == n * BLOCK_SIZE => {
                 ctx.check_blocks(scenario, volume.id, start, &data, after);
                 checked += n as u64;
