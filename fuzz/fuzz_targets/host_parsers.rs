@@ -2,7 +2,9 @@
 //! pages (the ANA log among them), discovery log, Connect data, an owner's note a replica's node
 //! returns (its layout, and the dirty-region log inside), and the lists
 //! of the undo commands (a shard's records; the updates a Roll Back Only
-//! names, which the controller decodes the same way). Invariants:
+//! names, which the controller decodes the same way), a Reservation
+//! Report and a Reservation Notification page, and the reservation state
+//! a target keeps in its metadata store. Invariants:
 //! never panic; what decodes re-encodes to something that decodes to the
 //! same value.
 #![no_main]
@@ -15,6 +17,16 @@ use strata_nvme::identify::{self, IdentifyController, IdentifyNamespace};
 use strata_nvme::log_page;
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(s) = strata_nvme::reservation::ReservationStatus::decode(data) {
+        let len = 64 + 64 * s.registrants.len();
+        assert_eq!(strata_nvme::reservation::ReservationStatus::decode(&s.encode(len)).as_ref(), Ok(&s));
+    }
+    if let Ok(n) = strata_nvme::reservation::ReservationNotice::decode(data) {
+        assert_eq!(strata_nvme::reservation::ReservationNotice::decode(&n.encode()), Ok(n));
+    }
+    if let Ok(r) = strata_target::reservation::Reservations::from_bytes(data) {
+        assert_eq!(strata_target::reservation::Reservations::from_bytes(&r.to_bytes()).as_ref(), Ok(&r));
+    }
     if let Ok(c) = IdentifyController::decode(data) {
         assert_eq!(IdentifyController::decode(&c.encode()).ok(), Some(c));
     }

@@ -2,7 +2,8 @@
 # Kernel-initiator acceptance test, run inside ../shared/vm (nvmf-vm) by
 # tests/vm/run.sh: strata serves from ext4 on a ramdisk in the guest and the
 # Linux kernel's nvme-tcp driver discovers, connects, identifies, writes and
-# verifies with fio, disconnects and reconnects, builds and checks an ext4
+# verifies with fio, takes and gives back a reservation with nvme-cli,
+# disconnects and reconnects, builds and checks an ext4
 # file system, discards, and survives strata restarts (SIGTERM while
 # connected, and kill -9 after a flush) with its data intact; then the same
 # fio verification against a RAM drive, whose reads are lent, not copied.
@@ -82,6 +83,26 @@ check "ANA: the kernel sees one optimized path" test "$anastate" = optimized
 analog=$(nvme ana-log "$dev" 2>&1) || true
 echo "$analog"
 check "nvme ana-log: group 1, optimized" bash -c 'grep -qiE "grpid[[:space:]:]+1" <<<"$0" && grep -qi "optimized" <<<"$0"' "$analog"
+
+log "reservations through nvme-cli: register, acquire (Write Exclusive), report, write, release, unregister"
+resv_report() { nvme resv-report "$dev" --eds --numd=1023 -o json 2>&1 | tr -d ' \n\t'; }
+resv_check() {
+    nvme resv-register "$dev" --nrkey=0xaaaa --rrega=0 || return 1
+    nvme resv-acquire "$dev" --crkey=0xaaaa --rtype=1 --racqa=0 || return 1
+    local r
+    r=$(resv_report)
+    echo "report while held: $r" >&2
+    grep -q '"rtype":1' <<<"$r" && grep -q '"regctl":1' <<<"$r" || return 1
+    dd if=/dev/zero of="$dev" bs=4k count=1 seek=10 oflag=direct status=none || return 1
+    # Another key is refused (Reservation Conflict).
+    if nvme resv-register "$dev" --nrkey=0xbbbb --rrega=0 2>/dev/null; then return 1; fi
+    nvme resv-release "$dev" --crkey=0xaaaa --rtype=1 --rrela=0 || return 1
+    nvme resv-register "$dev" --crkey=0xaaaa --rrega=1 || return 1
+    r=$(resv_report)
+    echo "report after: $r" >&2
+    grep -q '"rtype":0' <<<"$r" && grep -q '"regctl":0' <<<"$r"
+}
+check "nvme resv-register/acquire/report/release against strata" resv_check
 
 VERIFY_ARGS=(--filename="$dev" --rw=randwrite --bs=4k --iodepth=16 --numjobs=4 --size=32m
     --offset_increment=64m --verify=crc32c --verify_fatal=1 --group_reporting)

@@ -192,6 +192,9 @@ impl Node {
             }
             None => {
                 let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), self.acl(&rec.nqn).await?);
+                // One node sees every host's commands: it serves
+                // reservations (kept in memory; see docs/nvme-tcp.md).
+                sub.serve_reservations(true);
                 sub.add_namespace(ns)?;
                 self.target.add_subsystem(sub)?;
             }

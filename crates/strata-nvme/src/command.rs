@@ -761,6 +761,11 @@ pub mod async_event {
     /// Notice information: Discovery Log Page Change (a discovery
     /// controller's log changed).
     pub const INFO_DISCOVERY_LOG_CHANGE: u8 = 0xF0;
+    /// I/O Command Specific status (sent whatever the Asynchronous Event
+    /// Configuration says).
+    pub const TYPE_IO_COMMAND_SPECIFIC: u8 = 0x6;
+    /// I/O command specific information: Reservation Log Page Available.
+    pub const INFO_RESERVATION_LOG_AVAILABLE: u8 = 0x00;
     /// Asynchronous Event Configuration bit enabling namespace attribute
     /// notices.
     pub const CONFIG_NS_ATTR: u32 = 1 << 8;

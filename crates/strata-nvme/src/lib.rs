@@ -4,9 +4,10 @@
 //! connection: the transport PDUs ([`pdu`]), the 64-byte submission queue
 //! entry and 16-byte completion ([`command`], [`completion`]), fabrics
 //! commands ([`fabrics`]), status codes ([`status`]), Identify data
-//! ([`identify`]), log pages ([`log_page`]) and CRC32C digests
-//! ([`digest`]). It does no I/O and keeps no connection state: the target
-//! and the host library drive these types from their own state machines.
+//! ([`identify`]), log pages ([`log_page`]), reservations
+//! ([`reservation`]) and CRC32C digests ([`digest`]). It does no I/O and
+//! keeps no connection state: the target and the host library drive these
+//! types from their own state machines.
 //!
 //! Every structure is read at checked offsets from a byte slice; field
 //! offsets are named constants taken from the NVMe Base 2.0, NVMe-oF 1.1
@@ -21,4 +22,5 @@ pub mod fabrics;
 pub mod identify;
 pub mod log_page;
 pub mod pdu;
+pub mod reservation;
 pub mod status;

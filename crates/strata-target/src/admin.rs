@@ -215,7 +215,13 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
             }
             // An inactive NSID returns a zero-filled structure.
             let data = match sub.namespace(nsid) {
-                Some(ns) => identify_namespace(&ns).encode().to_vec(),
+                Some(ns) => {
+                    let mut id = identify_namespace(&ns);
+                    if sub.serves_reservations() {
+                        id.rescap = RESCAP;
+                    }
+                    id.encode().to_vec()
+                }
                 None => IdentifyNamespace::default().encode().to_vec(),
             };
             done_data(cid, data)
@@ -287,6 +293,11 @@ fn identify_namespace_independent() -> IdentifyNamespaceIndependent {
     }
 }
 
+/// RESCAP of a namespace whose reservations are served: all six types,
+/// and IEKEY as NVMe 1.3 defines it (bit 7). Not Persist Through Power
+/// Loss (bit 0): the state is kept in memory.
+const RESCAP: u8 = 0b1111_1110;
+
 /// ANATT: the longest an ANA group stays in the Change state, seconds. A
 /// host that sees Change waits this long before it gives up on the path;
 /// it covers a cluster takeover (the default lease of 10 s, the 4 s a
@@ -356,6 +367,9 @@ pub fn identify_controller(ctx: &AdminContext<'_>, ctrl: &Controller) -> Identif
             c.nn = sub.max_nsid();
             c.mnan = sub.max_nsid();
             c.oncs = id::ONCS_COMPARE | id::ONCS_DSM | id::ONCS_WRITE_ZEROES;
+            if sub.serves_reservations() {
+                c.oncs |= id::ONCS_RESERVATIONS;
+            }
             c.vwc = id::VWC_PRESENT | id::VWC_FLUSH_BROADCAST_SUPPORTED;
             c.awun = 0;
             c.awupf = 0;
@@ -430,7 +444,12 @@ fn get_log_page(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminRe
             b
         }
         (LogPageId::CHANGED_NS, false) => lp::encode_changed_ns_list(&ctrl.take_changed_namespaces(cmd.rae)).to_vec(),
-        (LogPageId::CMD_EFFECTS, false) => commands_effects_log(),
+        (LogPageId::CMD_EFFECTS, false) => {
+            commands_effects_log(ctrl.subsystem().is_some_and(|s| s.serves_reservations()))
+        }
+        (LogPageId(strata_nvme::reservation::NOTIFICATION_LOG_PAGE), false) => {
+            ctrl.take_reservation_notice(cmd.rae).encode().to_vec()
+        }
         (LogPageId::ANA, false) => match ctrl.subsystem() {
             Some(sub) if !sub.is_internal() => {
                 ctrl.ana_log_read(cmd.rae);
@@ -481,7 +500,7 @@ fn smart_log(ctrl: &Controller, nsid: u32) -> Result<SmartLog, Status> {
     })
 }
 
-fn commands_effects_log() -> Vec<u8> {
+fn commands_effects_log(reservations: bool) -> Vec<u8> {
     const CSUPP: u32 = 1 << 0;
     const LBCC: u32 = 1 << 1;
     let mut b = vec![0u8; 4096];
@@ -506,6 +525,12 @@ fn commands_effects_log() -> Vec<u8> {
         (io::DATASET_MANAGEMENT, CSUPP | LBCC),
     ] {
         set(1024 + usize::from(op) * 4, effects);
+    }
+    if reservations {
+        use strata_nvme::reservation::opcode as rsv;
+        for op in [rsv::REGISTER, rsv::REPORT, rsv::ACQUIRE, rsv::RELEASE] {
+            set(1024 + usize::from(op) * 4, CSUPP);
+        }
     }
     b
 }

@@ -124,7 +124,18 @@ pub(crate) struct CtrlState {
     changed_ns_overflow: bool,
     error_log: VecDeque<ErrorLogEntry>,
     error_count: u64,
+    /// Reservation notices not read yet, oldest first.
+    reservation_log: VecDeque<strata_nvme::reservation::ReservationNotice>,
+    /// The last notice's Log Page Count.
+    reservation_count: u64,
+    /// A Reservation Log Page Available event was sent and the log not
+    /// read since.
+    reservation_notice_masked: bool,
 }
+
+/// Most reservation notices a controller keeps unread; older ones are
+/// dropped (the next page's count shows the gap).
+const RESERVATION_LOG_MAX: usize = 64;
 
 /// One controller.
 pub struct Controller {
@@ -196,6 +207,9 @@ impl Controller {
                 changed_ns_overflow: false,
                 error_log: VecDeque::new(),
                 error_count: 0,
+                reservation_log: VecDeque::new(),
+                reservation_count: 0,
+                reservation_notice_masked: false,
             }),
             events: Notify::new(),
             kato_changed: Notify::new(),
@@ -439,6 +453,46 @@ impl Controller {
     /// the last one.
     pub fn notify_discovery_changed(&self) {
         self.raise_notice(self.lock(), Notice::DiscoveryChange);
+    }
+
+    /// Queues a reservation notice of `kind` about namespace `nsid`, and
+    /// a Reservation Log Page Available event unless one is unread.
+    pub fn notify_reservation(&self, nsid: u32, kind: strata_nvme::reservation::NoticeKind) {
+        let mut st = self.lock();
+        st.reservation_count = st.reservation_count.wrapping_add(1).max(1);
+        let count = st.reservation_count;
+        if st.reservation_log.len() >= RESERVATION_LOG_MAX {
+            st.reservation_log.pop_front();
+        }
+        st.reservation_log.push_back(strata_nvme::reservation::ReservationNotice { count, kind, available: 0, nsid });
+        if std::mem::replace(&mut st.reservation_notice_masked, true) {
+            return;
+        }
+        st.pending_events.push_back(async_event::dw0(
+            async_event::TYPE_IO_COMMAND_SPECIFIC,
+            async_event::INFO_RESERVATION_LOG_AVAILABLE,
+            strata_nvme::reservation::NOTIFICATION_LOG_PAGE,
+        ));
+        drop(st);
+        self.events.notify_one();
+    }
+
+    /// The oldest unread reservation notice (the empty page when none),
+    /// with the number left after it; without RAE the next notice raises
+    /// an event again.
+    pub(crate) fn take_reservation_notice(&self, rae: bool) -> strata_nvme::reservation::ReservationNotice {
+        let mut st = self.lock();
+        let page = match st.reservation_log.pop_front() {
+            Some(mut n) => {
+                n.available = u8::try_from(st.reservation_log.len()).unwrap_or(u8::MAX);
+                n
+            }
+            None => strata_nvme::reservation::ReservationNotice::EMPTY,
+        };
+        if !rae {
+            st.reservation_notice_masked = false;
+        }
+        page
     }
 
     /// Queues `notice` for the next Asynchronous Event Request when the

@@ -52,6 +52,7 @@ mod io_stats;
 mod listener;
 mod namespace;
 mod nvm;
+pub mod reservation;
 pub mod subsystem;
 mod target;
 pub mod transport;

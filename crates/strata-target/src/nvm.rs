@@ -21,11 +21,13 @@ use strata_block::{BlockError, IoBuf, ReadData, Refused, Sender};
 use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZeroes, fenced, io};
 use strata_nvme::completion::Cqe;
 use strata_nvme::log_page::AnaState;
+use strata_nvme::reservation as rsv;
 use strata_nvme::status::Status;
 
 use crate::budget::{DataBudget, Permit};
 use crate::controller::Controller;
 use crate::namespace::Namespace;
+use crate::reservation::{Access, HostId, access_of};
 use crate::subsystem::{NsEntry, Subsystem};
 use crate::transport::Command;
 
@@ -75,8 +77,10 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
         }
     } else if fenced::is_owner(sqe.opcode()) {
         (owner_command(sub, &sqe, data, read_len, sender).await, 0)
+    } else if is_reservation(sqe.opcode()) {
+        (reservation_command(ctrl, sub, &sqe, data, read_len).await, 0)
     } else {
-        (dispatch(sub, &sqe, data, read_len, budget, sender).await, 0)
+        (dispatch(sub, &sqe, data, read_len, budget, sender, &ctrl.hostid()).await, 0)
     };
     match result {
         Ok(data) => {
@@ -96,6 +100,86 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
         }
     }
 }
+
+fn is_reservation(opcode: u8) -> bool {
+    matches!(opcode, rsv::opcode::REGISTER | rsv::opcode::REPORT | rsv::opcode::ACQUIRE | rsv::opcode::RELEASE)
+}
+
+/// Reservation Register, Report, Acquire and Release from `ctrl`'s host
+/// (see [`crate::reservation`]): the namespace's state changes under its
+/// lock, and the hosts the change concerns get their notices.
+async fn reservation_command(
+    ctrl: &Controller,
+    sub: &Subsystem,
+    sqe: &Sqe,
+    data: Option<IoBuf>,
+    read_len: usize,
+) -> Outcome {
+    if !sub.serves_reservations() {
+        return Err((Status::INVALID_OPCODE.dnr(), 0));
+    }
+    let nsid = sqe.nsid();
+    let Some(entry) = sub.entry(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
+    let host = ctrl.hostid();
+    let field = |_| (Status::INVALID_FIELD.dnr(), 0);
+    let data = || data.as_ref().map(|b| b.as_slice().to_vec()).ok_or((Status::SGL_INVALID_DATA.dnr(), 0));
+    let outcome = match sqe.opcode() {
+        rsv::opcode::REPORT => {
+            let f = rsv::ReportFields::from_cdws(sqe.cdw10(), sqe.cdw11());
+            if !f.extended {
+                // Host identifiers are 128-bit on fabrics.
+                return Err((Status::HOST_ID_INCONSISTENT.dnr(), 0));
+            }
+            if read_len < rsv::STATUS_HEADER_BYTES {
+                return Err((Status::INVALID_FIELD.dnr(), 0));
+            }
+            let report = entry.reservations.with(|r| r.report());
+            return Ok(Some((ReadData::from(IoBuf::from_slice(&report.encode(read_len))), None)));
+        }
+        rsv::opcode::REGISTER => {
+            let f = rsv::RegisterFields::from_cdw10(sqe.cdw10()).map_err(field)?;
+            if f.persist == rsv::PersistChange::Set {
+                // Reservations are kept in memory only for now.
+                return Err((Status::INVALID_FIELD.dnr(), 0));
+            }
+            let (crkey, nrkey) = rsv::two_keys(&data()?).map_err(field)?;
+            entry.reservations.with(|r| r.register(&host, f, crkey, nrkey))
+        }
+        rsv::opcode::ACQUIRE => {
+            let f = rsv::AcquireFields::from_cdw10(sqe.cdw10()).map_err(field)?;
+            let (crkey, prkey) = rsv::two_keys(&data()?).map_err(field)?;
+            entry.reservations.with(|r| r.acquire(&host, f, crkey, prkey))
+        }
+        _ => {
+            let f = rsv::ReleaseFields::from_cdw10(sqe.cdw10()).map_err(field)?;
+            let crkey = rsv::one_key(&data()?).map_err(field)?;
+            entry.reservations.with(|r| r.release(&host, f, crkey))
+        }
+    }
+    .map_err(|status| (status, 0))?;
+    let controllers = sub.controllers();
+    for (to, kind) in &outcome.notices {
+        for c in controllers.iter().filter(|c| c.hostid() == *to) {
+            c.notify_reservation(nsid, *kind);
+        }
+    }
+    // Preempt and Abort: what the preempted hosts had running ends before
+    // this completes (their new commands already get Reservation
+    // Conflict), so none of it lands after the preemptor is told.
+    for c in controllers.iter().filter(|c| c.hostid() != host && outcome.aborted.contains(&c.hostid())) {
+        if tokio::time::timeout(PREEMPT_DRAIN_LIMIT, c.wait_drained()).await.is_err() {
+            tracing::warn!(
+                nsid,
+                cntlid = c.cntlid(),
+                "a preempted host's commands still run after {PREEMPT_DRAIN_LIMIT:?}"
+            );
+        }
+    }
+    Ok(None)
+}
+
+/// The longest a Preempt and Abort waits for a preempted host's commands.
+const PREEMPT_DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// The owner commands of a fenced namespace: Promise, Note Save and Note
 /// Load ([`fenced::is_owner`]), admitted by the namespace's fence.
@@ -212,6 +296,7 @@ async fn dispatch(
     read_len: usize,
     budget: &DataBudget,
     sender: Sender,
+    host: &HostId,
 ) -> Outcome {
     // A path that does not serve the namespaces says so with a path
     // status: the host retries on another path instead of failing the I/O.
@@ -222,13 +307,24 @@ async fn dispatch(
         AnaState::Change => return Err((Status::ANA_TRANSITION, 0)),
     }
     let nsid = sqe.nsid();
+    // A host the namespace's reservation keeps out gets Reservation
+    // Conflict (see `reservation`).
+    let access = access_of(sqe.opcode());
+    let kept_out = |e: &NsEntry| access != Access::Free && !e.reservations.allows(host, access);
+    let reserved = sub.serves_reservations();
     if sqe.opcode() == io::FLUSH && nsid == u32::MAX {
+        if reserved && sub.entries().iter().any(|e| kept_out(e)) {
+            return Err((Status::RESERVATION_CONFLICT.dnr(), 0));
+        }
         for e in sub.entries() {
             e.ns.device.flush().await.map_err(|err| (status_of(&err, true), 0)).inspect_err(|s| media_error(&e, s))?;
         }
         return Ok(None);
     }
     let Some(entry) = sub.entry(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
+    if reserved && kept_out(&entry) {
+        return Err((Status::RESERVATION_CONFLICT.dnr(), 0));
+    }
     let ns = &entry.ns;
     // A fenced namespace (a replica on the internal fabric) runs a command
     // only under its fence; see `strata_block::fence`.

@@ -60,10 +60,12 @@ pub enum SubsystemError {
 /// subsystem's namespaces are served (or not) together.
 pub const ANA_GROUP: u32 = 1;
 
-/// An active namespace with its SMART I/O counters.
+/// An active namespace with its SMART I/O counters and its
+/// reservations (both outlive a swap of its device).
 pub(crate) struct NsEntry {
     pub(crate) ns: Arc<Namespace>,
     pub(crate) counters: Arc<IoCounters>,
+    pub(crate) reservations: Arc<crate::reservation::ReservationCell>,
 }
 
 /// An NVM subsystem.
@@ -82,6 +84,8 @@ pub struct Subsystem {
     ana: Mutex<(AnaState, u64)>,
     /// The state's code, read by every I/O without the lock.
     ana_code: AtomicU8,
+    /// Reservations are served (see [`Subsystem::serve_reservations`]).
+    reservations: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -124,7 +128,22 @@ impl Subsystem {
             io_stats: Default::default(),
             ana: Mutex::new((AnaState::Optimized, 0)),
             ana_code: AtomicU8::new(AnaState::Optimized.code()),
+            reservations: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Serves the reservation commands and enforces reservations on I/O
+    /// (off by default: without it the commands are Invalid Opcode and
+    /// Identify announces none). Only where one target sees every host's
+    /// commands for the namespace: a pool volume's paths do not yet carry
+    /// the host's identity to its owner.
+    pub fn serve_reservations(&self, on: bool) {
+        self.reservations.store(on, Ordering::Release);
+    }
+
+    /// Whether reservations are served.
+    pub fn serves_reservations(&self) -> bool {
+        self.reservations.load(Ordering::Acquire)
     }
 
     /// An internal subsystem, for the fabric between storage nodes: served
@@ -227,7 +246,8 @@ impl Subsystem {
                 return Err(SubsystemError::NsidInUse(nsid));
             }
             let counters = self.io_stats.counters_for(&ns);
-            map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters }));
+            let reservations = Default::default();
+            map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters, reservations }));
         }
         self.namespace_changed(nsid);
         Ok(())
@@ -266,7 +286,8 @@ impl Subsystem {
             let mut map = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
             let old = map.get(&nsid).cloned().ok_or(SubsystemError::NoSuchNamespace(nsid))?;
             let seen_changed = old.ns.ids != ns.ids || old.ns.device.geometry() != ns.device.geometry();
-            map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters: old.counters.clone() }));
+            let (counters, reservations) = (old.counters.clone(), old.reservations.clone());
+            map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters, reservations }));
             (old, seen_changed)
         };
         if seen_changed {

@@ -22,3 +22,4 @@ mod host_target;
 mod identify;
 mod raw_pdus;
 mod remote_namespace;
+mod reservations;
