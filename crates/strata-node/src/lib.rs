@@ -29,4 +29,5 @@ pub mod identity;
 pub mod node;
 pub mod notes;
 pub mod pool_status;
+pub mod reservations;
 pub mod volume_check;

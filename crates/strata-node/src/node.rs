@@ -98,7 +98,9 @@ impl From<MetaError> for NodeError {
 
 /// The running node.
 pub struct Node {
-    meta: Box<dyn MetaStore>,
+    meta: Arc<dyn MetaStore>,
+    /// Each subsystem's reservations in `meta`, by NQN.
+    reservations: Mutex<BTreeMap<String, Arc<crate::reservations::MetaReservations>>>,
     store: Arc<Store>,
     target: Target,
     volumes: Mutex<BTreeMap<String, Arc<Volume>>>,
@@ -136,7 +138,8 @@ impl Node {
         let store = open_store(cfg, drives)?;
         let connect_addr = cfg.listen[0];
         let node = Arc::new(Node {
-            meta: Box::new(meta),
+            meta: Arc::new(meta),
+            reservations: Mutex::new(BTreeMap::new()),
             store,
             target,
             volumes: Mutex::new(BTreeMap::new()),
@@ -183,7 +186,9 @@ impl Node {
     async fn attach(&self, rec: &VolumeRecord) -> anyhow::Result<()> {
         let vol = self.store.open_volume(rec.id, rec.size_bytes, rec.block_size)?;
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
-        let ns = Namespace::new(rec.nsid, ids, vol.clone() as Arc<dyn BlockDevice>);
+        let kept = self.reservations_of(&rec.nqn);
+        let cell = kept.load(rec.nsid, rec.id).await;
+        let ns = Namespace::new(rec.nsid, ids, vol.clone() as Arc<dyn BlockDevice>).with_reservations(cell);
         match self.target.subsystem(&rec.nqn) {
             Some(sub) => {
                 // Another volume's subsystem: its list only grows here.
@@ -193,14 +198,23 @@ impl Node {
             None => {
                 let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), self.acl(&rec.nqn).await?);
                 // One node sees every host's commands: it serves
-                // reservations (kept in memory; see docs/nvme-tcp.md).
+                // reservations, kept in the metadata store.
                 sub.serve_reservations(true);
+                sub.keep_reservations_in(kept);
                 sub.add_namespace(ns)?;
                 self.target.add_subsystem(sub)?;
             }
         }
         self.volumes.lock().unwrap_or_else(|e| e.into_inner()).insert(rec.name.clone(), vol);
         Ok(())
+    }
+
+    /// Where subsystem `nqn`'s reservations are kept.
+    fn reservations_of(&self, nqn: &str) -> Arc<crate::reservations::MetaReservations> {
+        let mut map = self.reservations.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(nqn.to_string())
+            .or_insert_with(|| crate::reservations::MetaReservations::new(self.meta.clone()))
+            .clone()
     }
 
     /// The union of the host lists of the volumes in subsystem `nqn`.
@@ -354,6 +368,9 @@ impl Node {
             }
         }
         self.meta.delete_volume(name).await?;
+        if let Err(e) = self.reservations_of(&rec.nqn).forget(rec.nsid, rec.id).await {
+            tracing::warn!(name, "forgetting the deleted volume's reservations: {e}");
+        }
         self.volumes.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
         self.store.delete_volume(rec.id).await.map_err(|e| NodeError::Internal(e.into()))?;
         self.refresh_acl(&rec.nqn).await.map_err(NodeError::Internal)?;

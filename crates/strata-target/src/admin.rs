@@ -219,6 +219,9 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
                     let mut id = identify_namespace(&ns);
                     if sub.serves_reservations() {
                         id.rescap = RESCAP;
+                        if sub.reservation_store().is_some() {
+                            id.rescap |= RESCAP_PTPL;
+                        }
                     }
                     id.encode().to_vec()
                 }
@@ -294,9 +297,11 @@ fn identify_namespace_independent() -> IdentifyNamespaceIndependent {
 }
 
 /// RESCAP of a namespace whose reservations are served: all six types,
-/// and IEKEY as NVMe 1.3 defines it (bit 7). Not Persist Through Power
-/// Loss (bit 0): the state is kept in memory.
+/// and IEKEY as NVMe 1.3 defines it (bit 7).
 const RESCAP: u8 = 0b1111_1110;
+/// RESCAP bit 0, Persist Through Power Loss: where the subsystem keeps
+/// the state in a store.
+const RESCAP_PTPL: u8 = 1;
 
 /// ANATT: the longest an ANA group stays in the Change state, seconds. A
 /// host that sees Change waits this long before it gives up on the path;

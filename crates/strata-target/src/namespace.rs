@@ -41,17 +41,21 @@ pub struct Namespace {
     /// Where the node keeps the volume owner's note (`fenced::NOTE_SAVE`,
     /// `fenced::NOTE_LOAD`); without one a fenced namespace refuses them.
     pub notes: Option<Arc<dyn NoteStore>>,
+    /// The reservations to start from (kept across a restart); a new,
+    /// empty state when `None`. A subsystem keeps them across a swap of
+    /// the namespace's device.
+    pub reservations: Option<Arc<crate::reservation::ReservationCell>>,
 }
 
 impl Namespace {
     /// A namespace hosts address with the standard NVM commands.
     pub fn new(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>) -> Namespace {
-        Namespace { nsid, ids, device, fence: None, undo: None, notes: None }
+        Namespace { nsid, ids, device, fence: None, undo: None, notes: None, reservations: None }
     }
 
     /// A replica on the internal fabric, guarded by `fence`.
     pub fn fenced(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence), undo: None, notes: None }
+        Namespace { nsid, ids, device, fence: Some(fence), undo: None, notes: None, reservations: None }
     }
 
     /// A shard of an erasure-coded volume on the internal fabric: fenced,
@@ -63,7 +67,14 @@ impl Namespace {
         undo: Arc<dyn UndoLog>,
         fence: Arc<EpochFence>,
     ) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence), undo: Some(undo), notes: None }
+        Namespace { nsid, ids, device, fence: Some(fence), undo: Some(undo), notes: None, reservations: None }
+    }
+
+    /// The same namespace, its reservations starting from `cell` (see
+    /// [`Namespace::reservations`]).
+    pub fn with_reservations(mut self, cell: Arc<crate::reservation::ReservationCell>) -> Namespace {
+        self.reservations = Some(cell);
+        self
     }
 
     /// The same namespace, keeping the owner's notes in `notes`.

@@ -123,6 +123,12 @@ async fn reservation_command(
     let host = ctrl.hostid();
     let field = |_| (Status::INVALID_FIELD.dnr(), 0);
     let data = || data.as_ref().map(|b| b.as_slice().to_vec()).ok_or((Status::SGL_INVALID_DATA.dnr(), 0));
+    let store = sub.reservation_store();
+    let cell = &entry.reservations;
+    let keep = async |bytes: Vec<u8>| match &store {
+        Some(store) => store.save(nsid, bytes).await,
+        None => Ok(()),
+    };
     let outcome = match sqe.opcode() {
         rsv::opcode::REPORT => {
             let f = rsv::ReportFields::from_cdws(sqe.cdw10(), sqe.cdw11());
@@ -133,27 +139,28 @@ async fn reservation_command(
             if read_len < rsv::STATUS_HEADER_BYTES {
                 return Err((Status::INVALID_FIELD.dnr(), 0));
             }
-            let report = entry.reservations.with(|r| r.report());
+            let report = cell.with(|r| r.report());
             return Ok(Some((ReadData::from(IoBuf::from_slice(&report.encode(read_len))), None)));
         }
         rsv::opcode::REGISTER => {
-            let f = rsv::RegisterFields::from_cdw10(sqe.cdw10()).map_err(field)?;
-            if f.persist == rsv::PersistChange::Set {
-                // Reservations are kept in memory only for now.
-                return Err((Status::INVALID_FIELD.dnr(), 0));
+            let mut f = rsv::RegisterFields::from_cdw10(sqe.cdw10()).map_err(field)?;
+            if store.is_none() {
+                // Nowhere to keep it (Linux asks for it at every
+                // register): ignored, as nvmet does; PTPLS stays 0.
+                f.persist = rsv::PersistChange::Keep;
             }
             let (crkey, nrkey) = rsv::two_keys(&data()?).map_err(field)?;
-            entry.reservations.with(|r| r.register(&host, f, crkey, nrkey))
+            cell.command(|r| r.register(&host, f, crkey, nrkey), keep).await
         }
         rsv::opcode::ACQUIRE => {
             let f = rsv::AcquireFields::from_cdw10(sqe.cdw10()).map_err(field)?;
             let (crkey, prkey) = rsv::two_keys(&data()?).map_err(field)?;
-            entry.reservations.with(|r| r.acquire(&host, f, crkey, prkey))
+            cell.command(|r| r.acquire(&host, f, crkey, prkey), keep).await
         }
         _ => {
             let f = rsv::ReleaseFields::from_cdw10(sqe.cdw10()).map_err(field)?;
             let crkey = rsv::one_key(&data()?).map_err(field)?;
-            entry.reservations.with(|r| r.release(&host, f, crkey))
+            cell.command(|r| r.release(&host, f, crkey), keep).await
         }
     }
     .map_err(|status| (status, 0))?;

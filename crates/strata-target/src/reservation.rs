@@ -165,6 +165,7 @@ impl Reservations {
             RegisterAction::Register => match self.find(host) {
                 Some(i) if self.registrants[i].key != nrkey => return Err(conflict()),
                 Some(_) => {}
+                None if self.registrants.len() >= MAX_REGISTRANTS => return Err(Status::INTERNAL.dnr()),
                 None => self.registrants.push(Registrant { host: *host, key: nrkey }),
             },
             RegisterAction::Unregister => {
@@ -420,16 +421,64 @@ impl Reservations {
     }
 }
 
+/// Most registrants one namespace keeps: the state stays within what a
+/// metadata store value holds (64 KiB).
+pub const MAX_REGISTRANTS: usize = 1024;
+
+/// Where a subsystem keeps its namespaces' reservation states, so that
+/// they survive a restart (Persist Through Power Loss).
+pub trait ReservationStore: Send + Sync {
+    /// Keeps `state` ([`Reservations::to_bytes`]) of namespace `nsid`
+    /// durably; the command that changed it completes after this.
+    fn save(&self, nsid: u32, state: Vec<u8>) -> crate::reservation::SaveFuture<'_>;
+}
+
+/// What [`ReservationStore::save`] returns.
+pub type SaveFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+
 /// A namespace's reservations as the target shares them between its
-/// queues: the state behind a lock, and a flag that lets I/O skip the
-/// lock while no reservation is held (the common case).
+/// queues: the state behind a lock, a flag that lets I/O skip the lock
+/// while no reservation is held (the common case), and a lock that runs
+/// the reservation commands one at a time (a change is kept before it is
+/// seen).
 #[derive(Debug, Default)]
 pub struct ReservationCell {
     state: std::sync::Mutex<Reservations>,
     held: std::sync::atomic::AtomicBool,
+    commands: tokio::sync::Mutex<()>,
 }
 
 impl ReservationCell {
+    /// A cell starting from `state` (one kept across a restart).
+    pub fn with_state(state: Reservations) -> ReservationCell {
+        let held = std::sync::atomic::AtomicBool::new(state.holder.is_some());
+        ReservationCell { state: std::sync::Mutex::new(state), held, commands: tokio::sync::Mutex::new(()) }
+    }
+
+    /// Runs one reservation command: `f` changes a copy of the state;
+    /// when it changed, `keep` stores the copy's bytes, and only then does
+    /// the copy become the state. A failed `keep` leaves the state as it
+    /// was and fails the command with Internal Error.
+    pub async fn command<K>(
+        &self,
+        f: impl FnOnce(&mut Reservations) -> Result<Outcome, Status>,
+        keep: K,
+    ) -> Result<Outcome, Status>
+    where
+        K: AsyncFnOnce(Vec<u8>) -> Result<(), String>,
+    {
+        let _one = self.commands.lock().await;
+        let mut next = self.lock().clone();
+        let out = f(&mut next)?;
+        if out.changed {
+            if let Err(e) = keep(next.to_bytes()).await {
+                tracing::error!("keeping a reservation change: {e}; the command fails, nothing changed");
+                return Err(Status::INTERNAL.dnr());
+            }
+            self.with(|r| *r = next);
+        }
+        Ok(out)
+    }
     /// Whether `host` may run a command of `access` now.
     pub fn allows(&self, host: &HostId, access: Access) -> bool {
         if access == Access::Free || !self.held.load(std::sync::atomic::Ordering::Acquire) {

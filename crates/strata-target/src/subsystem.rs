@@ -86,6 +86,8 @@ pub struct Subsystem {
     ana_code: AtomicU8,
     /// Reservations are served (see [`Subsystem::serve_reservations`]).
     reservations: std::sync::atomic::AtomicBool,
+    /// Where they are kept (see [`Subsystem::keep_reservations_in`]).
+    reservation_store: RwLock<Option<Arc<dyn crate::reservation::ReservationStore>>>,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -129,6 +131,7 @@ impl Subsystem {
             ana: Mutex::new((AnaState::Optimized, 0)),
             ana_code: AtomicU8::new(AnaState::Optimized.code()),
             reservations: std::sync::atomic::AtomicBool::new(false),
+            reservation_store: RwLock::new(None),
         })
     }
 
@@ -144,6 +147,18 @@ impl Subsystem {
     /// Whether reservations are served.
     pub fn serves_reservations(&self) -> bool {
         self.reservations.load(Ordering::Acquire)
+    }
+
+    /// Keeps every change of a namespace's reservations in `store` before
+    /// the command completes, which lets hosts set Persist Through Power
+    /// Loss (without a store their request is ignored, as nvmet does).
+    pub fn keep_reservations_in(&self, store: Arc<dyn crate::reservation::ReservationStore>) {
+        *self.reservation_store.write().unwrap_or_else(|e| e.into_inner()) = Some(store);
+    }
+
+    /// Where reservation changes are kept, if anywhere.
+    pub fn reservation_store(&self) -> Option<Arc<dyn crate::reservation::ReservationStore>> {
+        self.reservation_store.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// An internal subsystem, for the fabric between storage nodes: served
@@ -246,7 +261,7 @@ impl Subsystem {
                 return Err(SubsystemError::NsidInUse(nsid));
             }
             let counters = self.io_stats.counters_for(&ns);
-            let reservations = Default::default();
+            let reservations = ns.reservations.clone().unwrap_or_default();
             map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters, reservations }));
         }
         self.namespace_changed(nsid);

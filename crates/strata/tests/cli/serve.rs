@@ -568,3 +568,90 @@ async fn a_host_not_on_a_new_volumes_list_never_gets_in() {
             .unwrap();
     }
 }
+
+/// A reservation command from `c` on namespace 1: its status, and the
+/// data it returned.
+async fn reservation(c: &Controller, opcode: u8, cdw10: u32, cdw11: u32, data: &[u8], read: usize) -> (u16, Vec<u8>) {
+    let mut sqe = strata_nvme::command::Sqe::new(opcode, 0);
+    sqe.set_nsid(1);
+    sqe.set_cdw10(cdw10);
+    sqe.set_cdw11(cdw11);
+    let out = (!data.is_empty()).then(|| bytes::Bytes::copy_from_slice(data));
+    let (cqe, back) = c.io_queue(0).unwrap().io_command(sqe, out, read).await.expect("transport");
+    (cqe.status.code(), back.to_vec())
+}
+
+fn two_keys(a: u64, b: u64) -> Vec<u8> {
+    [a.to_le_bytes(), b.to_le_bytes()].concat()
+}
+
+async fn report(c: &Controller) -> strata_nvme::reservation::ReservationStatus {
+    let (status, data) = reservation(c, strata_nvme::reservation::opcode::REPORT, 1023, 1, &[], 4096).await;
+    assert_eq!(status, 0, "report");
+    strata_nvme::reservation::ReservationStatus::decode(&data).expect("a report")
+}
+
+async fn connect_as(addr: SocketAddr, id: u8) -> Controller {
+    let cfg = HostConfig {
+        hostnqn: format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000{id:02x}"),
+        hostid: [id; 16],
+        ..HostConfig::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match Controller::connect(addr, NQN, &cfg).await {
+            Ok(c) => return c,
+            Err(e) if Instant::now() > deadline => panic!("connect: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Reservations a host asked to persist through power loss (CPTPL = 11b,
+/// as Linux asks at every register) are in the metadata store before the
+/// command completes: after kill -9 and a restart the holder still holds
+/// the reservation and the other host's writes still conflict. Once a
+/// host clears PTPL, the next restart starts with none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_that_persist_through_power_loss_survive_kill_9() {
+    use strata_nvme::reservation::{ReservationType, opcode};
+    let _group = strata_testkit::group(module_path!());
+    const CONFLICT: u16 = 0x83;
+    const PTPL_SET: u32 = 3 << 30;
+    const PTPL_CLEAR: u32 = 2 << 30;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let (a, b) = (connect_as(server.io, 0xa).await, connect_as(server.io, 0xb).await);
+    assert_eq!(a.identify_namespace(1).await.unwrap().rescap & 1, 1, "RESCAP announces PTPL");
+    assert_eq!(reservation(&a, opcode::REGISTER, PTPL_SET, 0, &two_keys(0, 0xaaaa), 0).await.0, 0);
+    assert_eq!(reservation(&b, opcode::REGISTER, 0, 0, &two_keys(0, 0xbbbb), 0).await.0, 0);
+    let we = u32::from(ReservationType::WriteExclusive.code()) << 8;
+    assert_eq!(reservation(&a, opcode::ACQUIRE, we, 0, &two_keys(0xaaaa, 0), 0).await.0, 0);
+    let e = b.write(1, 9, pattern(9, 1), false).await.expect_err("b writes under a's reservation");
+    assert_eq!(e.status().map(|s| s.code()), Some(CONFLICT));
+    drop((a, b));
+
+    let mut server = server;
+    server.proc.kill9();
+    let server = server.restart();
+    let (a, b) = (connect_as(server.io, 0xa).await, connect_as(server.io, 0xb).await);
+    let s = report(&b).await;
+    assert!(s.persist, "PTPLS");
+    assert_eq!(s.rtype, Some(ReservationType::WriteExclusive));
+    let held: Vec<([u8; 16], bool, u64)> = s.registrants.iter().map(|r| (r.hostid, r.holds, r.key)).collect();
+    assert_eq!(held, vec![([0xa; 16], true, 0xaaaa), ([0xb; 16], false, 0xbbbb)]);
+    let e = b.write(1, 9, pattern(9, 2), false).await.expect_err("b writes after the restart");
+    assert_eq!(e.status().map(|s| s.code()), Some(CONFLICT));
+    a.write(1, 9, pattern(9, 3), false).await.expect("the holder writes");
+
+    // PTPL cleared: the next power loss ends it all.
+    assert_eq!(reservation(&a, opcode::REGISTER, 2 | PTPL_CLEAR, 0, &two_keys(0xaaaa, 0xaaab), 0).await.0, 0);
+    drop((a, b));
+    let mut server = server;
+    server.proc.kill9();
+    let server = server.restart();
+    let b = connect_as(server.io, 0xb).await;
+    let s = report(&b).await;
+    assert_eq!((s.rtype, s.registrants.len(), s.persist), (None, 0, false));
+    b.write(1, 9, pattern(9, 4), false).await.expect("no reservation after a restart without PTPL");
+}

@@ -79,7 +79,7 @@ async fn probe(dev: Arc<RemoteNamespace>, p: Arc<Probe>) {
     let mut n: u64 = 0;
     while !p.stop.load(Ordering::Relaxed) {
         n += 1;
-        let read = n % 4 == 0 && !oracle.is_empty();
+        let read = n.is_multiple_of(4) && !oracle.is_empty();
         let lba = rng.below(BLOCKS);
         let r = if read && let Some(&seed) = oracle.get(&lba) {
             let (buf, r) = dev.read(lba, IoBuf::zeroed(4096)).await;
