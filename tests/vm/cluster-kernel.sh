@@ -418,6 +418,50 @@ probe_stop() { # sets PROBE_MAX (ms) and PROBE_ERRS
 # Node i sees an owner other than node j.
 cond_owner_not() { local o; o=$(owner_index "$1") && [ "$o" != "$2" ]; }
 
+# Reservations on the pool volume: host 1 (this kernel's host NQN) takes
+# a Write Exclusive reservation through the multipath device; host 2 (a
+# second host NQN and host ID, connected to a node that does not own the
+# volume) registers through its own controller and preempts host 1, whose
+# writes then conflict; host 2 releases and host 1 writes again.
+resv_json() { nvme resv-report "$1" --eds --numd=1023 -o json 2>&1 | tr -d ' \n\t'; }
+resv_two_hosts() {
+    local dev=$1 r c2="" c hn2=nqn.2014-08.org.nvmexpress:uuid:22222222-2222-2222-2222-222222222222 path
+    nvme resv-register "$dev" --nrkey=0xaaaa --rrega=0 || return 1
+    nvme resv-acquire "$dev" --crkey=0xaaaa --rtype=1 --racqa=0 || return 1
+    r=$(resv_json "$dev")
+    echo "report through the multipath device: $r" >&2
+    grep -q '"rtype":1' <<<"$r" && grep -q '"regctl":1' <<<"$r" || return 1
+    dd if=/dev/zero of="$dev" bs=4k count=1 seek=80000 oflag=direct status=none || return 1
+    path=$(owner_index 1 || true)
+    [ "$path" = 1 ] && path=2 || path=1
+    nvme connect -t tcp -a 127.0.0.1 -s "$(listen_port "$path")" -n "$NQN" --hostnqn="$hn2" \
+        --hostid=22222222-2222-2222-2222-222222222222 >&2 || return 1
+    for _ in $(seq 50); do
+        for c in /sys/class/nvme/nvme*; do
+            [ "$(cat "$c/hostnqn" 2>/dev/null)" = "$hn2" ] && c2=/dev/${c##*/}
+        done
+        [ -n "$c2" ] && break
+        sleep 0.1
+    done
+    [ -n "$c2" ] || { echo "no controller for host 2" >&2; return 1; }
+    nvme resv-register "$c2" -n 1 --nrkey=0xbbbb --rrega=0 || return 1
+    nvme resv-acquire "$c2" -n 1 --crkey=0xbbbb --prkey=0xaaaa --rtype=1 --racqa=1 || return 1
+    r=$(resv_json "$dev")
+    echo "report after host 2's preempt: $r" >&2
+    grep -q '"regctl":1' <<<"$r" && grep -q '"rtype":1' <<<"$r" || return 1
+    if dd if=/dev/zero of="$dev" bs=4k count=1 seek=80001 oflag=direct status=none 2>/dev/null; then
+        echo "host 1 wrote after it was preempted" >&2
+        return 1
+    fi
+    nvme resv-release "$c2" -n 1 --crkey=0xbbbb --rtype=1 --rrela=0 || return 1
+    nvme resv-register "$c2" -n 1 --crkey=0xbbbb --rrega=1 || return 1
+    dd if=/dev/zero of="$dev" bs=4k count=1 seek=80002 oflag=direct status=none || return 1
+    nvme disconnect -d "${c2#/dev/}" >&2 || true
+    r=$(resv_json "$dev")
+    echo "report at the end: $r" >&2
+    grep -q '"rtype":0' <<<"$r" && grep -q '"regctl":0' <<<"$r"
+}
+
 multipath_scenario() {
     local dev="" rc new other
     log "nvme connect-all through non-owner n$k's discovery port: one connection per path"
@@ -492,6 +536,8 @@ multipath_scenario() {
     check "the woken n$frozen agrees it does not own $VOL" cond_owner_not "$frozen" "$frozen"
     reverify_all "$dev" after-sigstop A4k M128k F4k S128k
     check "nvme flush through the multipath device" nvme flush "$dev"
+    check "reservations through the multipath device, and a preempt by a second host through another node" \
+        resv_two_hosts "$dev"
     disconnect_all || true
     log "stopping the cluster"
     for other in 1 2 3; do

@@ -85,6 +85,11 @@ pub enum BlockError {
     /// host retry elsewhere instead of failing the I/O.
     #[error("this path cannot reach the device now: {0}")]
     PathUnavailable(String),
+    /// The namespace's reservation keeps the host that sent the command
+    /// out (a pool volume's owner said so to the path that forwarded it);
+    /// a target answers Reservation Conflict.
+    #[error("a reservation keeps this host out")]
+    ReservationConflict,
 }
 
 /// Storage for one namespace.

@@ -48,6 +48,7 @@ use std::time::Duration;
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf};
 
 use crate::{Controller, HostConfig, HostError};
+use strata_nvme::status::Status;
 
 /// Part of a write's buffer, handed to the host library as `Bytes`.
 struct Piece {
@@ -224,6 +225,42 @@ impl RemoteNamespace {
         self.failover_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Runs command `sqe` on this namespace (its NSID set here), sending
+    /// `data` and taking `read_len` bytes back: the completion's status
+    /// and the data, whatever the status. For the commands this type has
+    /// no method for (reservations); never failed over.
+    ///
+    /// # Errors
+    ///
+    /// A transport failure or a timeout (the connection is retired).
+    pub async fn raw_command(
+        &self,
+        mut sqe: strata_nvme::command::Sqe,
+        data: Option<bytes::Bytes>,
+        read_len: usize,
+    ) -> Result<(strata_nvme::status::Status, bytes::Bytes), BlockError> {
+        sqe.set_nsid(self.nsid);
+        let ctrl = self.ctrl().await.map_err(|(Attempt::Path(e) | Attempt::Final(e))| e)?;
+        let queue = ctrl.io_queue(0).map_err(io_error)?;
+        let limit = self.command_timeout();
+        match tokio::time::timeout(limit, queue.io_command(sqe, data, read_len)).await {
+            Ok(Ok((cqe, back))) => Ok((cqe.status, back)),
+            Ok(Err(e)) => Err(self.retire_after(&ctrl, io_error(e))),
+            Err(_) => {
+                Err(self.retire_after(&ctrl, io_error(format!("a command to {} took over {limit:?}", self.addr()))))
+            }
+        }
+    }
+
+    /// Retires `ctrl` as the live connection; returns `e`.
+    fn retire_after(&self, ctrl: &Arc<Controller>, e: BlockError) -> BlockError {
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, ctrl)) {
+            *cur = None;
+        }
+        e
+    }
+
     /// The namespace id.
     pub fn nsid(&self) -> u32 {
         self.nsid
@@ -280,17 +317,19 @@ impl RemoteNamespace {
             Ok(Ok(v)) => return Ok(v),
             // As Linux: a status the target says not to retry fails the
             // command; a path error or any other status is tried again.
+            Ok(Err(HostError::Status { status, .. })) if status.code() == Status::RESERVATION_CONFLICT.code() => {
+                return Err(Attempt::Final(BlockError::ReservationConflict));
+            }
             Ok(Err(e)) if matches!(&e, HostError::Status { status, .. } if status.is_dnr() && !status.is_path_error()) => {
                 Attempt::Final(io_error(e))
             }
             Ok(Err(e)) => Attempt::Path(io_error(e)),
             Err(_) => Attempt::Path(io_error(format!("a command to {} took over {limit:?}", self.addr()))),
         };
-        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, ctrl)) {
-            *cur = None;
-        }
-        Err(failed)
+        Err(match failed {
+            Attempt::Path(e) => Attempt::Path(self.retire_after(ctrl, e)),
+            Attempt::Final(e) => Attempt::Final(self.retire_after(ctrl, e)),
+        })
     }
 
     /// Runs `op` on the live controller, and again on the next path

@@ -618,3 +618,106 @@ fn ownership_is_spread_over_the_nodes_and_again_after_a_deposed_owner_wakes() {
     }
     round_trip(round.wrapping_add(1).max(3));
 }
+
+/// A host with identifier `[id; 16]`.
+fn host_as(id: u8) -> HostConfig {
+    HostConfig {
+        hostnqn: format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000{id:02x}"),
+        hostid: [id; 16],
+        ..host()
+    }
+}
+
+/// Connects host `id` to `node`'s port for volume `nqn`.
+fn connect_as(main: &Runtime, node: &TestNode, nqn: &str, id: u8) -> Controller {
+    let (addr, nqn) = (node.listen, nqn.to_string());
+    main.block_on(async move { Controller::connect(addr, &nqn, &host_as(id)).await }).expect("connect")
+}
+
+/// A reservation command on namespace 1 through `c`: its status code,
+/// and the data back.
+fn reservation(main: &Runtime, c: &Controller, opcode: u8, cdw10: u32, data: Vec<u8>, read: usize) -> (u16, Vec<u8>) {
+    main.block_on(async {
+        let mut sqe = strata_nvme::command::Sqe::new(opcode, 0);
+        sqe.set_nsid(1);
+        sqe.set_cdw10(cdw10);
+        sqe.set_cdw11(u32::from(opcode == strata_nvme::reservation::opcode::REPORT));
+        let out = (!data.is_empty()).then(|| Bytes::from(data));
+        let (cqe, back) = c.io_queue(0).unwrap().io_command(sqe, out, read).await.expect("transport");
+        (cqe.status.code(), back.to_vec())
+    })
+}
+
+fn keys(a: u64, b: u64) -> Vec<u8> {
+    [a.to_le_bytes(), b.to_le_bytes()].concat()
+}
+
+fn report(main: &Runtime, c: &Controller) -> strata_nvme::reservation::ReservationStatus {
+    let (status, data) = reservation(main, c, strata_nvme::reservation::opcode::REPORT, 1023, Vec::new(), 4096);
+    assert_eq!(status, 0, "report");
+    strata_nvme::reservation::ReservationStatus::decode(&data).expect("a report")
+}
+
+/// A pool volume's reservations hold whichever node a host comes
+/// through: a host on a path registers and is kept out by another host's
+/// Write Exclusive reservation taken at the owner (its writes through
+/// the path conflict, its reads pass), and after the owner dies the node
+/// that takes the volume over serves the same state from etcd, where a
+/// preempt then keeps the old holder out.
+#[test]
+fn reservations_hold_on_every_path_and_through_a_takeover() {
+    use strata_nvme::reservation::{ReservationType, opcode};
+    const CONFLICT: u16 = 0x83;
+    let mut c = Cluster::start(3);
+    let (v, lbas, _) = c.create_written("v", "rep:3");
+    let owner = v.owner_name.clone().expect("owned");
+    let others: Vec<String> = c.nodes.iter().map(|n| n.name.clone()).filter(|n| *n != owner).collect();
+    until("a non-optimized path", || ana_state(&c.main, c.node(&others[0]), &v.nqn) == Some(AnaState::NonOptimized));
+    let a = connect_as(&c.main, c.node(&owner), &v.nqn, 0xa);
+    let b = connect_as(&c.main, c.node(&others[0]), &v.nqn, 0xb);
+    let (rescap, oncs) = c.main.block_on(async {
+        (b.identify_namespace(1).await.unwrap().rescap, b.identify_controller().await.unwrap().oncs)
+    });
+    assert_eq!(rescap & 0x7e, 0x7e, "a path announces every type");
+    assert_ne!(oncs & strata_nvme::identify::ONCS_RESERVATIONS, 0);
+
+    assert_eq!(reservation(&c.main, &b, opcode::REGISTER, 0, keys(0, 0xbbbb), 0).0, 0, "register through a path");
+    assert_eq!(reservation(&c.main, &a, opcode::REGISTER, 0, keys(0, 0xaaaa), 0).0, 0);
+    let we = u32::from(ReservationType::WriteExclusive.code()) << 8;
+    assert_eq!(reservation(&c.main, &a, opcode::ACQUIRE, we, keys(0xaaaa, 0), 0).0, 0);
+    let lba = lbas[3];
+    let e = c.main.block_on(b.write(1, lba, pattern(lba, 7), false)).expect_err("b wrote through its path");
+    assert_eq!(e.status().map(|s| s.code()), Some(CONFLICT), "{e}");
+    assert!(c.main.block_on(b.read(1, lba, 1)).expect("b reads") == pattern(lba, 1), "b's refused write landed");
+    let s = report(&c.main, &b);
+    let held: Vec<([u8; 16], bool)> = s.registrants.iter().map(|r| (r.hostid, r.holds)).collect();
+    assert_eq!(s.rtype, Some(ReservationType::WriteExclusive));
+    assert_eq!(held, vec![([0xb; 16], false), ([0xa; 16], true)], "one state, seen through the path");
+    drop(a);
+
+    // The owner dies; the next one serves the same reservations.
+    c.nodes.iter_mut().find(|n| n.name == owner).expect("the owner").kill();
+    let after = c.served("v", Some(&owner));
+    let new_owner = after.owner_name.clone().expect("owned");
+    let b_at = connect_as(&c.main, c.node(&others[0]), &v.nqn, 0xb);
+    let deadline = Instant::now() + LIMIT;
+    let e = loop {
+        match c.main.block_on(b_at.write(1, lba, pattern(lba, 8), false)) {
+            Err(e) if e.status().is_some_and(|s| s.is_path_error()) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(e) => break e,
+            Ok(()) => panic!("b wrote after the takeover by {new_owner}: the reservation was lost"),
+        }
+    };
+    assert_eq!(e.status().map(|s| s.code()), Some(CONFLICT), "{e}");
+    assert_eq!(report(&c.main, &b_at).rtype, Some(ReservationType::WriteExclusive));
+    // b preempts a (and aborts what a had running): now b holds it, and
+    // a, connected to the new owner, is kept out.
+    let ea = 2 | u32::from(ReservationType::ExclusiveAccess.code()) << 8;
+    assert_eq!(reservation(&c.main, &b_at, opcode::ACQUIRE, ea, keys(0xbbbb, 0xaaaa), 0).0, 0, "preempt");
+    let a = connect_as(&c.main, c.node(&new_owner), &v.nqn, 0xa);
+    let e = c.main.block_on(a.read(1, lba, 1)).expect_err("a reads under b's Exclusive Access");
+    assert_eq!(e.status().map(|s| s.code()), Some(CONFLICT), "{e}");
+    c.main.block_on(b_at.write(1, lba, pattern(lba, 9), false)).expect("the new holder writes");
+}

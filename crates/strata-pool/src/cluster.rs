@@ -114,6 +114,9 @@ pub struct VolumeKeys {
     pub owner: Vec<u8>,
     /// `pool/drl/<id>`.
     pub drl: Vec<u8>,
+    /// `pool/reservations/<id>`: the hosts' reservations of the volume
+    /// (`strata_target::reservation::Reservations::to_bytes`).
+    pub reservations: Vec<u8>,
 }
 
 impl VolumeKeys {
@@ -123,6 +126,7 @@ impl VolumeKeys {
             state: format!("{prefix}pool/volumes/{id}").into_bytes(),
             owner: format!("{prefix}pool/owners/{id}").into_bytes(),
             drl: format!("{prefix}pool/drl/{id}").into_bytes(),
+            reservations: format!("{prefix}pool/reservations/{id}").into_bytes(),
         }
     }
 }
@@ -288,6 +292,35 @@ pub async fn reclaim(
         }
     }
     Err(ClusterError::Contention(id))
+}
+
+/// The hosts' reservations kept for a volume (empty: none yet).
+///
+/// # Errors
+///
+/// etcd errors.
+pub async fn load_reservations(client: &EtcdClient, keys: &VolumeKeys) -> Result<Vec<u8>, ClusterError> {
+    Ok(client.get(&keys.reservations).await?.map(|kv| kv.value).unwrap_or_default())
+}
+
+/// Keeps `state` as the volume's reservations, if the owner `token`
+/// still owns it: a deposed owner changes nothing. True when kept.
+///
+/// # Errors
+///
+/// etcd errors.
+pub async fn save_reservations(
+    client: &EtcdClient,
+    keys: &VolumeKeys,
+    token: &OwnerToken,
+    state: &[u8],
+) -> Result<bool, ClusterError> {
+    let txn = Txn {
+        compare: vec![Compare::value_is(keys.owner.clone(), to_json(token))],
+        success: vec![TxnOp::Put { key: keys.reservations.clone(), value: state.to_vec(), lease: None }],
+        failure: vec![],
+    };
+    Ok(client.txn(&txn).await?.succeeded)
 }
 
 /// Gives volume `id` up: deletes its owner key if it still holds

@@ -60,6 +60,7 @@ pub mod transport;
 pub use admission::TargetStats;
 pub use config::{CNTLIDS, MAX_NSID, MAX_QUEUE_SIZE, TargetConfig};
 pub use controller::Controller;
+pub use namespace::{ForwardFuture, HostForward};
 pub use strata_nvme::log_page::AnaState;
 pub use subsystem::{ANA_GROUP, Namespace, NamespaceIds, Subsystem, SubsystemError};
 pub use target::{Port, PortRole, RemoteSubsystem, Target, TargetError};

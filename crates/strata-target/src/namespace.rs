@@ -45,17 +45,50 @@ pub struct Namespace {
     /// empty state when `None`. A subsystem keeps them across a swap of
     /// the namespace's device.
     pub reservations: Option<Arc<crate::reservation::ReservationCell>>,
+    /// Where the namespace is really served, when this is a path to it
+    /// (a pool volume's node that does not own it): every command runs
+    /// there as the host that sent it, so that the reservations the owner
+    /// keeps apply to each host, whichever node it came through.
+    pub forward: Option<Arc<dyn HostForward>>,
+}
+
+/// What [`HostForward::reservation`] returns: the completion's status
+/// and the data the command returned.
+pub type ForwardFuture<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<(strata_nvme::status::Status, Vec<u8>), strata_block::BlockError>>
+            + Send
+            + 'a,
+    >,
+>;
+
+/// A namespace served on behalf of the node that owns it (see
+/// [`Namespace::forward`]).
+pub trait HostForward: Send + Sync {
+    /// The device that runs host `host`'s I/O where the namespace is
+    /// served.
+    fn device_for(&self, host: &crate::reservation::HostId) -> Arc<dyn BlockDevice>;
+
+    /// Runs reservation command `sqe` (its data `data`, `read_len` bytes
+    /// back) for host `host` where the namespace is served.
+    fn reservation(
+        &self,
+        host: &crate::reservation::HostId,
+        sqe: strata_nvme::command::Sqe,
+        data: Option<Vec<u8>>,
+        read_len: usize,
+    ) -> ForwardFuture<'_>;
 }
 
 impl Namespace {
     /// A namespace hosts address with the standard NVM commands.
     pub fn new(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>) -> Namespace {
-        Namespace { nsid, ids, device, fence: None, undo: None, notes: None, reservations: None }
+        Namespace { nsid, ids, device, fence: None, undo: None, notes: None, reservations: None, forward: None }
     }
 
     /// A replica on the internal fabric, guarded by `fence`.
     pub fn fenced(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence), undo: None, notes: None, reservations: None }
+        Namespace { nsid, ids, device, fence: Some(fence), undo: None, notes: None, reservations: None, forward: None }
     }
 
     /// A shard of an erasure-coded volume on the internal fabric: fenced,
@@ -67,13 +100,29 @@ impl Namespace {
         undo: Arc<dyn UndoLog>,
         fence: Arc<EpochFence>,
     ) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence), undo: Some(undo), notes: None, reservations: None }
+        Namespace {
+            nsid,
+            ids,
+            device,
+            fence: Some(fence),
+            undo: Some(undo),
+            notes: None,
+            reservations: None,
+            forward: None,
+        }
     }
 
     /// The same namespace, its reservations starting from `cell` (see
     /// [`Namespace::reservations`]).
     pub fn with_reservations(mut self, cell: Arc<crate::reservation::ReservationCell>) -> Namespace {
         self.reservations = Some(cell);
+        self
+    }
+
+    /// The same namespace, served through `forward` (see
+    /// [`Namespace::forward`]).
+    pub fn with_forward(mut self, forward: Arc<dyn HostForward>) -> Namespace {
+        self.forward = Some(forward);
         self
     }
 

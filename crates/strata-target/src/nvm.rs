@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use std::time::Duration;
 
-use strata_block::{BlockError, IoBuf, ReadData, Refused, Sender};
+use strata_block::{BlockDevice, BlockError, IoBuf, ReadData, Refused, Sender};
 use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZeroes, fenced, io};
 use strata_nvme::completion::Cqe;
 use strata_nvme::log_page::AnaState;
@@ -44,6 +44,7 @@ fn status_of(e: &BlockError, writing: bool) -> Status {
         BlockError::Gone => Status::NS_NOT_READY,
         // A path error: the host retries the command on another path.
         BlockError::PathUnavailable(_) => Status::ANA_TRANSITION,
+        BlockError::ReservationConflict => Status::RESERVATION_CONFLICT.dnr(),
         _ if writing => Status::WRITE_FAULT.dnr(),
         _ => Status::UNRECOVERED_READ_ERROR.dnr(),
     }
@@ -121,6 +122,15 @@ async fn reservation_command(
     let nsid = sqe.nsid();
     let Some(entry) = sub.entry(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
     let host = ctrl.hostid();
+    if let Some(f) = &entry.ns.forward {
+        // Run where the namespace is served, as this host.
+        let bytes = data.as_ref().map(|b| b.as_slice().to_vec());
+        let (status, back) = f.reservation(&host, *sqe, bytes, read_len).await.map_err(|e| (status_of(&e, true), 0))?;
+        if !status.is_success() {
+            return Err((status, 0));
+        }
+        return Ok((sqe.opcode() == rsv::opcode::REPORT).then(|| (ReadData::from(IoBuf::from_slice(&back)), None)));
+    }
     let field = |_| (Status::INVALID_FIELD.dnr(), 0);
     let data = || data.as_ref().map(|b| b.as_slice().to_vec()).ok_or((Status::SGL_INVALID_DATA.dnr(), 0));
     let store = sub.reservation_store();
@@ -173,13 +183,9 @@ async fn reservation_command(
     // Preempt and Abort: what the preempted hosts had running ends before
     // this completes (their new commands already get Reservation
     // Conflict), so none of it lands after the preemptor is told.
-    for c in controllers.iter().filter(|c| c.hostid() != host && outcome.aborted.contains(&c.hostid())) {
-        if tokio::time::timeout(PREEMPT_DRAIN_LIMIT, c.wait_drained()).await.is_err() {
-            tracing::warn!(
-                nsid,
-                cntlid = c.cntlid(),
-                "a preempted host's commands still run after {PREEMPT_DRAIN_LIMIT:?}"
-            );
+    for aborted in outcome.aborted.iter().filter(|&&h| h != host) {
+        if tokio::time::timeout(PREEMPT_DRAIN_LIMIT, cell.drain(aborted)).await.is_err() {
+            tracing::warn!(nsid, "a preempted host's commands still run after {PREEMPT_DRAIN_LIMIT:?}");
         }
     }
     Ok(None)
@@ -316,23 +322,38 @@ async fn dispatch(
     let nsid = sqe.nsid();
     // A host the namespace's reservation keeps out gets Reservation
     // Conflict (see `reservation`).
+    // A path checks nothing here: the node it forwards to does, knowing
+    // the host (see `Namespace::forward`).
     let access = access_of(sqe.opcode());
-    let kept_out = |e: &NsEntry| access != Access::Free && !e.reservations.allows(host, access);
     let reserved = sub.serves_reservations();
+    let kept_out = |e: &NsEntry| {
+        reserved && e.ns.forward.is_none() && access != Access::Free && !e.reservations.allows(host, access)
+    };
     if sqe.opcode() == io::FLUSH && nsid == u32::MAX {
-        if reserved && sub.entries().iter().any(|e| kept_out(e)) {
+        if sub.entries().iter().any(|e| kept_out(e)) {
             return Err((Status::RESERVATION_CONFLICT.dnr(), 0));
         }
         for e in sub.entries() {
-            e.ns.device.flush().await.map_err(|err| (status_of(&err, true), 0)).inspect_err(|s| media_error(&e, s))?;
+            let dev = e.ns.forward.as_ref().map_or_else(|| e.ns.device.clone(), |f| f.device_for(host));
+            dev.flush().await.map_err(|err| (status_of(&err, true), 0)).inspect_err(|s| media_error(&e, s))?;
         }
         return Ok(None);
     }
     let Some(entry) = sub.entry(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
-    if reserved && kept_out(&entry) {
+    if kept_out(&entry) {
         return Err((Status::RESERVATION_CONFLICT.dnr(), 0));
     }
+    // Counted until it ends, for a Preempt and Abort that names its host.
+    let _running = if reserved && entry.ns.forward.is_none() { entry.reservations.track(host) } else { None };
     let ns = &entry.ns;
+    let forwarded;
+    let dev = match &ns.forward {
+        Some(f) => {
+            forwarded = f.device_for(host);
+            &forwarded
+        }
+        None => &ns.device,
+    };
     // A fenced namespace (a replica on the internal fabric) runs a command
     // only under its fence; see `strata_block::fence`.
     let (opcode, _admitted) = match (&ns.fence, fenced::standard(sqe.opcode())) {
@@ -345,12 +366,12 @@ async fn dispatch(
         },
     };
     match opcode {
-        io::READ => read(&entry, sqe, read_len, budget).await,
-        io::WRITE => write(&entry, sqe, data).await,
-        io::FLUSH => ns.device.flush().await.map(|_| None).map_err(|e| (status_of(&e, true), 0)),
-        io::WRITE_ZEROES => write_zeroes(ns, sqe).await,
-        io::DATASET_MANAGEMENT => dataset_management(ns, sqe, data).await,
-        io::COMPARE => compare(ns, sqe, data, budget).await,
+        io::READ => read(&entry, dev, sqe, read_len, budget).await,
+        io::WRITE => write(&entry, dev, sqe, data).await,
+        io::FLUSH => dev.flush().await.map(|_| None).map_err(|e| (status_of(&e, true), 0)),
+        io::WRITE_ZEROES => write_zeroes(dev, sqe).await,
+        io::DATASET_MANAGEMENT => dataset_management(dev, sqe, data).await,
+        io::COMPARE => compare(ns, dev, sqe, data, budget).await,
         _ => Err((Status::INVALID_OPCODE.dnr(), 0)),
     }
     .inspect_err(|e| media_error(&entry, e))
@@ -376,7 +397,7 @@ fn transfer_len(ns: &Namespace, slba: u64, nlb: u32, sgl_len: usize) -> Result<u
     Ok(len)
 }
 
-async fn read(entry: &NsEntry, sqe: &Sqe, read_len: usize, budget: &DataBudget) -> Outcome {
+async fn read(entry: &NsEntry, dev: &Arc<dyn BlockDevice>, sqe: &Sqe, read_len: usize, budget: &DataBudget) -> Outcome {
     let ns = &entry.ns;
     let rw = ReadWrite::decode(sqe);
     let len = transfer_len(ns, rw.slba, rw.nlb, read_len)?;
@@ -384,37 +405,34 @@ async fn read(entry: &NsEntry, sqe: &Sqe, read_len: usize, budget: &DataBudget) 
     // with every other command waiting for memory), unless the command's
     // prepaid slot holds it.
     let permit = budget.charge(len).await;
-    let data = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
+    let data = dev.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
     entry.counters.count_read(len as u64);
     Ok(Some((data, permit)))
 }
 
-async fn write(entry: &NsEntry, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
+async fn write(entry: &NsEntry, dev: &Arc<dyn BlockDevice>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
     let ns = &entry.ns;
     let rw = ReadWrite::decode(sqe);
     let Some(buf) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
     let len = transfer_len(ns, rw.slba, rw.nlb, buf.len())?;
-    let (_, res) = ns.device.write(rw.slba, buf, rw.fua).await;
+    let (_, res) = dev.write(rw.slba, buf, rw.fua).await;
     res.map_err(|e| (status_of(&e, true), rw.slba))?;
     entry.counters.count_write(len as u64);
     Ok(None)
 }
 
-async fn write_zeroes(ns: &Arc<Namespace>, sqe: &Sqe) -> Outcome {
+async fn write_zeroes(dev: &Arc<dyn BlockDevice>, sqe: &Sqe) -> Outcome {
     let wz = WriteZeroes::decode(sqe);
-    let g = ns.device.geometry();
+    let g = dev.geometry();
     strata_block::check_range(g, wz.slba, u64::from(wz.nlb)).map_err(|e| (status_of(&e, true), wz.slba))?;
-    ns.device
-        .write_zeroes(wz.slba, u64::from(wz.nlb), wz.deallocate)
-        .await
-        .map_err(|e| (status_of(&e, true), wz.slba))?;
+    dev.write_zeroes(wz.slba, u64::from(wz.nlb), wz.deallocate).await.map_err(|e| (status_of(&e, true), wz.slba))?;
     if wz.fua {
-        ns.device.flush().await.map_err(|e| (status_of(&e, true), wz.slba))?;
+        dev.flush().await.map_err(|e| (status_of(&e, true), wz.slba))?;
     }
     Ok(None)
 }
 
-async fn dataset_management(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
+async fn dataset_management(dev: &Arc<dyn BlockDevice>, sqe: &Sqe, data: Option<IoBuf>) -> Outcome {
     let dsm = DatasetManagement::decode(sqe);
     let Some(data) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), 0)) };
     if data.len() < dsm.data_len() {
@@ -425,7 +443,7 @@ async fn dataset_management(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>)
         // hints we may ignore.
         return Ok(None);
     }
-    let g = ns.device.geometry();
+    let g = dev.geometry();
     let mut ranges = Vec::with_capacity(dsm.nr);
     for r in DsmRange::decode_all(&data[..dsm.data_len()]) {
         if r.nlb == 0 {
@@ -435,18 +453,24 @@ async fn dataset_management(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>)
         ranges.push((r.slba, u64::from(r.nlb)));
     }
     if !ranges.is_empty() {
-        ns.device.deallocate(ranges).await.map_err(|e| (status_of(&e, true), 0))?;
+        dev.deallocate(ranges).await.map_err(|e| (status_of(&e, true), 0))?;
     }
     Ok(None)
 }
 
-async fn compare(ns: &Arc<Namespace>, sqe: &Sqe, data: Option<IoBuf>, budget: &DataBudget) -> Outcome {
+async fn compare(
+    ns: &Arc<Namespace>,
+    dev: &Arc<dyn BlockDevice>,
+    sqe: &Sqe,
+    data: Option<IoBuf>,
+    budget: &DataBudget,
+) -> Outcome {
     let rw = ReadWrite::decode(sqe);
     let Some(expected) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
     // The read to compare against is a second buffer of the same size.
     let len = transfer_len(ns, rw.slba, rw.nlb, expected.len())?;
     let _permit = budget.charge(len).await;
-    let actual = ns.device.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
+    let actual = dev.read_data(rw.slba, u64::from(rw.nlb)).await.map_err(|e| (status_of(&e, false), rw.slba))?;
     if actual[..] != expected[..] {
         return Err((Status::COMPARE_FAILURE.dnr(), rw.slba));
     }

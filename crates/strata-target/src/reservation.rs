@@ -446,13 +446,67 @@ pub struct ReservationCell {
     state: std::sync::Mutex<Reservations>,
     held: std::sync::atomic::AtomicBool,
     commands: tokio::sync::Mutex<()>,
+    /// Some host is registered: I/O is counted by host (see
+    /// [`ReservationCell::track`]).
+    tracking: std::sync::atomic::AtomicBool,
+    /// I/O commands running, by host, while tracking.
+    running: std::sync::Mutex<std::collections::HashMap<HostId, usize>>,
+    /// Woken when a host's count drops to zero.
+    drained: tokio::sync::Notify,
+}
+
+/// A command counted as running for its host until this drops (see
+/// [`ReservationCell::track`]).
+pub struct Running<'a> {
+    cell: &'a ReservationCell,
+    host: HostId,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut running = self.cell.running.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = running.get_mut(&self.host) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.host);
+                self.cell.drained.notify_waiters();
+            }
+        }
+    }
 }
 
 impl ReservationCell {
     /// A cell starting from `state` (one kept across a restart).
     pub fn with_state(state: Reservations) -> ReservationCell {
-        let held = std::sync::atomic::AtomicBool::new(state.holder.is_some());
-        ReservationCell { state: std::sync::Mutex::new(state), held, commands: tokio::sync::Mutex::new(()) }
+        let cell = ReservationCell::default();
+        cell.with(|r| *r = state);
+        cell
+    }
+
+    /// Counts an I/O command of `host` as running until the guard drops,
+    /// while any host is registered (only then can a Preempt and Abort
+    /// name the host): the wait of [`Self::drain`], across every
+    /// subsystem that serves the namespace (a pool volume's own and the
+    /// one its paths forward to).
+    pub fn track(&self, host: &HostId) -> Option<Running<'_>> {
+        if !self.tracking.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()).entry(*host).or_default() += 1;
+        Some(Running { cell: self, host: *host })
+    }
+
+    /// Waits until no counted command of `host` runs.
+    pub async fn drain(&self, host: &HostId) {
+        loop {
+            let drained = self.drained.notified();
+            let mut drained = std::pin::pin!(drained);
+            drained.as_mut().enable();
+            if !self.running.lock().unwrap_or_else(|e| e.into_inner()).contains_key(host) {
+                return;
+            }
+            drained.await;
+        }
     }
 
     /// Runs one reservation command: `f` changes a copy of the state;
@@ -497,6 +551,7 @@ impl ReservationCell {
         let mut st = self.lock();
         let out = f(&mut st);
         self.held.store(st.holder.is_some(), std::sync::atomic::Ordering::Release);
+        self.tracking.store(!st.registrants.is_empty(), std::sync::atomic::Ordering::Release);
         out
     }
 }
@@ -718,5 +773,21 @@ mod tests {
         let mut bad = b.clone();
         bad.copy_within(29..45, 53);
         assert!(Reservations::from_bytes(&bad).is_err(), "a host twice");
+    }
+
+    #[tokio::test]
+    async fn a_drain_waits_for_the_running_commands_of_its_host_only() {
+        let cell = ReservationCell::default();
+        assert!(cell.track(&A).is_none(), "nothing is counted while no host is registered");
+        cell.with(|r| r.register(&A, reg(RegisterAction::Register, false), 0, 1)).unwrap();
+        let a = cell.track(&A).expect("counted");
+        let _b = cell.track(&B).expect("counted");
+        let drain = cell.drain(&A);
+        tokio::pin!(drain);
+        let short = std::time::Duration::from_millis(20);
+        assert!(tokio::time::timeout(short, &mut drain).await.is_err(), "a's command still runs");
+        drop(a);
+        assert!(tokio::time::timeout(std::time::Duration::from_secs(5), &mut drain).await.is_ok(), "b's is not a's");
+        cell.drain(&C).await;
     }
 }

@@ -301,7 +301,11 @@ impl Subsystem {
             let mut map = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
             let old = map.get(&nsid).cloned().ok_or(SubsystemError::NoSuchNamespace(nsid))?;
             let seen_changed = old.ns.ids != ns.ids || old.ns.device.geometry() != ns.device.geometry();
-            let (counters, reservations) = (old.counters.clone(), old.reservations.clone());
+            // The reservations stay, unless the new namespace brings its
+            // own (a node that took a pool volume over, with the state
+            // it loaded).
+            let reservations = ns.reservations.clone().unwrap_or_else(|| old.reservations.clone());
+            let counters = old.counters.clone();
             map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters, reservations }));
             (old, seen_changed)
         };

@@ -48,6 +48,7 @@ use crate::pool_status::{
 
 mod ownership;
 pub mod paths;
+mod reservations;
 pub mod start;
 
 use ownership::{Decision, LastOwner, RECLAIM_GRACE, Serving, VolumeView, decide, must_stop_serving};
@@ -212,6 +213,9 @@ pub struct ClusterNode {
     fabric: Arc<Subsystem>,
     /// The volumes this node owns, for the other nodes' paths.
     proxy: Arc<Subsystem>,
+    /// Where the proxy's volumes' reservations are kept (the paths send
+    /// their hosts' reservation commands there).
+    proxy_reservations: Arc<reservations::EtcdReservations>,
     /// Where hosts discover volumes on this node.
     discovery: Option<SocketAddr>,
     /// The current lease; replaced by a new one after a loss.
@@ -296,6 +300,9 @@ impl ClusterNode {
             kato: Duration::from_secs(30),
             ..HostConfig::default()
         };
+        let proxy_reservations = reservations::EtcdReservations::new(etcd.clone());
+        proxy.serve_reservations(true);
+        proxy.keep_reservations_in(proxy_reservations.clone());
         Arc::new(ClusterNode {
             me,
             prefix,
@@ -305,6 +312,7 @@ impl ClusterNode {
             target,
             fabric,
             proxy,
+            proxy_reservations,
             lease: std::sync::Mutex::new(Arc::new(lease)),
             discovery,
             identity,
@@ -825,10 +833,16 @@ impl ClusterNode {
     /// paths.
     fn unserve(&self, o: &Owned) {
         self.target.remove_subsystem(&o.nqn);
+        self.leave_proxy(o);
+    }
+
+    /// Takes owned volume `o` off the proxy (the other nodes' paths).
+    fn leave_proxy(&self, o: &Owned) {
         if let Ok(nsid) = u32::try_from(o.id)
             && self.proxy.namespace(nsid).is_some_and(|ns| same_volume(&ns.device, &o.vol))
         {
             let _ = self.proxy.remove_namespace(nsid);
+            self.proxy_reservations.disown(nsid);
         }
     }
 
@@ -842,11 +856,7 @@ impl ClusterNode {
     /// rather than see their connections closed and reconnect. When the
     /// subsystem is no longer served (a fence closed it), it goes.
     fn demote(&self, paths: &mut HashMap<u64, Path>, rec: &VolumeRecord, o: &Owned) {
-        if let Ok(nsid) = u32::try_from(o.id)
-            && self.proxy.namespace(nsid).is_some_and(|ns| same_volume(&ns.device, &o.vol))
-        {
-            let _ = self.proxy.remove_namespace(nsid);
-        }
+        self.leave_proxy(o);
         let served = self.target.subsystem(&o.nqn).is_some_and(|s| Arc::ptr_eq(&s, &o.sub));
         if !served || paths.contains_key(&rec.id) {
             self.target.remove_this_subsystem(&o.sub);
@@ -862,8 +872,7 @@ impl ClusterNode {
             }
         };
         forward.serves_in(&o.sub);
-        let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
-        match o.sub.replace_namespace(Namespace::new(rec.nsid, ids, forward.clone())) {
+        match o.sub.replace_namespace(path_namespace(rec, &forward)) {
             Ok(_) => {
                 paths.insert(rec.id, Path { sub: o.sub.clone(), forward });
             }
@@ -914,9 +923,9 @@ impl ClusterNode {
                 let forward = self.forward_for(rec)?;
                 let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
                 sub.set_ana_state(AnaState::Change);
+                sub.serve_reservations(true);
                 forward.serves_in(&sub);
-                let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
-                sub.add_namespace(Namespace::new(rec.nsid, ids, forward.clone()))?;
+                sub.add_namespace(path_namespace(rec, &forward))?;
                 // A subsystem of that NQN still here (an owner's, being
                 // stopped) stays until it goes; the next pass adds this.
                 self.target.add_subsystem(sub.clone())?;
@@ -1240,8 +1249,7 @@ impl ClusterNode {
                     // forwarding device back in place (an open can fail
                     // after the swap).
                     if let Some(p) = path {
-                        let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
-                        let _ = p.sub.replace_namespace(Namespace::new(rec.nsid, ids, p.forward.clone()));
+                        let _ = p.sub.replace_namespace(path_namespace(&rec, &p.forward));
                         p.forward.serves_in(&p.sub);
                         st.paths.insert(rec.id, p);
                     }
@@ -1389,16 +1397,25 @@ impl ClusterNode {
         ev.keep_notes_on(vol.note_sink());
         vol.keep_promises(self.promise_duration()).await;
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
+        // The hosts' reservations: one state, kept in etcd under this
+        // owner's token, for its own hosts and for every path's.
+        let cell = reservations::load(&self.etcd, &keys, &rec.name).await?;
+        let kept = reservations::EtcdReservations::new(self.etcd.clone());
+        kept.own(rec.nsid, keys.clone(), token.clone());
+        let hosts_ns = Namespace::new(rec.nsid, ids, vol.clone()).with_reservations(cell.clone());
         let sub = match path {
             Some(sub) => {
                 sub.set_allowed_hosts(rec.allowed_hosts.clone());
-                sub.replace_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
+                sub.keep_reservations_in(kept);
+                sub.replace_namespace(hosts_ns)?;
                 sub.set_ana_state(AnaState::Optimized);
                 sub
             }
             None => {
                 let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), rec.allowed_hosts.clone());
-                sub.add_namespace(Namespace::new(rec.nsid, ids, vol.clone()))?;
+                sub.serve_reservations(true);
+                sub.keep_reservations_in(kept);
+                sub.add_namespace(hosts_ns)?;
                 self.target.add_subsystem(sub.clone())?;
                 sub
             }
@@ -1406,7 +1423,8 @@ impl ClusterNode {
         // The other nodes' paths forward to it here.
         let proxy_nsid = u32::try_from(rec.id).context("volume id beyond the proxy's NSIDs")?;
         let _ = self.proxy.remove_namespace(proxy_nsid);
-        self.proxy.add_namespace(Namespace::new(proxy_nsid, ids, vol.clone()))?;
+        self.proxy_reservations.own(proxy_nsid, keys.clone(), token.clone());
+        self.proxy.add_namespace(Namespace::new(proxy_nsid, ids, vol.clone()).with_reservations(cell))?;
         tracing::info!(volume = %rec.name, "serving the volume");
         // Fenced: the path turns to ANA change at once, so that the hosts
         // send their I/O elsewhere (the volume answers path errors) until
@@ -1792,6 +1810,13 @@ fn holders_of(layout: &dyn Layout, rec: &VolumeRecord, protection: Protection) -
 }
 
 /// Whether `device` is `vol` (the same object behind two trait objects).
+/// Volume `rec`'s namespace on a path: the forwarding device, through
+/// which each host's commands run at the owner as that host.
+fn path_namespace(rec: &VolumeRecord, forward: &Arc<paths::Forward>) -> Namespace {
+    let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
+    Namespace::new(rec.nsid, ids, forward.clone()).with_forward(Arc::new(paths::PathForward(forward.clone())))
+}
+
 fn same_volume(device: &Arc<dyn BlockDevice>, vol: &Arc<dyn PoolVolume>) -> bool {
     std::ptr::addr_eq(Arc::as_ptr(device), Arc::as_ptr(vol))
 }
@@ -1881,7 +1906,7 @@ impl ClusterNode {
     pub async fn delete_volume(&self, name: &str) -> Result<serde_json::Value, NodeError> {
         let rec = self.meta.delete_volume(name).await?;
         let keys = VolumeKeys::new(&self.prefix, rec.id);
-        for key in [&keys.owner, &keys.drl, &keys.state] {
+        for key in [&keys.owner, &keys.drl, &keys.reservations, &keys.state] {
             self.etcd.delete(&KeyRange::key(key.clone())).await.map_err(|e| NodeError::Internal(e.into()))?;
         }
         tracing::info!(volume = %rec.name, id = rec.id, "volume deleted from the pool");

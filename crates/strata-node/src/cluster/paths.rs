@@ -36,7 +36,9 @@ use std::time::Duration;
 
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf};
 use strata_host::{HostConfig, RemoteNamespace};
-use strata_target::{AnaState, Subsystem};
+use strata_nvme::command::Sqe;
+use strata_target::reservation::HostId;
+use strata_target::{AnaState, ForwardFuture, HostForward, Subsystem};
 
 /// The NQN of `node_name`'s proxy subsystem (see the module docs).
 pub fn proxy_nqn(node_name: &str) -> String {
@@ -68,7 +70,11 @@ pub struct Forward {
     /// The volume's NSID on the owner's proxy: its id.
     nsid: u32,
     host: HostConfig,
-    aim: Mutex<Option<(Aim, Option<Arc<RemoteNamespace>>)>>,
+    /// Where it forwards, and its connections there: one per host that
+    /// sent commands through this path (connected with that host's
+    /// identifier, so the owner applies the host's reservations), and
+    /// the node's own (`None`: probes).
+    aim: Mutex<Option<(Aim, Connections)>>,
     connecting: tokio::sync::Mutex<()>,
     /// The path's subsystem, whose ANA state a lost owner turns to
     /// change at once (see [`Forward::failing`]); none once retired.
@@ -84,6 +90,9 @@ impl std::fmt::Debug for Forward {
         f.debug_struct("Forward").field("nsid", &self.nsid).field("aim", &self.aimed()).finish_non_exhaustive()
     }
 }
+
+/// A path's connections to the owner, by the host they forward for.
+type Connections = std::collections::HashMap<Option<HostId>, Arc<RemoteNamespace>>;
 
 /// Why a path with no aim refuses a command.
 const NO_OWNER: &str = "no owner known";
@@ -154,7 +163,7 @@ impl Forward {
             return;
         }
         let aim = self.aimed();
-        if aim.is_some() && self.remote().await.is_ok() && self.aimed() == aim {
+        if aim.is_some() && self.remote(None).await.is_ok() && self.aimed() == aim {
             self.failing.store(false, Ordering::Release);
             if let Some(sub) = self.subsystem() {
                 sub.set_ana_state(AnaState::NonOptimized);
@@ -164,7 +173,7 @@ impl Forward {
         self.probing.store(false, Ordering::Release);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Aim, Option<Arc<RemoteNamespace>>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Aim, Connections)>> {
         self.aim.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -178,34 +187,44 @@ impl Forward {
     pub fn aim(&self, aim: Option<Aim>) {
         let mut cur = self.lock();
         if cur.as_ref().map(|(a, _)| a) != aim.as_ref() {
-            *cur = aim.map(|a| (a, None));
+            *cur = aim.map(|a| (a, Connections::new()));
             self.failing.store(false, Ordering::Release);
         }
     }
 
     /// The connection to the owner's namespace, made if there is none;
     /// a failure to make it marks the path [failing](Self::failing).
-    async fn remote(&self) -> Result<Arc<RemoteNamespace>, BlockError> {
-        self.connected().await.inspect_err(|e| {
+    async fn remote(&self, host: Option<&HostId>) -> Result<Arc<RemoteNamespace>, BlockError> {
+        self.connected(host).await.inspect_err(|e| {
             if !matches!(e, BlockError::PathUnavailable(why) if why == NO_OWNER) {
                 self.lost(e);
             }
         })
     }
 
-    async fn connected(&self) -> Result<Arc<RemoteNamespace>, BlockError> {
+    async fn connected(&self, host: Option<&HostId>) -> Result<Arc<RemoteNamespace>, BlockError> {
+        let key = host.copied();
         let aim = match &*self.lock() {
             None => return Err(unavailable(NO_OWNER)),
-            Some((_, Some(ns))) => return Ok(ns.clone()),
-            Some((aim, None)) => aim.clone(),
+            Some((aim, conns)) => match conns.get(&key) {
+                Some(ns) => return Ok(ns.clone()),
+                None => aim.clone(),
+            },
         };
         let _one = self.connecting.lock().await;
-        if let Some((a, Some(ns))) = &*self.lock()
+        if let Some((a, conns)) = &*self.lock()
             && *a == aim
+            && let Some(ns) = conns.get(&key)
         {
             return Ok(ns.clone());
         }
-        let connect = RemoteNamespace::connect_direct(aim.addr, &aim.nqn, Some(self.nsid), &self.host);
+        // The host's identifier, this node's NQN (the proxy admits only
+        // the cluster's nodes).
+        let cfg = match host {
+            Some(id) => HostConfig { hostid: *id, ..self.host.clone() },
+            None => self.host.clone(),
+        };
+        let connect = RemoteNamespace::connect_direct(aim.addr, &aim.nqn, Some(self.nsid), &cfg);
         let ns = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
             .map_err(|_| unavailable(format!("connecting to the owner at {} timed out", aim.addr)))?
@@ -221,8 +240,8 @@ impl Forward {
         ns.set_command_timeout(FORWARD_TIMEOUT);
         let mut cur = self.lock();
         match &mut *cur {
-            Some((a, slot)) if *a == aim => {
-                *slot = Some(ns.clone());
+            Some((a, conns)) if *a == aim => {
+                conns.insert(key, ns.clone());
                 Ok(ns)
             }
             // Aimed elsewhere meanwhile: this command still goes where it
@@ -234,10 +253,8 @@ impl Forward {
     /// Drops `ns` as the connection, after a failure on it: the next
     /// command connects again (the owner may have restarted, or moved).
     fn retire(&self, ns: &Arc<RemoteNamespace>) {
-        if let Some((_, slot)) = &mut *self.lock()
-            && slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, ns))
-        {
-            *slot = None;
+        if let Some((_, conns)) = &mut *self.lock() {
+            conns.retain(|_, s| !Arc::ptr_eq(s, ns));
         }
     }
 
@@ -246,7 +263,7 @@ impl Forward {
     /// gives the host the real status, if there is one).
     fn judge(&self, ns: &Arc<RemoteNamespace>, e: BlockError) -> BlockError {
         match e {
-            BlockError::OutOfRange { .. } | BlockError::BadBuffer { .. } => e,
+            BlockError::OutOfRange { .. } | BlockError::BadBuffer { .. } | BlockError::ReservationConflict => e,
             e => {
                 self.retire(ns);
                 let e = unavailable(format!("forwarding to the owner: {e}"));
@@ -258,7 +275,13 @@ impl Forward {
 
     /// Forwards a read or write of `buf` at `lba` (`op`), after the
     /// local range check; the buffer comes back whatever happens.
-    async fn with_buf<F, Fut>(&self, lba: u64, buf: IoBuf, op: F) -> (IoBuf, Result<(), BlockError>)
+    async fn with_buf<F, Fut>(
+        &self,
+        host: Option<&HostId>,
+        lba: u64,
+        buf: IoBuf,
+        op: F,
+    ) -> (IoBuf, Result<(), BlockError>)
     where
         F: FnOnce(Arc<RemoteNamespace>, IoBuf) -> Fut,
         Fut: std::future::Future<Output = (IoBuf, Result<(), BlockError>)>,
@@ -266,7 +289,7 @@ impl Forward {
         if let Err(e) = self.check(lba, buf.len() as u64) {
             return (buf, Err(e));
         }
-        let ns = match self.remote().await {
+        let ns = match self.remote(host).await {
             Ok(ns) => ns,
             Err(e) => return (buf, Err(e)),
         };
@@ -287,6 +310,62 @@ impl Forward {
     }
 }
 
+impl Forward {
+    fn read_as(&self, host: Option<&HostId>, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        let host = host.copied();
+        Box::pin(async move {
+            self.with_buf(host.as_ref(), lba, buf, move |ns, buf| async move { ns.read(lba, buf).await }).await
+        })
+    }
+
+    fn write_as(
+        &self,
+        host: Option<&HostId>,
+        lba: u64,
+        buf: IoBuf,
+        fua: bool,
+    ) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        let host = host.copied();
+        Box::pin(async move {
+            self.with_buf(host.as_ref(), lba, buf, move |ns, buf| async move { ns.write(lba, buf, fua).await }).await
+        })
+    }
+
+    fn write_zeroes_as(
+        &self,
+        host: Option<&HostId>,
+        lba: u64,
+        blocks: u64,
+        deallocate: bool,
+    ) -> BlockFuture<'_, Result<(), BlockError>> {
+        let host = host.copied();
+        Box::pin(async move {
+            let len = blocks.saturating_mul(u64::from(self.geometry.block_size));
+            self.check(lba, len)?;
+            let ns = self.remote(host.as_ref()).await?;
+            ns.write_zeroes(lba, blocks, deallocate).await.map_err(|e| self.judge(&ns, e))
+        })
+    }
+
+    fn deallocate_as(&self, host: Option<&HostId>, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
+        let host = host.copied();
+        Box::pin(async move {
+            let ns = self.remote(host.as_ref()).await?;
+            ns.deallocate(ranges).await.map_err(|e| self.judge(&ns, e))
+        })
+    }
+
+    fn flush_as(&self, host: Option<&HostId>) -> BlockFuture<'_, Result<(), BlockError>> {
+        let host = host.copied();
+        Box::pin(async move {
+            let ns = self.remote(host.as_ref()).await?;
+            ns.flush().await.map_err(|e| self.judge(&ns, e))
+        })
+    }
+}
+
+/// The path's device as the node itself (probes): every command goes to
+/// the owner under the node's own host identifier.
 impl BlockDevice for Forward {
     fn geometry(&self) -> Geometry {
         self.geometry
@@ -298,33 +377,80 @@ impl BlockDevice for Forward {
     }
 
     fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
-        Box::pin(self.with_buf(lba, buf, move |ns, buf| async move { ns.read(lba, buf).await }))
+        self.read_as(None, lba, buf)
     }
 
     fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
-        Box::pin(self.with_buf(lba, buf, move |ns, buf| async move { ns.write(lba, buf, fua).await }))
+        self.write_as(None, lba, buf, fua)
     }
 
     fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
-        Box::pin(async move {
-            let len = blocks.saturating_mul(u64::from(self.geometry.block_size));
-            self.check(lba, len)?;
-            let ns = self.remote().await?;
-            ns.write_zeroes(lba, blocks, deallocate).await.map_err(|e| self.judge(&ns, e))
-        })
+        self.write_zeroes_as(None, lba, blocks, deallocate)
     }
 
     fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
-        Box::pin(async move {
-            let ns = self.remote().await?;
-            ns.deallocate(ranges).await.map_err(|e| self.judge(&ns, e))
-        })
+        self.deallocate_as(None, ranges)
     }
 
     fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
+        self.flush_as(None)
+    }
+}
+
+/// A path's forwarding for one host: what the target runs that host's
+/// commands on (see [`strata_target::HostForward`]).
+struct ForwardAs {
+    forward: Arc<Forward>,
+    host: HostId,
+}
+
+impl BlockDevice for ForwardAs {
+    fn geometry(&self) -> Geometry {
+        self.forward.geometry
+    }
+
+    fn usage(&self) -> DeviceUsage {
+        self.forward.usage()
+    }
+
+    fn read(&self, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        self.forward.read_as(Some(&self.host), lba, buf)
+    }
+
+    fn write(&self, lba: u64, buf: IoBuf, fua: bool) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+        self.forward.write_as(Some(&self.host), lba, buf, fua)
+    }
+
+    fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool) -> BlockFuture<'_, Result<(), BlockError>> {
+        self.forward.write_zeroes_as(Some(&self.host), lba, blocks, deallocate)
+    }
+
+    fn deallocate(&self, ranges: Vec<(u64, u64)>) -> BlockFuture<'_, Result<(), BlockError>> {
+        self.forward.deallocate_as(Some(&self.host), ranges)
+    }
+
+    fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
+        self.forward.flush_as(Some(&self.host))
+    }
+}
+
+/// A path as the target sees it: each host's commands, reservation
+/// commands included, run at the owner under that host's identifier.
+pub struct PathForward(pub Arc<Forward>);
+
+impl HostForward for PathForward {
+    fn device_for(&self, host: &HostId) -> Arc<dyn BlockDevice> {
+        Arc::new(ForwardAs { forward: self.0.clone(), host: *host })
+    }
+
+    fn reservation(&self, host: &HostId, sqe: Sqe, data: Option<Vec<u8>>, read_len: usize) -> ForwardFuture<'_> {
+        let host = *host;
         Box::pin(async move {
-            let ns = self.remote().await?;
-            ns.flush().await.map_err(|e| self.judge(&ns, e))
+            let ns = self.0.remote(Some(&host)).await?;
+            match ns.raw_command(sqe, data.map(bytes::Bytes::from), read_len).await {
+                Ok((status, back)) => Ok((status, back.to_vec())),
+                Err(e) => Err(self.0.judge(&ns, e)),
+            }
         })
     }
 }
