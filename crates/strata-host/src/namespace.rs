@@ -252,6 +252,16 @@ impl RemoteNamespace {
         }
     }
 
+    /// The live controller, connecting if there is none (for what this
+    /// type has no method for: asynchronous events, log pages).
+    ///
+    /// # Errors
+    ///
+    /// No connection could be made.
+    pub async fn controller(&self) -> Result<Arc<Controller>, BlockError> {
+        self.ctrl().await.map_err(|(Attempt::Path(e) | Attempt::Final(e))| e)
+    }
+
     /// Retires `ctrl` as the live connection; returns `e`.
     fn retire_after(&self, ctrl: &Arc<Controller>, e: BlockError) -> BlockError {
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());

@@ -712,12 +712,33 @@ fn reservations_hold_on_every_path_and_through_a_takeover() {
     };
     assert_eq!(e.status().map(|s| s.code()), Some(CONFLICT), "{e}");
     assert_eq!(report(&c.main, &b_at).rtype, Some(ReservationType::WriteExclusive));
-    // b preempts a (and aborts what a had running): now b holds it, and
-    // a, connected to the new owner, is kept out.
+    // a, on a path now, still holds it; b preempts a (and aborts what a
+    // had running): b holds it, a is kept out on every node and hears of
+    // it through its path.
+    let path = others.iter().find(|n| **n != new_owner).expect("a path");
+    let a_path = connect_as(&c.main, c.node(path), &v.nqn, 0xa);
+    c.main.block_on(a_path.write(1, lba, pattern(lba, 8), false)).expect("the holder writes through a path");
     let ea = 2 | u32::from(ReservationType::ExclusiveAccess.code()) << 8;
     assert_eq!(reservation(&c.main, &b_at, opcode::ACQUIRE, ea, keys(0xbbbb, 0xaaaa), 0).0, 0, "preempt");
     let a = connect_as(&c.main, c.node(&new_owner), &v.nqn, 0xa);
     let e = c.main.block_on(a.read(1, lba, 1)).expect_err("a reads under b's Exclusive Access");
     assert_eq!(e.status().map(|s| s.code()), Some(CONFLICT), "{e}");
+    let e = c.main.block_on(a_path.read(1, lba, 1)).expect_err("a reads through its path");
+    assert_eq!(e.status().map(|s| s.code()), Some(CONFLICT), "{e}");
+    let notice = || {
+        let page =
+            c.main.block_on(a_path.get_log_page(strata_nvme::reservation::NOTIFICATION_LOG_PAGE, 1, 0, 64, false));
+        strata_nvme::reservation::ReservationNotice::decode(&page.expect("the notification page")).expect("a notice")
+    };
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let n = notice();
+        if n.kind == strata_nvme::reservation::NoticeKind::RegistrationPreempted {
+            assert_eq!(n.nsid, 1, "the NSID the host sees");
+            break;
+        }
+        assert!(Instant::now() < deadline, "a never heard through its path that it was preempted: {n:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     c.main.block_on(b_at.write(1, lba, pattern(lba, 9), false)).expect("the new holder writes");
 }

@@ -174,12 +174,9 @@ async fn reservation_command(
         }
     }
     .map_err(|status| (status, 0))?;
-    let controllers = sub.controllers();
-    for (to, kind) in &outcome.notices {
-        for c in controllers.iter().filter(|c| c.hostid() == *to) {
-            c.notify_reservation(nsid, *kind);
-        }
-    }
+    // Every subsystem that serves the namespace: a pool volume's hosts on
+    // the owner, and those whose paths forward to its proxy.
+    cell.deliver(&outcome.notices);
     // Preempt and Abort: what the preempted hosts had running ends before
     // this completes (their new commands already get Reservation
     // Conflict), so none of it lands after the preemptor is told.

@@ -453,6 +453,10 @@ pub struct ReservationCell {
     running: std::sync::Mutex<std::collections::HashMap<HostId, usize>>,
     /// Woken when a host's count drops to zero.
     drained: tokio::sync::Notify,
+    /// The subsystems that serve the namespace, with its NSID in each
+    /// (a pool volume's own, as hosts see it, and its owner's proxy):
+    /// where the notices go.
+    served_in: std::sync::Mutex<Vec<(std::sync::Weak<crate::Subsystem>, u32)>>,
 }
 
 /// A command counted as running for its host until this drops (see
@@ -494,6 +498,39 @@ impl ReservationCell {
         }
         *self.running.lock().unwrap_or_else(|e| e.into_inner()).entry(*host).or_default() += 1;
         Some(Running { cell: self, host: *host })
+    }
+
+    /// Notes that `sub` serves the namespace as `nsid`.
+    pub(crate) fn served_in(&self, sub: std::sync::Weak<crate::Subsystem>, nsid: u32) {
+        let mut list = self.served_in.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|(s, _)| s.strong_count() > 0);
+        if !list.iter().any(|(s, n)| s.ptr_eq(&sub) && *n == nsid) {
+            list.push((sub, nsid));
+        }
+    }
+
+    /// Queues each notice for every controller of its host, in every
+    /// subsystem that still serves the namespace.
+    pub(crate) fn deliver(self: &std::sync::Arc<Self>, notices: &[(HostId, NoticeKind)]) {
+        if notices.is_empty() {
+            return;
+        }
+        let subs: Vec<(std::sync::Arc<crate::Subsystem>, u32)> = {
+            let mut list = self.served_in.lock().unwrap_or_else(|e| e.into_inner());
+            list.retain(|(s, _)| s.strong_count() > 0);
+            list.iter().filter_map(|(s, n)| s.upgrade().map(|s| (s, *n))).collect()
+        };
+        for (sub, nsid) in subs {
+            if !sub.entry(nsid).is_some_and(|e| std::sync::Arc::ptr_eq(&e.reservations, self)) {
+                continue;
+            }
+            let controllers = sub.controllers();
+            for (to, kind) in notices {
+                for c in controllers.iter().filter(|c| c.hostid() == *to) {
+                    c.notify_reservation(nsid, *kind);
+                }
+            }
+        }
     }
 
     /// Waits until no counted command of `host` runs.

@@ -88,6 +88,8 @@ pub struct Subsystem {
     reservations: std::sync::atomic::AtomicBool,
     /// Where they are kept (see [`Subsystem::keep_reservations_in`]).
     reservation_store: RwLock<Option<Arc<dyn crate::reservation::ReservationStore>>>,
+    /// Itself, for the namespaces' reservations to reach its controllers.
+    me: Weak<Subsystem>,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -118,7 +120,8 @@ impl Subsystem {
     }
 
     fn build(nqn: String, serial: String, allowed_hosts: Vec<String>, max_nsid: u32, internal: bool) -> Arc<Subsystem> {
-        Arc::new(Subsystem {
+        Arc::new_cyclic(|me| Subsystem {
+            me: me.clone(),
             nqn,
             serial,
             model: "strata".into(),
@@ -261,7 +264,8 @@ impl Subsystem {
                 return Err(SubsystemError::NsidInUse(nsid));
             }
             let counters = self.io_stats.counters_for(&ns);
-            let reservations = ns.reservations.clone().unwrap_or_default();
+            let reservations: Arc<crate::reservation::ReservationCell> = ns.reservations.clone().unwrap_or_default();
+            reservations.served_in(self.me.clone(), nsid);
             map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters, reservations }));
         }
         self.namespace_changed(nsid);
@@ -305,6 +309,7 @@ impl Subsystem {
             // own (a node that took a pool volume over, with the state
             // it loaded).
             let reservations = ns.reservations.clone().unwrap_or_else(|| old.reservations.clone());
+            reservations.served_in(self.me.clone(), nsid);
             let counters = old.counters.clone();
             map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters, reservations }));
             (old, seen_changed)

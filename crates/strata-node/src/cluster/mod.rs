@@ -890,7 +890,7 @@ impl ClusterNode {
             num_blocks: rec.size_bytes / u64::from(rec.block_size),
         };
         let nsid = u32::try_from(rec.id).context("volume id beyond the proxy's NSIDs")?;
-        Ok(paths::Forward::new(geometry, nsid, self.host_cfg.clone()))
+        Ok(paths::Forward::new(geometry, nsid, rec.nsid, self.host_cfg.clone()))
     }
 
     /// Serves volume `rec` as a path to its owner (`owner`, when known)

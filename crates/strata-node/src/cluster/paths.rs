@@ -69,6 +69,10 @@ pub struct Forward {
     geometry: Geometry,
     /// The volume's NSID on the owner's proxy: its id.
     nsid: u32,
+    /// The volume's NSID in the path's subsystem (what hosts see).
+    host_nsid: u32,
+    /// Itself, for the tasks it starts.
+    me: Weak<Forward>,
     host: HostConfig,
     /// Where it forwards, and its connections there: one per host that
     /// sent commands through this path (connected with that host's
@@ -91,8 +95,19 @@ impl std::fmt::Debug for Forward {
     }
 }
 
-/// A path's connections to the owner, by the host they forward for.
-type Connections = std::collections::HashMap<Option<HostId>, Arc<RemoteNamespace>>;
+/// A path's connections to the owner, by the host they forward for,
+/// each with the task relaying its reservation notices.
+type Connections = std::collections::HashMap<Option<HostId>, (Arc<RemoteNamespace>, Option<Relay>)>;
+
+/// A task relaying a host's reservation notices from the owner to the
+/// path's controllers of that host; stopped when its connection goes.
+struct Relay(tokio::task::AbortHandle);
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// Why a path with no aim refuses a command.
 const NO_OWNER: &str = "no owner known";
@@ -102,12 +117,15 @@ fn unavailable(e: impl std::fmt::Display) -> BlockError {
 }
 
 impl Forward {
-    /// A path to volume `nsid` of `geometry`, connecting as `host`;
-    /// aimed nowhere yet.
-    pub fn new(geometry: Geometry, nsid: u32, host: HostConfig) -> Arc<Forward> {
-        Arc::new(Forward {
+    /// A path to volume `nsid` (on the owner's proxy; `host_nsid` in the
+    /// path's subsystem) of `geometry`, connecting as `host`; aimed
+    /// nowhere yet.
+    pub fn new(geometry: Geometry, nsid: u32, host_nsid: u32, host: HostConfig) -> Arc<Forward> {
+        Arc::new_cyclic(|me| Forward {
+            me: me.clone(),
             geometry,
             nsid,
+            host_nsid,
             host,
             aim: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
@@ -207,14 +225,14 @@ impl Forward {
         let aim = match &*self.lock() {
             None => return Err(unavailable(NO_OWNER)),
             Some((aim, conns)) => match conns.get(&key) {
-                Some(ns) => return Ok(ns.clone()),
+                Some((ns, _)) => return Ok(ns.clone()),
                 None => aim.clone(),
             },
         };
         let _one = self.connecting.lock().await;
         if let Some((a, conns)) = &*self.lock()
             && *a == aim
-            && let Some(ns) = conns.get(&key)
+            && let Some((ns, _)) = conns.get(&key)
         {
             return Ok(ns.clone());
         }
@@ -241,7 +259,9 @@ impl Forward {
         let mut cur = self.lock();
         match &mut *cur {
             Some((a, conns)) if *a == aim => {
-                conns.insert(key, ns.clone());
+                let relay =
+                    host.map(|h| Relay(tokio::spawn(relay_notices(self.me.clone(), ns.clone(), *h)).abort_handle()));
+                conns.insert(key, (ns.clone(), relay));
                 Ok(ns)
             }
             // Aimed elsewhere meanwhile: this command still goes where it
@@ -254,7 +274,7 @@ impl Forward {
     /// command connects again (the owner may have restarted, or moved).
     fn retire(&self, ns: &Arc<RemoteNamespace>) {
         if let Some((_, conns)) = &mut *self.lock() {
-            conns.retain(|_, s| !Arc::ptr_eq(s, ns));
+            conns.retain(|_, (s, _)| !Arc::ptr_eq(s, ns));
         }
     }
 
@@ -394,6 +414,40 @@ impl BlockDevice for Forward {
 
     fn flush(&self) -> BlockFuture<'_, Result<(), BlockError>> {
         self.flush_as(None)
+    }
+}
+
+/// Relays host `host`'s reservation notices about the volume from the
+/// owner (its connection `ns` there) to the path's controllers of that
+/// host, until the connection goes.
+async fn relay_notices(forward: std::sync::Weak<Forward>, ns: Arc<RemoteNamespace>, host: HostId) {
+    use strata_nvme::reservation::{NOTIFICATION_LOG_PAGE, NoticeKind, ReservationNotice};
+    let Ok(ctrl) = ns.controller().await else { return };
+    drop(ns);
+    loop {
+        let Ok(event) = ctrl.async_event_request().await else { return };
+        let Ok(dw0) = event.await else { return };
+        if dw0 & 0x7 != u32::from(strata_nvme::command::async_event::TYPE_IO_COMMAND_SPECIFIC) {
+            continue;
+        }
+        loop {
+            let Ok(page) = ctrl.get_log_page(NOTIFICATION_LOG_PAGE, u32::MAX, 0, 64, false).await else { return };
+            let Ok(notice) = ReservationNotice::decode(&page) else { break };
+            if notice.kind == NoticeKind::Empty {
+                break;
+            }
+            let Some(f) = forward.upgrade() else { return };
+            if notice.nsid == f.nsid
+                && let Some(sub) = f.subsystem()
+            {
+                for c in sub.controllers().iter().filter(|c| c.hostid() == host) {
+                    c.notify_reservation(f.host_nsid, notice.kind);
+                }
+            }
+            if notice.available == 0 {
+                break;
+            }
+        }
     }
 }
 
