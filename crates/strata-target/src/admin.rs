@@ -579,6 +579,18 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
             st.async_event_config = f.value & supported;
             done(cid, Status::SUCCESS)
         }
+        strata_nvme::reservation::FEATURE_NOTIFICATION_MASK if serves_reservations(ctrl) => {
+            if f.value & !RESERVATION_MASK_BITS != 0 {
+                return done(cid, Status::INVALID_FIELD.dnr());
+            }
+            st.reservation_mask = f.value;
+            done(cid, Status::SUCCESS)
+        }
+        // Changed with Reservation Register's CPTPL, which keeps it with
+        // the rest of the state before completing.
+        strata_nvme::reservation::FEATURE_PERSISTENCE if serves_reservations(ctrl) => {
+            done(cid, Status::FEATURE_NOT_CHANGEABLE.dnr())
+        }
         feature::VOLATILE_WRITE_CACHE => {
             // The cache cannot be turned off; enabling it is a no-op.
             if f.value & 1 == 1 { done(cid, Status::SUCCESS) } else { done(cid, Status::FEATURE_NOT_CHANGEABLE.dnr()) }
@@ -630,6 +642,14 @@ fn ctrl_max_queues(ctrl: &Controller) -> u16 {
     ctrl.max_io_queues()
 }
 
+/// The Reservation Notification Mask bits: Registration Preempted,
+/// Reservation Released, Reservation Preempted.
+const RESERVATION_MASK_BITS: u32 = 0b1110;
+
+fn serves_reservations(ctrl: &Controller) -> bool {
+    ctrl.subsystem().is_some_and(|s| s.serves_reservations())
+}
+
 fn get_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
     let f = FeaturesCmd::decode(sqe);
     let cid = sqe.cid();
@@ -651,6 +671,14 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
         | feature::ERROR_RECOVERY
         | feature::INTERRUPT_COALESCING
         | feature::WRITE_ATOMICITY => st.kept_features.get(&f.fid).copied().unwrap_or(0),
+        strata_nvme::reservation::FEATURE_NOTIFICATION_MASK if serves_reservations(ctrl) => st.reservation_mask,
+        strata_nvme::reservation::FEATURE_PERSISTENCE if serves_reservations(ctrl) => {
+            let Some(sub) = ctrl.subsystem() else { return done(cid, Status::INVALID_FIELD.dnr()) };
+            match sub.entry(sqe.nsid()) {
+                Some(e) => u32::from(e.reservations.with(|r| r.persists())),
+                None => return done(cid, Status::INVALID_NS.dnr()),
+            }
+        }
         feature::HOST_IDENTIFIER => {
             // EXHID (CDW11 bit 0) must be set: we report 128-bit host IDs.
             if f.value & 1 == 0 {

@@ -131,6 +131,9 @@ pub(crate) struct CtrlState {
     /// A Reservation Log Page Available event was sent and the log not
     /// read since.
     reservation_notice_masked: bool,
+    /// The Reservation Notification Mask feature: the notices the host
+    /// does not want (`NoticeKind::mask_bit`).
+    pub(crate) reservation_mask: u32,
 }
 
 /// Most reservation notices a controller keeps unread; older ones are
@@ -210,6 +213,7 @@ impl Controller {
                 reservation_log: VecDeque::new(),
                 reservation_count: 0,
                 reservation_notice_masked: false,
+                reservation_mask: 0,
             }),
             events: Notify::new(),
             kato_changed: Notify::new(),
@@ -459,6 +463,9 @@ impl Controller {
     /// a Reservation Log Page Available event unless one is unread.
     pub fn notify_reservation(&self, nsid: u32, kind: strata_nvme::reservation::NoticeKind) {
         let mut st = self.lock();
+        if st.reservation_mask & kind.mask_bit() != 0 {
+            return;
+        }
         st.reservation_count = st.reservation_count.wrapping_add(1).max(1);
         let count = st.reservation_count;
         if st.reservation_log.len() >= RESERVATION_LOG_MAX {

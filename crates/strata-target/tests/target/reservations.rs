@@ -137,3 +137,26 @@ async fn a_subsystem_that_does_not_serve_reservations_refuses_them_and_announces
     assert_eq!(a.identify_controller().await.unwrap().oncs & strata_nvme::identify::ONCS_RESERVATIONS, 0);
     assert_eq!(a.identify_namespace(1).await.unwrap().rescap, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_masked_notice_is_not_sent_and_persistence_is_read_from_the_state() {
+    let fx = start(64).await;
+    fx.sub.serve_reservations(true);
+    let a = Controller::connect(fx.io, NQN, &host(0xa)).await.expect("host a");
+    let b = Controller::connect(fx.io, NQN, &host(0xb)).await.expect("host b");
+    assert_eq!(a.set_features(rsv::FEATURE_NOTIFICATION_MASK, 0b10).await.expect("mask"), 0);
+    assert_eq!(a.get_features(rsv::FEATURE_NOTIFICATION_MASK, 0).await.unwrap(), 0b10);
+    assert!(a.set_features(rsv::FEATURE_NOTIFICATION_MASK, 1).await.is_err(), "bit 0 is reserved");
+    assert!(register(&a, 0, 0, 1).await.is_success());
+    assert!(register(&b, 0, 0, 2).await.is_success());
+    assert!(acquire(&b, 1, ReservationType::WriteExclusive, 2, 1).await.is_success(), "b preempts a");
+    assert_eq!(notice(&a).await.kind, NoticeKind::Empty, "a masked Registration Preempted");
+    // No store behind this subsystem: PTPL is off and stays off.
+    let mut sqe = Sqe::new(strata_nvme::command::admin::GET_FEATURES, 0);
+    sqe.set_nsid(1);
+    sqe.set_cdw10(u32::from(rsv::FEATURE_PERSISTENCE));
+    let (cqe, _) = a.admin_command(sqe, None, 0).await.unwrap();
+    assert!(cqe.status.is_success());
+    assert_eq!(cqe.dw0(), 0);
+    assert!(a.set_features(rsv::FEATURE_PERSISTENCE, 1).await.is_err(), "changed by Register's CPTPL only");
+}
