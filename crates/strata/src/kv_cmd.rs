@@ -45,8 +45,10 @@ struct ServeArgs {
     /// them where the volume is served now, so the tier follows its owner.
     #[arg(long)]
     pool: Option<PoolSpec>,
-    /// With --pool: how long one pool command may take before it fails
-    /// (the tier then pauses, and resumes once the volume answers).
+    /// With --pool: how long one pool command may take, and how long it
+    /// fails over to the volume's other paths (an owner's failover, a
+    /// lost path), before it fails (the tier then pauses, and resumes
+    /// once the volume answers).
     #[arg(long, default_value = "5s", value_parser = parse_timeout)]
     pool_timeout: std::time::Duration,
     /// With --pool: this server's region of a pool volume shared by N KV

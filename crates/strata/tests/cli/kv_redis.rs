@@ -433,7 +433,9 @@ fn the_pool_tier_pauses_while_its_target_is_down_and_resumes_when_it_is_back() {
     std::fs::create_dir_all(&target_dir).unwrap();
     let mut target = Target::start(&target_dir);
     let pool = target.pool();
-    let args = ["--admit", "all", "--pool", pool.as_str()];
+    // A pool command fails over for up to the pool timeout: one second,
+    // so that the outage below (three) is longer than a command waits.
+    let args = ["--admit", "all", "--pool", pool.as_str(), "--pool-timeout", "1s"];
     // 64 KiB blocks through 2 MiB of DRAM and a 12 MiB SSD tier: older
     // blocks live on the pool only.
     let kv = Kv::start_sized(dir.path(), "2M", "12M", &args);
@@ -445,6 +447,7 @@ fn the_pool_tier_pauses_while_its_target_is_down_and_resumes_when_it_is_back() {
         // held stays indexed.
         target.kill9();
         put_range(&mut c, 200..300).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
         let st = c.stats().await.unwrap();
         assert!(stat(&st, "pool_keys") >= 150, "{st:?}");
         // It comes back: within the probe's backoff the pool takes writes
