@@ -44,6 +44,10 @@
 //!   so the client CPU grows towards one core per job: the spin is the
 //!   price of sparing the target a wake-up per batch of completions, as
 //!   SPDK's `spdk_nvme_perf` (which never sleeps) does.
+//! - With `failover`, the run starts on the best path discovery at the
+//!   target lists and rides through path failures instead of ending at
+//!   the first (the `paths` and `job` modules say how); the result lists
+//!   each change of path.
 //! - `disable_sqflow` asks the target, at Connect, to disable SQ flow
 //!   control, which lets it complete successful reads with the C2HData
 //!   SUCCESS flag instead of a separate CapsuleResp.
@@ -60,6 +64,7 @@ use tokio::sync::{mpsc, watch};
 use crate::cpu::{self, CpuTimes};
 use crate::histogram::Histogram;
 use crate::job::{Check, Job, Phase, PhaseOutcome, Report, Reporter, Shared};
+use crate::paths::{Connected, Paths, known_paths};
 use crate::pattern::{self, OpKind, Source};
 use crate::rate::RateLimiter;
 use crate::result::{CpuUsage, LatencySummary, Sample, WorkloadResult};
@@ -368,14 +373,66 @@ pub async fn run(spec: &WorkloadSpec, mut opts: RunOptions) -> Result<WorkloadRe
     check_spec(spec)?;
     let target = spec.target.to_string();
     let cfg = host_config(spec, opts.host.take().unwrap_or_default());
-    let (ctrl, drivers) = Controller::connect_with_drivers::<u16>(spec.target.addr, &spec.target.nqn, &cfg)
-        .await
-        .map_err(|source| BenchError::Connect { target: target.clone(), source })?;
-    let result = run_connected(spec, &mut opts, &ctrl, drivers).await;
-    if let Err(e) = ctrl.disconnect().await {
-        tracing::debug!("disconnecting from {target}: {e}");
+    let (addr, nqn) = (spec.target.addr, spec.target.nqn.as_str());
+    let connected = match spec.failover {
+        None => Controller::connect_with_drivers::<u16>(addr, nqn, &cfg).await.map(|(c, d)| (c, d, addr)),
+        // Start where a multipath host would: on the best path.
+        Some(_) => strata_host::connect_best_with_drivers::<u16>(&[addr], None, nqn, &cfg, cfg.connect_timeout).await,
+    };
+    let (ctrl, drivers, path) = connected.map_err(|source| BenchError::Connect { target: target.clone(), source })?;
+    match namespace_of(spec, &ctrl).await {
+        Ok(ns) => {
+            let seeds = match spec.failover {
+                Some(_) => known_paths(addr, nqn, &cfg, cfg.connect_timeout).await,
+                None => vec![addr],
+            };
+            let paths = Arc::new(Paths::new(
+                ctrl,
+                Connected {
+                    seeds,
+                    addr: path,
+                    nqn: nqn.to_string(),
+                    nsid: spec.target.nsid,
+                    nsze: ns.nsze,
+                    cfg,
+                    failover: spec.failover,
+                    poll: (spec.poll_us > 0).then(|| Duration::from_micros(spec.poll_us)),
+                },
+            ));
+            let r = run_connected(spec, &mut opts, ns, drivers, &paths).await;
+            paths.disconnect().await;
+            r
+        }
+        Err(e) => {
+            if let Err(d) = ctrl.disconnect().await {
+                tracing::debug!("disconnecting from {target}: {d}");
+            }
+            Err(e)
+        }
     }
-    result
+}
+
+/// What the run needs to know of its namespace.
+#[derive(Debug, Clone, Copy)]
+struct NamespaceFacts {
+    nsze: u64,
+    block_bytes: usize,
+    max_transfer: usize,
+}
+
+/// Identifies the spec's namespace on `ctrl`.
+async fn namespace_of(spec: &WorkloadSpec, ctrl: &Controller) -> Result<NamespaceFacts, BenchError> {
+    let nsid = spec.target.nsid;
+    let ns = ctrl.identify_namespace(nsid).await.map_err(|source| BenchError::Identify { nsid, source })?;
+    if ns.nsze == 0 {
+        return Err(BenchError::Namespace { nsid, reason: "not active on this controller (NSZE 0)".into() });
+    }
+    let block_bytes = ns
+        .block_size_bytes()
+        .and_then(|b| usize::try_from(b).ok())
+        .filter(|&b| b > 0)
+        .ok_or_else(|| BenchError::Namespace { nsid, reason: "its formatted LBA size is invalid".into() })?;
+    Ok(NamespaceFacts { nsze: ns.nsze, block_bytes, max_transfer: ctrl.max_transfer_bytes() })
 }
 
 /// The caller's host settings with what the spec decides put in.
@@ -394,24 +451,15 @@ fn host_config(spec: &WorkloadSpec, base: HostConfig) -> HostConfig {
 async fn run_connected(
     spec: &WorkloadSpec,
     opts: &mut RunOptions,
-    ctrl: &Controller,
+    ns: NamespaceFacts,
     drivers: Vec<strata_host::QueueDriver<u16>>,
+    paths: &Arc<Paths>,
 ) -> Result<WorkloadResult, BenchError> {
     if drivers.len() < spec.jobs as usize {
         return Err(BenchError::TooFewQueues { wanted: spec.jobs, granted: drivers.len() });
     }
-    let nsid = spec.target.nsid;
-    let ns = ctrl.identify_namespace(nsid).await.map_err(|source| BenchError::Identify { nsid, source })?;
-    if ns.nsze == 0 {
-        return Err(BenchError::Namespace { nsid, reason: "not active on this controller (NSZE 0)".into() });
-    }
-    let block_bytes = ns
-        .block_size_bytes()
-        .and_then(|b| usize::try_from(b).ok())
-        .filter(|&b| b > 0)
-        .ok_or_else(|| BenchError::Namespace { nsid, reason: "its formatted LBA size is invalid".into() })?;
-    let ns_bytes = ns.nsze.saturating_mul(block_bytes as u64);
-    let max_transfer = ctrl.max_transfer_bytes();
+    let NamespaceFacts { nsze, block_bytes, max_transfer } = ns;
+    let ns_bytes = nsze.saturating_mul(block_bytes as u64);
     let l = layout(spec, block_bytes, ns_bytes, max_transfer)?;
     let generation = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let stamp = spec.verify.then_some(Stamp { seed: spec.seed, generation });
@@ -423,7 +471,8 @@ async fn run_connected(
                 d.set_busy_poll(Duration::from_micros(spec.poll_us));
             }
             let seed = spec.seed.wrapping_add(i as u64);
-            Job::new(i, d, nsid, block_bytes, spec.bs.max(PREFILL_CHUNK_BYTES as u32) as usize, stamp, seed)
+            let max_write = spec.bs.max(PREFILL_CHUNK_BYTES as u32) as usize;
+            Job::new(i, d, paths.clone(), spec.target.nsid, block_bytes, max_write, stamp, seed)
         })
         .collect();
     let reads = matches!(spec.rw, Pattern::Read | Pattern::RandRead | Pattern::RandRw);
@@ -443,6 +492,7 @@ async fn run_connected(
         errors: 0,
         verify_failures: 0,
         aborted: None,
+        failovers: Vec::new(),
     };
     if spec.prefill && reads {
         let chunk =
@@ -453,10 +503,12 @@ async fn run_connected(
             result.verify_failures = failures;
             result.aborted = Some(why);
             finish_teardown(jobs).await;
+            result.failovers = paths.events().await;
             return Ok(result);
         }
     }
     measure(spec, &l, jobs, opts, &mut result).await;
+    result.failovers = paths.events().await;
     Ok(result)
 }
 

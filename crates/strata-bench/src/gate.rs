@@ -609,6 +609,7 @@ pub(crate) mod tests {
             errors: 0,
             verify_failures: 0,
             aborted: None,
+            failovers: vec![],
         }
     }
 

@@ -25,6 +25,17 @@
 //!
 //! The first I/O error or verify mismatch sets `stop` for every job: a run
 //! never continues past a failure.
+//!
+//! With failover on, a path failure is not an error: a completion with a
+//! path error (or any status without Do Not Retry, except Reservation
+//! Conflict), a queue that failed, a submission the queue refused or an
+//! I/O past the I/O timeout drops the queue, puts everything that was in
+//! flight on the retry list (keeping its first submission time, so its
+//! latency shows the pause) and takes a queue on the next path from
+//! [`Paths::replace`]. The retry list is sent before any new I/O, and a
+//! phase ends only once it is empty. Writes may land twice, and in
+//! either order: a verify write always writes its LBA's one pattern, and
+//! other runs' data is never checked.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,9 +44,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use strata_host::{Completion, HostError, QueueDriver};
 use strata_nvme::command::{ReadWrite, Sqe, io};
+use strata_nvme::status::Status;
 use tokio::sync::mpsc;
 
 use crate::histogram::Histogram;
+use crate::paths::Paths;
 use crate::pattern::{NextIo, OpKind, Source};
 use crate::rate::{Grant, RateLimiter};
 use crate::verify::{self, BlockCheck, Stamp};
@@ -157,6 +170,10 @@ impl Acc {
 pub(crate) struct Job {
     pub(crate) index: usize,
     pub(crate) driver: QueueDriver<u16>,
+    /// The run's connection: where a new queue comes from on failover.
+    paths: Arc<Paths>,
+    /// The generation of the connection `driver` belongs to.
+    generation: u64,
     nsid: u32,
     block_bytes: usize,
     /// Pattern of the verify writes; `None` writes `payload`.
@@ -166,6 +183,12 @@ pub(crate) struct Job {
     slots: Vec<Option<InFlight>>,
     free: Vec<u16>,
     done: Vec<(u16, Result<Completion, HostError>)>,
+    /// I/Os to send again on a new path, in the order they were sent.
+    retry: std::collections::VecDeque<InFlight>,
+    /// A path failure seen and not yet acted on.
+    path_failed: Option<String>,
+    /// Whether an I/O completed on the current queue.
+    served: bool,
 }
 
 fn far_future(now: Instant) -> Instant {
@@ -175,9 +198,11 @@ fn far_future(now: Instant) -> Instant {
 impl Job {
     /// A job on `driver` for namespace `nsid` with `block_bytes` blocks,
     /// writing at most `max_write` bytes per I/O.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         index: usize,
         driver: QueueDriver<u16>,
+        paths: Arc<Paths>,
         nsid: u32,
         block_bytes: usize,
         max_write: usize,
@@ -195,6 +220,8 @@ impl Job {
         Job {
             index,
             driver,
+            paths,
+            generation: 0,
             nsid,
             block_bytes,
             stamp,
@@ -202,11 +229,15 @@ impl Job {
             slots: vec![None; depth],
             free: (0..depth as u16).rev().collect(),
             done: Vec::with_capacity(depth),
+            retry: std::collections::VecDeque::new(),
+            path_failed: None,
+            served: false,
         }
     }
 
-    fn submit(&mut self, io: NextIo, now: Instant, measured: bool) -> Result<(), HostError> {
-        // The caller checked that a slot is free.
+    /// Sends `f` on the queue. The caller checked that a slot is free.
+    fn submit(&mut self, f: InFlight) -> Result<(), HostError> {
+        let io = f.io;
         let Some(token) = self.free.pop() else { return Err(HostError::InvalidArgument("no free slot".into())) };
         let len = io.nlb as usize * self.block_bytes;
         let mut sqe = Sqe::new(if io.kind == OpKind::Read { io::READ } else { io::WRITE }, 0);
@@ -225,7 +256,68 @@ impl Job {
             self.free.push(token);
             return Err(e);
         }
-        self.slots[usize::from(token)] = Some(InFlight { io, submitted: now, measured });
+        self.slots[usize::from(token)] = Some(f);
+        Ok(())
+    }
+
+    /// Sends `f`, or, when the queue refuses it and the run fails over,
+    /// keeps it for the next path. `Err` describes a failure that ends
+    /// the run.
+    fn send(&mut self, f: InFlight) -> Result<(), String> {
+        match self.submit(f) {
+            Ok(()) => Ok(()),
+            Err(e) if self.paths.fails_over() => {
+                self.retry.push_back(f);
+                self.note_path_failure(format!("the queue refused a command: {e}"));
+                Ok(())
+            }
+            Err(e) => Err(format!(
+                "job {}: submitting {} of {} blocks at LBA {}: {e}",
+                self.index, f.io.kind, f.io.nlb, f.io.slba
+            )),
+        }
+    }
+
+    fn note_path_failure(&mut self, cause: String) {
+        if self.path_failed.is_none() {
+            self.path_failed = Some(cause);
+        }
+    }
+
+    /// Whether a failed completion is a path failure to ride through
+    /// (the run fails over and the status allows a retry elsewhere).
+    fn is_path_failure(&self, res: &Result<Completion, HostError>) -> bool {
+        if !self.paths.fails_over() {
+            return false;
+        }
+        match res {
+            Ok(c) => {
+                let st = c.cqe.status;
+                !st.is_success()
+                    && (st.is_path_error() || (!st.is_dnr() && st.code() != Status::RESERVATION_CONFLICT.code()))
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Drops the queue after a path failure, puts what was in flight on
+    /// the retry list and takes a queue on the next path.
+    async fn fail_over(&mut self, cause: String, shared: &Shared) -> Result<(), String> {
+        let since = Instant::now();
+        let mut stranded: Vec<InFlight> = self.slots.iter_mut().filter_map(Option::take).collect();
+        stranded.sort_by_key(|f| f.submitted);
+        self.retry.extend(stranded);
+        let cause = format!("job {}: {cause}", self.index);
+        let (driver, generation) =
+            self.paths.replace(self.index, self.generation, &cause, since, self.served, &shared.stop).await?;
+        self.served = false;
+        // The old queue's connection closes as it drops.
+        self.driver = driver;
+        self.generation = generation;
+        let depth = usize::from(self.driver.depth());
+        self.slots = vec![None; depth];
+        self.free = (0..depth as u16).rev().collect();
+        self.done.clear();
         Ok(())
     }
 
@@ -268,24 +360,52 @@ impl Job {
             if now >= watchdog {
                 watchdog = now + Duration::from_secs(1);
                 if let Some(f) = self.slots.iter().flatten().find(|f| now.duration_since(f.submitted) > ph.io_timeout) {
-                    self.fail(
-                        &mut out,
-                        &ph.shared,
-                        format!(
-                            "job {}: {} of {} blocks at LBA {} did not complete within {:?}",
-                            self.index, f.io.kind, f.io.nlb, f.io.slba, ph.io_timeout
-                        ),
-                    );
-                    out.errors += 1;
-                    // The queue may be wedged: give up on what is in flight.
+                    if self.paths.fails_over() {
+                        let f = *f;
+                        self.note_path_failure(format!(
+                            "{} of {} blocks at LBA {} did not complete within {:?}",
+                            f.io.kind, f.io.nlb, f.io.slba, ph.io_timeout
+                        ));
+                    } else {
+                        self.fail(
+                            &mut out,
+                            &ph.shared,
+                            format!(
+                                "job {}: {} of {} blocks at LBA {} did not complete within {:?}",
+                                self.index, f.io.kind, f.io.nlb, f.io.slba, ph.io_timeout
+                            ),
+                        );
+                        out.errors += 1;
+                        // The queue may be wedged: give up on what is in flight.
+                        break;
+                    }
+                }
+            }
+            if let Some(cause) = self.path_failed.take() {
+                if let Err(why) = self.fail_over(cause, &ph.shared).await {
+                    if !ph.shared.stop.load(Ordering::Relaxed) {
+                        out.errors += self.retry.len() as u64;
+                        self.fail(&mut out, &ph.shared, why);
+                    }
+                    // Stopped anyway: what is left to retry is dropped.
+                    self.retry.clear();
                     break;
+                }
+                continue;
+            }
+            // What a failed path left is sent first.
+            while !self.free.is_empty() && self.path_failed.is_none() {
+                let Some(f) = self.retry.pop_front() else { break };
+                if let Err(msg) = self.send(f) {
+                    out.errors += 1;
+                    self.fail(&mut out, &ph.shared, msg);
                 }
             }
             if issuing && (ph.shared.stop.load(Ordering::Relaxed) || ph.end.is_some_and(|e| now >= e)) {
                 issuing = false;
             }
             let mut rate_wait = None;
-            if issuing {
+            if issuing && self.retry.is_empty() && self.path_failed.is_none() {
                 let mut want = depth.saturating_sub(self.in_flight()) as u64;
                 let measured = ph.measure_from.is_some_and(|m| now >= m);
                 if want > 0 && measured && ph.shared.budget.is_some() {
@@ -319,19 +439,18 @@ impl Job {
                         issuing = false;
                         break;
                     };
-                    if let Err(e) = self.submit(io, now, measured) {
+                    if let Err(msg) = self.send(InFlight { io, submitted: now, measured }) {
                         out.errors += 1;
-                        let msg = format!(
-                            "job {}: submitting {} of {} blocks at LBA {}: {e}",
-                            self.index, io.kind, io.nlb, io.slba
-                        );
                         self.fail(&mut out, &ph.shared, msg);
                         issuing = false;
                         break;
                     }
                 }
             }
-            if !issuing && self.in_flight() == 0 {
+            if self.path_failed.is_some() {
+                continue;
+            }
+            if !issuing && self.in_flight() == 0 && self.retry.is_empty() {
                 break;
             }
             let mut deadline = boundary.min(watchdog);
@@ -395,9 +514,21 @@ impl Job {
             let Some(f) = self.slots.get_mut(usize::from(token)).and_then(Option::take) else { continue };
             self.free.push(token);
             let io = f.io;
+            if self.is_path_failure(&res) {
+                let cause = match &res {
+                    Ok(c) => format!("{} of {} blocks at LBA {}: {}", io.kind, io.nlb, io.slba, c.cqe.status),
+                    Err(e) => e.to_string(),
+                };
+                self.retry.push_back(f);
+                self.note_path_failure(cause);
+                continue;
+            }
             let what = || format!("job {}: {} of {} blocks at LBA {}", self.index, io.kind, io.nlb, io.slba);
             let c = match res {
-                Ok(c) if c.cqe.status.is_success() => c,
+                Ok(c) if c.cqe.status.is_success() => {
+                    self.served = true;
+                    c
+                }
                 Ok(c) => {
                     out.errors += 1;
                     self.fail(out, &ph.shared, format!("{} failed: {}", what(), c.cqe.status));

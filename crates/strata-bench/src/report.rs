@@ -246,7 +246,7 @@ pub fn render_text(report: &Report) -> String {
             if s.rw == crate::spec::Pattern::RandRw { format!(" rwmixread={}", s.read_pct) } else { String::new() };
         let _ = writeln!(
             out,
-            "{}: {}{mix} bs={} iodepth={} jobs={} target={}{}{}{}{}",
+            "{}: {}{mix} bs={} iodepth={} jobs={} target={}{}{}{}{}{}",
             w.name,
             pattern_name(s.rw),
             format_size(u64::from(s.bs)),
@@ -256,7 +256,8 @@ pub fn render_text(report: &Report) -> String {
             if s.verify { " verify" } else { "" },
             if s.digests { " digests" } else { "" },
             if s.poll_us > 0 { format!(" poll-us={}", s.poll_us) } else { String::new() },
-            if s.disable_sqflow { " disable-sqflow" } else { "" }
+            if s.disable_sqflow { " disable-sqflow" } else { "" },
+            s.failover.map(|d| format!(" failover={d:?}")).unwrap_or_default()
         );
         let _ = writeln!(
             out,
@@ -275,6 +276,13 @@ pub fn render_text(report: &Report) -> String {
         }
         if r.errors > 0 || r.verify_failures > 0 {
             let _ = writeln!(out, "  I/O errors: {}, verify mismatches: {}", r.errors, r.verify_failures);
+        }
+        for f in &r.failovers {
+            let _ = writeln!(
+                out,
+                "  failover at {:.1} s: now on {} after {:.0} ms ({})",
+                f.at_s, f.path, f.reconnect_ms, f.cause
+            );
         }
         if let Some(why) = &r.aborted {
             let _ = writeln!(out, "  ABORTED: {why}");

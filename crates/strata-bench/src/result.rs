@@ -104,4 +104,23 @@ pub struct WorkloadResult {
     /// Why the run ended early, if it did (I/O error, verify mismatch,
     /// stop-loss).
     pub aborted: Option<String>,
+    /// The path changes of a run with [`WorkloadSpec::failover`], in
+    /// order. Absent from older reports.
+    #[serde(default)]
+    pub failovers: Vec<Failover>,
+}
+
+/// One change of path during a run.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Failover {
+    /// Seconds since the run connected when the failure was seen.
+    pub at_s: f64,
+    /// What failed.
+    pub cause: String,
+    /// The path the run goes on with (`ADDR:PORT`).
+    pub path: String,
+    /// From the failure to the new path's connection, milliseconds. The
+    /// pause an I/O saw also shows in the latency figures: a re-issued
+    /// I/O counts from its first submission.
+    pub reconnect_ms: f64,
 }

@@ -134,6 +134,17 @@ pub struct WorkloadSpec {
     /// reports, which read back as `false`.
     #[serde(default)]
     pub disable_sqflow: bool,
+    /// Ride through path failures as a multipath host does: a path error
+    /// (ANA Transition or Inaccessible, a status without Do Not Retry), a
+    /// lost connection or an I/O past the I/O timeout drops the
+    /// connection, connects again to the best path discovery at the
+    /// target's address lists (optimized first) and re-issues the I/Os
+    /// that were in flight, counting their latency from their first
+    /// submission. Only a path that stays lost this long fails the run.
+    /// `None` (the default): the first failure ends the run. Absent from
+    /// older reports.
+    #[serde(default)]
+    pub failover: Option<Duration>,
 }
 
 /// Largest [`WorkloadSpec::poll_us`]: one second. A longer spin is no
@@ -165,6 +176,7 @@ impl Default for WorkloadSpec {
             seed: 0x5eed,
             poll_us: 0,
             disable_sqflow: false,
+            failover: None,
         }
     }
 }

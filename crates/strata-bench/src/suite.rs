@@ -23,7 +23,7 @@
 //! Workload keys (also valid in `[defaults]`, except `name` and `gates`)
 //! are the command-line options' names: `target`, `nsid`, `rw`,
 //! `rwmixread`, `bs`, `iodepth`, `jobs`, `runtime`, `size`, `ramp`, `rate`,
-//! `verify`, `prefill`, `digests`, `span`, `seed`, `poll_us`, `disable_sqflow` (the
+//! `verify`, `prefill`, `digests`, `span`, `seed`, `poll_us`, `disable_sqflow`, `failover` (the
 //! last two are `--poll-us` and `--disable-sqflow`; a TOML key cannot
 //! hold a dash comfortably). A value missing from both the
 //! workload and `[defaults]` takes [`WorkloadSpec::default`]'s. Sizes are
@@ -161,6 +161,7 @@ struct RawWorkload {
     seed: Option<u64>,
     poll_us: Option<u64>,
     disable_sqflow: Option<bool>,
+    failover: Option<Dur>,
     gates: Option<Vec<Gate>>,
 }
 
@@ -292,6 +293,7 @@ impl Suite {
                 seed: w.seed.or(d.seed).unwrap_or(base.seed),
                 poll_us: w.poll_us.or(d.poll_us).unwrap_or(base.poll_us),
                 disable_sqflow: w.disable_sqflow.or(d.disable_sqflow).unwrap_or(base.disable_sqflow),
+                failover: w.failover.or(d.failover).map(|x| x.0),
             };
             let spec = WorkloadSpec {
                 runtime: if spec.runtime.is_none() && spec.size.is_none() { base.runtime } else { spec.runtime },
@@ -389,6 +391,9 @@ pub fn check_spec(s: &WorkloadSpec) -> Result<(), String> {
     }
     if s.poll_us > MAX_POLL_US {
         return Err(format!("poll_us = {} must be 0..={MAX_POLL_US} microseconds (0: no busy polling)", s.poll_us));
+    }
+    if s.failover == Some(Duration::ZERO) {
+        return Err("failover must be more than 0s (leave it out to end the run at the first failure)".into());
     }
     Ok(())
 }

@@ -47,6 +47,7 @@ use std::time::Duration;
 
 use strata_block::{BlockDevice, BlockError, BlockFuture, DeviceUsage, Geometry, IoBuf};
 
+use crate::paths::find;
 use crate::{Controller, HostConfig, HostError};
 use strata_nvme::status::Status;
 
@@ -163,7 +164,10 @@ impl RemoteNamespace {
         if seeds.is_empty() {
             return Err(HostError::InvalidArgument(format!("no address given for {nqn}")));
         }
-        let (ctrl, addr) = find(seeds, discover, None, nqn, cfg, cfg.connect_timeout.min(DEFAULT_TIMEOUT)).await?;
+        let (ctrl, (), addr) = find(seeds, discover, None, nqn, cfg, cfg.connect_timeout.min(DEFAULT_TIMEOUT), |a| {
+            connect_plain(a, nqn, cfg)
+        })
+        .await?;
         let nsid = match nsid {
             Some(n) => n,
             None => match ctrl.active_namespaces().await?.first() {
@@ -293,8 +297,11 @@ impl RemoteNamespace {
         }
         let limit = self.command_timeout();
         let path = |e| Attempt::Path(io_error(e));
-        let (c, addr) =
-            find(&self.seeds, self.discover, Some(self.addr()), &self.nqn, &self.cfg, limit).await.map_err(path)?;
+        let (c, (), addr) = find(&self.seeds, self.discover, Some(self.addr()), &self.nqn, &self.cfg, limit, |a| {
+            connect_plain(a, &self.nqn, &self.cfg)
+        })
+        .await
+        .map_err(path)?;
         let id = tokio::time::timeout(limit, c.identify_namespace(self.nsid))
             .await
             .map_err(|_| Attempt::Path(io_error(format!("identifying namespace {} at {addr} timed out", self.nsid))))?
@@ -413,62 +420,9 @@ enum Attempt {
     Final(BlockError),
 }
 
-/// Connects to `nqn`: at the address the first of `seeds` whose discovery
-/// lists it gives (when `discover`), else at `last`, else at each seed;
-/// each step within `limit`. Returns the controller and where it is.
-async fn find(
-    seeds: &[SocketAddr],
-    discover: bool,
-    last: Option<SocketAddr>,
-    nqn: &str,
-    cfg: &HostConfig,
-    limit: Duration,
-) -> Result<(Controller, SocketAddr), HostError> {
-    let mut err = None;
-    let mut candidates: Vec<SocketAddr> = Vec::new();
-    for &seed in seeds.iter().filter(|_| discover) {
-        match tokio::time::timeout(limit, crate::discover(seed, cfg)).await {
-            Ok(Ok(entries)) => {
-                candidates.extend(entries.iter().filter(|e| e.subnqn == nqn).filter_map(|e| e.tcp_socket_addr()))
-            }
-            Ok(Err(e)) => err = Some(e),
-            Err(_) => err = Some(HostError::Timeout { what: "discovery", after: limit }),
-        }
-        if !candidates.is_empty() {
-            break;
-        }
-    }
-    candidates.extend(last);
-    candidates.extend_from_slice(seeds);
-    let mut tried = Vec::new();
-    // The first path that is not optimized, kept in case none is.
-    let mut fallback: Option<(Controller, SocketAddr)> = None;
-    for addr in candidates {
-        if tried.contains(&addr) {
-            continue;
-        }
-        tried.push(addr);
-        let connected = tokio::time::timeout(limit, async {
-            let c = Controller::connect(addr, nqn, cfg).await?;
-            let optimized = c.is_optimized().await?;
-            Ok::<_, HostError>((c, optimized))
-        });
-        match connected.await {
-            Ok(Ok((c, true))) => {
-                if let Some((other, _)) = fallback {
-                    let _ = tokio::time::timeout(limit, other.disconnect()).await;
-                }
-                return Ok((c, addr));
-            }
-            Ok(Ok((c, false))) if fallback.is_none() => fallback = Some((c, addr)),
-            Ok(Ok((c, false))) => {
-                let _ = tokio::time::timeout(limit, c.disconnect()).await;
-            }
-            Ok(Err(e)) => err = Some(e),
-            Err(_) => err = Some(HostError::Timeout { what: "connect", after: limit }),
-        }
-    }
-    fallback.ok_or_else(|| err.unwrap_or_else(|| HostError::InvalidArgument(format!("no address leads to {nqn}"))))
+/// A path's controller with its own I/O queues.
+async fn connect_plain(addr: SocketAddr, nqn: &str, cfg: &HostConfig) -> Result<(Controller, ()), HostError> {
+    Ok((Controller::connect(addr, nqn, cfg).await?, ()))
 }
 
 impl BlockDevice for RemoteNamespace {

@@ -174,6 +174,13 @@ struct RunArgs {
     /// with the C2HData SUCCESS flag instead of a CapsuleResp.
     #[arg(long)]
     disable_sqflow: bool,
+    /// Follow the volume through path failures and owner failovers for up
+    /// to DURATION each, as a multipath host does: on a path error, a
+    /// lost connection or an I/O timeout, connect again to the best path
+    /// discovery at the target lists and re-issue what was in flight.
+    /// Without it the first failure ends the run.
+    #[arg(long, value_name = "DURATION", value_parser = parse_dur)]
+    failover: Option<Duration>,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -404,6 +411,7 @@ fn spec_of(args: &RunArgs) -> Result<WorkloadSpec, Failure> {
         seed: args.seed.unwrap_or(WorkloadSpec::default().seed),
         poll_us: args.poll_us,
         disable_sqflow: args.disable_sqflow,
+        failover: args.failover,
     };
     check_spec(&spec).map_err(usage)?;
     Ok(spec)

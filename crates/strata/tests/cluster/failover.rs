@@ -149,14 +149,10 @@ fn summary(pauses: &[Duration]) -> serde_json::Value {
     })
 }
 
-#[test]
-fn a_multipath_host_rides_through_owner_kills_and_path_losses_without_an_error() {
-    let _group = strata_testkit::group(module_path!());
-    let rounds: usize = std::env::var("STRATA_FAILOVER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
-    let etcd = EtcdProcess::start();
-    let tmp = tempfile::tempdir().unwrap();
+/// Three nodes on loopback (3 s lease) and a `rep:3` volume `v`; its NQN.
+fn three_nodes_and_v(root: &std::path::Path, etcd: &EtcdProcess) -> (Vec<NodeProc>, String) {
     let ports = free_ports(12);
-    let mut nodes: Vec<NodeProc> = (1..=3).map(|i| loopback_node(tmp.path(), i, &etcd.url(), "512M", &ports)).collect();
+    let nodes: Vec<NodeProc> = (1..=3).map(|i| loopback_node(root, i, &etcd.url(), "512M", &ports)).collect();
     wait_for("three nodes up", Duration::from_secs(30), &nodes, || {
         let s = nodes[0].api("GET", "/api/v1/pool", None)?;
         (s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count() == 3).then_some(())
@@ -165,13 +161,27 @@ fn a_multipath_host_rides_through_owner_kills_and_path_losses_without_an_error()
         .api("POST", "/api/v1/volumes", Some(json!({"name": "v", "size": "64M", "protect": "rep:3"})))
         .expect("create answered");
     let nqn = created["nqn"].as_str().expect("an NQN").to_string();
-    let healthy = |nodes: &[NodeProc], via: usize| {
-        wait_for("v healthy, three in sync", Duration::from_secs(90), nodes, || {
-            let v = volume_status(&nodes[via], "v")?;
-            (v["state"] == "healthy" && v["in_sync"].as_array()?.len() == 3 && v["owner"].as_u64().is_some())
-                .then_some(v["owner"].as_u64()?)
-        })
-    };
+    (nodes, nqn)
+}
+
+/// Waits until `v` is healthy with three replicas in sync, as node `via`
+/// sees it; returns its owner's id.
+fn healthy_owner(nodes: &[NodeProc], via: usize) -> u64 {
+    wait_for("v healthy, three in sync", Duration::from_secs(90), nodes, || {
+        let v = volume_status(&nodes[via], "v")?;
+        (v["state"] == "healthy" && v["in_sync"].as_array()?.len() == 3 && v["owner"].as_u64().is_some())
+            .then_some(v["owner"].as_u64()?)
+    })
+}
+
+#[test]
+fn a_multipath_host_rides_through_owner_kills_and_path_losses_without_an_error() {
+    let _group = strata_testkit::group(module_path!());
+    let rounds: usize = std::env::var("STRATA_FAILOVER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let etcd = EtcdProcess::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut nodes, nqn) = three_nodes_and_v(tmp.path(), &etcd);
+    let healthy = healthy_owner;
     healthy(&nodes, 0);
     let seeds: Vec<SocketAddr> = nodes.iter().map(|n| n.addrs.listen.parse().unwrap()).collect();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -243,4 +253,73 @@ fn a_multipath_host_rides_through_owner_kills_and_path_losses_without_an_error()
     if let Ok(path) = std::env::var("STRATA_FAILOVER_REPORT") {
         std::fs::write(path, serde_json::to_string_pretty(&report).unwrap()).expect("the report");
     }
+}
+
+/// `strata bench --failover` is a multipath host too: a verify run
+/// (prefill, then random reads and writes checked byte for byte) goes on
+/// through the owner's kill -9 and through the loss of the path it uses,
+/// with no error, and its report names each path change. Without
+/// `--failover` the same path loss ends a run.
+#[test]
+fn strata_bench_with_failover_rides_through_an_owner_kill_and_a_path_loss() {
+    let _group = strata_testkit::group(module_path!());
+    let etcd = EtcdProcess::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut nodes, nqn) = three_nodes_and_v(tmp.path(), &etcd);
+    let owner = healthy_owner;
+    owner(&nodes, 0);
+    let bench = |seed: &str, runtime: &str, failover: bool| {
+        let mut cmd = Command::new(crate::common::BIN);
+        cmd.args(["bench", "--target", &format!("tcp://{seed}/{nqn}"), "--rw", "randrw", "--iodepth", "4"])
+            .args(["--jobs", "2", "--verify", "--prefill", "--span", "4M", "--runtime", runtime, "--json", "-q"]);
+        if failover {
+            cmd.args(["--failover", "60s"]);
+        }
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("strata bench")
+    };
+    let result = |child: std::process::Child| {
+        let out = child.wait_with_output().expect("strata bench ran");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no report ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), report["workloads"][0]["result"].clone())
+    };
+
+    // With failover: the owner killed, back, then the path in use closed.
+    let run = bench(&nodes[0].addrs.listen, "24s", true);
+    std::thread::sleep(Duration::from_secs(4));
+    let via = 0;
+    let name = node_name(&nodes[via], owner(&nodes, via)).expect("the owner's name");
+    let k = nodes.iter().position(|n| n.name == name).expect("the owner");
+    nodes[k].kill9();
+    std::thread::sleep(Duration::from_secs(7));
+    nodes[k].restart();
+    let via = (k + 1) % 3;
+    owner(&nodes, via);
+    let used = crate::common::owner_addr(&nodes[via], "v").expect("the owner's address");
+    let closed = ClosedPort::close(used.port());
+    std::thread::sleep(Duration::from_secs(3));
+    drop(closed);
+    let (code, r) = result(run);
+    assert_eq!((r["errors"].as_u64(), r["verify_failures"].as_u64()), (Some(0), Some(0)), "{r:#}");
+    assert!(r["aborted"].is_null(), "the run ended early: {}", r["aborted"]);
+    assert_eq!(code, Some(0));
+    let failovers = r["failovers"].as_array().expect("failovers");
+    eprintln!("strata bench failovers: {failovers:#?}");
+    assert!(failovers.len() >= 2, "an owner kill and a path loss, but {} failovers", failovers.len());
+    assert!(
+        failovers.iter().any(|f| f["path"].as_str() != Some(&used.to_string())),
+        "it never left the closed path {used}"
+    );
+    assert!(r["ios"].as_u64().unwrap_or(0) > 0);
+
+    // Without: the first path loss ends the run, as it always did.
+    let used = crate::common::owner_addr(&nodes[via], "v").expect("the owner's address");
+    let run = bench(&used.to_string(), "20s", false);
+    std::thread::sleep(Duration::from_secs(3));
+    let closed = ClosedPort::close(used.port());
+    let (code, r) = result(run);
+    drop(closed);
+    assert_eq!(code, Some(1), "{r:#}");
+    assert!(r["aborted"].is_string() && r["errors"].as_u64() > Some(0), "{r:#}");
+    assert_eq!(r["failovers"].as_array().map(Vec::len), Some(0));
 }
