@@ -108,6 +108,19 @@ impl Client {
         }
     }
 
+    /// `AUTH user password` (`user` `None`: `AUTH password`, the
+    /// default user).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::call`], or an error reply (`WRONGPASS`).
+    pub async fn auth(&mut self, user: Option<&str>, password: &[u8]) -> Result<(), ClientError> {
+        match user {
+            Some(u) => self.ok_call(&[b"AUTH", u.as_bytes(), password]).await.map(drop),
+            None => self.ok_call(&[&b"AUTH"[..], password]).await.map(drop),
+        }
+    }
+
     /// `GET`.
     ///
     /// # Errors

@@ -31,7 +31,19 @@ pub enum Command {
     /// `ECHO message`
     Echo(Bytes),
     /// `HELLO [protover [AUTH user pass] [SETNAME name]]`
-    Hello(Option<u8>),
+    Hello {
+        /// The protocol to switch to.
+        proto: Option<u8>,
+        /// `AUTH user pass`: authenticate first.
+        auth: Option<(Bytes, Bytes)>,
+    },
+    /// `AUTH [user] password`
+    Auth {
+        /// The user; `None`: `default`.
+        user: Option<Bytes>,
+        /// The password.
+        password: Bytes,
+    },
     /// `QUIT`
     Quit,
     /// `SELECT db`: only database 0 exists.
@@ -118,6 +130,12 @@ fn wrong_args(name: &str) -> Reply {
     Reply::err(format!("wrong number of arguments for '{}' command", name.to_ascii_lowercase()))
 }
 
+/// Redis's answer to a HELLO option it does not know or that lacks its
+/// arguments.
+fn syntax_hello(opt: &[u8]) -> Reply {
+    Reply::err(format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(opt)))
+}
+
 fn syntax() -> Reply {
     Reply::err("syntax error")
 }
@@ -175,7 +193,28 @@ impl Command {
                         _ => return Err(Reply::Error("NOPROTO unsupported protocol version".into())),
                     },
                 };
-                Command::Hello(proto)
+                let mut auth = None;
+                let mut opts = rest.iter().skip(1);
+                while let Some(o) = opts.next() {
+                    match String::from_utf8_lossy(o).to_ascii_uppercase().as_str() {
+                        "AUTH" => match (opts.next(), opts.next()) {
+                            (Some(u), Some(p)) => auth = Some((u.clone(), p.clone())),
+                            _ => return Err(syntax_hello(o)),
+                        },
+                        "SETNAME" if opts.next().is_some() => {}
+                        _ => return Err(syntax_hello(o)),
+                    }
+                }
+                Command::Hello { proto, auth }
+            }
+            "AUTH" => {
+                arity(n == 1 || n == 2)?;
+                let mut it = rest.into_iter();
+                match (it.next(), it.next()) {
+                    (Some(password), None) => Command::Auth { user: None, password },
+                    (Some(user), Some(password)) => Command::Auth { user: Some(user), password },
+                    _ => return Err(wrong_args(&name)),
+                }
             }
             "QUIT" => Command::Quit,
             "SELECT" => {
@@ -373,6 +412,14 @@ mod tests {
             p(&["MSET", "a", "1", "b", "2"]).unwrap(),
             Command::MSet(vec![(Bytes::from("a"), Bytes::from("1")), (Bytes::from("b"), Bytes::from("2"))])
         );
+        let b = |w: &str| Bytes::copy_from_slice(w.as_bytes());
+        assert_eq!(p(&["AUTH", "pw"]).unwrap(), Command::Auth { user: None, password: b("pw") });
+        assert_eq!(p(&["auth", "u", "pw"]).unwrap(), Command::Auth { user: Some(b("u")), password: b("pw") });
+        assert_eq!(p(&["HELLO"]).unwrap(), Command::Hello { proto: None, auth: None });
+        assert_eq!(
+            p(&["HELLO", "3", "SETNAME", "me", "auth", "u", "pw"]).unwrap(),
+            Command::Hello { proto: Some(3), auth: Some((b("u"), b("pw"))) }
+        );
     }
 
     #[test]
@@ -389,6 +436,10 @@ mod tests {
         assert_eq!(err(&["SET", "k", "v", "EX", "99999999999999999"]), "ERR invalid expire time in 'set' command");
         assert_eq!(err(&["NOPE", "a"]), "ERR unknown command 'NOPE', with args beginning with: 'a'");
         assert!(err(&["HELLO", "4"]).starts_with("NOPROTO"));
+        assert_eq!(err(&["HELLO", "3", "AUTH", "u"]), "ERR Syntax error in HELLO option 'AUTH'");
+        assert_eq!(err(&["HELLO", "3", "BOGUS"]), "ERR Syntax error in HELLO option 'BOGUS'");
+        assert_eq!(err(&["AUTH"]), "ERR wrong number of arguments for 'auth' command");
+        assert_eq!(err(&["AUTH", "a", "b", "c"]), "ERR wrong number of arguments for 'auth' command");
         assert_eq!(err(&["KV.PIN", "MEDIUM", "k"]), "ERR syntax error");
     }
 }

@@ -7,11 +7,13 @@
 //!   pins, leases, TTLs, recovery ([`store`] module doc).
 //! - [`resp`] is the Redis protocol, sans I/O; [`server`] drives it over
 //!   TCP, [`client`] is a small async client for it.
+//! - [`auth`] says who may use the port (users, passwords, namespaces).
 //! - [`key`] is the reference key scheme engines should use.
 //! - [`policy`] holds the eviction policies (S3-FIFO, and LRU to compare).
 //!
 //! The user guide is `docs/kv.md` at the repository root.
 
+pub mod auth;
 pub mod client;
 pub mod command;
 mod format;

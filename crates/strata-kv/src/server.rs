@@ -13,8 +13,16 @@
 //! closed, freeing what it held; so many clients each sending half of a
 //! large value wait for each other, then some are refused, rather than
 //! the server running out of memory (or deadlocking). Each connection has its protocol version
-//! (`HELLO 3` switches to RESP3) and its namespace (`KV.NS name`; the
-//! empty namespace by default).
+//! (`HELLO 3` switches to RESP3), its namespace (`KV.NS name`; the
+//! empty namespace by default) and its user ([`crate::auth`]: with users
+//! configured, nothing but `AUTH`, `HELLO ... AUTH` and `QUIT` runs
+//! until one authenticates; a user limited to namespaces starts in its
+//! first and is kept to them).
+//!
+//! A request whose first word is an HTTP `POST` or a `Host:` header closes
+//! the connection at once, unanswered, as redis-server does: a web page
+//! can make a browser send a POST whose body is Redis commands, and
+//! nothing after that line must run.
 
 use std::io::IoSlice;
 use std::net::SocketAddr;
@@ -26,6 +34,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::auth::{Access, Grant, looks_like_http};
 use crate::command::{Command, Expiry};
 use crate::resp::{Limits, Out, Reply, parse_request};
 use crate::store::{KvError, KvStore, Presence, PutOpts, unix_ms};
@@ -48,6 +57,8 @@ pub struct ServerConfig {
     /// How long a connection waits for its share of `request_memory`
     /// before it is refused.
     pub request_memory_wait: Duration,
+    /// Who may connect (default: anyone; see [`crate::auth`]).
+    pub access: Access,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +69,7 @@ impl Default for ServerConfig {
             write_stall: Duration::from_secs(60),
             request_memory: 2 << 30,
             request_memory_wait: Duration::from_secs(10),
+            access: Access::open(),
         }
     }
 }
@@ -130,9 +142,12 @@ pub async fn serve(
 
 struct Conn {
     id: u64,
+    peer: Option<SocketAddr>,
     proto: u8,
     ns: Bytes,
     quit: bool,
+    /// Who it is; `None` until it authenticates.
+    grant: Option<Grant>,
 }
 
 async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> std::io::Result<()> {
@@ -141,7 +156,14 @@ async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> s
         sock.write_all(b"-ERR max number of clients reached\r\n").await?;
         return Ok(());
     }
-    let mut conn = Conn { id: shared.next_id.fetch_add(1, Ordering::Relaxed), proto: 2, ns: Bytes::new(), quit: false };
+    let mut conn = Conn {
+        id: shared.next_id.fetch_add(1, Ordering::Relaxed),
+        peer: sock.peer_addr().ok(),
+        proto: 2,
+        ns: Bytes::new(),
+        quit: false,
+        grant: shared.cfg.access.initial(),
+    };
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::default();
     let stall = shared.cfg.write_stall;
@@ -150,8 +172,19 @@ async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> s
         loop {
             match parse_request(&mut buf, &shared.cfg.limits) {
                 Ok(Some(args)) => {
+                    if args.first().is_some_and(|w| looks_like_http(w)) {
+                        tracing::warn!(
+                            conn = conn.id,
+                            peer = ?conn.peer,
+                            "KV port: a request that looks like HTTP (a web page reaching the port?); connection closed"
+                        );
+                        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "HTTP on the KV port"));
+                    }
                     let reply = match Command::parse(args) {
-                        Ok(cmd) => exec(shared, &mut conn, cmd).await,
+                        Ok(cmd) => match refusal(&conn, &cmd) {
+                            Some(no) => no,
+                            None => exec(shared, &mut conn, cmd).await,
+                        },
                         Err(e) => e,
                     };
                     reply.encode(conn.proto, &mut out);
@@ -320,6 +353,60 @@ async fn set_get(
     Ok(Reply::err("SET ... GET: the key kept changing under other writers; try again"))
 }
 
+/// Why `conn` may not run `cmd`, if it may not: not authenticated, or a
+/// user kept to some namespaces reaching for another or for all.
+fn refusal(conn: &Conn, cmd: &Command) -> Option<Reply> {
+    let Some(g) = &conn.grant else {
+        return match cmd {
+            Command::Auth { .. } | Command::Hello { auth: Some(_), .. } | Command::Quit => None,
+            Command::Hello { auth: None, .. } => Some(Reply::Error(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH \
+                 <user> <pass> option can be used to authenticate the client and select the RESP protocol version at \
+                 the same time"
+                    .into(),
+            )),
+            _ => Some(Reply::Error("NOAUTH Authentication required.".into())),
+        };
+    };
+    if g.is_admin() {
+        return None;
+    }
+    let denied = |what: &str| {
+        tracing::warn!(conn = conn.id, peer = ?conn.peer, user = g.user(), "KV port: {what} denied");
+        Some(Reply::Error(format!("NOPERM User {} has no permissions to {what}", g.user())))
+    };
+    let ns_denied = |ns: &[u8]| denied(&format!("access the '{}' namespace", String::from_utf8_lossy(ns)));
+    match cmd {
+        Command::Flush => denied("run the 'flushall' command"),
+        Command::Quota(_, Some(_)) => denied("set quotas"),
+        Command::Namespace(Some(ns)) | Command::DelNamespace(ns) | Command::Quota(ns, None) if !g.allows(ns) => {
+            ns_denied(ns)
+        }
+        _ => None,
+    }
+}
+
+/// `AUTH` and `HELLO ... AUTH`: the connection becomes `user`'s when the
+/// password is right, and stays as it was when it is not.
+fn authenticate(shared: &Shared, conn: &mut Conn, user: Option<&[u8]>, password: &[u8]) -> Result<(), Reply> {
+    let access = &shared.cfg.access;
+    let name = || String::from_utf8_lossy(user.unwrap_or(crate::auth::DEFAULT_USER.as_bytes())).into_owned();
+    match access.check(user, password) {
+        Some(g) => {
+            tracing::debug!(conn = conn.id, peer = ?conn.peer, user = g.user(), "KV port: authenticated");
+            if !g.allows(&conn.ns) {
+                conn.ns = g.home();
+            }
+            conn.grant = Some(g);
+            Ok(())
+        }
+        None => {
+            tracing::warn!(conn = conn.id, peer = ?conn.peer, user = %name(), "KV port: authentication failed");
+            Err(Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into()))
+        }
+    }
+}
+
 async fn exec(shared: &Shared, conn: &mut Conn, cmd: Command) -> Reply {
     match run(shared, conn, cmd).await {
         Ok(r) => r,
@@ -333,7 +420,20 @@ async fn run(shared: &Shared, conn: &mut Conn, cmd: Command) -> Result<Reply, Kv
     Ok(match cmd {
         Command::Ping(None) => Reply::Simple("PONG".into()),
         Command::Ping(Some(m)) | Command::Echo(m) => Reply::Bulk(m),
-        Command::Hello(proto) => {
+        Command::Auth { user: None, .. } if !shared.cfg.access.required() => Reply::err(
+            "AUTH <password> called without any password configured for the default user. Are you sure your \
+             configuration is correct?",
+        ),
+        Command::Auth { user, password } => match authenticate(shared, conn, user.as_deref(), &password) {
+            Ok(()) => Reply::Ok,
+            Err(no) => no,
+        },
+        Command::Hello { proto, auth } => {
+            if let Some((user, password)) = auth
+                && let Err(no) = authenticate(shared, conn, Some(&user), &password)
+            {
+                return Ok(no);
+            }
             if let Some(p) = proto {
                 conn.proto = p;
             }

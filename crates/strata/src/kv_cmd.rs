@@ -1,6 +1,11 @@
 //! `strata kv serve`: the tiered KV-cache store behind a Redis-protocol
 //! listener. With no arguments: 127.0.0.1:6380, 1 GiB of DRAM and a
 //! 4 GiB SSD tier file under `./strata-data/kv`.
+//!
+//! Without a password (`--requirepass-file`) or users (`--users`) the port
+//! is open to whoever reaches it, so it only listens on loopback; any
+//! other address is refused at start. Secret files must be readable by
+//! their owner only.
 
 use std::sync::Arc;
 
@@ -80,6 +85,80 @@ struct ServeArgs {
     /// Runtime worker threads (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
+    /// The default user's password (`AUTH password`, redis-cli `-a`,
+    /// redis-py `password=`), as the first line of FILE (mode 0600).
+    #[arg(long, value_name = "FILE")]
+    requirepass_file: Option<std::path::PathBuf>,
+    /// Users, as TOML (mode 0600): `[[user]]` tables with `name`,
+    /// `password` and optionally `namespaces = ["..."]`, which keeps the
+    /// user to those namespaces (it starts in the first). See docs/kv.md.
+    #[arg(long, value_name = "FILE")]
+    users: Option<std::path::PathBuf>,
+}
+
+/// One `[[user]]` of a `--users` file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserEntry {
+    name: String,
+    password: String,
+    namespaces: Option<Vec<String>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsersFile {
+    #[serde(default)]
+    user: Vec<UserEntry>,
+}
+
+/// Reads a secret file, refusing one that others may read.
+fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    let mode = meta.permissions().mode();
+    anyhow::ensure!(
+        mode & 0o077 == 0,
+        "{} holds secrets but is readable by others (mode {:o}): chmod 600 {}",
+        path.display(),
+        mode & 0o777,
+        path.display()
+    );
+    std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))
+}
+
+/// Who may use the port, from `--requirepass-file` and `--users`.
+fn access_of(args: &ServeArgs) -> anyhow::Result<strata_kv::auth::Access> {
+    let mut access = strata_kv::auth::Access::open();
+    if let Some(path) = &args.requirepass_file {
+        let text = read_secret(path)?;
+        let pass = text.lines().next().unwrap_or("").trim_end_matches('\r');
+        access
+            .add_user(strata_kv::auth::DEFAULT_USER, pass.as_bytes())
+            .with_context(|| format!("{}", path.display()))?;
+    }
+    if let Some(path) = &args.users {
+        let text = read_secret(path)?;
+        let file: UsersFile = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+        for u in file.user {
+            match &u.namespaces {
+                None => access.add_user(&u.name, u.password.as_bytes()),
+                Some(ns) => access.add_tenant(&u.name, u.password.as_bytes(), ns),
+            }
+            .with_context(|| format!("{}", path.display()))?;
+        }
+    }
+    Ok(access)
+}
+
+/// An open port (no users) listens on loopback only.
+fn check_exposure(listen: std::net::SocketAddr, access: &strata_kv::auth::Access) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        access.required() || listen.ip().is_loopback(),
+        "refusing to serve {listen} without a password: anyone who reaches it could read, write and delete \
+         every block. Set one with --requirepass-file FILE or --users FILE, or listen on loopback"
+    );
+    Ok(())
 }
 
 fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
@@ -130,6 +209,8 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
+    let access = access_of(&args)?;
+    check_exposure(args.listen, &access)?;
     let ssd: Option<Arc<dyn BlockDevice>> = if args.ssd == "none" {
         None
     } else {
@@ -169,8 +250,19 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     // The bound address (port 0 picks one), for people and for scripts.
     let bound = listener.local_addr()?;
     tracing::info!(dram = args.dram, "strata kv serving (RESP2/RESP3) on {bound}");
-    let server_cfg =
-        ServerConfig { max_clients: args.max_clients, request_memory: args.request_memory, ..ServerConfig::default() };
+    if access.required() {
+        tracing::info!("clients must authenticate (AUTH)");
+    } else {
+        tracing::warn!(
+            "no password set: anyone on this machine may use the port (loopback only; see --requirepass-file)"
+        );
+    }
+    let server_cfg = ServerConfig {
+        max_clients: args.max_clients,
+        request_memory: args.request_memory,
+        access,
+        ..ServerConfig::default()
+    };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stop = async move {
         tokio::select! {

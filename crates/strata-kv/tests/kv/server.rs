@@ -299,3 +299,88 @@ async fn set_get_returns_the_value_it_replaced_even_under_racing_writers() {
     assert_eq!(olds.len(), written.len());
     assert!(olds == written, "a value was returned twice or one that was never replaced");
 }
+
+fn err_text(r: Reply) -> String {
+    match r {
+        Reply::Error(e) => e,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+/// A port with users: nothing runs before AUTH, wrong passwords and
+/// names are refused, `HELLO 3 AUTH` works in one step, and a user kept
+/// to namespaces starts in its own and cannot reach the others.
+#[tokio::test]
+async fn with_users_nothing_runs_before_auth_and_tenants_keep_to_their_namespaces() {
+    let mut access = strata_kv::auth::Access::open();
+    access.add_user("default", b"s3cret").unwrap();
+    access.add_tenant("tenant-a", b"pa", &["a"]).unwrap();
+    let (addr, store) = start_with(1 << 20, None, ServerConfig { access, ..ServerConfig::default() }).await;
+
+    let mut c = Client::connect(addr).await.unwrap();
+    for cmd in [&["SET", "k", "v"][..], &["GET", "k"], &["PING"], &["KV.NS", "a"], &["FLUSHALL"]] {
+        assert_eq!(err_text(c.call(cmd).await.unwrap()), "NOAUTH Authentication required.", "{cmd:?}");
+    }
+    assert!(err_text(c.call(&["HELLO", "3"]).await.unwrap()).starts_with("NOAUTH HELLO must be called"));
+    assert!(err_text(c.call(&["AUTH", "wrong"]).await.unwrap()).starts_with("WRONGPASS"));
+    assert!(err_text(c.call(&["AUTH", "tenant-a", "s3cret"]).await.unwrap()).starts_with("WRONGPASS"));
+    assert!(err_text(c.call(&["HELLO", "3", "AUTH", "default", "anything"]).await.unwrap()).starts_with("WRONGPASS"));
+    assert_eq!(store.stats().keys, 0, "nothing ran");
+    c.auth(None, b"s3cret").await.unwrap();
+    c.set(b"k", b"v").await.unwrap();
+    assert_eq!(c.get(b"k").await.unwrap().as_deref(), Some(&b"v"[..]));
+
+    // HELLO 3 AUTH in one step; RESP3 from then on.
+    let mut h = Client::connect(addr).await.unwrap();
+    assert!(matches!(h.call(&["HELLO", "3", "AUTH", "default", "s3cret"]).await.unwrap(), Reply::Map(_)));
+    assert_eq!(h.get(b"k").await.unwrap().as_deref(), Some(&b"v"[..]));
+
+    // A tenant: lands in "a", cannot leave it or reach everything.
+    let mut t = Client::connect(addr).await.unwrap();
+    t.auth(Some("tenant-a"), b"pa").await.unwrap();
+    assert_eq!(t.call(&["KV.NS"]).await.unwrap(), Reply::Bulk(Bytes::from("a")));
+    assert_eq!(t.get(b"k").await.unwrap(), None, "the default namespace's key is not in 'a'");
+    t.set(b"k", b"tenant").await.unwrap();
+    for cmd in [&["KV.NS", ""][..], &["KV.NS", "b"], &["KV.DELNS", ""], &["FLUSHALL"], &["KV.QUOTA", "a", "100"]] {
+        assert!(err_text(t.call(cmd).await.unwrap()).starts_with("NOPERM User tenant-a"), "{cmd:?}");
+    }
+    assert_eq!(c.get(b"k").await.unwrap().as_deref(), Some(&b"v"[..]), "the default namespace is untouched");
+    assert_eq!(store.stats().keys, 2);
+}
+
+/// A port without users answers `AUTH password` as Redis does without a
+/// password, and lets `HELLO 3 AUTH default ...` in (the default user has
+/// no password); any other user is refused.
+#[tokio::test]
+async fn an_open_port_answers_auth_as_redis_without_a_password() {
+    let (addr, _store) = start(1 << 20, None).await;
+    let mut c = Client::connect(addr).await.unwrap();
+    assert!(err_text(c.call(&["AUTH", "x"]).await.unwrap()).contains("without any password configured"));
+    assert!(matches!(c.call(&["HELLO", "3", "AUTH", "default", "x"]).await.unwrap(), Reply::Map(_)));
+    assert!(err_text(c.call(&["AUTH", "someone", "x"]).await.unwrap()).starts_with("WRONGPASS"));
+    c.set(b"k", b"v").await.unwrap();
+}
+
+/// What a web page can make a browser send: a POST whose body is Redis
+/// commands. The connection closes at the request line: the body's SET
+/// never runs, with or without a password, and other clients go on.
+#[tokio::test]
+async fn an_http_post_closes_the_connection_before_its_body_runs() {
+    for host_first in [false, true] {
+        let (addr, store) = start(1 << 20, None).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let req = if host_first {
+            "Host: 127.0.0.1:6380\r\nSET pwned yes\r\n".to_string()
+        } else {
+            "POST / HTTP/1.1\r\nHost: 127.0.0.1:6380\r\nContent-Length: 15\r\n\r\nSET pwned yes\r\n".to_string()
+        };
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        // A close (or a reset: the rest of the request was never read).
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await.expect("closed");
+        assert!(got.is_empty(), "no answer, just a close: {:?}", String::from_utf8_lossy(&got));
+        let mut c = Client::connect(addr).await.unwrap();
+        assert_eq!(c.get(b"pwned").await.unwrap(), None, "the POST's body ran");
+        assert_eq!(store.stats().keys, 0);
+    }
+}

@@ -489,3 +489,82 @@ fn the_pool_tier_pauses_while_its_target_is_down_and_resumes_when_it_is_back() {
     });
     drop((kv, target));
 }
+
+/// Writes `text` to `dir/name` with mode 0600, as secrets must be.
+fn secret_file(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+#[test]
+fn with_a_password_the_port_serves_only_clients_that_authenticate_and_never_an_http_post() {
+    let _group = strata_testkit::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let pass = secret_file(dir.path(), "pass", "correct horse\n");
+    let users = secret_file(
+        dir.path(),
+        "users.toml",
+        "[[user]]\nname = \"tenant-a\"\npassword = \"pa\"\nnamespaces = [\"a\"]\n",
+    );
+    let (pass_arg, users_arg) = (pass.display().to_string(), users.display().to_string());
+    let kv = Kv::start(dir.path(), "64M", &["--requirepass-file", &pass_arg, "--users", &users_arg]);
+
+    // redis-cli without a password: refused; with -a: served.
+    assert_eq!(kv.cli(&["SET", "k", "v"]), "NOAUTH Authentication required.");
+    // A wrong password: redis-cli's AUTH fails, and its GET is refused.
+    assert_eq!(kv.cli(&["-a", "wrong", "--no-auth-warning", "GET", "k"]), "NOAUTH Authentication required.");
+    assert_eq!(kv.cli(&["-a", "correct horse", "--no-auth-warning", "SET", "k", "v"]), "OK");
+    assert_eq!(kv.cli(&["--user", "tenant-a", "--pass", "pa", "--no-auth-warning", "KV.NS"]), "a");
+
+    // redis-py with password= (and username= for a tenant).
+    let script = r#"
+import sys, redis
+port = int(sys.argv[1])
+try:
+    redis.Redis(port=port).get("k")
+    sys.exit("served without a password")
+except redis.exceptions.AuthenticationError:
+    pass
+r = redis.Redis(port=port, password="correct horse")
+assert r.get("k") == b"v", r.get("k")
+t = redis.Redis(port=port, username="tenant-a", password="pa")
+t.set("k", "tenant")
+assert t.get("k") == b"tenant"
+assert r.get("k") == b"v"
+print("ok")
+"#;
+    let out = Command::new(python_with_redis()).args(["-c", script, &kv.addr.port().to_string()]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.trim_end().ends_with("ok"), "redis-py: {text}");
+
+    // What a web page can make a browser send: the body never runs.
+    let url = format!("http://127.0.0.1:{}/", kv.addr.port());
+    let curl =
+        Command::new("curl").args(["-s", "-m", "5", "--data-binary", "SET pwned yes\r\n", &url]).output().unwrap();
+    assert!(curl.stdout.is_empty(), "answered an HTTP POST: {}", String::from_utf8_lossy(&curl.stdout));
+    assert_eq!(kv.cli(&["-a", "correct horse", "--no-auth-warning", "EXISTS", "pwned"]), "0");
+    assert!(kv.proc.log_text().contains("looks like HTTP"), "the attempt is logged");
+}
+
+#[test]
+fn an_open_port_listens_on_loopback_only_and_secret_files_must_be_private() {
+    let _group = strata_testkit::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out =
+            Command::new(BIN).args(["kv", "serve", "--ssd", "none", "--dram", "16M"]).args(args).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = run(&["--listen", "0.0.0.0:0"]);
+    assert!(!ok && err.contains("refusing to serve 0.0.0.0:0 without a password"), "{err}");
+    let open = dir.path().join("pass");
+    std::fs::write(&open, "pw\n").unwrap();
+    let (ok, err) = run(&["--listen", "127.0.0.1:0", "--requirepass-file", &open.display().to_string()]);
+    assert!(!ok && err.contains("readable by others") && err.contains("chmod 600"), "{err}");
+    let bad = secret_file(dir.path(), "users.toml", "[[user]]\nname = \"x\"\n");
+    let (ok, err) = run(&["--listen", "127.0.0.1:0", "--users", &bad.display().to_string()]);
+    assert!(!ok && err.contains("password"), "{err}");
+}

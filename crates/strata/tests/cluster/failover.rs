@@ -270,8 +270,18 @@ fn strata_bench_with_failover_rides_through_an_owner_kill_and_a_path_loss() {
     owner(&nodes, 0);
     let bench = |seed: &str, runtime: &str, failover: bool| {
         let mut cmd = Command::new(crate::common::BIN);
-        cmd.args(["bench", "--target", &format!("tcp://{seed}/{nqn}"), "--rw", "randrw", "--iodepth", "4"])
-            .args(["--jobs", "2", "--verify", "--prefill", "--span", "4M", "--runtime", runtime, "--json", "-q"]);
+        cmd.args(["bench", "--target", &format!("tcp://{seed}/{nqn}"), "--rw", "randrw", "--iodepth", "4"]).args([
+            "--jobs",
+            "2",
+            "--verify",
+            "--prefill",
+            "--span",
+            "4M",
+            "--runtime",
+            runtime,
+            "--json",
+            "-q",
+        ]);
         if failover {
             cmd.args(["--failover", "60s"]);
         }

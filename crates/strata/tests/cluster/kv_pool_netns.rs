@@ -47,10 +47,25 @@ struct KvProc {
     addr: std::net::SocketAddr,
 }
 
+/// The KV servers' password (they listen off loopback).
+const PASSWORD: &str = "kv-pool-test";
+
+/// A client of `addr`, authenticated.
+async fn connect(addr: std::net::SocketAddr) -> Client {
+    let mut c = Client::connect(addr).await.unwrap();
+    c.auth(None, PASSWORD.as_bytes()).await.unwrap();
+    c
+}
+
 impl KvProc {
     fn start(net: &Net, at: usize, region: usize, pool: &str, dir: &std::path::Path) -> KvProc {
         std::fs::create_dir_all(dir).unwrap();
         let addr: std::net::SocketAddr = format!("{}:6380", net.addr(at)).parse().unwrap();
+        // Off loopback the port needs a password.
+        let pass = dir.join("kv.pass");
+        std::fs::write(&pass, format!("{PASSWORD}\n")).unwrap();
+        std::fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let pass = pass.display().to_string();
         let argv = [
             "ip",
             "netns",
@@ -73,6 +88,8 @@ impl KvProc {
             &format!("{region}/2"),
             "--pool-timeout",
             "3s",
+            "--requirepass-file",
+            &pass,
         ];
         let name = format!("kv{region}");
         let mut kv = KvProc { proc: Proc::spawn(&name, argv, dir.join(format!("{name}.log"))), addr };
@@ -186,7 +203,7 @@ fn two_kv_servers_share_a_rep2_pool_volume_through_owner_failures() {
     // other server sees and reads them.
     let logs = || all_logs(&nodes, [&a, &b]);
     rt.block_on(async {
-        let (mut ca, mut cb) = (Client::connect(a.addr).await.unwrap(), Client::connect(b.addr).await.unwrap());
+        let (mut ca, mut cb) = (connect(a.addr).await, connect(b.addr).await);
         put(&mut ca, "a", 0..150).await;
         put(&mut cb, "b", 0..150).await;
         flush_all(&mut ca, limit, &logs).await;
@@ -211,7 +228,7 @@ fn two_kv_servers_share_a_rep2_pool_volume_through_owner_failures() {
         rt.block_on(async {
             // Puts go on while the owner is gone: none waits out the
             // takeover (the pool is skipped once it stalls).
-            let (mut ca, mut cb) = (Client::connect(a.addr).await.unwrap(), Client::connect(b.addr).await.unwrap());
+            let (mut ca, mut cb) = (connect(a.addr).await, connect(b.addr).await);
             let slowest = put(&mut ca, "a", lo..lo + 30).await.max(put(&mut cb, "b", lo..lo + 30).await);
             assert!(slowest < Duration::from_secs(8), "a put waited {slowest:?} during the {fault} of the owner");
         });
@@ -225,7 +242,7 @@ fn two_kv_servers_share_a_rep2_pool_volume_through_owner_failures() {
         rt.block_on(async {
             // The pool tiers find the new owner and resume; what each
             // server writes now, the other sees.
-            let (mut ca, mut cb) = (Client::connect(a.addr).await.unwrap(), Client::connect(b.addr).await.unwrap());
+            let (mut ca, mut cb) = (connect(a.addr).await, connect(b.addr).await);
             flush_all(&mut ca, limit, &logs).await;
             flush_all(&mut cb, limit, &logs).await;
             put(&mut ca, "a", lo + 30..hi).await;
@@ -260,7 +277,7 @@ fn two_kv_servers_share_a_rep2_pool_volume_through_owner_failures() {
     // blocks back, wherever the owner is now.
     a.restart();
     rt.block_on(async {
-        let mut ca = Client::connect(a.addr).await.unwrap();
+        let mut ca = connect(a.addr).await;
         assert_eq!(check(&mut ca, "a", 0..150).await, 150, "{}", a.log_tail());
         for r in 1..=round {
             assert_eq!(check(&mut ca, "a", r * 1000 + 30..r * 1000 + 60).await, 30, "{}", a.log_tail());
