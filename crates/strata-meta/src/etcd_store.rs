@@ -344,6 +344,40 @@ impl MetaStore for EtcdMetaStore {
             Ok(())
         })
     }
+
+    fn delete_config<'a>(&'a self, key: &'a str) -> MetaFuture<'a, bool> {
+        Box::pin(async move {
+            check_config(key, None)?;
+            let full = self.key(&format!("{CONFIG}{key}"));
+            let n = self.client.delete(&KeyRange::key(full)).await.map_err(etcd_err("deleting config"))?;
+            Ok(n > 0)
+        })
+    }
+
+    fn list_config<'a>(&'a self, prefix: &'a str) -> MetaFuture<'a, Vec<(String, Vec<u8>)>> {
+        Box::pin(async move {
+            check_config(prefix, None)?;
+            let op = "listing config";
+            let base = self.key(CONFIG);
+            let resp = self
+                .client
+                .range(&KeyRange::prefix(self.key(&format!("{CONFIG}{prefix}"))))
+                .await
+                .map_err(etcd_err(op))?;
+            if resp.more {
+                return Err(etcd_err(op)(EtcdError::malformed("range", "a range without limit came back partial")));
+            }
+            resp.kvs
+                .into_iter()
+                .map(|kv| {
+                    let key =
+                        String::from_utf8_lossy(kv.key.strip_prefix(base.as_slice()).unwrap_or(&kv.key)).into_owned();
+                    let value = decode_config(&key, &kv.value)?;
+                    Ok((key, value))
+                })
+                .collect()
+        })
+    }
 }
 
 /// The key-values of every range result of a txn, in order.

@@ -121,6 +121,26 @@ impl MetaStore for MemMetaStore {
             Ok(())
         })
     }
+
+    fn delete_config<'a>(&'a self, key: &'a str) -> MetaFuture<'a, bool> {
+        Box::pin(async move {
+            check_config(key, None)?;
+            Ok(self.lock().config.remove(key).is_some())
+        })
+    }
+
+    fn list_config<'a>(&'a self, prefix: &'a str) -> MetaFuture<'a, Vec<(String, Vec<u8>)>> {
+        Box::pin(async move {
+            check_config(prefix, None)?;
+            let st = self.lock();
+            Ok(st
+                .config
+                .range(prefix.to_owned()..)
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect())
+        })
+    }
 }
 
 #[cfg(test)]

@@ -298,6 +298,35 @@ impl Inner {
         }
         txn.commit().map_err(redb_err(op))
     }
+
+    fn delete_config(&self, key: &str) -> Result<bool, MetaError> {
+        check_config(key, None)?;
+        let op = "deleting config";
+        let txn = self.db.begin_write().map_err(redb_err(op))?;
+        let removed = {
+            let mut table = txn.open_table(CONFIG).map_err(redb_err(op))?;
+            table.remove(key).map_err(redb_err(op))?.is_some()
+        };
+        txn.commit().map_err(redb_err(op))?;
+        Ok(removed)
+    }
+
+    fn list_config(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetaError> {
+        check_config(prefix, None)?;
+        let op = "listing config";
+        let txn = self.db.begin_read().map_err(redb_err(op))?;
+        let table = txn.open_table(CONFIG).map_err(redb_err(op))?;
+        let mut out = Vec::new();
+        for entry in table.range(prefix..).map_err(redb_err(op))? {
+            let (k, v) = entry.map_err(redb_err(op))?;
+            let key = k.value();
+            if !key.starts_with(prefix) {
+                break;
+            }
+            out.push((key.to_owned(), decode_config(key, v.value())?));
+        }
+        Ok(out)
+    }
 }
 
 impl MetaStore for RedbMetaStore {
@@ -332,6 +361,16 @@ impl MetaStore for RedbMetaStore {
     fn put_config<'a>(&'a self, key: &'a str, value: &'a [u8]) -> MetaFuture<'a, ()> {
         let (key, value) = (key.to_owned(), value.to_vec());
         self.blocking("writing config", move |db| db.put_config(&key, &value))
+    }
+
+    fn delete_config<'a>(&'a self, key: &'a str) -> MetaFuture<'a, bool> {
+        let key = key.to_owned();
+        self.blocking("deleting config", move |db| db.delete_config(&key))
+    }
+
+    fn list_config<'a>(&'a self, prefix: &'a str) -> MetaFuture<'a, Vec<(String, Vec<u8>)>> {
+        let prefix = prefix.to_owned();
+        self.blocking("listing config", move |db| db.list_config(&prefix))
     }
 }
 

@@ -127,6 +127,22 @@ pub trait MetaStore: Send + Sync {
     /// [`MetaError::InvalidConfigKey`]; [`MetaError::ConfigValueTooLarge`]
     /// above [`MAX_CONFIG_VALUE_LEN`]; backend errors.
     fn put_config<'a>(&'a self, key: &'a str, value: &'a [u8]) -> MetaFuture<'a, ()>;
+
+    /// Removes the config value under `key`; whether there was one.
+    ///
+    /// # Errors
+    ///
+    /// [`MetaError::InvalidConfigKey`]; backend errors.
+    fn delete_config<'a>(&'a self, key: &'a str) -> MetaFuture<'a, bool>;
+
+    /// Every config key starting with `prefix` and its value, in key
+    /// order.
+    ///
+    /// # Errors
+    ///
+    /// [`MetaError::InvalidConfigKey`] for a bad prefix; `Corrupt`;
+    /// backend errors.
+    fn list_config<'a>(&'a self, prefix: &'a str) -> MetaFuture<'a, Vec<(String, Vec<u8>)>>;
 }
 
 /// Checks a create request on its own (before any store access) and returns

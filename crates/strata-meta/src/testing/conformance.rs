@@ -250,6 +250,18 @@ async fn config(s: Store) {
         let e = s.get_config(bad).await.unwrap_err();
         assert!(matches!(e, MetaError::InvalidConfigKey { .. }), "{bad:?}: {e:?}");
     }
+    // Listing by prefix, in key order; deleting.
+    for k in ["tok/b", "tok/a", "tok", "tokz", "to"] {
+        s.put_config(k, k.as_bytes()).await.unwrap();
+    }
+    let listed: Vec<(String, Vec<u8>)> = s.list_config("tok/").await.unwrap();
+    assert_eq!(listed, vec![("tok/a".into(), b"tok/a".to_vec()), ("tok/b".into(), b"tok/b".to_vec())]);
+    assert_eq!(s.list_config("tok").await.unwrap().len(), 4);
+    assert!(s.delete_config("tok/a").await.unwrap());
+    assert!(!s.delete_config("tok/a").await.unwrap(), "already gone");
+    assert_eq!(s.get_config("tok/a").await.unwrap(), None);
+    assert_eq!(s.list_config("tok/").await.unwrap().len(), 1);
+    assert!(matches!(s.list_config("has space").await.unwrap_err(), MetaError::InvalidConfigKey { .. }));
 }
 
 async fn list_is_sorted(s: Store) {
