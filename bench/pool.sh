@@ -246,6 +246,8 @@ serve_io=${ports[$b]}
     --discovery "127.0.0.1:${ports[$((b + 1))]}" --http "127.0.0.1:${ports[$((b + 2))]}" >"$tmp/serve.log" 2>&1 &
 SERVE_PID=$!
 PIDS+=("$SERVE_PID")
+# The API needs a token: every node of the pool takes n1's admin token.
+export STRATA_TOKEN_FILE=$tmp/n1/api-token
 
 status() { # the pool status JSON, from node n1
     "$STRATA_BIN" pool status --json --api "http://${API[n1]}"

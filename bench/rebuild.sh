@@ -94,6 +94,8 @@ for i in $(seq "$NODES"); do
     PIDS+=($!)
 done
 api=http://127.0.0.1:${ports[2]}
+# The API needs a token: n1's admin token (every node takes it).
+export STRATA_TOKEN_FILE=$tmp/n1/api-token
 status() { "$STRATA_BIN" pool status --json --api "$api"; }
 q() { # q PYTHON-EXPRESSION over the status `s` and the volume `v`
     status | python3 -c "import json,sys; s=json.load(sys.stdin); v=next((v for v in s['volumes'] if v['name']=='vol'), None); r=($1); print(r) if r is not None and r is not False else sys.exit(1)"

@@ -54,6 +54,8 @@ check() { # check LABEL CMD...: PASS or FAIL line for print_summary
 listen_port() { echo $((4420 + $1)); }
 disc_port() { echo $((8010 + $1)); }
 api_of() { echo "http://127.0.0.1:$((7420 + $1))"; }
+# The API needs a token: n1's admin token, which every node takes.
+export STRATA_TOKEN_FILE=/data/n1/api-token
 
 # Starts node i (the same arguments on a restart): rack ri, a lease of
 # LEASE_TTL s (a dead node's volumes move after that), a sparse 1 GiB

@@ -65,6 +65,8 @@ pub struct StrataProcess {
     pub io: SocketAddr,
     /// HTTP API address.
     pub http: SocketAddr,
+    /// Its admin token's file.
+    token_file: PathBuf,
     proc: Proc,
     pid: Arc<AtomicU32>,
 }
@@ -117,7 +119,14 @@ impl StrataProcess {
         if std::env::var_os("RUST_LOG").is_none() {
             proc = proc.env("RUST_LOG", "warn");
         }
-        Ok(StrataProcess { bin: bin.to_path_buf(), io, http, proc, pid: Arc::new(AtomicU32::new(0)) })
+        Ok(StrataProcess {
+            bin: bin.to_path_buf(),
+            io,
+            http,
+            token_file: data.join("api-token"),
+            proc,
+            pid: Arc::new(AtomicU32::new(0)),
+        })
     }
 
     /// The command line strata is started with (for the report).
@@ -220,7 +229,7 @@ impl StrataProcess {
 
     /// A handle for running `strata volume` against this strata.
     pub fn cli(&self) -> VolumeCli {
-        VolumeCli { bin: self.bin.clone(), api: format!("http://{}", self.http) }
+        VolumeCli { bin: self.bin.clone(), api: format!("http://{}", self.http), token_file: self.token_file.clone() }
     }
 }
 
@@ -229,6 +238,8 @@ impl StrataProcess {
 pub struct VolumeCli {
     bin: PathBuf,
     api: String,
+    /// The node's admin token (its data dir's `api-token`).
+    token_file: PathBuf,
 }
 
 impl VolumeCli {
@@ -243,6 +254,8 @@ impl VolumeCli {
             .arg("volume")
             .args(args)
             .args(["--api", &self.api])
+            .arg("--token-file")
+            .arg(&self.token_file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -34,6 +34,8 @@ pub struct ServeConfig {
     pub discovery: Vec<SocketAddr>,
     /// HTTP API address.
     pub http: SocketAddr,
+    /// Serve the API on an address other than loopback (plain HTTP).
+    pub allow_remote_api: bool,
     /// Drive specs as given (`PATH[:SIZE]`, `mem:SIZE`).
     pub drives: Vec<String>,
     /// Default volume size in bytes (0 = none).

@@ -30,4 +30,5 @@ pub mod node;
 pub mod notes;
 pub mod pool_status;
 pub mod reservations;
+pub mod tokens;
 pub mod volume_check;

@@ -96,6 +96,13 @@ impl From<MetaError> for NodeError {
     }
 }
 
+impl Node {
+    /// The metadata store (volumes, config, tokens).
+    pub fn meta(&self) -> Arc<dyn MetaStore> {
+        self.meta.clone()
+    }
+}
+
 /// The running node.
 pub struct Node {
     meta: Arc<dyn MetaStore>,

@@ -55,6 +55,7 @@ impl TestNode {
             listen: vec![addr(ports[0])],
             discovery: Vec::new(),
             http: addr(ports[2]),
+            allow_remote_api: false,
             drives: vec!["mem:512M".into()],
             default_volume_size: 0,
             allow_buffered: true,

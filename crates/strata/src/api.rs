@@ -18,9 +18,16 @@
 //! | DELETE | /api/v1/volumes/NAME         | SC | the deleted volume                         |
 //! | POST   | /api/v1/volumes/NAME/check   | C  | `{"repair"?}` -> 202; at the volume's owner |
 //! | GET    | /api/v1/volumes/NAME/check   | C  | the check's progress and report            |
+//! | GET    | /api/v1/tokens               | SC | the API tokens (no secrets); admin         |
+//! | POST   | /api/v1/tokens               | SC | `{"name","role"}` -> 201 with the token    |
+//! | DELETE | /api/v1/tokens/ID            | SC | the revoked token                          |
+//!
+//! Every request needs `Authorization: Bearer TOKEN`
+//! (`strata_node::tokens`): a reader token may `GET`, an admin token may
+//! do anything. Without one: 401; a reader's write: 403.
 //!
 //! Sizes are bytes (a number) or strings such as "8G". Errors are
-//! `{"error": "..."}` with 400, 404, 409 or 500.
+//! `{"error": "..."}` with 400, 401, 403, 404, 409 or 500.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -40,6 +47,7 @@ use tokio::net::TcpListener;
 
 use strata_node::cluster::{Answer, ClusterNode, SettingsPatch};
 use strata_node::node::{Node, NodeError};
+use strata_node::tokens::{Role, TokenError, Tokens};
 
 const MAX_BODY: usize = 64 * 1024;
 
@@ -48,12 +56,120 @@ const MAX_BODY: usize = 64 * 1024;
 /// # Errors
 ///
 /// When the address cannot be bound.
-pub async fn serve(backend: Backend, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+pub async fn serve(backend: Backend, tokens: Arc<Tokens>, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
     serve_http(addr, move |req| {
-        let backend = backend.clone();
-        async move { handle(&backend, req).await }
+        let (backend, tokens) = (backend.clone(), tokens.clone());
+        async move {
+            let auth = match authorize(&tokens, &req).await {
+                Ok(a) => a,
+                Err(refused) => return refused,
+            };
+            match (req.method(), req.uri().path().trim_end_matches('/')) {
+                (_, p) if p == "/api/v1/tokens" || p.starts_with("/api/v1/tokens/") => token_route(&tokens, req).await,
+                _ => handle(&backend, req, auth).await,
+            }
+        }
     })
     .await
+}
+
+/// Refuses to serve the API in clear text on an address other hosts
+/// reach, unless told to.
+///
+/// # Errors
+///
+/// A routable address without `allow_remote`.
+pub fn check_exposure(addr: SocketAddr, allow_remote: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        addr.ip().is_loopback() || allow_remote,
+        "refusing to serve the HTTP API on {addr}: it is plain HTTP, so its tokens would cross the network in \
+         clear text. Listen on loopback (--http 127.0.0.1:7420), or pass --allow-remote-api on a trusted \
+         management network"
+    );
+    Ok(())
+}
+
+/// The request's bearer token checked against the role its method needs
+/// (`GET`: reader; anything else: admin). Returns the `Authorization`
+/// header to pass on when the request is forwarded to another node.
+async fn authorize(tokens: &Tokens, req: &Request<Incoming>) -> Result<String, Response<Full<Bytes>>> {
+    let header = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let what = format!("{} {}", req.method(), req.uri().path());
+    let unauthorized = |msg: &str| {
+        tracing::warn!(request = %what, "API: {msg}");
+        let mut r = error(StatusCode::UNAUTHORIZED, msg);
+        r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
+        r
+    };
+    let Some(token) = header.strip_prefix("Bearer ").map(str::trim) else {
+        return Err(unauthorized(
+            "this API needs a token: Authorization: Bearer TOKEN (the node's admin token is in DATA_DIR/api-token; \
+             the CLI reads it with --token-file or STRATA_TOKEN_FILE; make others with strata token create)",
+        ));
+    };
+    let rec = match tokens.check(token).await {
+        Ok(Some(rec)) => rec,
+        Ok(None) => return Err(unauthorized("the token is not valid (unknown, revoked or mistyped)")),
+        Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("cannot check the token: {e}"))),
+    };
+    if req.method() != Method::GET && rec.role != Role::Admin {
+        tracing::warn!(request = %what, token = %rec.id, "API: a reader token asked to change something");
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            format!("token {} ({}) may only read: {what} needs an admin token", rec.id, rec.name),
+        ));
+    }
+    Ok(header.to_string())
+}
+
+/// The body of `POST /api/v1/tokens`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenBody {
+    name: String,
+    role: Role,
+}
+
+/// `/api/v1/tokens`: admin only, whatever the method.
+async fn token_route(tokens: &Tokens, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let header = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let token = header.strip_prefix("Bearer ").map(str::trim).unwrap_or("");
+    match tokens.check(token).await {
+        Ok(Some(r)) if r.role == Role::Admin => {}
+        _ => return error(StatusCode::FORBIDDEN, "managing tokens needs an admin token"),
+    }
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let id = path.strip_prefix("/api/v1/tokens").unwrap_or("").trim_start_matches('/').to_string();
+    let failed = |e: TokenError| match e {
+        TokenError::NotFound(_) => error(StatusCode::NOT_FOUND, e),
+        TokenError::BadName(_) => error(StatusCode::BAD_REQUEST, e),
+        e => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    match (req.method().clone(), id.is_empty()) {
+        (Method::GET, true) => match tokens.list().await {
+            Ok(list) => reply(StatusCode::OK, list),
+            Err(e) => failed(e),
+        },
+        (Method::POST, true) => {
+            let body: TokenBody = match body_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            match tokens.create(&body.name, body.role).await {
+                Ok((rec, token)) => {
+                    let mut v = json!(rec);
+                    v["token"] = json!(token);
+                    reply(StatusCode::CREATED, v)
+                }
+                Err(e) => failed(e),
+            }
+        }
+        (Method::DELETE, false) => match tokens.revoke(&id).await {
+            Ok(rec) => reply(StatusCode::OK, rec),
+            Err(e) => failed(e),
+        },
+        (m, _) => error(StatusCode::METHOD_NOT_ALLOWED, format!("{m} is not supported on {path}")),
+    }
 }
 
 /// What answers the API: a single-machine node (`strata serve`) or a node
@@ -195,7 +311,7 @@ async fn body_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
     serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
 }
 
-async fn handle(backend: &Backend, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(backend: &Backend, req: Request<Incoming>, auth: String) -> Response<Full<Bytes>> {
     use Backend::{Cluster, Serve};
     let path = req.uri().path().trim_end_matches('/').to_string();
     let method = req.method().clone();
@@ -265,13 +381,15 @@ async fn handle(backend: &Backend, req: Request<Incoming>) -> Response<Full<Byte
             };
             match c.start_check(name, body.repair).await {
                 Ok(Answer::Here(v)) => reply(StatusCode::ACCEPTED, v),
-                Ok(Answer::Owner(at)) => forwarded(at, "POST", &path, Some(&json!({"repair": body.repair}))).await,
+                Ok(Answer::Owner(at)) => {
+                    forwarded(at, "POST", &path, Some(&json!({"repair": body.repair})), &auth).await
+                }
                 Err(e) => node_error(e),
             }
         }
         (&Method::GET, ["api", "v1", "volumes", name, "check"], Cluster(c)) => match c.check_status(name).await {
             Ok(Answer::Here(v)) => reply(StatusCode::OK, v),
-            Ok(Answer::Owner(at)) => forwarded(at, "GET", &path, None).await,
+            Ok(Answer::Owner(at)) => forwarded(at, "GET", &path, None, &auth).await,
             Err(e) => node_error(e),
         },
         // A single node.
@@ -337,8 +455,15 @@ struct CheckBody {
 
 /// The answer of the volume owner's API at `at` to the same request, as
 /// it gave it.
-async fn forwarded(at: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> Response<Full<Bytes>> {
-    match crate::client::forward(&format!("http://{at}"), method, path, body, Duration::from_secs(10)).await {
+async fn forwarded(
+    at: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    auth: &str,
+) -> Response<Full<Bytes>> {
+    let base = format!("http://{at}");
+    match crate::client::forward(&base, method, path, body, auth, Duration::from_secs(10)).await {
         Ok((status, v)) => reply(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), v),
         Err(e) => error(StatusCode::BAD_GATEWAY, format!("the volume's owner (API {at}) did not answer: {e:#}")),
     }

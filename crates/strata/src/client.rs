@@ -21,6 +21,41 @@ use serde_json::Value;
 /// beyond any healthy answer.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The token the CLI's requests carry, once [`set_token_file`] found one.
+static TOKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+fn token() -> Option<&'static str> {
+    TOKEN.get().and_then(|t| t.as_deref())
+}
+
+/// Finds the API token for the CLI's requests: `$STRATA_TOKEN`, else the
+/// first line of `file` (`--token-file` / `$STRATA_TOKEN_FILE`), else the
+/// local admin token of `strata serve`'s default data dir
+/// (`./strata-data/api-token`) when there is one.
+///
+/// # Errors
+///
+/// `file` was given and cannot be read.
+pub fn set_token_file(file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let found = match (std::env::var("STRATA_TOKEN").ok().filter(|t| !t.trim().is_empty()), file) {
+        (Some(t), _) => Some(t.trim().to_string()),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("reading the API token from {}", f.display()))?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => std::fs::read_to_string(std::path::Path::new("strata-data").join("api-token"))
+            .ok()
+            .and_then(|t| t.lines().next().map(|l| l.trim().to_string())),
+    };
+    let _ = TOKEN.set(found);
+    Ok(())
+}
+
 /// Sends `method path` with an optional JSON body to the API at `base`
 /// (`http://HOST:PORT`) and returns the JSON answer.
 ///
@@ -53,7 +88,8 @@ fn request_within(
 }
 
 async fn exchange(base: &str, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
-    let (status, json, bytes) = send(base, method, path, body).await?;
+    let auth = token().map(|t| format!("Bearer {t}"));
+    let (status, json, bytes) = send(base, method, path, body, auth.as_deref()).await?;
     if !status.is_success() {
         let msg = match &json {
             Some(v) => v.get("error").and_then(Value::as_str).unwrap_or("(no message)").to_owned(),
@@ -78,9 +114,10 @@ pub async fn forward(
     method: &str,
     path: &str,
     body: Option<&Value>,
+    authorization: &str,
     timeout: Duration,
 ) -> anyhow::Result<(u16, Value)> {
-    let (status, json, _) = tokio::time::timeout(timeout, send(base, method, path, body))
+    let (status, json, _) = tokio::time::timeout(timeout, send(base, method, path, body, Some(authorization)))
         .await
         .map_err(|_| anyhow!("the strata API at {base} did not answer within {timeout:?}"))??;
     Ok((status.as_u16(), json.context("API answer is not JSON")?))
@@ -92,6 +129,7 @@ async fn send(
     method: &str,
     path: &str,
     body: Option<&Value>,
+    authorization: Option<&str>,
 ) -> anyhow::Result<(hyper::StatusCode, Option<Value>, Bytes)> {
     let hostport = base.strip_prefix("http://").unwrap_or(base).trim_end_matches('/');
     let stream = tokio::net::TcpStream::connect(hostport).await.with_context(|| {
@@ -104,14 +142,17 @@ async fn send(
     // read and `sender` is dropped, or with the runtime on a timeout.
     tokio::spawn(conn);
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = hyper::Request::builder()
+    let mut req = hyper::Request::builder()
         .method(method)
         .uri(path)
         .header(HOST, hostport)
         .header(CONTENT_TYPE, "application/json")
-        .header(CONNECTION, "close")
-        .body(Full::new(Bytes::from(payload)))
-        .with_context(|| format!("building the request {method} {path}"))?;
+        .header(CONNECTION, "close");
+    if let Some(a) = authorization.filter(|a| !a.is_empty()) {
+        req = req.header(hyper::header::AUTHORIZATION, a);
+    }
+    let req =
+        req.body(Full::new(Bytes::from(payload))).with_context(|| format!("building the request {method} {path}"))?;
     let resp = sender.send_request(req).await.context("sending the request to the API")?;
     let status = resp.status();
     let bytes = resp.into_body().collect().await.context("reading the API answer")?.to_bytes();

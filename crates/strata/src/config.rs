@@ -42,6 +42,8 @@ pub struct FileConfig {
     pub discovery: Option<Vec<String>>,
     /// HTTP API address.
     pub http: Option<String>,
+    /// Serve the API on an address other than loopback (plain HTTP).
+    pub allow_remote_api: Option<bool>,
     /// Drives: `PATH[:SIZE]`, a block device, or `mem:SIZE`.
     pub drives: Option<Vec<String>>,
     /// Size of the default drive file when `drives` is empty.
@@ -138,6 +140,11 @@ pub struct ServeArgs {
     /// HTTP API address. Default: 127.0.0.1:7420
     #[arg(long, value_name = "ADDR:PORT")]
     pub http: Option<String>,
+    /// Serve the HTTP API on an address other than loopback. It is plain
+    /// HTTP: its bearer tokens cross the network in clear text, so only
+    /// on a trusted management network.
+    #[arg(long)]
+    pub allow_remote_api: bool,
     /// A drive: a file created sparse with SIZE if missing (PATH:SIZE), a
     /// block device used whole, or volatile RAM (mem:SIZE). Repeatable.
     /// Default: DATA_DIR/drive0.img of --drive-size.
@@ -294,6 +301,7 @@ pub fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
         listen,
         discovery,
         http,
+        allow_remote_api: args.allow_remote_api || file.allow_remote_api.unwrap_or(false),
         drives,
         default_volume_size,
         allow_buffered: args.allow_buffered || file.allow_buffered.unwrap_or(false),

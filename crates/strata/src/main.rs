@@ -29,6 +29,12 @@ const DEFAULT_API: &str = "http://127.0.0.1:7420";
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Disaggregated NVMe/TCP flash storage for GPU clusters")]
 struct Cli {
+    /// The API token of the commands that use the API (volume, pool,
+    /// node drain, token): a file holding it, such as a node's
+    /// DATA_DIR/api-token. Default: $STRATA_TOKEN, else
+    /// ./strata-data/api-token when it exists.
+    #[arg(long, env = "STRATA_TOKEN_FILE", global = true, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -61,6 +67,14 @@ enum Command {
         api: String,
         #[command(subcommand)]
         command: VolumeCommand,
+    },
+    /// Tokens of the management API: make, list and revoke them.
+    Token {
+        /// API of the node (any node of a cluster).
+        #[arg(long, env = "STRATA_API", default_value = DEFAULT_API, global = true)]
+        api: String,
+        #[command(subcommand)]
+        command: TokenCommand,
     },
     /// Measure an NVMe/TCP target: single runs, suites with gates, signed
     /// reports (exit 0 pass, 1 gate failed or run aborted, 2 usage error).
@@ -106,6 +120,33 @@ enum PoolCommand {
         /// placed under it.
         #[arg(long)]
         failure_domain: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Make a token; it is printed once and never shown again.
+    Create {
+        /// What it may do: `admin` (everything) or `reader` (GET only).
+        #[arg(long, default_value = "reader")]
+        role: String,
+        /// What it is for (free text), e.g. "prometheus".
+        #[arg(long)]
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the tokens (IDs, names, roles; never secrets).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token by ID (refused everywhere within 30 s).
+    Revoke {
+        /// The token's ID (the 16 hex digits after `strata_`).
+        id: String,
     },
 }
 
@@ -232,6 +273,10 @@ fn quiet_on_broken_pipe() {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = client::set_token_file(cli.token_file.as_deref()) {
+        eprintln!("strata: error: {e:#}");
+        return std::process::ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Node { action: None, args } => node(*args),
@@ -257,6 +302,7 @@ fn main() -> std::process::ExitCode {
             quiet_on_broken_pipe();
             volume(&api, command)
         }
+        Command::Token { api, command } => token(&api, command),
         Command::Bench(args) => return bench_cmd::main(*args),
         Command::Sim(args) => return sim_cmd::main(args),
         Command::Kv(args) => kv_cmd::main(args),
@@ -317,6 +363,46 @@ fn node_action(action: NodeAction) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn token(api: &str, command: TokenCommand) -> anyhow::Result<()> {
+    match command {
+        TokenCommand::Create { role, name, json } => {
+            let role: strata_node::tokens::Role = role.parse().map_err(|e: String| anyhow::anyhow!("--role: {e}"))?;
+            let v = client::request(api, "POST", "/api/v1/tokens", Some(&json!({"name": name, "role": role})))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{}", v["token"].as_str().unwrap_or_default());
+                eprintln!(
+                    "token {} ({}, {}): shown once; keep it in a file of mode 0600",
+                    v["id"], v["role"], v["name"]
+                );
+            }
+        }
+        TokenCommand::List { json } => {
+            let v = client::request(api, "GET", "/api/v1/tokens", None)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{:<18} {:<7} {:<12} NAME", "ID", "ROLE", "CREATED");
+                for t in v.as_array().into_iter().flatten() {
+                    println!(
+                        "{:<18} {:<7} {:<12} {}",
+                        t["id"].as_str().unwrap_or(""),
+                        t["role"].as_str().unwrap_or(""),
+                        t["created_unix"],
+                        t["name"].as_str().unwrap_or("")
+                    );
+                }
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            let v = client::request(api, "DELETE", &format!("/api/v1/tokens/{id}"), None)?;
+            println!("revoked token {} ({})", v["id"].as_str().unwrap_or(&id), v["name"].as_str().unwrap_or(""));
+        }
+    }
+    Ok(())
+}
+
 /// Shows the pool's settings, or changes those `patch` gives (fields that
 /// are not null).
 fn pool_set(api: &str, patch: serde_json::Value) -> anyhow::Result<()> {
@@ -371,9 +457,12 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         target.set_executors(start_executors(threads, &stop_rx)?);
         tracing::info!(threads, "connections run on per-core runtimes");
     }
+    api::check_exposure(cfg.http, cfg.allow_remote_api)?;
     let node = node::Node::open(&cfg, target).await?;
     node.listen(&cfg).await?;
-    let http = api::serve(api::Backend::Serve(node.clone()), cfg.http).await?;
+    let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(node.meta()));
+    let token_file = tokens.ensure_local(&cfg.data_dir, "local admin (strata serve)").await?;
+    let http = api::serve(api::Backend::Serve(node.clone()), tokens, cfg.http).await?;
     let a = cfg.listen[0];
     let host = if a.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.ip().to_string() };
     println!("strata {} serving; data dir {}", env!("CARGO_PKG_VERSION"), cfg.data_dir.display());
@@ -385,7 +474,7 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     for v in node.list_volumes().await.map_err(|e| anyhow::anyhow!("{e}"))? {
         println!("  volume {} ({}): {}", v.name, v.size, v.connect);
     }
-    println!("  API: http://{http}/api/v1/volumes");
+    println!("  API: http://{http}/api/v1/volumes (admin token: {})", token_file.display());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),

@@ -145,6 +145,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let mut serve = args.serve;
     serve.default_volume_size = Some("0".into());
     let name = settings.name.clone();
+    let serve_cfg = config::load(&serve)?;
+    crate::api::check_exposure(serve_cfg.http, serve_cfg.allow_remote_api)?;
+    let data_dir = serve_cfg.data_dir.clone();
     let node = start(NodeStart {
         name: settings.name,
         etcd: EtcdConfig::from_urls(&settings.etcd).map_err(|e| anyhow::anyhow!("--etcd: {e}"))?,
@@ -155,19 +158,23 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         fabric: settings.fabric,
         lease_ttl: Duration::from_secs(settings.lease_ttl),
         relabel: args.relabel,
-        serve: config::load(&serve)?,
+        serve: serve_cfg,
         pool,
     })
     .await?;
     let cluster = node.cluster.clone();
     let mut running = tokio::spawn(cluster.clone().run());
-    let http = crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), node.http).await?;
+    let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(cluster.meta()));
+    let token_file = tokens.ensure_local(&data_dir, &format!("local admin (node {name})")).await?;
+    let http = crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), tokens, node.http).await?;
     println!(
-        "strata {} node {name} (id {}) in a cluster of {} nodes; fabric {}; API http://{http}/api/v1/pool",
+        "strata {} node {name} (id {}) in a cluster of {} nodes; fabric {}; API http://{http}/api/v1/pool \
+         (admin token: {})",
         env!("CARGO_PKG_VERSION"),
         node.id.0,
         node.map_nodes,
-        node.fabric
+        node.fabric,
+        token_file.display()
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stopped = tokio::select! {

@@ -202,6 +202,13 @@ struct State {
     rebalanced: Option<std::time::Instant>,
 }
 
+impl ClusterNode {
+    /// The cluster's metadata store (etcd: shared by every node).
+    pub fn meta(&self) -> Arc<dyn MetaStore> {
+        self.meta.clone()
+    }
+}
+
 /// One node of a cluster.
 pub struct ClusterNode {
     me: NodeRecord,

@@ -30,6 +30,8 @@ struct Server {
     proc: Proc,
     io: SocketAddr,
     api: String,
+    /// Its admin token's file.
+    token_file: String,
 }
 
 impl Server {
@@ -61,7 +63,8 @@ impl Server {
             args.push(format!("{}:256M", dir.join("drive0.img").display()));
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut s = Server { proc: Proc::spawn("strata-serve", args, dir.join("serve.log")), io, api };
+        let token_file = dir.join("api-token").display().to_string();
+        let mut s = Server { proc: Proc::spawn("strata-serve", args, dir.join("serve.log")), io, api, token_file };
         s.wait_ready();
         s
     }
@@ -90,7 +93,7 @@ impl Server {
         Command::new(BIN)
             .arg("volume")
             .args(args)
-            .args(["--api", &format!("http://{}", self.api)])
+            .args(["--api", &format!("http://{}", self.api), "--token-file", &self.token_file])
             .output()
             .expect("cli")
     }
@@ -242,7 +245,7 @@ async fn volume_cli_manages_volumes_on_a_live_node() {
     // A reader that goes away (`strata volume list | head -0`) ends the
     // command quietly, not with a panic.
     let mut child = Command::new(BIN)
-        .args(["volume", "list", "--api", &format!("http://{}", server.api)])
+        .args(["volume", "list", "--api", &format!("http://{}", server.api), "--token-file", &server.token_file])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -654,4 +657,98 @@ async fn reservations_that_persist_through_power_loss_survive_kill_9() {
     let s = report(&b).await;
     assert_eq!((s.rtype, s.registrants.len(), s.persist), (None, 0, false));
     b.write(1, 9, pattern(9, 4), false).await.expect("no reservation after a restart without PTPL");
+}
+
+/// `curl` to the API: the status code and body.
+fn curl(method: &str, url: &str, token: Option<&str>) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-m", "10", "-o", "-", "-w", "\n%{http_code}", "-X", method, url]);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = String::from_utf8(cmd.output().expect("curl").stdout).unwrap();
+    let (body, code) = out.rsplit_once('\n').unwrap();
+    (code.trim().parse().unwrap(), body.to_string())
+}
+
+#[test]
+fn the_api_needs_a_token_and_a_reader_token_only_reads() {
+    let _group = strata_testkit::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let base = format!("http://{}", server.api);
+    let admin = std::fs::read_to_string(&server.token_file).unwrap().trim().to_string();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&server.token_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the local admin token is the owner's only");
+    }
+    // No token, a wrong one, junk: refused, for reads and writes, and
+    // nothing changes.
+    for token in [None, Some("strata_0123456789abcdef_".to_string() + &"0".repeat(64)), Some("x".into())] {
+        let (code, body) = curl("GET", &format!("{base}/api/v1/volumes"), token.as_deref());
+        assert_eq!(code, 401, "{body}");
+        let (code, _) = curl("DELETE", &format!("{base}/api/v1/volumes/default"), token.as_deref());
+        assert_eq!(code, 401);
+        let (code, _) = curl("GET", &format!("{base}/metrics"), token.as_deref());
+        assert_eq!(code, 401);
+    }
+    let (code, body) = curl("GET", &format!("{base}/api/v1/volumes"), Some(&admin));
+    assert!(code == 200 && body.contains("default"), "{code} {body}");
+
+    // A reader token, made with the CLI: reads, and is refused writes.
+    let token_cli = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("token")
+            .args(args)
+            .args(["--api", &base, "--token-file", &server.token_file])
+            .output()
+            .unwrap()
+    };
+    let made = token_cli(&["create", "--role", "reader", "--name", "dashboard"]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let reader = String::from_utf8(made.stdout).unwrap().trim().to_string();
+    assert!(reader.starts_with("strata_"), "{reader}");
+    let (code, _) = curl("GET", &format!("{base}/api/v1/volumes"), Some(&reader));
+    assert_eq!(code, 200);
+    let (code, _) = curl("GET", &format!("{base}/metrics"), Some(&reader));
+    assert_eq!(code, 200);
+    let (code, body) = curl("DELETE", &format!("{base}/api/v1/volumes/default"), Some(&reader));
+    assert!(code == 403 && body.contains("may only read"), "{code} {body}");
+    let (code, _) = curl("GET", &format!("{base}/api/v1/tokens"), Some(&reader));
+    assert_eq!(code, 403, "a reader cannot see the tokens");
+    let (code, body) = curl("GET", &format!("{base}/api/v1/volumes/default"), Some(&admin));
+    assert_eq!(code, 200, "still there: {body}");
+
+    // Listed without its secret, then revoked: refused from then on.
+    let listed = token_cli(&["list", "--json"]);
+    let text = String::from_utf8(listed.stdout).unwrap();
+    let id = &reader["strata_".len().."strata_".len() + 16];
+    assert!(text.contains(id) && text.contains("dashboard") && !text.contains(&reader[24..]), "{text}");
+    assert!(token_cli(&["revoke", id]).status.success());
+    let (code, _) = curl("GET", &format!("{base}/api/v1/volumes"), Some(&reader));
+    assert_eq!(code, 401, "revoked");
+
+    // The CLI without a token says how to get one.
+    let out = Command::new(BIN)
+        .current_dir(dir.path().parent().unwrap())
+        .env_remove("STRATA_TOKEN_FILE")
+        .args(["volume", "list", "--api", &base])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("needs a token") && err.contains("api-token"), "{err}");
+}
+
+#[test]
+fn the_api_refuses_a_routable_address_unless_told() {
+    let _group = strata_testkit::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--data-dir", &dir.path().display().to_string(), "--drive", "mem:64M"])
+        .args(["--listen", "127.0.0.1:0", "--discovery", "127.0.0.1:0", "--http", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--allow-remote-api"), "{err}");
 }

@@ -36,6 +36,8 @@ pub struct NodeProc {
     pub name: String,
     proc: Proc,
     pub addrs: NodeAddrs,
+    /// Its data dir (where its admin token is).
+    pub dir: std::path::PathBuf,
 }
 
 impl NodeProc {
@@ -81,8 +83,11 @@ impl NodeProc {
             .iter()
             .map(|s| s.to_string()),
         );
+        if !addrs.http.starts_with("127.") {
+            argv.push("--allow-remote-api".into());
+        }
         let proc = Proc::spawn(name, argv, dir.join(format!("{name}.log")));
-        NodeProc { name: name.to_string(), proc, addrs }
+        NodeProc { name: name.to_string(), proc, addrs, dir: dir.to_path_buf() }
     }
 
     /// SIGKILL, and reap.
@@ -127,11 +132,17 @@ impl NodeProc {
         format!("== {} ==\n{}", self.name, lines[lines.len().saturating_sub(150)..].join("\n"))
     }
 
+    /// Its admin token (empty before its first start wrote it).
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.dir.join("api-token")).unwrap_or_default().trim().to_string()
+    }
+
     /// A blocking call to its HTTP API; `None` when it does not answer
     /// with JSON.
     pub fn api(&self, method: &str, path: &str, body: Option<Value>) -> Option<Value> {
         let out = Command::new("curl")
             .args(["-s", "-m", "5", "-X", method, &format!("http://{}{path}", self.addrs.http)])
+            .args(["-H", &format!("Authorization: Bearer {}", self.token())])
             .args(
                 body.map(|b| {
                     vec!["-H".to_string(), "content-type: application/json".into(), "-d".into(), b.to_string()]
