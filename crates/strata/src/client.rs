@@ -21,39 +21,37 @@ use serde_json::Value;
 /// beyond any healthy answer.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The token the CLI's requests carry, once [`set_token_file`] found one.
-static TOKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+/// Where the CLI's token is, as [`set_token_file`] was told.
+static TOKEN_FILE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
 
-fn token() -> Option<&'static str> {
-    TOKEN.get().and_then(|t| t.as_deref())
+/// Remembers `--token-file` / `$STRATA_TOKEN_FILE` for the requests this
+/// process makes (read only when one is made, so commands that make none,
+/// such as `strata node`, never look at it).
+pub fn set_token_file(file: Option<&std::path::Path>) {
+    let _ = TOKEN_FILE.set(file.map(std::path::Path::to_path_buf));
 }
 
-/// Finds the API token for the CLI's requests: `$STRATA_TOKEN`, else the
-/// first line of `file` (`--token-file` / `$STRATA_TOKEN_FILE`), else the
-/// local admin token of `strata serve`'s default data dir
-/// (`./strata-data/api-token`) when there is one.
+/// The API token for the CLI's requests: `$STRATA_TOKEN`, else the first
+/// line of the `--token-file`, else the local admin token of `strata
+/// serve`'s default data dir (`./strata-data/api-token`) when there is
+/// one.
 ///
 /// # Errors
 ///
-/// `file` was given and cannot be read.
-pub fn set_token_file(file: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let found = match (std::env::var("STRATA_TOKEN").ok().filter(|t| !t.trim().is_empty()), file) {
-        (Some(t), _) => Some(t.trim().to_string()),
-        (None, Some(f)) => Some(
-            std::fs::read_to_string(f)
-                .with_context(|| format!("reading the API token from {}", f.display()))?
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string(),
-        ),
-        (None, None) => std::fs::read_to_string(std::path::Path::new("strata-data").join("api-token"))
-            .ok()
-            .and_then(|t| t.lines().next().map(|l| l.trim().to_string())),
-    };
-    let _ = TOKEN.set(found);
-    Ok(())
+/// A token file was named and cannot be read.
+fn token() -> anyhow::Result<Option<String>> {
+    let first_line = |text: String| text.lines().next().unwrap_or("").trim().to_string();
+    if let Some(t) = std::env::var("STRATA_TOKEN").ok().filter(|t| !t.trim().is_empty()) {
+        return Ok(Some(t.trim().to_string()));
+    }
+    match TOKEN_FILE.get().and_then(Option::as_deref) {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("reading the API token from {} (--token-file)", f.display()))?;
+            Ok(Some(first_line(text)))
+        }
+        None => Ok(std::fs::read_to_string(std::path::Path::new("strata-data").join("api-token")).ok().map(first_line)),
+    }
 }
 
 /// Sends `method path` with an optional JSON body to the API at `base`
@@ -88,7 +86,7 @@ fn request_within(
 }
 
 async fn exchange(base: &str, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
-    let auth = token().map(|t| format!("Bearer {t}"));
+    let auth = token()?.map(|t| format!("Bearer {t}"));
     let (status, json, bytes) = send(base, method, path, body, auth.as_deref()).await?;
     if !status.is_success() {
         let msg = match &json {

@@ -273,10 +273,7 @@ fn quiet_on_broken_pipe() {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = client::set_token_file(cli.token_file.as_deref()) {
-        eprintln!("strata: error: {e:#}");
-        return std::process::ExitCode::FAILURE;
-    }
+    client::set_token_file(cli.token_file.as_deref());
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Node { action: None, args } => node(*args),
