@@ -165,8 +165,10 @@ impl Tokens {
         }
         let (id, secret) = (random_hex(8)?, random_hex(32)?);
         let created_unix = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let rec = TokenRecord { id: id.clone(), name: name.to_string(), role, created_unix, sha256: digest_hex(&secret) };
-        let bytes = serde_json::to_vec(&rec).map_err(|e| TokenError::Corrupt { id: id.clone(), reason: e.to_string() })?;
+        let rec =
+            TokenRecord { id: id.clone(), name: name.to_string(), role, created_unix, sha256: digest_hex(&secret) };
+        let bytes =
+            serde_json::to_vec(&rec).map_err(|e| TokenError::Corrupt { id: id.clone(), reason: e.to_string() })?;
         self.meta.put_config(&format!("{PREFIX}{id}"), &bytes).await?;
         tracing::info!(id, name, %role, "API token created");
         Ok((rec, format!("strata_{id}_{secret}")))
@@ -245,7 +247,8 @@ impl Tokens {
             return Ok(path);
         }
         let (_, token) = self.create(name, Role::Admin).await?;
-        write_private(&path, &format!("{token}\n")).map_err(|source| TokenError::File { path: path.clone(), source })?;
+        write_private(&path, &format!("{token}\n"))
+            .map_err(|source| TokenError::File { path: path.clone(), source })?;
         Ok(path)
     }
 }
