@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 /// The user `AUTH password` (one argument) names, as in Redis.
 pub const DEFAULT_USER: &str = "default";
@@ -63,11 +64,6 @@ pub enum AccessError {
 
 fn digest(password: &[u8]) -> [u8; 32] {
     Sha256::digest(password).into()
-}
-
-/// Equal in time that does not depend on where they differ.
-fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl Access {
@@ -144,7 +140,7 @@ impl Access {
         let d = digest(password);
         let mut found = None;
         for u in &self.users {
-            let ok = same(&u.digest, &d);
+            let ok: bool = u.digest.ct_eq(&d).into();
             if ok && u.name.as_bytes() == name {
                 found = Some(Grant { user: u.name.clone(), namespaces: u.namespaces.clone() });
             }

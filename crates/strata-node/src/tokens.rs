@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use strata_meta::MetaStore;
+use subtle::ConstantTimeEq;
 
 /// Where token records live in the metadata store's config.
 const PREFIX: &str = "api-tokens/";
@@ -113,11 +114,6 @@ pub enum TokenError {
 
 fn digest_hex(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
-}
-
-/// Equal in time that does not depend on where they differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Splits `strata_<ID>_<SECRET>`; `None` for anything else.
@@ -222,7 +218,7 @@ impl Tokens {
             Some(v) => Some(decode(id, &v)?),
             None => None,
         };
-        let found = rec.filter(|r| same(r.sha256.as_bytes(), digest_hex(secret).as_bytes()));
+        let found = rec.filter(|r| bool::from(r.sha256.as_bytes().ct_eq(digest_hex(secret).as_bytes())));
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() > 10_000 {
             cache.clear();

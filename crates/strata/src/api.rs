@@ -60,12 +60,14 @@ pub async fn serve(backend: Backend, tokens: Arc<Tokens>, addr: SocketAddr) -> a
     serve_http(addr, move |req| {
         let (backend, tokens) = (backend.clone(), tokens.clone());
         async move {
-            let auth = match authorize(&tokens, &req).await {
+            let (auth, role) = match authorize(&tokens, &req).await {
                 Ok(a) => a,
                 Err(refused) => return refused,
             };
             match (req.method(), req.uri().path().trim_end_matches('/')) {
-                (_, p) if p == "/api/v1/tokens" || p.starts_with("/api/v1/tokens/") => token_route(&tokens, req).await,
+                (_, p) if p == "/api/v1/tokens" || p.starts_with("/api/v1/tokens/") => {
+                    token_route(&tokens, req, role).await
+                }
                 _ => handle(&backend, req, auth).await,
             }
         }
@@ -91,8 +93,9 @@ pub fn check_exposure(addr: SocketAddr, allow_remote: bool) -> anyhow::Result<()
 
 /// The request's bearer token checked against the role its method needs
 /// (`GET`: reader; anything else: admin). Returns the `Authorization`
-/// header to pass on when the request is forwarded to another node.
-async fn authorize(tokens: &Tokens, req: &Request<Incoming>) -> Result<String, Response<Full<Bytes>>> {
+/// header to pass on when the request is forwarded to another node, and
+/// the token's role.
+async fn authorize(tokens: &Tokens, req: &Request<Incoming>) -> Result<(String, Role), Response<Full<Bytes>>> {
     let header = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
     let what = format!("{} {}", req.method(), req.uri().path());
     let unauthorized = |msg: &str| {
@@ -119,7 +122,7 @@ async fn authorize(tokens: &Tokens, req: &Request<Incoming>) -> Result<String, R
             format!("token {} ({}) may only read: {what} needs an admin token", rec.id, rec.name),
         ));
     }
-    Ok(header.to_string())
+    Ok((header.to_string(), rec.role))
 }
 
 /// The body of `POST /api/v1/tokens`.
@@ -130,13 +133,11 @@ struct TokenBody {
     role: Role,
 }
 
-/// `/api/v1/tokens`: admin only, whatever the method.
-async fn token_route(tokens: &Tokens, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    let header = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let token = header.strip_prefix("Bearer ").map(str::trim).unwrap_or("");
-    match tokens.check(token).await {
-        Ok(Some(r)) if r.role == Role::Admin => {}
-        _ => return error(StatusCode::FORBIDDEN, "managing tokens needs an admin token"),
+/// `/api/v1/tokens`: admin only (`role`, as [`authorize`] found it),
+/// whatever the method.
+async fn token_route(tokens: &Tokens, req: Request<Incoming>, role: Role) -> Response<Full<Bytes>> {
+    if role != Role::Admin {
+        return error(StatusCode::FORBIDDEN, "managing tokens needs an admin token");
     }
     let path = req.uri().path().trim_end_matches('/').to_string();
     let id = path.strip_prefix("/api/v1/tokens").unwrap_or("").trim_start_matches('/').to_string();
