@@ -15,6 +15,7 @@
 
 mod codec;
 
+pub mod auth;
 pub mod command;
 pub mod completion;
 pub mod digest;

@@ -122,6 +122,9 @@ impl Status {
     pub const CONNECT_RESTART_DISCOVERY: Status = Status::new(SCT_COMMAND_SPECIFIC, 0x83);
     /// Connect: Connect Invalid Host.
     pub const CONNECT_INVALID_HOST: Status = Status::new(SCT_COMMAND_SPECIFIC, 0x84);
+    /// Authentication Required: the queue must finish in-band
+    /// authentication before any other command (Linux `NVME_SC_AUTH_REQUIRED`, 191h).
+    pub const AUTH_REQUIRED: Status = Status::new(SCT_COMMAND_SPECIFIC, 0x91);
 
     /// Write Fault.
     pub const WRITE_FAULT: Status = Status::new(SCT_MEDIA, 0x80);
