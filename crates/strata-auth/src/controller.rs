@@ -152,6 +152,12 @@ impl ControllerAuth {
         self.outcome
     }
 
+    /// True when no transaction is in progress: the last one ended
+    /// (Success1 or Success2 passed, Failure1 sent or Failure2 received).
+    pub fn finished(&self) -> bool {
+        matches!(self.step, Step::Done | Step::Negotiate)
+    }
+
     /// Why the last transaction failed, for the log.
     pub fn failure(&self) -> Option<&str> {
         self.failure.as_deref()

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use strata_auth::DhchapSecret;
 use strata_nvme::pdu::Digests;
 
 /// Settings of one host (one controller association, or one discovery).
@@ -47,6 +48,12 @@ pub struct HostConfig {
     /// which lets it complete reads with the C2HData SUCCESS flag instead
     /// of a CapsuleResp. Default: false.
     pub disable_sq_flow_control: bool,
+    /// The host's DH-HMAC-CHAP secret, used when the controller asks the
+    /// host to authenticate (`nvme connect --dhchap-secret`). Default: none.
+    pub dhchap_secret: Option<DhchapSecret>,
+    /// The controller's secret: with it the host makes the controller
+    /// prove itself too (`--dhchap-ctrl-secret`). Default: none.
+    pub dhchap_ctrl_secret: Option<DhchapSecret>,
 }
 
 impl Default for HostConfig {
@@ -64,6 +71,8 @@ impl Default for HostConfig {
             connect_timeout: Duration::from_secs(10),
             io_timeout: Duration::from_secs(30),
             disable_sq_flow_control: false,
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
         }
     }
 }

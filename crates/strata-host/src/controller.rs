@@ -37,6 +37,7 @@ use strata_nvme::identify::{
 };
 use strata_nvme::pdu::Digests;
 
+use crate::auth::AuthSteps;
 use crate::config::HostConfig;
 use crate::driver::QueueDriver;
 use crate::error::HostError;
@@ -104,7 +105,21 @@ pub(crate) async fn fabrics_connect(
     kato: Duration,
 ) -> Result<u16, HostError> {
     let cmd = connect_command(q.qid(), cfg, subnqn, sqsize, cntlid, kato)?;
-    connect_result(q.execute_raw(cmd).await?.cqe)
+    let r = q.execute_raw(cmd).await?;
+    let cntlid = connect_result(r.cqe)?;
+    if auth_required(r.cqe) {
+        let mut steps = AuthSteps::new(cfg, subnqn, q.qid())?;
+        let mut prev = None;
+        while let Some(cmd) = steps.next(prev)? {
+            prev = Some(q.execute_raw(cmd).await?);
+        }
+    }
+    Ok(cntlid)
+}
+
+/// True when a Connect completion asks the host to authenticate (ATR).
+pub(crate) fn auth_required(cqe: Cqe) -> bool {
+    cqe.dw0() & fabrics::CONNECT_AUTHREQ_ATR != 0
 }
 
 /// The Connect command (fabrics Connect, NVMe over Fabrics 1.1 section
@@ -338,7 +353,15 @@ impl Controller {
                 if drivers {
                     let mut d = QueueDriver::open(addr, params, max_transfer).await?;
                     let cmd = connect_command(qid, cfg, subnqn, cfg.io_queue_size - 1, cntlid, Duration::ZERO)?;
-                    connect_result(d.execute_internal(cmd, cfg.connect_timeout).await?.cqe)?;
+                    let r = d.execute_internal(cmd, cfg.connect_timeout).await?;
+                    connect_result(r.cqe)?;
+                    if auth_required(r.cqe) {
+                        let mut steps = AuthSteps::new(cfg, subnqn, qid)?;
+                        let mut prev = None;
+                        while let Some(cmd) = steps.next(prev)? {
+                            prev = Some(d.execute_internal(cmd, cfg.connect_timeout).await?);
+                        }
+                    }
                     io_drivers.push(d);
                 } else {
                     let q = QueueHandle::open(addr, params).await?;

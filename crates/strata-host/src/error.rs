@@ -69,6 +69,9 @@ pub enum HostError {
         /// The socket error.
         source: std::io::Error,
     },
+    /// In-band authentication (DH-HMAC-CHAP) failed or could not start.
+    #[error("authentication failed: {0}")]
+    Authentication(String),
     /// A step did not finish in time.
     #[error("{what} timed out after {after:?}")]
     Timeout {

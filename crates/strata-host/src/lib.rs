@@ -38,6 +38,7 @@
 //! error types; [`TargetUrl`] is the `tcp://ADDR:PORT/NQN` form that
 //! names a target on the command line.
 
+mod auth;
 mod config;
 mod controller;
 mod discovery;
@@ -59,4 +60,5 @@ pub use driver::{Completion, QueueDriver};
 pub use error::{HostError, QueueFailure};
 pub use namespace::RemoteNamespace;
 pub use paths::connect_best_with_drivers;
+pub use strata_auth::DhchapSecret;
 pub use url::{TargetUrl, TargetUrlError};

@@ -54,6 +54,14 @@ pub const NQN_MAX_LEN: usize = 223;
 /// Controller ID a host sends to ask for any controller (dynamic model).
 pub const CNTLID_DYNAMIC: u16 = 0xFFFF;
 
+/// Connect response DW0 bit 17, ATR: the host must authenticate the
+/// queue (DH-HMAC-CHAP) before anything else (Linux
+/// `NVME_CONNECT_AUTHREQ_ATR`).
+pub const CONNECT_AUTHREQ_ATR: u32 = 1 << 17;
+/// Connect response DW0 bit 18, ASCR: authentication and a secure
+/// channel are required (secure channel concatenation; strata never sets it).
+pub const CONNECT_AUTHREQ_ASCR: u32 = 1 << 18;
+
 /// Offset of RECFMT in a Connect entry.
 pub const CONNECT_RECFMT_OFFSET: usize = 40;
 /// Offset of QID in a Connect entry.

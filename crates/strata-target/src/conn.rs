@@ -58,6 +58,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use strata_auth::{ControllerAuth, Outcome};
+use strata_nvme::auth::{AuthCmd, is_auth};
+use strata_nvme::fabrics::fctype;
+
 use crate::admin::{self, AdminContext, AdminReply};
 use crate::admission::{Counters, Slot};
 use crate::budget::Permit;
@@ -142,6 +146,9 @@ enum End {
     HandshakeTimeout,
     Evicted,
     SendStalled,
+    /// In-band authentication failed (the reason is logged where it
+    /// failed) or did not finish within the handshake deadline.
+    AuthFailed,
 }
 
 impl std::fmt::Display for End {
@@ -157,6 +164,7 @@ impl std::fmt::Display for End {
             End::HandshakeTimeout => write!(f, "no ICReq and Connect within the handshake deadline"),
             End::Evicted => write!(f, "closed before Connect to make room for newer connections"),
             End::SendStalled => write!(f, "host stopped reading: no send progress within the send deadline"),
+            End::AuthFailed => write!(f, "DH-HMAC-CHAP authentication failed"),
         }
     }
 }
@@ -199,6 +207,8 @@ struct Conn<'a> {
     /// The budget an I/O queue prepaid for its commands; returned after
     /// its commands are drained.
     queue_permit: Option<Permit>,
+    /// The queue's DH-HMAC-CHAP state, once a transaction began.
+    auth: Option<ControllerAuth>,
 }
 
 fn transport_limits(cfg: &TargetConfig) -> TransportLimits {
@@ -243,6 +253,7 @@ pub(crate) async fn serve(
         dead: None,
         closed: false,
         queue_permit: None,
+        auth: None,
     };
     let end = conn.run(&mut slot, accepted).await;
     conn.close(&end, &slot).await;
@@ -456,11 +467,142 @@ impl Conn<'_> {
         if let Err(e) = self.flush().await {
             return e;
         }
+        if let Some(keys) = connected.auth {
+            let (hostnqn, subnqn) = (connected.ctrl.hostnqn(), connected.ctrl.subsystem().map(|s| s.nqn().to_owned()));
+            self.auth = Some(ControllerAuth::new(Some(keys), hostnqn, subnqn.as_deref().unwrap_or_default()));
+            if let Err(e) = self.authenticate(&connected.ctrl, connected.qid, deadline).await {
+                return e;
+            }
+        }
         if connected.qid == 0 {
             self.admin_queue(&connected.ctrl).await
         } else {
             self.io_queue(&connected.ctrl, connected.qid, slot).await
         }
+    }
+
+    /// Runs the queue's first DH-HMAC-CHAP transaction, which must finish
+    /// by `deadline` (the handshake's). Until it succeeds every other
+    /// command is answered Authentication Required (Disconnect excepted).
+    async fn authenticate(&mut self, ctrl: &Arc<Controller>, qid: u16, deadline: Instant) -> Result<(), End> {
+        loop {
+            for input in std::mem::take(&mut self.inputs) {
+                let cmd = match input {
+                    Input::Closed(c) => return Err(End::Host(c)),
+                    Input::AerRetired(_) => continue,
+                    Input::Command(cmd) => cmd,
+                };
+                if is_auth(&cmd.sqe) {
+                    if let Err(e) = self.auth_command(ctrl, qid, &cmd) {
+                        let _ = self.flush().await;
+                        return Err(e);
+                    }
+                } else if cmd.sqe.opcode() == strata_nvme::fabrics::FABRICS_OPCODE
+                    && cmd.sqe.fctype() == fctype::DISCONNECT
+                {
+                    self.transport.complete(Cqe::new(cmd.sqe.cid(), Status::SUCCESS));
+                    let _ = self.flush().await;
+                    return Err(End::Disconnect);
+                } else {
+                    self.transport.complete(Cqe::new(cmd.sqe.cid(), Status::AUTH_REQUIRED.dnr()));
+                }
+            }
+            self.flush().await?;
+            if self.auth.as_ref().is_some_and(|a| a.outcome() == Outcome::Authenticated && a.finished()) {
+                tracing::debug!(cntlid = ctrl.cntlid(), qid, hostnqn = ctrl.hostnqn(), "queue authenticated");
+                return Ok(());
+            }
+            let mut shutdown = self.shutdown.clone();
+            tokio::select! {
+                r = self.read_more() => r?,
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid(), qid, hostnqn = ctrl.hostnqn(),
+                        "authentication refused: the host did not authenticate within the handshake deadline \
+                         (does it have the DH-HMAC-CHAP key? nvme connect --dhchap-secret)");
+                    return Err(End::AuthFailed);
+                }
+                _ = until_true(&mut shutdown) => return Err(End::Shutdown),
+            }
+        }
+    }
+
+    /// Executes an Authentication Send or Receive on queue `qid` of `ctrl`.
+    /// A Negotiate (re)starts a transaction with the host's keys of the
+    /// moment. Fails when a transaction ended in failure: the queue is
+    /// closed, as nvmet does with a fatal controller error.
+    fn auth_command(&mut self, ctrl: &Arc<Controller>, qid: u16, cmd: &Command) -> Result<(), End> {
+        let cid = cmd.sqe.cid();
+        let a = AuthCmd::decode(&cmd.sqe);
+        if a.invalid_field().is_some() {
+            self.transport.complete(Cqe::new(cid, Status::INVALID_FIELD.dnr()));
+            return Ok(());
+        }
+        let len = a.len as usize;
+        let Some(sub) = ctrl.subsystem().filter(|s| !s.is_internal()) else {
+            // Discovery and the fabric do not authenticate hosts in band.
+            self.transport.complete(Cqe::new(cid, Status::INVALID_OPCODE.dnr()));
+            return Ok(());
+        };
+        if cmd.sqe.fctype() == fctype::AUTH_SEND {
+            let data = cmd.data.as_deref().unwrap_or_default();
+            if data.len() != len {
+                self.transport.complete(Cqe::new(cid, Status::INVALID_FIELD.dnr()));
+                return Ok(());
+            }
+            if ControllerAuth::is_negotiate(data) {
+                let keys = self.inner.host_keys(ctrl.hostnqn());
+                match self.auth.as_mut() {
+                    Some(m) => m.set_keys(keys),
+                    None => self.auth = Some(ControllerAuth::new(keys, ctrl.hostnqn(), sub.nqn())),
+                }
+            }
+            let Some(m) = self.auth.as_mut() else {
+                self.transport.complete(Cqe::new(cid, Status::COMMAND_SEQUENCE.dnr()));
+                return Ok(());
+            };
+            m.send(data);
+            self.transport.complete(Cqe::new(cid, Status::SUCCESS));
+        } else {
+            let Some(m) = self.auth.as_mut() else {
+                self.transport.complete(Cqe::new(cid, Status::COMMAND_SEQUENCE.dnr()));
+                return Ok(());
+            };
+            if cmd.read_len != len {
+                self.transport.complete(Cqe::new(cid, Status::INVALID_FIELD.dnr()));
+                return Ok(());
+            }
+            match m.receive(len) {
+                Ok(b) => self.transport.complete_with_data(Cqe::new(cid, Status::SUCCESS), &b),
+                Err(e) => {
+                    tracing::debug!(cntlid = ctrl.cntlid(), qid, "authentication receive: {e}");
+                    self.transport.complete(Cqe::new(cid, Status::INVALID_FIELD.dnr()));
+                }
+            }
+        }
+        let Some(m) = self.auth.as_ref() else { return Ok(()) };
+        if m.finished() {
+            match m.outcome() {
+                Outcome::Authenticated => {
+                    let (hash, group) = m.chosen().map_or(("?", "?"), |(h, g)| (h.name(), g.name()));
+                    tracing::info!(
+                        cntlid = ctrl.cntlid(),
+                        qid,
+                        hostnqn = ctrl.hostnqn(),
+                        subnqn = sub.nqn(),
+                        hash,
+                        dhgroup = group,
+                        "host authenticated (DH-HMAC-CHAP)"
+                    );
+                }
+                Outcome::Failed => {
+                    tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid(), qid, hostnqn = ctrl.hostnqn(), subnqn = sub.nqn(),
+                        "authentication refused: {}", m.failure().unwrap_or("unknown reason"));
+                    return Err(End::AuthFailed);
+                }
+                Outcome::Pending => {}
+            }
+        }
+        Ok(())
     }
 
     async fn admin_queue(&mut self, ctrl: &Arc<Controller>) -> End {
@@ -480,6 +622,13 @@ impl Conn<'_> {
                     }
                     Input::Command(cmd) => cmd,
                 };
+                if is_auth(&cmd.sqe) {
+                    if let Err(e) = self.auth_command(ctrl, 0, &cmd) {
+                        let _ = self.flush().await;
+                        return e;
+                    }
+                    continue;
+                }
                 // A large answer is charged until it is sent. Small ones are
                 // not (one at a time per queue, at most ADMIN_FREE_DATA):
                 // Identify and Keep Alive must not wait behind I/O buffers.
@@ -547,8 +696,16 @@ impl Conn<'_> {
                     Input::AerRetired(_) => continue,
                     Input::Command(cmd) => cmd,
                 };
+                if is_auth(&cmd.sqe) {
+                    if let Err(e) = self.auth_command(ctrl, qid, &cmd) {
+                        let _ = self.flush().await;
+                        break 'run e;
+                    }
+                    continue;
+                }
                 if cmd.sqe.opcode() == strata_nvme::fabrics::FABRICS_OPCODE {
-                    // Only Disconnect is meaningful on an I/O queue.
+                    // Only Disconnect and authentication are meaningful
+                    // on an I/O queue.
                     if cmd.sqe.fctype() == strata_nvme::fabrics::fctype::DISCONNECT {
                         self.transport.complete(Cqe::new(cmd.sqe.cid(), Status::SUCCESS));
                         let _ = self.flush().await;

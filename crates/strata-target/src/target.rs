@@ -19,12 +19,15 @@ use std::time::Duration;
 
 use strata_nvme::completion::Cqe;
 use strata_nvme::fabrics::{
-    CNTLID_DYNAMIC, CONNECT_CNTLID_OFFSET, CONNECT_HOSTNQN_OFFSET, CONNECT_QID_OFFSET, CONNECT_RECFMT_OFFSET,
-    CONNECT_SQSIZE_OFFSET, CONNECT_SUBNQN_OFFSET, ConnectCmd, ConnectData, DISCOVERY_NQN, connect_invalid_param_result,
+    CNTLID_DYNAMIC, CONNECT_AUTHREQ_ATR, CONNECT_CNTLID_OFFSET, CONNECT_HOSTNQN_OFFSET, CONNECT_QID_OFFSET,
+    CONNECT_RECFMT_OFFSET, CONNECT_SQSIZE_OFFSET, CONNECT_SUBNQN_OFFSET, ConnectCmd, ConnectData, DISCOVERY_NQN,
+    connect_invalid_param_result,
 };
 use strata_nvme::log_page::{self as lp, DiscoveryEntry};
 use strata_nvme::status::Status;
 use tokio::sync::watch;
+
+use strata_auth::HostKeys;
 
 use crate::admission::{Admission, TargetStats};
 use crate::budget::{Budget, DataBudget};
@@ -116,6 +119,9 @@ pub(crate) struct TargetInner {
     pub(crate) data_budget: DataBudget,
     executors: RwLock<Vec<tokio::runtime::Handle>>,
     next_executor: AtomicUsize,
+    /// DH-HMAC-CHAP keys by host NQN: a host listed here must
+    /// authenticate every queue it connects to an NVM subsystem.
+    host_keys: RwLock<HashMap<String, Arc<HostKeys>>>,
 }
 
 /// An NVMe/TCP target.
@@ -158,6 +164,7 @@ impl Target {
                 budget,
                 executors: RwLock::new(Vec::new()),
                 next_executor: AtomicUsize::new(0),
+                host_keys: RwLock::new(HashMap::new()),
             }),
         }
     }
@@ -182,6 +189,25 @@ impl Target {
             self.inner.discovery_changed();
         }
         Ok(())
+    }
+
+    /// Sets (or with `None` clears) the DH-HMAC-CHAP keys of host
+    /// `hostnqn`. A host with keys must authenticate each queue it
+    /// connects to an NVM subsystem (the Connect response says so, ATR);
+    /// new connections and re-authentications use the keys set now, and
+    /// queues already authenticated stay connected (a rotation).
+    pub fn set_host_keys(&self, hostnqn: &str, keys: Option<HostKeys>) {
+        let mut map = self.inner.host_keys.write().unwrap_or_else(|e| e.into_inner());
+        match keys {
+            Some(k) => map.insert(hostnqn.to_owned(), Arc::new(k)),
+            None => map.remove(hostnqn),
+        };
+    }
+
+    /// Replaces every host's DH-HMAC-CHAP keys at once.
+    pub fn replace_host_keys(&self, keys: HashMap<String, HostKeys>) {
+        let map = keys.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
+        *self.inner.host_keys.write().unwrap_or_else(|e| e.into_inner()) = map;
     }
 
     /// Removes an NVM subsystem and disconnects its controllers.
@@ -297,6 +323,8 @@ pub(crate) struct Connected {
     pub(crate) sqsize: u16,
     pub(crate) sq_flow_disabled: bool,
     pub(crate) response: Cqe,
+    /// The host's keys when the queue must authenticate before use.
+    pub(crate) auth: Option<Arc<HostKeys>>,
 }
 
 fn invalid_param(cid: u16, in_data: bool, offset: usize) -> Cqe {
@@ -313,6 +341,11 @@ impl TargetInner {
         }
         let i = self.next_executor.fetch_add(1, Ordering::Relaxed) % ex.len();
         Some(ex[i].clone())
+    }
+
+    /// The DH-HMAC-CHAP keys of host `hostnqn`, if it has any.
+    pub(crate) fn host_keys(&self, hostnqn: &str) -> Option<Arc<HostKeys>> {
+        self.host_keys.read().unwrap_or_else(|e| e.into_inner()).get(hostnqn).cloned()
     }
 
     pub(crate) fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
@@ -446,6 +479,13 @@ impl TargetInner {
             }
             ControllerKind::Io(sub)
         };
+        // A host with keys authenticates every queue to an NVM subsystem,
+        // as Linux nvmet asks (discovery and the fabric are not covered).
+        let auth = match &kind {
+            ControllerKind::Io(sub) if !sub.is_internal() => self.host_keys(&d.hostnqn),
+            _ => None,
+        };
+        let atr = if auth.is_some() { CONNECT_AUTHREQ_ATR } else { 0 };
         if c.qid == 0 {
             if d.cntlid != CNTLID_DYNAMIC {
                 let reason = format_args!("CNTLID {:#x} on an admin queue (only FFFFh, dynamic)", d.cntlid);
@@ -479,8 +519,8 @@ impl TargetInner {
             self.controllers.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::downgrade(&ctrl));
             tracing::info!(cntlid, subnqn = %d.subnqn, hostnqn = %d.hostnqn, kato_ms = c.kato, "controller created");
             let mut response = Cqe::new(cid, Status::SUCCESS);
-            response.result = u64::from(cntlid);
-            return Ok(Connected { ctrl, qid: 0, sqsize: c.sqsize, sq_flow_disabled, response });
+            response.result = u64::from(u32::from(cntlid) | atr);
+            return Ok(Connected { ctrl, qid: 0, sqsize: c.sqsize, sq_flow_disabled, response, auth });
         }
         // An I/O queue joins an existing controller of the same host and
         // subsystem.
@@ -515,8 +555,8 @@ impl TargetInner {
         })?;
         ctrl.touch();
         let mut response = Cqe::new(cid, Status::SUCCESS);
-        response.result = u64::from(ctrl.cntlid());
-        Ok(Connected { ctrl, qid: c.qid, sqsize: c.sqsize, sq_flow_disabled, response })
+        response.result = u64::from(u32::from(ctrl.cntlid()) | atr);
+        Ok(Connected { ctrl, qid: c.qid, sqsize: c.sqsize, sq_flow_disabled, response, auth })
     }
 
     /// The discovery log changed: a new generation, and a Discovery Log

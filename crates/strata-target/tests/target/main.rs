@@ -15,6 +15,7 @@ mod common;
 
 mod ana;
 mod connect;
+mod dhchap;
 mod fenced;
 mod hardening;
 mod health;
