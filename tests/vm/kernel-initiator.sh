@@ -6,7 +6,8 @@
 # disconnects and reconnects, builds and checks an ext4
 # file system, discards, and survives strata restarts (SIGTERM while
 # connected, and kill -9 after a flush) with its data intact; then the same
-# fio verification against a RAM drive, whose reads are lent, not copied.
+# fio verification against a RAM drive, whose reads are lent, not copied;
+# and, on the trixie suite, DH-HMAC-CHAP (kernel-dhchap.sh).
 set -euo pipefail
 . /vm/lib.sh
 
@@ -180,6 +181,12 @@ check "mem drive: fio 128k writes + verify" fio_run mem-verify-128k --filename="
     --iodepth=8 --size=48m --offset=200m --verify=crc32c --verify_fatal=1 --do_verify=1
 disconnect_all
 kill -TERM "$STRATA_PID"; wait "$STRATA_PID" || true
+
+# DH-HMAC-CHAP with the kernel host, where the kernel has it (the trixie
+# run): sourced, so that it needs no boot of its own.
+if [ -f /vm/kernel-dhchap.sh ]; then
+    . /vm/kernel-dhchap.sh
+fi
 
 log "strata log (warnings and errors):"
 grep -E "WARN|ERROR" /tmp/strata.log | tail -20 >&2 || true

@@ -39,6 +39,9 @@ cluster-*)
     adds+=(--add "$here/cluster-kernel.sh")
     ;;
 esac
+case $(basename "$script") in
+kernel-initiator.sh) adds+=(--add "$here/kernel-dhchap.sh") ;;
+esac
 rc=0
 "$vm" run "$script" "${adds[@]}" --timeout "${VM_TIMEOUT:-900}" "$@" || rc=$?
 exit "$rc"

@@ -60,5 +60,5 @@ pub use driver::{Completion, QueueDriver};
 pub use error::{HostError, QueueFailure};
 pub use namespace::RemoteNamespace;
 pub use paths::connect_best_with_drivers;
-pub use strata_auth::DhchapSecret;
+pub use strata_auth::{DhchapSecret, HostAuthError};
 pub use url::{TargetUrl, TargetUrlError};

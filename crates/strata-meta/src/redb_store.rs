@@ -108,6 +108,22 @@ impl RedbMetaStore {
     /// is not a redb file or has a newer layout; [`MetaError::Redb`] otherwise.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, MetaError> {
         let path = path.as_ref().to_path_buf();
+        // The store holds hosts' DH-HMAC-CHAP secrets and TLS PSKs: owner
+        // only, created so (no window with wider permissions) and kept so.
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            let io = |source| MetaError::Io { what: "securing metadata store", path: path.clone(), source };
+            match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let mode = std::fs::metadata(&path).map_err(io)?.permissions().mode();
+                    if mode & 0o077 != 0 {
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o700)).map_err(io)?;
+                    }
+                }
+                Err(e) => return Err(io(e)),
+            }
+        }
         let db = Database::create(&path).map_err(|e| match e {
             DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => MetaError::InUse {
                 dir: path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf(),
@@ -425,6 +441,20 @@ mod tests {
         }
         let s = RedbMetaStore::open_in_dir(dir.path()).unwrap();
         assert_eq!(s.create_volume(NewVolume::new("b", 4096)).await.unwrap().id, 3);
+    }
+
+    #[test]
+    fn the_store_file_is_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let (dir, s) = store();
+        let path = dir.path().join(META_FILE_NAME);
+        assert_eq!(mode(&path), 0o600);
+        drop(s);
+        // A store from before (0644) is tightened when opened.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let _s = RedbMetaStore::open_in_dir(dir.path()).unwrap();
+        assert_eq!(mode(&path), 0o600);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 pub mod cluster;
 pub mod config;
 pub mod fill;
+pub mod hosts;
 pub mod human;
 pub mod identity;
 pub mod node;

@@ -21,6 +21,10 @@
 //! | GET    | /api/v1/tokens               | SC | the API tokens (no secrets); admin         |
 //! | POST   | /api/v1/tokens               | SC | `{"name","role"}` -> 201 with the token    |
 //! | DELETE | /api/v1/tokens/ID            | SC | the revoked token                          |
+//! | GET    | /api/v1/hosts                | SC | the hosts: which keys each has (never the keys) |
+//! | POST   | /api/v1/hosts                | SC | `{"nqn","dhchap_secret"?,"dhchap_ctrl_secret"?,"dhchap_hash"?,"dhchap_dhgroup"?,"tls_psk"?}` -> 201 |
+//! | PATCH  | /api/v1/hosts/NQN            | SC | the same fields; absent: unchanged, `""`: removed |
+//! | DELETE | /api/v1/hosts/NQN            | SC | the removed host                           |
 //!
 //! Every request needs `Authorization: Bearer TOKEN`
 //! (`strata_node::tokens`): a reader token may `GET`, an admin token may
@@ -46,6 +50,7 @@ use strata_meta::NewVolume;
 use tokio::net::TcpListener;
 
 use strata_node::cluster::{Answer, ClusterNode, SettingsPatch};
+use strata_node::hosts::{HostSpec, Hosts, HostsError};
 use strata_node::node::{Node, NodeError};
 use strata_node::tokens::{Role, TokenError, Tokens};
 
@@ -56,9 +61,14 @@ const MAX_BODY: usize = 64 * 1024;
 /// # Errors
 ///
 /// When the address cannot be bound.
-pub async fn serve(backend: Backend, tokens: Arc<Tokens>, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+pub async fn serve(
+    backend: Backend,
+    tokens: Arc<Tokens>,
+    hosts: Arc<Hosts>,
+    addr: SocketAddr,
+) -> anyhow::Result<SocketAddr> {
     serve_http(addr, move |req| {
-        let (backend, tokens) = (backend.clone(), tokens.clone());
+        let (backend, tokens, hosts) = (backend.clone(), tokens.clone(), hosts.clone());
         async move {
             let (auth, role) = match authorize(&tokens, &req).await {
                 Ok(a) => a,
@@ -68,6 +78,7 @@ pub async fn serve(backend: Backend, tokens: Arc<Tokens>, addr: SocketAddr) -> a
                 (_, p) if p == "/api/v1/tokens" || p.starts_with("/api/v1/tokens/") => {
                     token_route(&tokens, req, role).await
                 }
+                (_, p) if p == "/api/v1/hosts" || p.starts_with("/api/v1/hosts/") => host_route(&hosts, req).await,
                 _ => handle(&backend, req, auth).await,
             }
         }
@@ -167,6 +178,73 @@ async fn token_route(tokens: &Tokens, req: Request<Incoming>, role: Role) -> Res
         }
         (Method::DELETE, false) => match tokens.revoke(&id).await {
             Ok(rec) => reply(StatusCode::OK, rec),
+            Err(e) => failed(e),
+        },
+        (m, _) => error(StatusCode::METHOD_NOT_ALLOWED, format!("{m} is not supported on {path}")),
+    }
+}
+
+/// The body of `POST /api/v1/hosts`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewHost {
+    nqn: String,
+    #[serde(default)]
+    dhchap_secret: Option<String>,
+    #[serde(default)]
+    dhchap_ctrl_secret: Option<String>,
+    #[serde(default)]
+    dhchap_hash: Option<String>,
+    #[serde(default)]
+    dhchap_dhgroup: Option<String>,
+    #[serde(default)]
+    tls_psk: Option<String>,
+}
+
+/// `/api/v1/hosts[/NQN]`: the hosts and their keys (never shown back).
+async fn host_route(hosts: &Hosts, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let nqn = path.strip_prefix("/api/v1/hosts").unwrap_or("").trim_start_matches('/').to_string();
+    let failed = |e: HostsError| match e {
+        HostsError::NotFound(_) => error(StatusCode::NOT_FOUND, e),
+        HostsError::Exists(_) => error(StatusCode::CONFLICT, e),
+        HostsError::BadNqn { .. } | HostsError::BadValue { .. } => error(StatusCode::BAD_REQUEST, e),
+        e => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    match (req.method().clone(), nqn.is_empty()) {
+        (Method::GET, true) => match hosts.list().await {
+            Ok(list) => reply(StatusCode::OK, list),
+            Err(e) => failed(e),
+        },
+        (Method::POST, true) => {
+            let body: NewHost = match body_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            let spec = HostSpec {
+                dhchap_secret: body.dhchap_secret,
+                dhchap_ctrl_secret: body.dhchap_ctrl_secret,
+                dhchap_hash: body.dhchap_hash,
+                dhchap_dhgroup: body.dhchap_dhgroup,
+                tls_psk: body.tls_psk,
+            };
+            match hosts.add(&body.nqn, &spec).await {
+                Ok(v) => reply(StatusCode::CREATED, v),
+                Err(e) => failed(e),
+            }
+        }
+        (Method::PATCH, false) => {
+            let spec: HostSpec = match body_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            match hosts.set(&nqn, &spec).await {
+                Ok(v) => reply(StatusCode::OK, v),
+                Err(e) => failed(e),
+            }
+        }
+        (Method::DELETE, false) => match hosts.remove(&nqn).await {
+            Ok(v) => reply(StatusCode::OK, v),
             Err(e) => failed(e),
         },
         (m, _) => error(StatusCode::METHOD_NOT_ALLOWED, format!("{m} is not supported on {path}")),

@@ -8,6 +8,7 @@ mod api;
 mod bench_cmd;
 mod client;
 mod config;
+mod host_cmd;
 mod kv_bench;
 mod kv_cmd;
 mod node_cmd;
@@ -75,6 +76,15 @@ enum Command {
         api: String,
         #[command(subcommand)]
         command: TokenCommand,
+    },
+    /// NVMe hosts and their keys (DH-HMAC-CHAP secrets, TLS PSKs): add,
+    /// set (rotate), list and remove them.
+    Host {
+        /// API of the node (any node of a cluster).
+        #[arg(long, env = "STRATA_API", default_value = DEFAULT_API, global = true)]
+        api: String,
+        #[command(subcommand)]
+        command: host_cmd::HostCommand,
     },
     /// Measure an NVMe/TCP target: single runs, suites with gates, signed
     /// reports (exit 0 pass, 1 gate failed or run aborted, 2 usage error).
@@ -300,6 +310,7 @@ fn main() -> std::process::ExitCode {
             volume(&api, command)
         }
         Command::Token { api, command } => token(&api, command),
+        Command::Host { api, command } => host_cmd::main(&api, command),
         Command::Bench(args) => return bench_cmd::main(*args),
         Command::Sim(args) => return sim_cmd::main(args),
         Command::Kv(args) => kv_cmd::main(args),
@@ -459,7 +470,9 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     node.listen(&cfg).await?;
     let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(node.meta()));
     let token_file = tokens.ensure_local(&cfg.data_dir, "local admin (strata serve)").await?;
-    let http = api::serve(api::Backend::Serve(node.clone()), tokens, cfg.http).await?;
+    let hosts = std::sync::Arc::new(strata_node::hosts::Hosts::new(node.meta(), node.target().clone()));
+    hosts.apply().await?;
+    let http = api::serve(api::Backend::Serve(node.clone()), tokens, hosts, cfg.http).await?;
     let a = cfg.listen[0];
     let host = if a.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.ip().to_string() };
     println!("strata {} serving; data dir {}", env!("CARGO_PKG_VERSION"), cfg.data_dir.display());

@@ -166,7 +166,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let mut running = tokio::spawn(cluster.clone().run());
     let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(cluster.meta()));
     let token_file = tokens.ensure_local(&data_dir, &format!("local admin (node {name})")).await?;
-    let http = crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), tokens, node.http).await?;
+    let hosts = std::sync::Arc::new(strata_node::hosts::Hosts::new(cluster.meta(), cluster.target().clone()));
+    if let Err(e) = hosts.apply().await {
+        tracing::warn!("cannot read the hosts yet (retrying every {:?}): {e}", strata_node::hosts::REFRESH);
+    }
+    hosts.spawn_refresh();
+    let http = crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), tokens, hosts, node.http).await?;
     println!(
         "strata {} node {name} (id {}) in a cluster of {} nodes; fabric {}; API http://{http}/api/v1/pool \
          (admin token: {})",

@@ -207,6 +207,11 @@ impl ClusterNode {
     pub fn meta(&self) -> Arc<dyn MetaStore> {
         self.meta.clone()
     }
+
+    /// The node's NVMe/TCP target.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
 }
 
 /// One node of a cluster.

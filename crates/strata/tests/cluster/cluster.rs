@@ -69,6 +69,31 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
         c.flush(1).await.expect("flush");
     });
 
+    // Hosts are the cluster's: a DH-HMAC-CHAP key added through one node
+    // is asked for on every node's path within the hosts' refresh period,
+    // and the key lets the host in there.
+    let keyed = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-00000000c1a5";
+    let key = strata_host::DhchapSecret::generate(None);
+    let added =
+        nodes[2].api("POST", "/api/v1/hosts", Some(json!({"nqn": keyed, "dhchap_secret": key.to_interchange()})));
+    assert_eq!(added.as_ref().map(|v| v["dhchap"].clone()), Some(json!(true)), "{added:?}");
+    let s = nodes[0].api("GET", "/api/v1/pool", None).expect("status");
+    let paths: Vec<SocketAddr> =
+        s["nodes"].as_array().unwrap().iter().map(|n| n["listen"].as_str().unwrap().parse().unwrap()).collect();
+    let as_keyed = |k: Option<&strata_host::DhchapSecret>| strata_host::HostConfig {
+        hostnqn: keyed.into(),
+        dhchap_secret: k.cloned(),
+        ..host()
+    };
+    for path in paths {
+        wait_for(&format!("{path} asks {keyed} to authenticate"), Duration::from_secs(15), &nodes, || {
+            let r = rt.block_on(Controller::connect(path, &nqn, &as_keyed(None)));
+            matches!(r, Err(strata_host::HostError::Authentication(_))).then_some(())
+        });
+        let c = rt.block_on(Controller::connect(path, &nqn, &as_keyed(Some(&key)))).expect("the key lets the host in");
+        assert_eq!(rt.block_on(c.read(1, blocks[0], 1)).expect("read through the path")[..], pattern(blocks[0])[..]);
+    }
+
     // kill -9 the owner; another node takes over after its lease.
     let s = nodes[0].api("GET", "/api/v1/pool", None).expect("status");
     let owner_name = s["nodes"].as_array().unwrap().iter().find(|n| n["id"] == owner).unwrap()["name"].clone();
