@@ -121,6 +121,18 @@ if dev=$(dh_connect $DH_PORT "$DH_NQN" --dhchap-secret="$host_key"); then
     dh_cli host set "$DH_HOSTNQN" --dhchap-secret "$new_key" >&2
     if dd_check "$dev"; then pass "strata: rotation keeps the connected host (dd after the key changed)";
     else fail "strata: I/O of the connected host after rotation"; fi
+    # Re-authentication: the kernel re-runs DH-HMAC-CHAP on every queue
+    # of the live controller when given a new secret.
+    ctrl=$(ls /sys/class/nvme | head -n 1)
+    dmesg -C
+    echo -n "$new_key" >"/sys/class/nvme/$ctrl/dhchap_secret" || true
+    for _ in $(seq 50); do dmesg | grep -q 'qid 0: authenticated' && break; sleep 0.2; done
+    reauth=$(dmesg | grep -c 'authenticated' || true)
+    if dmesg | grep -q 'qid 0: authenticated' && ! dmesg | grep -q 'authentication failed' && dd_check "$dev"; then
+        pass "strata: re-authentication of the live controller with the new key ($reauth queues; dd after it)"
+    else
+        fail "strata: re-authentication with the new key: $(dmesg | grep -E 'nvme|auth' | tail -n 3 | tr '\n' ' ')"
+    fi
     if dh_refused $DH_PORT "$DH_NQN" --duplicate-connect --dhchap-secret="$host_key"; then
         pass "strata: the old key is refused after rotation"
     else fail "strata: the old key still accepted after rotation"; fi
@@ -129,6 +141,12 @@ if dev=$(dh_connect $DH_PORT "$DH_NQN" --dhchap-secret="$host_key"); then
 else
     fail "strata: connect before rotation"
 fi
+# The audit log kept the kernel host's attempts, and its chain holds.
+audit=$(dh_cli audit tail -n 200 --json)
+if grep -q '"auth-failed"' <<<"$audit" && grep -q '"auth-ok"' <<<"$audit" && grep -q "$DH_HOSTNQN" <<<"$audit"; then
+    pass "strata: the audit log holds the kernel host's refused and accepted authentications"
+else fail "strata: audit records missing: $(tail -n 3 <<<"$audit")"; fi
+if dh_cli audit verify >&2; then pass "strata: audit verify: the chain is intact"; else fail "strata: audit verify"; fi
 kill -TERM "$DH_PID"; wait "$DH_PID" || true
 
 # 6. The reference: the same first steps against the kernel's target.

@@ -21,6 +21,7 @@
 //! starts the runtimes and listeners, serves the HTTP API over these
 //! types, and prints them for people.
 
+pub mod audit;
 pub mod cluster;
 pub mod config;
 pub mod fill;

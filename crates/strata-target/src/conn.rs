@@ -59,6 +59,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use strata_auth::{ControllerAuth, Outcome};
+
+use crate::access::{AccessEvent, AccessKind};
 use strata_nvme::auth::{AuthCmd, is_auth};
 use strata_nvme::fabrics::fctype;
 
@@ -416,7 +418,7 @@ impl Conn<'_> {
                             self.transport.complete(cqe);
                             continue;
                         }
-                        match self.inner.connect(self.port.role, &cmd) {
+                        match self.inner.connect(self.port.role, self.peer, &cmd) {
                             Ok(c) => {
                                 if c.qid == 0 {
                                     self.await_predecessors(&c.ctrl).await;
@@ -471,6 +473,10 @@ impl Conn<'_> {
             let (hostnqn, subnqn) = (connected.ctrl.hostnqn(), connected.ctrl.subsystem().map(|s| s.nqn().to_owned()));
             self.auth = Some(ControllerAuth::new(Some(keys), hostnqn, subnqn.as_deref().unwrap_or_default()));
             if let Err(e) = self.authenticate(&connected.ctrl, connected.qid, deadline).await {
+                if !matches!(e, End::AuthFailed) {
+                    let why = format!("the connection ended before the host authenticated: {e}");
+                    self.access_event(AccessKind::AuthenticationFailed, &connected.ctrl, connected.qid, why);
+                }
                 return e;
             }
         }
@@ -519,11 +525,23 @@ impl Conn<'_> {
                     tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid(), qid, hostnqn = ctrl.hostnqn(),
                         "authentication refused: the host did not authenticate within the handshake deadline \
                          (does it have the DH-HMAC-CHAP key? nvme connect --dhchap-secret)");
+                    self.access_event(AccessKind::AuthenticationFailed, ctrl, qid, "no authentication within the handshake deadline".into());
                     return Err(End::AuthFailed);
                 }
                 _ = until_true(&mut shutdown) => return Err(End::Shutdown),
             }
         }
+    }
+
+    fn access_event(&self, kind: AccessKind, ctrl: &Controller, qid: u16, detail: String) {
+        self.inner.access(|| AccessEvent {
+            kind,
+            peer: self.peer,
+            hostnqn: ctrl.hostnqn().to_owned(),
+            subnqn: ctrl.subsystem().map(|s| s.nqn().to_owned()).unwrap_or_default(),
+            qid,
+            detail,
+        });
     }
 
     /// Executes an Authentication Send or Receive on queue `qid` of `ctrl`.
@@ -538,8 +556,8 @@ impl Conn<'_> {
             return Ok(());
         }
         let len = a.len as usize;
-        let Some(sub) = ctrl.subsystem().filter(|s| !s.is_internal()) else {
-            // Discovery and the fabric do not authenticate hosts in band.
+        let Some(sub) = ctrl.subsystem() else {
+            // Discovery does not authenticate hosts in band.
             self.transport.complete(Cqe::new(cid, Status::INVALID_OPCODE.dnr()));
             return Ok(());
         };
@@ -550,7 +568,7 @@ impl Conn<'_> {
                 return Ok(());
             }
             if ControllerAuth::is_negotiate(data) {
-                let keys = self.inner.host_keys(ctrl.hostnqn());
+                let keys = self.inner.auth_keys(sub, ctrl.hostnqn());
                 match self.auth.as_mut() {
                     Some(m) => m.set_keys(keys),
                     None => self.auth = Some(ControllerAuth::new(keys, ctrl.hostnqn(), sub.nqn())),
@@ -593,10 +611,13 @@ impl Conn<'_> {
                         dhgroup = group,
                         "host authenticated (DH-HMAC-CHAP)"
                     );
+                    self.access_event(AccessKind::Authenticated, ctrl, qid, format!("{hash}, {group}"));
                 }
                 Outcome::Failed => {
+                    let why = m.failure().unwrap_or("unknown reason").to_string();
                     tracing::warn!(peer = %self.peer, cntlid = ctrl.cntlid(), qid, hostnqn = ctrl.hostnqn(), subnqn = sub.nqn(),
-                        "authentication refused: {}", m.failure().unwrap_or("unknown reason"));
+                        "authentication refused: {why}");
+                    self.access_event(AccessKind::AuthenticationFailed, ctrl, qid, why);
                     return Err(End::AuthFailed);
                 }
                 Outcome::Pending => {}

@@ -42,6 +42,7 @@
 //! `target` ties ports, subsystems and controllers together; `listener`
 //! binds ports and hands accepted connections to `conn`.
 
+mod access;
 pub mod admin;
 mod admission;
 pub mod budget;
@@ -57,6 +58,7 @@ pub mod subsystem;
 mod target;
 pub mod transport;
 
+pub use access::{AccessEvent, AccessKind, AccessSink};
 pub use admission::TargetStats;
 pub use config::{CNTLIDS, MAX_NSID, MAX_QUEUE_SIZE, TargetConfig};
 pub use controller::Controller;

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 
 use strata_auth::HostKeys;
 
+use crate::access::{AccessEvent, AccessKind, AccessSink};
 use crate::admission::{Admission, TargetStats};
 use crate::budget::{Budget, DataBudget};
 use crate::config::{MAX_QUEUE_SIZE, TargetConfig};
@@ -122,6 +123,11 @@ pub(crate) struct TargetInner {
     /// DH-HMAC-CHAP keys by host NQN: a host listed here must
     /// authenticate every queue it connects to an NVM subsystem.
     host_keys: RwLock<HashMap<String, Arc<HostKeys>>>,
+    /// The keys every host of an internal subsystem (the fabric between
+    /// nodes) must prove, whatever its NQN.
+    fabric_keys: RwLock<Option<Arc<HostKeys>>>,
+    /// Where access events go (an audit trail), if anywhere.
+    access_sink: RwLock<Option<AccessSink>>,
 }
 
 /// An NVMe/TCP target.
@@ -165,6 +171,8 @@ impl Target {
                 executors: RwLock::new(Vec::new()),
                 next_executor: AtomicUsize::new(0),
                 host_keys: RwLock::new(HashMap::new()),
+                fabric_keys: RwLock::new(None),
+                access_sink: RwLock::new(None),
             }),
         }
     }
@@ -202,6 +210,18 @@ impl Target {
             Some(k) => map.insert(hostnqn.to_owned(), Arc::new(k)),
             None => map.remove(hostnqn),
         };
+    }
+
+    /// Sets the keys every connection to an internal subsystem (the
+    /// fabric) must authenticate with; `None`: no authentication there.
+    pub fn set_fabric_keys(&self, keys: Option<HostKeys>) {
+        *self.inner.fabric_keys.write().unwrap_or_else(|e| e.into_inner()) = keys.map(Arc::new);
+    }
+
+    /// Sends every access event (connects, refusals, authentication
+    /// results) to `sink` from now on.
+    pub fn set_access_sink(&self, sink: AccessSink) {
+        *self.inner.access_sink.write().unwrap_or_else(|e| e.into_inner()) = Some(sink);
     }
 
     /// Replaces every host's DH-HMAC-CHAP keys at once.
@@ -343,8 +363,21 @@ impl TargetInner {
         Some(ex[i].clone())
     }
 
-    /// The DH-HMAC-CHAP keys of host `hostnqn`, if it has any.
-    pub(crate) fn host_keys(&self, hostnqn: &str) -> Option<Arc<HostKeys>> {
+    /// Reports an access event to the sink, if there is one.
+    pub(crate) fn access(&self, event: impl FnOnce() -> AccessEvent) {
+        let sink = self.access_sink.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(sink) = sink {
+            sink(event());
+        }
+    }
+
+    /// The DH-HMAC-CHAP keys `hostnqn` must prove on `sub`: the fabric's
+    /// on an internal subsystem, the host's own elsewhere; `None` when it
+    /// need not authenticate.
+    pub(crate) fn auth_keys(&self, sub: &Subsystem, hostnqn: &str) -> Option<Arc<HostKeys>> {
+        if sub.is_internal() {
+            return self.fabric_keys.read().unwrap_or_else(|e| e.into_inner()).clone();
+        }
         self.host_keys.read().unwrap_or_else(|e| e.into_inner()).get(hostnqn).cloned()
     }
 
@@ -413,7 +446,7 @@ impl TargetInner {
     /// with Connect Invalid Host elsewhere: SPDK's initiator sends one when
     /// its application set none, and SPDK's target and Linux nvmet both
     /// accept it on subsystems that allow any host.
-    pub(crate) fn connect(&self, role: PortRole, cmd: &Command) -> Result<Connected, Cqe> {
+    pub(crate) fn connect(&self, role: PortRole, peer: SocketAddr, cmd: &Command) -> Result<Connected, Cqe> {
         use strata_nvme::fabrics::{CONNECT_HOSTID_OFFSET, ConnectInvalidParam};
         let sqe = &cmd.sqe;
         let cid = sqe.cid();
@@ -425,6 +458,14 @@ impl TargetInner {
                 qid = c.qid, ?subnqn, ?hostnqn, status = %cqe.status, in_data = at.in_data, offset = at.offset,
                 "connect refused: {reason}"
             );
+            self.access(|| AccessEvent {
+                kind: AccessKind::ConnectRefused,
+                peer,
+                hostnqn,
+                subnqn,
+                qid: c.qid,
+                detail: format!("{reason} ({})", cqe.status),
+            });
             cqe
         };
         if c.recfmt != 0 {
@@ -480,10 +521,11 @@ impl TargetInner {
             ControllerKind::Io(sub)
         };
         // A host with keys authenticates every queue to an NVM subsystem,
-        // as Linux nvmet asks (discovery and the fabric are not covered).
+        // as Linux nvmet asks, and every node every queue of the fabric
+        // (discovery is not covered).
         let auth = match &kind {
-            ControllerKind::Io(sub) if !sub.is_internal() => self.host_keys(&d.hostnqn),
-            _ => None,
+            ControllerKind::Io(sub) => self.auth_keys(sub, &d.hostnqn),
+            ControllerKind::Discovery => None,
         };
         let atr = if auth.is_some() { CONNECT_AUTHREQ_ATR } else { 0 };
         if c.qid == 0 {
@@ -518,6 +560,14 @@ impl TargetInner {
             let key = (d.subnqn.clone(), cntlid);
             self.controllers.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::downgrade(&ctrl));
             tracing::info!(cntlid, subnqn = %d.subnqn, hostnqn = %d.hostnqn, kato_ms = c.kato, "controller created");
+            self.access(|| AccessEvent {
+                kind: AccessKind::Connected,
+                peer,
+                hostnqn: d.hostnqn.clone(),
+                subnqn: d.subnqn.clone(),
+                qid: 0,
+                detail: format!("controller {cntlid}{}", if atr != 0 { ", authentication required" } else { "" }),
+            });
             let mut response = Cqe::new(cid, Status::SUCCESS);
             response.result = u64::from(u32::from(cntlid) | atr);
             return Ok(Connected { ctrl, qid: 0, sqsize: c.sqsize, sq_flow_disabled, response, auth });

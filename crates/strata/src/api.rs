@@ -25,6 +25,8 @@
 //! | POST   | /api/v1/hosts                | SC | `{"nqn","dhchap_secret"?,"dhchap_ctrl_secret"?,"dhchap_hash"?,"dhchap_dhgroup"?,"tls_psk"?}` -> 201 |
 //! | PATCH  | /api/v1/hosts/NQN            | SC | the same fields; absent: unchanged, `""`: removed |
 //! | DELETE | /api/v1/hosts/NQN            | SC | the removed host                           |
+//! | GET    | /api/v1/audit?since=SEQ&limit=N | SC | this node's audit records after SEQ        |
+//! | GET    | /api/v1/audit/verify         | SC | the audit chain checked against its checkpoint |
 //!
 //! Every request needs `Authorization: Bearer TOKEN`
 //! (`strata_node::tokens`): a reader token may `GET`, an admin token may
@@ -49,6 +51,7 @@ use serde_json::{Value, json};
 use strata_meta::NewVolume;
 use tokio::net::TcpListener;
 
+use strata_node::audit::AuditLog;
 use strata_node::cluster::{Answer, ClusterNode, SettingsPatch};
 use strata_node::hosts::{HostSpec, Hosts, HostsError};
 use strata_node::node::{Node, NodeError};
@@ -65,25 +68,62 @@ pub async fn serve(
     backend: Backend,
     tokens: Arc<Tokens>,
     hosts: Arc<Hosts>,
+    audit: Arc<AuditLog>,
     addr: SocketAddr,
 ) -> anyhow::Result<SocketAddr> {
     serve_http(addr, move |req| {
-        let (backend, tokens, hosts) = (backend.clone(), tokens.clone(), hosts.clone());
+        let (backend, tokens, hosts, audit) = (backend.clone(), tokens.clone(), hosts.clone(), audit.clone());
         async move {
-            let (auth, role) = match authorize(&tokens, &req).await {
+            let (method, path) = (req.method().clone(), req.uri().path().to_string());
+            let what = format!("{method} {path}");
+            let (auth, role, actor) = match authorize(&tokens, &req).await {
                 Ok(a) => a,
-                Err(refused) => return refused,
+                Err((refused, actor)) => {
+                    audit.record("api", &actor, &what, refused.status().as_str(), "refused");
+                    return refused;
+                }
             };
-            match (req.method(), req.uri().path().trim_end_matches('/')) {
+            let resp = match (req.method(), req.uri().path().trim_end_matches('/')) {
                 (_, p) if p == "/api/v1/tokens" || p.starts_with("/api/v1/tokens/") => {
                     token_route(&tokens, req, role).await
                 }
                 (_, p) if p == "/api/v1/hosts" || p.starts_with("/api/v1/hosts/") => host_route(&hosts, req).await,
+                (_, p) if p == "/api/v1/audit" || p == "/api/v1/audit/verify" => audit_route(&audit, req).await,
                 _ => handle(&backend, req, auth).await,
+            };
+            if method != Method::GET {
+                audit.record("api", &actor, &what, resp.status().as_str(), "");
             }
+            resp
         }
     })
     .await
+}
+
+/// `GET /api/v1/audit?since=SEQ&limit=N` (records after SEQ, oldest
+/// first) and `GET /api/v1/audit/verify` (the chain checked).
+async fn audit_route(audit: &AuditLog, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET {
+        return error(StatusCode::METHOD_NOT_ALLOWED, "the audit log is read only");
+    }
+    if req.uri().path().trim_end_matches('/').ends_with("/verify") {
+        return match audit.verify().await {
+            Ok(r) => reply(StatusCode::OK, r),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read the audit log: {e}")),
+        };
+    }
+    let query = req.uri().query().unwrap_or("");
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+            .and_then(|v| v.parse().ok())
+    };
+    let (since, limit) = (param("since").unwrap_or(0u64), param("limit").unwrap_or(1000u64).min(100_000));
+    match audit.read_since(since, limit as usize).await {
+        Ok(records) => reply(StatusCode::OK, records),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot read the audit log: {e}")),
+    }
 }
 
 /// Refuses to serve the API in clear text on an address other hosts
@@ -106,34 +146,45 @@ pub fn check_exposure(addr: SocketAddr, allow_remote: bool) -> anyhow::Result<()
 /// (`GET`: reader; anything else: admin). Returns the `Authorization`
 /// header to pass on when the request is forwarded to another node, and
 /// the token's role.
-async fn authorize(tokens: &Tokens, req: &Request<Incoming>) -> Result<(String, Role), Response<Full<Bytes>>> {
+async fn authorize(
+    tokens: &Tokens,
+    req: &Request<Incoming>,
+) -> Result<(String, Role, String), (Response<Full<Bytes>>, String)> {
     let header = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
     let what = format!("{} {}", req.method(), req.uri().path());
-    let unauthorized = |msg: &str| {
+    let unauthorized = |msg: &str, actor: &str| {
         tracing::warn!(request = %what, "API: {msg}");
         let mut r = error(StatusCode::UNAUTHORIZED, msg);
         r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
-        r
+        (r, actor.to_string())
     };
     let Some(token) = header.strip_prefix("Bearer ").map(str::trim) else {
         return Err(unauthorized(
             "this API needs a token: Authorization: Bearer TOKEN (the node's admin token is in DATA_DIR/api-token; \
              the CLI reads it with --token-file or STRATA_TOKEN_FILE; make others with strata token create)",
+            "no token",
         ));
     };
     let rec = match tokens.check(token).await {
         Ok(Some(rec)) => rec,
-        Ok(None) => return Err(unauthorized("the token is not valid (unknown, revoked or mistyped)")),
-        Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("cannot check the token: {e}"))),
+        Ok(None) => {
+            return Err(unauthorized("the token is not valid (unknown, revoked or mistyped)", "an invalid token"));
+        }
+        Err(e) => {
+            let r = error(StatusCode::SERVICE_UNAVAILABLE, format!("cannot check the token: {e}"));
+            return Err((r, "a token that could not be checked".into()));
+        }
     };
+    let actor = format!("token {} ({})", rec.id, rec.name);
     if req.method() != Method::GET && rec.role != Role::Admin {
         tracing::warn!(request = %what, token = %rec.id, "API: a reader token asked to change something");
-        return Err(error(
+        let r = error(
             StatusCode::FORBIDDEN,
             format!("token {} ({}) may only read: {what} needs an admin token", rec.id, rec.name),
-        ));
+        );
+        return Err((r, actor));
     }
-    Ok((header.to_string(), rec.role))
+    Ok((header.to_string(), rec.role, actor))
 }
 
 /// The body of `POST /api/v1/tokens`.

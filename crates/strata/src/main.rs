@@ -5,6 +5,7 @@
 //! `sim_cmd`); `strata kv serve` runs the KV-cache store (see `kv_cmd`).
 
 mod api;
+mod audit_cmd;
 mod bench_cmd;
 mod client;
 mod config;
@@ -85,6 +86,14 @@ enum Command {
         api: String,
         #[command(subcommand)]
         command: host_cmd::HostCommand,
+    },
+    /// The node's tamper-evident audit log: verify the chain, tail it.
+    Audit {
+        /// API of the node.
+        #[arg(long, env = "STRATA_API", default_value = DEFAULT_API, global = true)]
+        api: String,
+        #[command(subcommand)]
+        command: audit_cmd::AuditCommand,
     },
     /// Measure an NVMe/TCP target: single runs, suites with gates, signed
     /// reports (exit 0 pass, 1 gate failed or run aborted, 2 usage error).
@@ -311,6 +320,10 @@ fn main() -> std::process::ExitCode {
         }
         Command::Token { api, command } => token(&api, command),
         Command::Host { api, command } => host_cmd::main(&api, command),
+        Command::Audit { api, command } => {
+            quiet_on_broken_pipe();
+            audit_cmd::main(&api, command)
+        }
         Command::Bench(args) => return bench_cmd::main(*args),
         Command::Sim(args) => return sim_cmd::main(args),
         Command::Kv(args) => kv_cmd::main(args),
@@ -472,7 +485,9 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let token_file = tokens.ensure_local(&cfg.data_dir, "local admin (strata serve)").await?;
     let hosts = std::sync::Arc::new(strata_node::hosts::Hosts::new(node.meta(), node.target().clone()));
     hosts.apply().await?;
-    let http = api::serve(api::Backend::Serve(node.clone()), tokens, hosts, cfg.http).await?;
+    let audit = strata_node::audit::open_audit(&cfg.data_dir, node.meta(), "local", node.target())
+        .map_err(|e| anyhow::anyhow!("cannot open the audit log in {}: {e}", cfg.data_dir.display()))?;
+    let http = api::serve(api::Backend::Serve(node.clone()), tokens, hosts, audit, cfg.http).await?;
     let a = cfg.listen[0];
     let host = if a.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.ip().to_string() };
     println!("strata {} serving; data dir {}", env!("CARGO_PKG_VERSION"), cfg.data_dir.display());

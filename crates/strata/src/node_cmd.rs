@@ -171,7 +171,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         tracing::warn!("cannot read the hosts yet (retrying every {:?}): {e}", strata_node::hosts::REFRESH);
     }
     hosts.spawn_refresh();
-    let http = crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), tokens, hosts, node.http).await?;
+    let audit = strata_node::audit::open_audit(&data_dir, cluster.meta(), &name, cluster.target())
+        .map_err(|e| anyhow::anyhow!("cannot open the audit log in {}: {e}", data_dir.display()))?;
+    let http =
+        crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), tokens, hosts, audit, node.http).await?;
     println!(
         "strata {} node {name} (id {}) in a cluster of {} nodes; fabric {}; API http://{http}/api/v1/pool \
          (admin token: {})",

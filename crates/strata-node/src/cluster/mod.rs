@@ -293,13 +293,28 @@ pub struct ClusterParts {
     pub identity: crate::identity::NodeIdentity,
     /// The node's data dir (the owners' notes live there).
     pub data_dir: std::path::PathBuf,
+    /// The secret nodes prove to each other on the fabric.
+    pub fabric_secret: strata_auth::DhchapSecret,
 }
 
 impl ClusterNode {
     /// A node, registered and in the map.
     pub fn new(parts: ClusterParts) -> Arc<ClusterNode> {
-        let ClusterParts { me, prefix, etcd, meta, store, target, fabric, proxy, lease, discovery, identity, data_dir } =
-            parts;
+        let ClusterParts {
+            me,
+            prefix,
+            etcd,
+            meta,
+            store,
+            target,
+            fabric,
+            proxy,
+            lease,
+            discovery,
+            identity,
+            data_dir,
+            fabric_secret,
+        } = parts;
         let host_cfg = HostConfig {
             hostnqn: node_nqn(&me.name),
             io_queues: 2,
@@ -310,6 +325,9 @@ impl ClusterNode {
             // keep an idle link, and must not drop a busy one whose
             // keep-alive waits behind large writes on a slow machine.
             kato: Duration::from_secs(30),
+            // Every fabric and proxy queue authenticates both ways.
+            dhchap_secret: Some(fabric_secret.clone()),
+            dhchap_ctrl_secret: Some(fabric_secret),
             ..HostConfig::default()
         };
         let proxy_reservations = reservations::EtcdReservations::new(etcd.clone());

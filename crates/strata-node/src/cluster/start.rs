@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use strata_meta::etcd::{EtcdClient, EtcdConfig};
+use strata_auth::{DhchapSecret, HashFn, HostKeys};
+use strata_meta::etcd::{Compare, EtcdClient, EtcdConfig, Txn, TxnOp};
 use strata_pool::NodeId;
 use strata_pool::fabric::fabric_nqn;
 use strata_pool::placement::{FailureDomain, Node};
@@ -129,8 +130,9 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
     let capacity = store.stats().capacity_bytes;
     keeps_its_failure_domain(&etcd, &prefix, id, &name, &labels, relabel).await?;
 
+    let fabric_secret = fabric_secret(&etcd, &prefix).await.context("reading the fabric's secret")?;
     let Listening { target, fabric: fabric_sub, proxy: proxy_sub, fabric_port } =
-        serve_ports(id, &name, fabric, &serve).await?;
+        serve_ports(id, &name, fabric, &serve, &fabric_secret).await?;
 
     let mut node = Node::new(id.0, name.clone(), capacity);
     node.labels = labels.clone();
@@ -162,6 +164,7 @@ pub async fn start(s: NodeStart) -> anyhow::Result<StartedNode> {
         discovery: serve.discovery.first().copied(),
         identity,
         data_dir: serve.data_dir.clone(),
+        fabric_secret,
     });
     cluster.seed_settings(pool).await.context("the config file's [pool] settings")?;
     Ok(StartedNode {
@@ -215,11 +218,47 @@ struct Listening {
     fabric_port: strata_target::Port,
 }
 
-async fn serve_ports(id: NodeId, name: &str, fabric: SocketAddr, serve: &ServeConfig) -> anyhow::Result<Listening> {
+/// The cluster's fabric secret: made by the first node to start, kept in
+/// etcd (`PREFIX/pool/fabric-dhchap-secret`), the same for every node.
+/// Nodes prove it to each other with DH-HMAC-CHAP, both ways, on every
+/// fabric and proxy queue: a host that claims a node's NQN cannot connect
+/// (and so cannot send fenced commands), nor can an impostor node serve.
+async fn fabric_secret(etcd: &EtcdClient, prefix: &str) -> anyhow::Result<DhchapSecret> {
+    let key = format!("{prefix}pool/fabric-dhchap-secret").into_bytes();
+    let fresh = DhchapSecret::generate(Some(HashFn::Sha256)).to_interchange();
+    // Whoever comes first writes it; everyone reads what is there.
+    let txn = Txn {
+        compare: vec![Compare::missing(key.clone())],
+        success: vec![TxnOp::Put { key: key.clone(), value: fresh.into_bytes(), lease: None }],
+        failure: vec![],
+    };
+    let made = etcd.txn(&txn).await?.succeeded;
+    let kv = etcd.get(&key).await?.context("the fabric secret vanished from etcd")?;
+    let text = String::from_utf8(kv.value).context("the fabric secret in etcd is not text")?;
+    let secret = DhchapSecret::parse(&text).context("the fabric secret in etcd")?;
+    if made {
+        tracing::info!("made the cluster's fabric secret (nodes authenticate each other with DH-HMAC-CHAP)");
+    }
+    Ok(secret)
+}
+
+/// The target's keys for a fabric peer: the fabric secret, both ways.
+fn fabric_keys(secret: &DhchapSecret) -> HostKeys {
+    HostKeys::new(secret.clone(), Some(secret.clone()))
+}
+
+async fn serve_ports(
+    id: NodeId,
+    name: &str,
+    fabric: SocketAddr,
+    serve: &ServeConfig,
+    secret: &DhchapSecret,
+) -> anyhow::Result<Listening> {
     // A volume's subsystem comes and goes with ownership and paths: a
     // host reconnecting meanwhile is told to retry, not to give up.
     let target =
         Target::new(TargetConfig { cntlids: cntlid_range(id), retry_unknown_subsystems: true, ..serve.target.clone() });
+    target.set_fabric_keys(Some(fabric_keys(secret)));
     // Only the cluster's nodes may reach the replicas: this one until the
     // first reconcile lists them all (never any host).
     let fabric_sub = Subsystem::internal(fabric_nqn(name), format!("STRATAFAB{:011}", id.0), vec![node_nqn(name)]);

@@ -849,3 +849,92 @@ async fn hosts_with_keys_must_authenticate_and_keep_their_keys_across_restarts()
     assert!(ok, "{err}");
     Controller::connect(server.io, NQN, &cfg(None)).await.expect("no keys any more");
 }
+
+/// The audit log: refused and accepted API changes and a host's connect,
+/// refused connect and authentication results are recorded, `strata audit
+/// verify` passes on the untouched log, and fails once a record is edited
+/// (and once records are cut off its end, after a restart too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_records_access_and_changes_and_detects_tampering() {
+    let _group = strata_testkit::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let base = format!("http://{}", server.api);
+    let audit = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("audit")
+            .args(args)
+            .args(["--api", &base, "--token-file", &server.token_file])
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string())
+    };
+    // A refused API call, an accepted change, a host with a key that
+    // connects once without it and once with it.
+    assert_eq!(curl("DELETE", &format!("{base}/api/v1/volumes/default"), None).0, 401);
+    let hostnqn = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000a0d17";
+    let key = strata_host::DhchapSecret::generate(None);
+    let out = Command::new(BIN)
+        .args(["host", "add", hostnqn, "--dhchap-secret", &key.to_interchange(), "--api", &base])
+        .args(["--token-file", &server.token_file])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cfg = |k: Option<&strata_host::DhchapSecret>| HostConfig {
+        hostnqn: hostnqn.into(),
+        dhchap_secret: k.cloned(),
+        ..HostConfig::default()
+    };
+    assert!(Controller::connect(server.io, NQN, &cfg(None)).await.is_err());
+    let c = Controller::connect(server.io, NQN, &cfg(Some(&key))).await.expect("with the key");
+    drop(c);
+    let wanted = ["\"api\"", "\"auth-failed\"", "\"auth-ok\"", "\"connect\""];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (ok, text) = audit(&["tail", "-n", "100", "--json"]);
+        assert!(ok);
+        if wanted.iter().all(|w| text.contains(w)) || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for w in wanted {
+        assert!(text.contains(w), "no {w} record in:\n{text}");
+    }
+    assert!(text.contains("DELETE /api/v1/volumes/default") && text.contains("\"401\""), "{text}");
+    assert!(text.contains("POST /api/v1/hosts") && text.contains(hostnqn), "{text}");
+    assert!(!text.contains(&key.to_interchange()), "a key in the audit log");
+    let (ok, out) = audit(&["verify"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("intact"), "{out}");
+
+    // Edit one record's outcome: verify fails and names it.
+    let path = dir.path().join("audit.log");
+    let log = std::fs::read_to_string(&path).unwrap();
+    let edited = log.replacen("\"401\"", "\"200\"", 1);
+    assert_ne!(edited, log);
+    std::fs::write(&path, &edited).unwrap();
+    let (ok, out) = audit(&["verify"]);
+    assert!(!ok && out.contains("edited"), "{out}");
+    // Put it back, cut the last record off, restart: still caught.
+    std::fs::write(&path, &log).unwrap();
+    assert!(audit(&["verify"]).0);
+    drop(server);
+    let cut = &log[..log[..log.len() - 1].rfind('\n').unwrap() + 1];
+    std::fs::write(&path, cut).unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let out = Command::new(BIN)
+        .args([
+            "audit",
+            "verify",
+            "--json",
+            "--api",
+            &format!("http://{}", server.api),
+            "--token-file",
+            &server.token_file,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && text.contains("cut off the end"), "{text}");
+}

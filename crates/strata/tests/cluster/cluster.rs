@@ -38,6 +38,27 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
         .block_on(Controller::connect(fabric, "nqn.2026-11.io.strata:proxy:n1", &host()))
         .expect_err("a host connected to a node's proxy");
     assert!(matches!(e, strata_host::HostError::ConnectRejected { .. }), "{e}");
+    // A host that claims a node's NQN gets past the list but not the
+    // fabric's DH-HMAC-CHAP: it cannot send a fenced write with a forged
+    // epoch, nor any other command.
+    let forger = strata_host::HostConfig { hostnqn: strata_node::cluster::node_nqn("n2"), ..host() };
+    for sub in ["nqn.2026-11.io.strata:fabric:n1", "nqn.2026-11.io.strata:proxy:n1"] {
+        // (n1 lists n2 once its reconcile has seen it.)
+        wait_for(&format!("{sub} asks n2 to authenticate"), Duration::from_secs(15), &nodes, || {
+            match rt0.block_on(Controller::connect(fabric, sub, &forger)) {
+                Ok(_) => panic!("a forged node connected to {sub}"),
+                Err(strata_host::HostError::Authentication(_)) => Some(()),
+                Err(_) => None,
+            }
+        });
+        // Nor does a guessed key help.
+        let guess = strata_host::HostConfig {
+            dhchap_secret: Some(strata_host::DhchapSecret::generate(None)),
+            ..forger.clone()
+        };
+        let e = rt0.block_on(Controller::connect(fabric, sub, &guess)).expect_err("a guessed key connected");
+        assert!(matches!(e, strata_host::HostError::Authentication(_)), "{sub}: {e}");
+    }
     drop(rt0);
     let created = nodes[0]
         .api("POST", "/api/v1/volumes", Some(json!({"name": "v1", "size": "256M", "protect": "rep:3"})))
