@@ -269,7 +269,7 @@ for v in "${VOLUMES[@]}"; do [ "$v" = serve ] || POOL_VOLUMES+=("$v"); done
 i=0
 for v in "${POOL_VOLUMES[@]}"; do
     i=$((i % NODES + 1))
-    "$STRATA_BIN" volume create "$v" --size "$SIZE" --protect "${PROTECT[$v]}" --api "http://${API[n$i]}" --json \
+    "$STRATA_BIN" volume create "$v" --size "$SIZE" --protect "${PROTECT[$v]}" --allow-any-host --api "http://${API[n$i]}" --json \
         >"$tmp/create-$v.json" || die "volume create $v (${PROTECT[$v]}) failed: $(cat "$tmp/create-$v.json")"
 done
 

@@ -102,7 +102,7 @@ q() { # q PYTHON-EXPRESSION over the status `s` and the volume `v`
 }
 wait_until 60 "$NODES nodes up" q "sum(n['state']=='up' for n in s['nodes']) == $NODES or None"
 "$STRATA_BIN" pool set --api "$api" --rebuild-grace "${GRACE}s" --rebuild-mbps "$MBPS" >/dev/null
-"$STRATA_BIN" volume create vol --size "$SIZE" --protect "$PROTECT" --api "$api" --json >"$tmp/create.json"
+"$STRATA_BIN" volume create vol --size "$SIZE" --protect "$PROTECT" --allow-any-host --api "$api" --json >"$tmp/create.json"
 wait_until 60 "the volume healthy" q "v and v['state']=='healthy' and v['owner']"
 target=tcp://$(q "next(n['listen'] for n in s['nodes'] if n['id']==v['owner'])")/nqn.2026-11.io.strata:vol
 echo "$PROTECT volume of $SIZE on $NODES nodes, rebuild at $MBPS MB/s per node, grace ${GRACE}s; $target" >&2

@@ -337,7 +337,7 @@ show_pool 1 "three nodes"
 [ "$FAILED" = 0 ] || die "the cluster did not form"
 
 log "strata volume create $VOL --size 512M --protect $PROTECT (through n1's API)"
-if out=$("$STRATA" volume create "$VOL" --size 512M --protect "$PROTECT" --api "$(api_of 1)" 2>&1); then
+if out=$("$STRATA" volume create "$VOL" --size 512M --protect "$PROTECT" --allow-any-host --api "$(api_of 1)" 2>&1); then
     echo "$out"
     pass "volume create $VOL $PROTECT 512M"
 else

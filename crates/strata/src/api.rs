@@ -12,7 +12,7 @@
 //! | POST   | /api/v1/nodes/NAME/undrain   | C  | the new map epoch                          |
 //! | DELETE | /api/v1/nodes/NAME           | C  | the new map epoch                          |
 //! | GET    | /api/v1/volumes              | SC | list of volumes                            |
-//! | POST   | /api/v1/volumes              | SC | `{"name","size","block_size"?,"nqn"?,"allowed_hosts"?,"protect"?}` -> 201 |
+//! | POST   | /api/v1/volumes              | SC | `{"name","size","block_size"?,"nqn"?,"allowed_hosts"?,"allow_any_host"?,"protect"?}` -> 201; on a cluster `allowed_hosts` or `allow_any_host: true` is required |
 //! | GET    | /api/v1/volumes/NAME         | SC | one volume                                 |
 //! | PATCH  | /api/v1/volumes/NAME         | S  | `{"size","allow_shrink"?}`                 |
 //! | DELETE | /api/v1/volumes/NAME         | SC | the deleted volume                         |
@@ -408,6 +408,9 @@ struct CreateBody {
     nqn: Option<String>,
     #[serde(default)]
     allowed_hosts: Vec<String>,
+    /// On a cluster, an empty `allowed_hosts` must be asked for with this.
+    #[serde(default)]
+    allow_any_host: bool,
     /// `rep:N`; absent means one copy.
     protect: Option<String>,
 }
@@ -562,6 +565,20 @@ async fn handle(backend: &Backend, req: Request<Incoming>, auth: String) -> Resp
 /// Creates the volume `body` asks for: one copy on a single node, any
 /// protection in a cluster (one copy when none is given).
 async fn create_volume(backend: &Backend, body: CreateBody) -> Result<Value, NodeError> {
+    let any_host = body.allow_any_host;
+    if any_host && !body.allowed_hosts.is_empty() {
+        return Err(NodeError::Invalid("allow_any_host and allowed_hosts contradict each other: give one".into()));
+    }
+    // A pool serves many tenants: a volume every host on the network may
+    // open is asked for, not fallen into. (strata serve, one machine, keeps
+    // the no-setup default.)
+    if matches!(backend, Backend::Cluster(_)) && body.allowed_hosts.is_empty() && !any_host {
+        return Err(NodeError::Invalid(
+            "a pool volume needs the hosts that may connect to it: --allow-host NQN (repeatable; the host's \
+             /etc/nvme/hostnqn), or --allow-any-host to let every host that reaches the pool in"
+                .into(),
+        ));
+    }
     let (nv, protect) = body.into_request()?;
     match backend {
         Backend::Serve(node) => match protect {

@@ -215,9 +215,14 @@ enum VolumeCommand {
         /// Subsystem NQN. Default: nqn.2026-11.io.strata:NAME
         #[arg(long)]
         nqn: Option<String>,
-        /// Host NQN allowed to connect; repeatable. Default: any host.
+        /// Host NQN allowed to connect; repeatable. Default on `strata
+        /// serve`: any host; a cluster needs this or --allow-any-host.
         #[arg(long = "allow-host")]
         allow_hosts: Vec<String>,
+        /// Let any host that reaches the pool connect (a cluster refuses a
+        /// volume with no --allow-host otherwise).
+        #[arg(long, conflicts_with = "allow_hosts")]
+        allow_any_host: bool,
         /// Protection on a cluster: rep:N copies on N nodes, or ec:K+M
         /// (K data and M parity shards on K+M nodes), in distinct failure
         /// domains. Default: rep:1.
@@ -514,9 +519,12 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
 
 fn volume(api: &str, command: VolumeCommand) -> anyhow::Result<()> {
     match command {
-        VolumeCommand::Create { name, size, block_size, nqn, allow_hosts, protect, json: as_json } => {
+        VolumeCommand::Create { name, size, block_size, nqn, allow_hosts, allow_any_host, protect, json: as_json } => {
             let mut body =
                 json!({"name": name, "size": size, "block_size": block_size, "nqn": nqn, "allowed_hosts": allow_hosts});
+            if allow_any_host {
+                body["allow_any_host"] = json!(true);
+            }
             if let Some(p) = protect {
                 body["protect"] = json!(p);
             }

@@ -60,8 +60,17 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
         assert!(matches!(e, strata_host::HostError::Authentication(_)), "{sub}: {e}");
     }
     drop(rt0);
+    // A pool volume open to every host is asked for, not fallen into.
+    let refused =
+        nodes[0].api("POST", "/api/v1/volumes", Some(json!({"name": "open", "size": "64M", "protect": "rep:3"})));
+    let why = refused.as_ref().and_then(|v| v["error"].as_str()).unwrap_or_default().to_string();
+    assert!(why.contains("--allow-host") && why.contains("--allow-any-host"), "{refused:?}");
     let created = nodes[0]
-        .api("POST", "/api/v1/volumes", Some(json!({"name": "v1", "size": "256M", "protect": "rep:3"})))
+        .api(
+            "POST",
+            "/api/v1/volumes",
+            Some(json!({"name": "v1", "size": "256M", "protect": "rep:3", "allow_any_host": true})),
+        )
         .expect("create answered");
     assert_eq!(created["protection"], "rep:3", "{created}");
     let nqn = created["nqn"].as_str().unwrap().to_string();
@@ -175,14 +184,22 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
     // A volume larger than the pool could ever hold is refused, naming the
     // limit (three copies on 64 MiB drives: 64 MiB).
     let refused = nodes[1]
-        .api("POST", "/api/v1/volumes", Some(json!({"name": "huge", "size": "1G", "protect": "rep:3"})))
+        .api(
+            "POST",
+            "/api/v1/volumes",
+            Some(json!({"name": "huge", "size": "1G", "protect": "rep:3", "allow_any_host": true})),
+        )
         .expect("create answered");
     let why = refused["error"].as_str().unwrap_or_default();
     assert!(why.contains("more than the pool can ever hold as rep:3: 64 MiB"), "{refused}");
     // As large as the drives: it cannot be filled, the drives' own
     // metadata takes some of them.
     let created = nodes[1]
-        .api("POST", "/api/v1/volumes", Some(json!({"name": "big", "size": "64M", "protect": "rep:3"})))
+        .api(
+            "POST",
+            "/api/v1/volumes",
+            Some(json!({"name": "big", "size": "64M", "protect": "rep:3", "allow_any_host": true})),
+        )
         .expect("create answered");
     assert_eq!(created["protection"], "rep:3", "{created}");
     let nqn = created["nqn"].as_str().unwrap().to_string();
@@ -236,7 +253,11 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
     });
     // And it is usable again.
     let created = nodes[0]
-        .api("POST", "/api/v1/volumes", Some(json!({"name": "again", "size": "64M", "protect": "rep:3"})))
+        .api(
+            "POST",
+            "/api/v1/volumes",
+            Some(json!({"name": "again", "size": "64M", "protect": "rep:3", "allow_any_host": true})),
+        )
         .expect("create answered");
     let nqn = created["nqn"].as_str().expect("created").to_string();
     let addr = wait_for("an owner", Duration::from_secs(30), &nodes, || crate::common::owner_addr(&nodes[0], "again"));

@@ -61,7 +61,11 @@ fn an_ec_4_2_volume_keeps_flushed_writes_through_two_kill_9s_and_rebuilds_the_no
         (crate::common::nodes_up(&nodes[0])? == NODES).then_some(())
     });
     let created = nodes[0]
-        .api("POST", "/api/v1/volumes", Some(json!({"name": "ec", "size": "64M", "protect": "ec:4+2"})))
+        .api(
+            "POST",
+            "/api/v1/volumes",
+            Some(json!({"name": "ec", "size": "64M", "protect": "ec:4+2", "allow_any_host": true})),
+        )
         .expect("create answered");
     assert_eq!(created["protection"], "ec:4+2", "{created}");
     let nqn = created["nqn"].as_str().unwrap().to_string();

@@ -99,7 +99,11 @@ fn a_dead_node_is_rebuilt_elsewhere_a_drained_one_removed_and_a_new_one_filled()
     let mut nqns = BTreeMap::new();
     for (name, size, protect) in VOLUMES {
         let v = nodes[0]
-            .api("POST", "/api/v1/volumes", Some(json!({"name": name, "size": size, "protect": protect})))
+            .api(
+                "POST",
+                "/api/v1/volumes",
+                Some(json!({"name": name, "size": size, "protect": protect, "allow_any_host": true})),
+            )
             .expect("create answered");
         nqns.insert(name, v["nqn"].as_str().expect("nqn").to_string());
     }
@@ -231,7 +235,11 @@ fn the_owner_killed_in_the_middle_of_a_rebuild_leaves_it_to_the_next_owner() {
     // Slow enough that the rebuild is still running when the owner dies.
     let set = nodes[0].api("PATCH", "/api/v1/pool/settings", Some(json!({"rebuild_grace_secs": 1, "rebuild_mbps": 8})));
     assert_eq!(set.expect("settings")["rebuild_mbps"], 8);
-    let v = nodes[0].api("POST", "/api/v1/volumes", Some(json!({"name": "r", "size": "128M", "protect": "rep:3"})));
+    let v = nodes[0].api(
+        "POST",
+        "/api/v1/volumes",
+        Some(json!({"name": "r", "size": "128M", "protect": "rep:3", "allow_any_host": true})),
+    );
     let nqn = v.expect("create")["nqn"].as_str().unwrap().to_string();
     let healthy = |via: &NodeProc| status(via).filter(|s| volume(s, "r").is_some_and(|v| v["state"] == "healthy"));
     let s = wait_for("the volume healthy", Duration::from_secs(60), &nodes, || healthy(&nodes[0]));

@@ -158,7 +158,11 @@ fn three_nodes_and_v(root: &std::path::Path, etcd: &EtcdProcess) -> (Vec<NodePro
         (s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count() == 3).then_some(())
     });
     let created = nodes[0]
-        .api("POST", "/api/v1/volumes", Some(json!({"name": "v", "size": "64M", "protect": "rep:3"})))
+        .api(
+            "POST",
+            "/api/v1/volumes",
+            Some(json!({"name": "v", "size": "64M", "protect": "rep:3", "allow_any_host": true})),
+        )
         .expect("create answered");
     let nqn = created["nqn"].as_str().expect("an NQN").to_string();
     (nodes, nqn)

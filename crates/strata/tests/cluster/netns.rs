@@ -308,7 +308,7 @@ pub fn create_healthy(nodes: &[NodeProc], name: &str, size: &str, protect: &str)
     let created = nodes[0].api(
         "POST",
         "/api/v1/volumes",
-        Some(serde_json::json!({"name": name, "size": size, "protect": protect})),
+        Some(serde_json::json!({"name": name, "size": size, "protect": protect, "allow_any_host": true})),
     );
     let created = created.expect("create answered");
     assert_eq!(created["protection"], protect, "{created}");

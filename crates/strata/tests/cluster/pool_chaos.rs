@@ -76,7 +76,11 @@ fn an_erasure_coded_volume_survives_drains_m_plus_one_kills_and_etcd_outages_wit
 
     // 2. A volume larger than any node's store could open is refused.
     let huge = nodes[0]
-        .api("POST", "/api/v1/volumes", Some(json!({"name": "huge", "size": "1E", "protect": "ec:4+2"})))
+        .api(
+            "POST",
+            "/api/v1/volumes",
+            Some(json!({"name": "huge", "size": "1E", "protect": "ec:4+2", "allow_any_host": true})),
+        )
         .expect("create answered");
     let why = huge["error"].as_str().unwrap_or_default();
     assert!(why.contains("can be at most"), "1 EiB accepted: {huge}");
