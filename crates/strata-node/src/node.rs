@@ -198,12 +198,15 @@ impl Node {
         let ns = Namespace::new(rec.nsid, ids, vol.clone() as Arc<dyn BlockDevice>).with_reservations(cell);
         match self.target.subsystem(&rec.nqn) {
             Some(sub) => {
-                // Another volume's subsystem: its list only grows here.
+                // Another volume's subsystem: the namespace is masked to
+                // its own hosts before any host can see it.
+                sub.set_namespace_hosts(rec.nsid, rec.allowed_hosts.clone());
                 sub.add_namespace(ns)?;
                 self.refresh_acl(&rec.nqn).await?;
             }
             None => {
                 let sub = Subsystem::new(rec.nqn.clone(), serial_for(&rec.nqn), self.acl(&rec.nqn).await?);
+                sub.set_namespace_hosts(rec.nsid, rec.allowed_hosts.clone());
                 // One node sees every host's commands: it serves
                 // reservations, kept in the metadata store.
                 sub.serve_reservations(true);
@@ -224,10 +227,17 @@ impl Node {
             .clone()
     }
 
-    /// The union of the host lists of the volumes in subsystem `nqn`.
+    /// Who may connect to subsystem `nqn`: the union of its volumes' host
+    /// lists, or any host when one of its volumes is open to any host.
+    /// Which of its namespaces each host sees is the namespaces' masks'
+    /// business (each volume's own list).
     async fn acl(&self, nqn: &str) -> anyhow::Result<Vec<String>> {
         let mut hosts: Vec<String> = Vec::new();
-        for r in self.meta.list_volumes().await?.into_iter().filter(|r| r.nqn == nqn) {
+        let volumes: Vec<VolumeRecord> = self.meta.list_volumes().await?.into_iter().filter(|r| r.nqn == nqn).collect();
+        if volumes.iter().any(|r| r.allowed_hosts.is_empty()) {
+            return Ok(Vec::new());
+        }
+        for r in volumes {
             for h in r.allowed_hosts {
                 if !hosts.contains(&h) {
                     hosts.push(h);
@@ -241,6 +251,9 @@ impl Node {
     /// hosts left out are disconnected.
     async fn refresh_acl(&self, nqn: &str) -> anyhow::Result<()> {
         let Some(sub) = self.target.subsystem(nqn) else { return Ok(()) };
+        for r in self.meta.list_volumes().await?.into_iter().filter(|r| r.nqn == nqn) {
+            sub.set_namespace_hosts(r.nsid, r.allowed_hosts);
+        }
         sub.set_allowed_hosts(self.acl(nqn).await?);
         Ok(())
     }

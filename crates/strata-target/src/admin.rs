@@ -214,7 +214,7 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
                 return done(cid, Status::INVALID_NS.dnr());
             }
             // An inactive NSID returns a zero-filled structure.
-            let data = match sub.namespace(nsid) {
+            let data = match sub.namespace_for(nsid, ctrl.hostnqn()) {
                 Some(ns) => {
                     let mut id = identify_namespace(&ns);
                     if sub.serves_reservations() {
@@ -235,10 +235,10 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
             if nsid >= 0xFFFF_FFFE {
                 return done(cid, Status::INVALID_NS.dnr());
             }
-            done_data(cid, id::encode_active_ns_list(sub.nsids(), nsid).to_vec())
+            done_data(cid, id::encode_active_ns_list(sub.nsids_for(ctrl.hostnqn()), nsid).to_vec())
         }
         Cns::NS_ID_DESCRIPTOR_LIST => {
-            let Some(ns) = sub.namespace(nsid) else { return done(cid, Status::INVALID_NS.dnr()) };
+            let Some(ns) = sub.namespace_for(nsid, ctrl.hostnqn()) else { return done(cid, Status::INVALID_NS.dnr()) };
             let mut descs = vec![NsIdDescriptor::Nguid(ns.ids.nguid), NsIdDescriptor::Uuid(ns.ids.uuid)];
             if ns.ids.eui64 != [0; 8] {
                 descs.insert(0, NsIdDescriptor::Eui64(ns.ids.eui64));
@@ -251,13 +251,13 @@ fn identify(ctx: &AdminContext<'_>, ctrl: &Controller, sqe: &Sqe) -> AdminReply 
         }
         // An inactive NSID is Invalid Namespace here, as in nvmet
         // (`nvmet_req_find_ns`), not a zero-filled structure.
-        Cns::IO_CS_NAMESPACE => match sub.namespace(nsid) {
+        Cns::IO_CS_NAMESPACE => match sub.namespace_for(nsid, ctrl.hostnqn()) {
             // No protection information, storage tags or extended formats:
             // every field of the NVM Command Set Identify Namespace is 0.
             Some(_) => done_data(cid, vec![0; id::IDENTIFY_DATA_LEN]),
             None => done(cid, Status::INVALID_NS.dnr()),
         },
-        Cns::CS_INDEPENDENT_NAMESPACE => match sub.namespace(nsid) {
+        Cns::CS_INDEPENDENT_NAMESPACE => match sub.namespace_for(nsid, ctrl.hostnqn()) {
             Some(_) => done_data(cid, identify_namespace_independent().encode().to_vec()),
             None => done(cid, Status::INVALID_NS.dnr()),
         },
@@ -490,7 +490,7 @@ fn smart_log(ctrl: &Controller, nsid: u32) -> Result<SmartLog, Status> {
     let namespaces = if nsid == 0 || nsid == u32::MAX {
         sub.namespaces()
     } else {
-        vec![sub.namespace(nsid).ok_or(Status::INVALID_NS.dnr())?]
+        vec![sub.namespace_for(nsid, ctrl.hostnqn()).ok_or(Status::INVALID_NS.dnr())?]
     };
     let t = sub.io_stats.totals(namespaces.iter().map(|ns| &**ns));
     let (_, errors) = ctrl.error_log();
@@ -674,7 +674,7 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> AdminReply {
         strata_nvme::reservation::FEATURE_NOTIFICATION_MASK if serves_reservations(ctrl) => st.reservation_mask,
         strata_nvme::reservation::FEATURE_PERSISTENCE if serves_reservations(ctrl) => {
             let Some(sub) = ctrl.subsystem() else { return done(cid, Status::INVALID_FIELD.dnr()) };
-            match sub.entry(sqe.nsid()) {
+            match sub.entry(sqe.nsid()).filter(|_| sub.visible(sqe.nsid(), ctrl.hostnqn())) {
                 Some(e) => u32::from(e.reservations.with(|r| r.persists())),
                 None => return done(cid, Status::INVALID_NS.dnr()),
             }

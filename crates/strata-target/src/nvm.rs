@@ -71,6 +71,11 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
     let Command { sqe, data, read_len, permit: _permit } = cmd;
     let cid = sqe.cid();
     let sender = ctrl.sender();
+    // A namespace masked from this host does not exist for it.
+    if !sub.visible(sqe.nsid(), ctrl.hostnqn()) {
+        ctrl.record_error(sqid, cid, Status::INVALID_NS.dnr(), sqe.nsid(), 0);
+        return (Cqe::new(cid, Status::INVALID_NS.dnr()), None);
+    }
     let (result, value) = if fenced::is_undo(sqe.opcode()) {
         match undo_command(sub, &sqe, data, read_len, sender).await {
             Ok((v, data)) => (Ok(data.map(|d| (d, None))), v),

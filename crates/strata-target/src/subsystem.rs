@@ -90,6 +90,12 @@ pub struct Subsystem {
     reservation_store: RwLock<Option<Arc<dyn crate::reservation::ReservationStore>>>,
     /// Itself, for the namespaces' reservations to reach its controllers.
     me: Weak<Subsystem>,
+    /// Namespace masking: the hosts each masked NSID is visible to (see
+    /// [`Subsystem::set_namespace_hosts`]).
+    masks: RwLock<BTreeMap<u32, Vec<String>>>,
+    /// True once any NSID was masked: until then the I/O path skips the
+    /// masks' lock.
+    masked: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Subsystem {
@@ -135,6 +141,8 @@ impl Subsystem {
             ana_code: AtomicU8::new(AnaState::Optimized.code()),
             reservations: std::sync::atomic::AtomicBool::new(false),
             reservation_store: RwLock::new(None),
+            masks: RwLock::new(BTreeMap::new()),
+            masked: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -222,6 +230,58 @@ impl Subsystem {
         }
     }
 
+    /// Masks namespace `nsid` to `hosts` (empty: no mask, every host the
+    /// subsystem admits sees it). A host it is masked from does not find
+    /// it in the active namespace list, reads zeroes for its Identify
+    /// Namespace and gets Invalid Namespace for its commands, as if it did
+    /// not exist. Controllers whose view changes get a Namespace Attribute
+    /// Changed notice and the NSID in their changed-namespace log. The
+    /// mask may be set before the namespace is added, so that it is never
+    /// visible unmasked.
+    pub fn set_namespace_hosts(&self, nsid: u32, hosts: Vec<String>) {
+        let before: Vec<(Arc<Controller>, bool)> =
+            self.controllers().into_iter().map(|c| (c.clone(), self.visible(nsid, c.hostnqn()))).collect();
+        {
+            let mut masks = self.masks.write().unwrap_or_else(|e| e.into_inner());
+            if hosts.is_empty() {
+                masks.remove(&nsid);
+            } else {
+                masks.insert(nsid, hosts);
+                self.masked.store(true, Ordering::Release);
+            }
+        }
+        let present = self.entry(nsid).is_some();
+        for (c, was) in before {
+            if present && was != self.visible(nsid, c.hostnqn()) {
+                c.notify_namespace_changed(nsid);
+            }
+        }
+    }
+
+    /// The hosts namespace `nsid` is masked to (empty: not masked).
+    pub fn namespace_hosts(&self, nsid: u32) -> Vec<String> {
+        self.masks.read().unwrap_or_else(|e| e.into_inner()).get(&nsid).cloned().unwrap_or_default()
+    }
+
+    /// True when host `hostnqn` may see namespace `nsid` (whether or not
+    /// it exists).
+    pub fn visible(&self, nsid: u32, hostnqn: &str) -> bool {
+        if !self.masked.load(Ordering::Acquire) {
+            return true;
+        }
+        self.masks.read().unwrap_or_else(|e| e.into_inner()).get(&nsid).is_none_or(|h| h.iter().any(|x| x == hostnqn))
+    }
+
+    /// The namespace with `nsid` if it is active and `hostnqn` may see it.
+    pub fn namespace_for(&self, nsid: u32, hostnqn: &str) -> Option<Arc<Namespace>> {
+        self.namespace(nsid).filter(|_| self.visible(nsid, hostnqn))
+    }
+
+    /// The active NSIDs `hostnqn` may see, in order.
+    pub fn nsids_for(&self, hostnqn: &str) -> Vec<u32> {
+        self.nsids().into_iter().filter(|&n| self.visible(n, hostnqn)).collect()
+    }
+
     /// The namespace with `nsid`, if active.
     pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
         self.entry(nsid).map(|e| e.ns.clone())
@@ -285,6 +345,7 @@ impl Subsystem {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&nsid)
             .ok_or(SubsystemError::NoSuchNamespace(nsid))?;
+        self.masks.write().unwrap_or_else(|e| e.into_inner()).remove(&nsid);
         self.namespace_changed(nsid);
         Ok(ns.ns.clone())
     }

@@ -21,6 +21,7 @@ mod hardening;
 mod health;
 mod host_target;
 mod identify;
+mod masking;
 mod raw_pdus;
 mod remote_namespace;
 mod reservations;

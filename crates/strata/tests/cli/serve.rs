@@ -938,3 +938,31 @@ async fn the_audit_log_records_access_and_changes_and_detects_tampering() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success() && text.contains("cut off the end"), "{text}");
 }
+
+/// Volumes that share a subsystem are masked to their own hosts: each
+/// host sees only its volume's namespace, and a host on neither list is
+/// refused at the door.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_sharing_a_subsystem_are_masked_to_their_hosts() {
+    let _group = strata_testkit::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let shared = "nqn.2026-11.io.strata:shared";
+    let a = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-0000000000aa";
+    let b = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-0000000000bb";
+    let mut nsid = std::collections::HashMap::new();
+    for (name, host) in [("ma", a), ("mb", b)] {
+        let out = server.cli(&["create", name, "--size", "16M", "--nqn", shared, "--allow-host", host, "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        nsid.insert(host, v["nsid"].as_u64().unwrap() as u32);
+    }
+    for host in [a, b] {
+        let cfg = HostConfig { hostnqn: host.into(), ..HostConfig::default() };
+        let c = Controller::connect(server.io, shared, &cfg).await.expect("an allowed host");
+        assert_eq!(c.active_namespaces().await.unwrap(), vec![nsid[host]], "{host} sees its own volume only");
+        c.write(nsid[host], 0, pattern(0, 1), true).await.unwrap();
+    }
+    let intruder = HostConfig::default();
+    assert!(Controller::connect(server.io, shared, &intruder).await.is_err(), "a host on neither list");
+}
