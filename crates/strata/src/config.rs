@@ -103,6 +103,12 @@ pub struct NodeFile {
     pub etcd: Option<Vec<String>>,
     /// Key prefix of the cluster in etcd.
     pub etcd_prefix: Option<String>,
+    /// CA certificate of etcd's certificates (https endpoints).
+    pub etcd_ca: Option<std::path::PathBuf>,
+    /// Client certificate for etcd.
+    pub etcd_cert: Option<std::path::PathBuf>,
+    /// Its key.
+    pub etcd_key: Option<std::path::PathBuf>,
     /// Failure-domain labels, e.g. `{ rack = "r1", pod = "p1" }`.
     pub labels: Option<std::collections::BTreeMap<String, String>>,
     /// The failure domain copies are spread over.

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
-use strata_meta::etcd::EtcdConfig;
+use strata_meta::etcd::{EtcdConfig, EtcdTls};
 use strata_node::cluster::start::{NodeStart, start};
 use strata_pool::placement::FailureDomain;
 
@@ -32,6 +32,17 @@ pub struct NodeArgs {
     /// Key prefix of this cluster in etcd. Default: /strata/.
     #[arg(long)]
     pub etcd_prefix: Option<String>,
+    /// CA certificate (PEM) that signs etcd's certificates, for https://
+    /// endpoints. Default: the system's trust store.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_ca: Option<std::path::PathBuf>,
+    /// This node's client certificate (PEM), for an etcd run with
+    /// --client-cert-auth.
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    pub etcd_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    pub etcd_key: Option<std::path::PathBuf>,
     /// A failure-domain label such as rack=r1; repeatable (added over the
     /// file's labels).
     #[arg(long = "label", value_name = "KEY=VALUE")]
@@ -69,6 +80,8 @@ pub struct NodeSettings {
     pub etcd: String,
     /// Key prefix in etcd.
     pub etcd_prefix: String,
+    /// TLS to etcd, when a CA or a client certificate is given.
+    pub etcd_tls: Option<EtcdTls>,
     /// Failure-domain labels.
     pub labels: BTreeMap<String, String>,
     /// The failure domain of copies.
@@ -107,6 +120,14 @@ impl NodeSettings {
                 .or(file.etcd.map(|l| l.join(",")))
                 .unwrap_or_else(|| "http://127.0.0.1:2379".into()),
             etcd_prefix: args.etcd_prefix.clone().or(file.etcd_prefix).unwrap_or_else(|| "/strata/".into()),
+            etcd_tls: {
+                let tls = EtcdTls {
+                    ca: args.etcd_ca.clone().or(file.etcd_ca),
+                    cert: args.etcd_cert.clone().or(file.etcd_cert),
+                    key: args.etcd_key.clone().or(file.etcd_key),
+                };
+                (tls != EtcdTls::default()).then_some(tls)
+            },
             labels,
             failure_domain: args.failure_domain.clone().or(file.failure_domain).unwrap_or_else(|| "rack".into()),
             fabric,
@@ -150,7 +171,17 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let data_dir = serve_cfg.data_dir.clone();
     let node = start(NodeStart {
         name: settings.name,
-        etcd: EtcdConfig::from_urls(&settings.etcd).map_err(|e| anyhow::anyhow!("--etcd: {e}"))?,
+        etcd: {
+            let c = EtcdConfig::from_urls(&settings.etcd).map_err(|e| anyhow::anyhow!("--etcd: {e}"))?;
+            let c = match settings.etcd_tls.clone() {
+                Some(t) => c.with_tls(t),
+                None => c,
+            };
+            // A TLS file that cannot be used stops the node now, saying which.
+            strata_meta::etcd::EtcdClient::checked(c.clone())
+                .map_err(|e| anyhow::anyhow!("--etcd-ca/--etcd-cert/--etcd-key: {e}"))?;
+            c
+        },
         prefix: settings.etcd_prefix,
         labels: settings.labels,
         failure_domain,

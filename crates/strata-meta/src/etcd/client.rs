@@ -52,6 +52,53 @@ pub struct EtcdConfig {
     /// after about three times this). Default:
     /// [`EtcdConfig::DEFAULT_WATCH_KEEPALIVE`].
     pub watch_keepalive: Duration,
+    /// TLS for `https` endpoints; `None` with an `https` endpoint: the
+    /// system's trust store and no client certificate.
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS to etcd: whom to trust and who we are (etcd's
+/// `--client-cert-auth` asks for a client certificate).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// CA certificate(s) (PEM) that sign etcd's server certificates;
+    /// `None`: the system's trust store.
+    pub ca: Option<std::path::PathBuf>,
+    /// Our certificate (PEM), for client certificate authentication.
+    pub cert: Option<std::path::PathBuf>,
+    /// Its private key (PEM).
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl EtcdTls {
+    /// The connector: TLS 1.2 or later, the server's certificate checked
+    /// against the CA and the endpoint's host name.
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::InvalidConfig`] for a file that cannot be read or
+    /// parsed, a certificate without its key, or a key that does not
+    /// match its certificate.
+    pub fn connector(&self) -> Result<openssl::ssl::SslConnector, EtcdError> {
+        use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVersion};
+        let bad = |what: &str, e: &dyn std::fmt::Display| EtcdError::InvalidConfig(format!("etcd TLS: {what}: {e}"));
+        let mut b = SslConnector::builder(SslMethod::tls_client()).map_err(|e| bad("OpenSSL", &e))?;
+        b.set_min_proto_version(Some(SslVersion::TLS1_2)).map_err(|e| bad("OpenSSL", &e))?;
+        if let Some(ca) = &self.ca {
+            b.set_ca_file(ca).map_err(|e| bad(&format!("CA file {}", ca.display()), &e))?;
+        }
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                b.set_certificate_chain_file(cert).map_err(|e| bad(&format!("certificate {}", cert.display()), &e))?;
+                b.set_private_key_file(key, SslFiletype::PEM)
+                    .map_err(|e| bad(&format!("key {}", key.display()), &e))?;
+                b.check_private_key().map_err(|e| bad("the key does not match the certificate", &e))?;
+            }
+            (None, None) => {}
+            _ => return Err(bad("a client certificate needs its key, and a key its certificate", &"give both")),
+        }
+        Ok(b.build())
+    }
 }
 
 impl EtcdConfig {
@@ -77,7 +124,14 @@ impl EtcdConfig {
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             watch_keepalive: Self::DEFAULT_WATCH_KEEPALIVE,
+            tls: None,
         })
+    }
+
+    /// Sets [`EtcdConfig::tls`].
+    pub fn with_tls(mut self, tls: EtcdTls) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// Parses the value of `--etcd URL[,URL...]`: comma-separated client
@@ -118,15 +172,38 @@ impl EtcdClient {
     /// A client for `config`. Connects lazily: nothing is sent until the
     /// first call, so a client can be built while etcd is down.
     pub fn new(config: EtcdConfig) -> Self {
+        // A connector that cannot be built fails every https call with
+        // its reason; `EtcdClient::checked` reports it at once instead.
+        let tls = Self::connector(&config).ok().flatten();
         let t = |keepalive| {
             Arc::new(Transport::new(
                 config.endpoints.clone(),
                 config.request_timeout,
                 config.connect_timeout,
                 keepalive,
+                tls.clone(),
             ))
         };
         EtcdClient { transport: t(None), watch_transport: t(Some(config.watch_keepalive)) }
+    }
+
+    /// As [`EtcdClient::new`], but a TLS configuration that cannot be used
+    /// (a missing file, a key that does not match) is an error now.
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::InvalidConfig`].
+    pub fn checked(config: EtcdConfig) -> Result<Self, EtcdError> {
+        Self::connector(&config)?;
+        Ok(Self::new(config))
+    }
+
+    fn connector(config: &EtcdConfig) -> Result<Option<openssl::ssl::SslConnector>, EtcdError> {
+        match (&config.tls, config.endpoints.iter().any(Endpoint::is_tls)) {
+            (Some(t), _) => t.connector().map(Some),
+            (None, true) => EtcdTls::default().connector().map(Some),
+            (None, false) => Ok(None),
+        }
     }
 
     /// The endpoints, in the order given.

@@ -51,35 +51,39 @@ use super::wire::{self, JsonStream, MAX_MESSAGE_BYTES};
 /// gRPC's `Unavailable`: the member cannot serve now (no leader, stopping).
 const GRPC_UNAVAILABLE: i64 = 14;
 
-/// One etcd client URL, `http://host:port`.
+/// One etcd client URL, `http://host:port` or `https://host:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     url: String,
     authority: String,
+    /// `https`: TLS (see [`super::EtcdTls`]).
+    tls: bool,
 }
 
 impl Endpoint {
     /// The port etcd serves clients on by default.
     pub const DEFAULT_PORT: u16 = 2379;
 
-    /// Parses `http://host[:port][/]` or `host[:port]`; the port defaults to
-    /// 2379. IPv6 addresses go in brackets: `http://[::1]:2379`.
+    /// Parses `http://host[:port][/]`, `https://host[:port][/]` or
+    /// `host[:port]`; the port defaults to 2379. IPv6 addresses go in
+    /// brackets: `http://[::1]:2379`.
     ///
     /// # Errors
     ///
-    /// [`EtcdError::InvalidConfig`] for another scheme (TLS is not
-    /// supported yet), a path, user info, or a bad host or port.
+    /// [`EtcdError::InvalidConfig`] for another scheme, a path, user info,
+    /// or a bad host or port.
     pub fn parse(url: &str) -> Result<Self, EtcdError> {
         let bad = |why: &str| EtcdError::InvalidConfig(format!("etcd endpoint {url:?}: {why}"));
         let text = url.trim();
-        let rest = match text.split_once("://") {
-            Some(("http", rest)) => rest,
+        let (rest, tls) = match text.split_once("://") {
+            Some(("http", rest)) => (rest, false),
+            Some(("https", rest)) => (rest, true),
             Some((scheme, _)) => {
                 return Err(bad(&format!(
-                    "scheme {scheme:?} is not supported; use http://host:port (TLS to etcd is not supported yet)"
+                    "scheme {scheme:?} is not supported; use http://host:port or https://host:port"
                 )));
             }
-            None => text,
+            None => (text, false),
         };
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.is_empty() {
@@ -107,10 +111,22 @@ impl Endpoint {
             },
         };
         let authority = format!("{host}:{port}");
-        Ok(Endpoint { url: format!("http://{authority}"), authority })
+        let scheme = if tls { "https" } else { "http" };
+        Ok(Endpoint { url: format!("{scheme}://{authority}"), authority, tls })
     }
 
-    /// The URL, normalised to `http://host:port`.
+    /// True for an `https` endpoint.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The host, without brackets or port: what its certificate names.
+    fn host(&self) -> &str {
+        let host = self.authority.rsplit_once(':').map_or(self.authority.as_str(), |(h, _)| h);
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
+
+    /// The URL, normalised to `http://host:port` (or `https://`).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -171,13 +187,20 @@ enum Attempt {
 }
 
 /// The endpoints, timeouts and the endpoint that answered last.
-#[derive(Debug)]
 pub(crate) struct Transport {
     endpoints: Vec<Endpoint>,
     preferred: AtomicUsize,
     pub(crate) request_timeout: Duration,
     connect_timeout: Duration,
     keepalive: Option<Duration>,
+    /// For `https` endpoints.
+    tls: Option<openssl::ssl::SslConnector>,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport").field("endpoints", &self.endpoints).field("tls", &self.tls.is_some()).finish()
+    }
 }
 
 impl Transport {
@@ -186,8 +209,9 @@ impl Transport {
         request_timeout: Duration,
         connect_timeout: Duration,
         keepalive: Option<Duration>,
+        tls: Option<openssl::ssl::SslConnector>,
     ) -> Self {
-        Transport { endpoints, preferred: AtomicUsize::new(0), request_timeout, connect_timeout, keepalive }
+        Transport { endpoints, preferred: AtomicUsize::new(0), request_timeout, connect_timeout, keepalive, tls }
     }
 
     pub(crate) fn endpoints(&self) -> &[Endpoint] {
@@ -340,22 +364,76 @@ impl Transport {
             let ka = socket2::TcpKeepalive::new().with_time(idle).with_interval(idle);
             let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&ka);
         }
-        let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(tcp))
-            .await
-            .map_err(|e| Attempt::NotSent(format!("HTTP handshake: {e}")))?;
-        let conn = AbortOnDrop(tokio::spawn(async move {
-            // The error, if any, surfaces through the request or the body.
-            let _ = conn.await;
-        }));
+        let (mut sender, conn) = if ep.tls {
+            let Some(connector) = &self.tls else {
+                return Err(Attempt::NotSent("an https endpoint, and no TLS configuration".into()));
+            };
+            let tls = tls_connect(connector, ep, tcp, connect_by).await.map_err(Attempt::NotSent)?;
+            http_handshake(tls).await?
+        } else {
+            http_handshake(tcp).await?
+        };
         let request = Request::post(path)
             .header(hyper::header::HOST, &ep.authority)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(payload))
             .map_err(|e| Attempt::NotSent(format!("building the request: {e}")))?;
-        let response = sender.send_request(request).await.map_err(|e| Attempt::Broken(format!("{e}")))?;
+        let response = sender.send_request(request).await.map_err(|e| {
+            // With TLS 1.3 the server checks our certificate after the
+            // handshake returned: a refusal shows up as a dropped request.
+            let hint = if ep.tls {
+                " (TLS: etcd may have refused our client certificate: check it, its key and its CA)"
+            } else {
+                ""
+            };
+            Attempt::Broken(format!("{e}{hint}"))
+        })?;
         let status = response.status();
         Ok((status, Stream { endpoint: ep.url.clone(), body: response.into_body(), _sender: sender, _conn: conn }))
     }
+}
+
+/// The TLS handshake with `ep` over `tcp`, checking its certificate
+/// against the host name (or IP address) in its URL.
+async fn tls_connect(
+    connector: &openssl::ssl::SslConnector,
+    ep: &Endpoint,
+    tcp: TcpStream,
+    by: Instant,
+) -> Result<tokio_openssl::SslStream<TcpStream>, String> {
+    let ssl = connector
+        .configure()
+        .and_then(|c| c.into_ssl(ep.host()))
+        .map_err(|e| format!("TLS setup for {}: {e}", ep.url))?;
+    let mut stream = tokio_openssl::SslStream::new(ssl, tcp).map_err(|e| format!("TLS setup: {e}"))?;
+    match tokio::time::timeout_at(by, std::pin::Pin::new(&mut stream).connect()).await {
+        Ok(Ok(())) => Ok(stream),
+        Ok(Err(e)) => {
+            let verify = stream.ssl().verify_result();
+            let why =
+                if verify == openssl::x509::X509VerifyResult::OK { String::new() } else { format!(" ({verify})") };
+            Err(format!("TLS handshake with {}: {e}{why}", ep.url))
+        }
+        Err(_) => Err(format!("TLS handshake with {}: no answer in time", ep.url)),
+    }
+}
+
+/// HTTP/1.1 over `io`; the connection runs on a task of its own, aborted
+/// with the returned guard.
+async fn http_handshake<I>(
+    io: I,
+) -> Result<(hyper::client::conn::http1::SendRequest<Full<Bytes>>, AbortOnDrop<()>), Attempt>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
+        .await
+        .map_err(|e| Attempt::NotSent(format!("HTTP handshake: {e}")))?;
+    let conn = AbortOnDrop(tokio::spawn(async move {
+        // The error, if any, surfaces through the request or the body.
+        let _ = conn.await;
+    }));
+    Ok((sender, conn))
 }
 
 /// Reads a whole answer body, up to [`MAX_MESSAGE_BYTES`]. Takes the
@@ -381,14 +459,20 @@ mod tests {
             ("http://etcd-1", "http://etcd-1:2379"),
             (" http://[::1]:2379 ", "http://[::1]:2379"),
             ("[::1]", "http://[::1]:2379"),
+            ("https://etcd-1", "https://etcd-1:2379"),
+            ("https://[::1]:2379/", "https://[::1]:2379"),
         ];
         for (input, url) in ok {
-            assert_eq!(Endpoint::parse(input).unwrap().url(), url, "{input}");
+            let ep = Endpoint::parse(input).unwrap();
+            assert_eq!(ep.url(), url, "{input}");
+            assert_eq!(ep.is_tls(), url.starts_with("https"), "{input}");
         }
+        assert_eq!(Endpoint::parse("https://[::1]:2379").unwrap().host(), "::1");
+        assert_eq!(Endpoint::parse("https://etcd-1").unwrap().host(), "etcd-1");
         for bad in [
             "",
             "http://",
-            "https://127.0.0.1:2379",
+            "https://",
             "unix:///run/etcd.sock",
             "http://127.0.0.1:2379/v3",
             "http://user@127.0.0.1:2379",

@@ -25,7 +25,7 @@ mod watch;
 pub(crate) mod wire;
 
 pub use base64::Base64Error;
-pub use client::{EtcdClient, EtcdConfig};
+pub use client::{EtcdClient, EtcdConfig, EtcdTls};
 pub use error::{EtcdError, GRPC_NOT_FOUND};
 pub use http::Endpoint;
 pub use lease::{LeaseKeeper, LeaseLoss, LeaseStatus};

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::etcd::{Endpoint, EtcdClient, EtcdConfig};
+use crate::etcd::{Endpoint, EtcdClient, EtcdConfig, EtcdTls};
 
 /// How long etcd may take to become healthy.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,6 +31,116 @@ pub struct EtcdProcess {
     /// Another address clients may reach it on, besides loopback.
     also_on: Option<std::net::Ipv4Addr>,
     child: Option<Child>,
+    /// Client TLS with certificate authentication, when started so.
+    tls: Option<TlsFiles>,
+}
+
+/// The certificates of a TLS etcd, made by `openssl` in its temp dir: a
+/// CA, etcd's server certificate (for 127.0.0.1), a client certificate
+/// the CA signed, and one another CA signed.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The CA certificate.
+    pub ca: PathBuf,
+    /// A client certificate the CA signed, and its key.
+    pub client_cert: PathBuf,
+    /// Its key.
+    pub client_key: PathBuf,
+    /// A client certificate from another CA (etcd refuses it), and its key.
+    pub rogue_cert: PathBuf,
+    /// Its key.
+    pub rogue_key: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl").current_dir(dir).args(args).output().expect("cannot run openssl(1)");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+impl TlsFiles {
+    fn make(dir: &Path) -> TlsFiles {
+        for ca in ["ca", "rogue-ca"] {
+            openssl(
+                dir,
+                &[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "2",
+                    "-subj",
+                    &format!("/CN=strata test {ca}"),
+                    "-keyout",
+                    &format!("{ca}.key"),
+                    "-out",
+                    &format!("{ca}.crt"),
+                ],
+            );
+        }
+        for (ca, name, san) in
+            [("ca", "server", "IP:127.0.0.1"), ("ca", "client", "DNS:client"), ("rogue-ca", "rogue", "DNS:rogue")]
+        {
+            std::fs::write(
+                dir.join(format!("{name}.ext")),
+                format!("subjectAltName={san}\nextendedKeyUsage=serverAuth,clientAuth\n"),
+            )
+            .expect("ext file");
+            openssl(
+                dir,
+                &[
+                    "req",
+                    "-new",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-subj",
+                    &format!("/CN={name}"),
+                    "-keyout",
+                    &format!("{name}.key"),
+                    "-out",
+                    &format!("{name}.csr"),
+                ],
+            );
+            openssl(
+                dir,
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &format!("{name}.csr"),
+                    "-CA",
+                    &format!("{ca}.crt"),
+                    "-CAkey",
+                    &format!("{ca}.key"),
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-extfile",
+                    &format!("{name}.ext"),
+                    "-out",
+                    &format!("{name}.crt"),
+                ],
+            );
+        }
+        TlsFiles {
+            ca: dir.join("ca.crt"),
+            client_cert: dir.join("client.crt"),
+            client_key: dir.join("client.key"),
+            rogue_cert: dir.join("rogue.crt"),
+            rogue_key: dir.join("rogue.key"),
+            server_cert: dir.join("server.crt"),
+            server_key: dir.join("server.key"),
+        }
+    }
+
+    /// The client TLS settings with the good client certificate.
+    pub fn client(&self) -> EtcdTls {
+        EtcdTls { ca: Some(self.ca.clone()), cert: Some(self.client_cert.clone()), key: Some(self.client_key.clone()) }
+    }
 }
 
 impl EtcdProcess {
@@ -41,7 +151,23 @@ impl EtcdProcess {
     /// If the etcd binary is missing ("install etcd-server"), or etcd does
     /// not become healthy within 30 s (its log is in the message).
     pub fn start() -> Self {
-        Self::start_with(None)
+        Self::start_with(None, false)
+    }
+
+    /// Starts etcd serving clients over TLS only, with client certificate
+    /// authentication (`--client-cert-auth`); [`tls`](Self::tls) has the
+    /// files. Needs `openssl(1)`.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls() -> Self {
+        Self::start_with(None, true)
+    }
+
+    /// The certificates, for an etcd from [`start_tls`](Self::start_tls).
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
     }
 
     /// Starts etcd listening for clients on `addr` as well as on loopback
@@ -51,10 +177,10 @@ impl EtcdProcess {
     ///
     /// As [`start`](Self::start).
     pub fn start_also_on(addr: std::net::Ipv4Addr) -> Self {
-        Self::start_with(Some(addr))
+        Self::start_with(Some(addr), false)
     }
 
-    fn start_with(also_on: Option<std::net::Ipv4Addr>) -> Self {
+    fn start_with(also_on: Option<std::net::Ipv4Addr>, tls: bool) -> Self {
         let binary = find_binary();
         let mut last_log = String::new();
         // A port free when picked may be taken by another process before
@@ -69,7 +195,8 @@ impl EtcdProcess {
             .expect("cannot create a temp dir for etcd");
             let ports = super::loopback_ports(2);
             let (client_port, peer_port) = (ports[0], ports[1]);
-            let mut p = EtcdProcess { binary: binary.clone(), dir, client_port, peer_port, also_on, child: None };
+            let tls = tls.then(|| TlsFiles::make(dir.path()));
+            let mut p = EtcdProcess { binary: binary.clone(), dir, client_port, peer_port, also_on, child: None, tls };
             match p.spawn_and_wait() {
                 Ok(()) => return p,
                 Err(log) => last_log = log,
@@ -78,9 +205,10 @@ impl EtcdProcess {
         panic!("etcd ({}) did not become healthy; its log ends:\n{last_log}", binary.display());
     }
 
-    /// The client URL, `http://127.0.0.1:PORT`.
+    /// The client URL, `http://127.0.0.1:PORT` (`https` with TLS).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// The client URL on `addr` given to [`start_also_on`](Self::start_also_on).
@@ -101,7 +229,11 @@ impl EtcdProcess {
 
     /// A configuration for this etcd with the default timeouts.
     pub fn config(&self) -> EtcdConfig {
-        EtcdConfig::new(vec![self.endpoint()]).expect("one endpoint is enough")
+        let c = EtcdConfig::new(vec![self.endpoint()]).expect("one endpoint is enough");
+        match &self.tls {
+            Some(t) => c.with_tls(t.client()),
+            None => c,
+        }
     }
 
     /// The process id, while running.
@@ -152,11 +284,21 @@ impl EtcdProcess {
 
     /// Spawns etcd and waits for `/health`; on failure returns the log tail.
     fn spawn_and_wait(&mut self) -> Result<(), String> {
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let client = self.url();
         let listen = match self.also_on {
             Some(a) => format!("{client},http://{a}:{}", self.client_port),
             None => client.clone(),
         };
+        let mut tls_args: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(t) = &self.tls {
+            for (flag, path) in
+                [("--cert-file", &t.server_cert), ("--key-file", &t.server_key), ("--trusted-ca-file", &t.ca)]
+            {
+                tls_args.push(flag.into());
+                tls_args.push(path.into());
+            }
+            tls_args.push("--client-cert-auth".into());
+        }
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = File::options().create(true).append(true).open(self.log_path()).expect("cannot create etcd.log");
         let child = Command::new(&self.binary)
@@ -166,6 +308,7 @@ impl EtcdProcess {
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("strata-test={peer}"), "--initial-cluster-state", "new"])
             .args(["--logger", "zap", "--log-level", "warn"])
+            .args(&tls_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("cannot dup the log file"))
             .stderr(log)
@@ -180,7 +323,7 @@ impl EtcdProcess {
                 self.child = None;
                 return Err(format!("(etcd exited with {status})\n{}", self.log_tail()));
             }
-            if healthy(self.client_port) {
+            if healthy(self.client_port, self.tls.as_ref()) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -230,7 +373,19 @@ fn find_binary() -> PathBuf {
 }
 
 /// Whether etcd on `port` answers `/health` with `"health":"true"`.
-fn healthy(port: u16) -> bool {
+fn healthy(port: u16, tls: Option<&TlsFiles>) -> bool {
+    if let Some(t) = tls {
+        let out = Command::new("curl")
+            .args(["-s", "-m", "2", "--cacert"])
+            .arg(&t.ca)
+            .arg("--cert")
+            .arg(&t.client_cert)
+            .arg("--key")
+            .arg(&t.client_key)
+            .arg(format!("https://127.0.0.1:{port}/health"))
+            .output();
+        return out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"health\":\"true\""));
+    }
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let request = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");

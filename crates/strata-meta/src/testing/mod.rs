@@ -11,7 +11,7 @@ mod fake_mvcc;
 mod ports;
 
 pub use conformance::check_conformance;
-pub use etcd_process::EtcdProcess;
+pub use etcd_process::{EtcdProcess, TlsFiles};
 pub use etcd_server::EtcdServer;
 pub use fake_etcd::FakeEtcd;
 pub use ports::loopback_ports;

@@ -269,3 +269,48 @@ fn a_full_pool_fails_writes_with_capacity_exceeded_keeps_what_it_acknowledged_an
         c.flush(1).await.unwrap();
     });
 }
+
+/// A node whose etcd speaks only TLS with client certificates: with the
+/// CA, its certificate and key it joins, and serves a volume it created.
+#[test]
+fn a_node_uses_an_etcd_that_requires_tls_client_certificates() {
+    let _group = strata_testkit::group(module_path!());
+    let etcd = EtcdProcess::start_tls();
+    let tls = etcd.tls().unwrap().clone();
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = free_ports(4);
+    let extra: Vec<String> =
+        [("--etcd-ca", &tls.ca), ("--etcd-cert", &tls.client_cert), ("--etcd-key", &tls.client_key)]
+            .iter()
+            .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+            .collect();
+    let node =
+        NodeProc::start_with(&tmp.path().join("n1"), "n1", "r1", &etcd.url(), "256M", loopback(&ports), &[], &extra);
+    let nodes = [node];
+    wait_for("the node up through TLS etcd", Duration::from_secs(30), &nodes, || {
+        (crate::common::nodes_up(&nodes[0])? == 1).then_some(())
+    });
+    let created = nodes[0]
+        .api("POST", "/api/v1/volumes", Some(json!({"name": "t", "size": "64M", "allow_any_host": true})))
+        .expect("create answered");
+    let nqn = created["nqn"].as_str().unwrap_or_else(|| panic!("{created}")).to_string();
+    wait_for("the volume served", Duration::from_secs(30), &nodes, || {
+        let v = crate::common::volume_status(&nodes[0], "t")?;
+        (v["state"] == "healthy" && v["owner"].is_u64()).then_some(())
+    });
+    let addr: SocketAddr = nodes[0].addrs.listen.parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let c = connect_when_served(addr, &nqn).await;
+        // The owner may still be taking the volume on (ANA Transition).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while let Err(e) = c.write(1, 7, pattern(7), true).await {
+            assert!(
+                e.status().is_some_and(|s| s.is_path_error()) && std::time::Instant::now() < deadline,
+                "write: {e}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(c.read(1, 7, 1).await.expect("read")[..], pattern(7)[..]);
+    });
+}

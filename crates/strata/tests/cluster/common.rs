@@ -53,6 +53,21 @@ impl NodeProc {
         addrs: NodeAddrs,
         prefix: &[&str],
     ) -> NodeProc {
+        Self::start_with(dir, name, rack, etcd, drive_size, addrs, prefix, &[])
+    }
+
+    /// As [`NodeProc::start`], with `extra` options for `strata node`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_with(
+        dir: &Path,
+        name: &str,
+        rack: &str,
+        etcd: &str,
+        drive_size: &str,
+        addrs: NodeAddrs,
+        prefix: &[&str],
+        extra: &[String],
+    ) -> NodeProc {
         std::fs::create_dir_all(dir).unwrap();
         let mut argv: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
         argv.push(BIN.to_string());
@@ -86,6 +101,7 @@ impl NodeProc {
         if !addrs.http.starts_with("127.") {
             argv.push("--allow-remote-api".into());
         }
+        argv.extend(extra.iter().cloned());
         let proc = Proc::spawn(name, argv, dir.join(format!("{name}.log")));
         NodeProc { name: name.to_string(), proc, addrs, dir: dir.to_path_buf() }
     }
