@@ -3,17 +3,17 @@
 //! big-endian value as long as `p`, and both hash the shared `g^xy mod p`,
 //! also padded to the length of `p`, into the session key.
 //!
-//! Private exponents are 512 random bits: at least twice the security
-//! strength of the largest group (RFC 7919, section 5.2).
+//! Private exponents are random, of [`DhGroup::exponent_bits`]: above the
+//! minimum RFC 7919 (section 5.2) gives for each group (225 bits for
+//! ffdhe2048 up to 400 for ffdhe8192), with a margin. A shorter exponent
+//! is what makes the smaller groups cheap: each side computes two modular
+//! exponentiations per transaction.
 
 use std::sync::OnceLock;
 
 use num_bigint::BigUint;
 
 use crate::primes;
-
-/// Bits of a private exponent.
-const EXPONENT_BITS: usize = 512;
 
 /// A DH group DH-HMAC-CHAP can use; the discriminant is its wire ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -96,6 +96,18 @@ impl DhGroup {
         }
     }
 
+    /// Bits of a private exponent in this group.
+    pub fn exponent_bits(self) -> usize {
+        match self {
+            DhGroup::Null => 0,
+            DhGroup::Ffdhe2048 => 256,
+            DhGroup::Ffdhe3072 => 320,
+            DhGroup::Ffdhe4096 => 384,
+            DhGroup::Ffdhe6144 => 448,
+            DhGroup::Ffdhe8192 => 512,
+        }
+    }
+
     fn hex(self) -> Option<&'static str> {
         match self {
             DhGroup::Null => None,
@@ -159,7 +171,7 @@ impl Ephemeral {
     /// A fresh key pair; `None` for the NULL group.
     pub fn generate(group: DhGroup) -> Option<Ephemeral> {
         let p = group.prime()?;
-        let mut bytes = [0u8; EXPONENT_BITS / 8];
+        let mut bytes = vec![0u8; group.exponent_bits() / 8];
         getrandom::fill(&mut bytes).expect("the OS random source failed");
         bytes[0] |= 0x80; // a full-size exponent
         let x = BigUint::from_bytes_be(&bytes);

@@ -88,9 +88,21 @@ enum BenchCommand {
     },
 }
 
-/// Where results go (both single runs and suites).
+/// What single runs and suites share: where results go, and who the
+/// host is.
 #[derive(Args, Debug)]
 struct OutputArgs {
+    /// The host NQN to connect as. Default: a random
+    /// nqn.2014-08.org.nvmexpress:uuid:... per run.
+    #[arg(long, value_name = "NQN")]
+    hostnqn: Option<String>,
+    /// The host's DH-HMAC-CHAP secret (DHHC-1:...), for a target that
+    /// asks this host to authenticate (strata host add --dhchap-secret).
+    #[arg(long, value_name = "KEY", env = "STRATA_DHCHAP_SECRET", hide_env_values = true)]
+    dhchap_secret: Option<String>,
+    /// The controller's secret: the host then checks the target too.
+    #[arg(long, value_name = "KEY", requires = "dhchap_secret")]
+    dhchap_ctrl_secret: Option<String>,
     /// Print the report JSON on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -109,6 +121,24 @@ struct OutputArgs {
     /// No progress line.
     #[arg(long, short)]
     quiet: bool,
+}
+
+impl OutputArgs {
+    /// The host settings these options ask for.
+    fn host(&self) -> Result<strata_host::HostConfig, String> {
+        let key = |flag: &str, k: &Option<String>| {
+            k.as_deref().map(strata_host::DhchapSecret::parse).transpose().map_err(|e| format!("{flag}: {e}"))
+        };
+        let mut cfg = strata_host::HostConfig {
+            dhchap_secret: key("--dhchap-secret", &self.dhchap_secret)?,
+            dhchap_ctrl_secret: key("--dhchap-ctrl-secret", &self.dhchap_ctrl_secret)?,
+            ..strata_host::HostConfig::default()
+        };
+        if let Some(nqn) = &self.hostnqn {
+            cfg.hostnqn = nqn.clone();
+        }
+        Ok(cfg)
+    }
 }
 
 /// One workload from the command line.
@@ -342,7 +372,7 @@ async fn run_workload(
     if *cancel.borrow() {
         return Err("not run: cancelled".into());
     }
-    let mut opts = RunOptions::default().interval(out.interval).cancel_on(cancel.clone());
+    let mut opts = RunOptions::default().interval(out.interval).cancel_on(cancel.clone()).host_config(out.host()?);
     if !out.quiet {
         opts = opts.on_progress(progress.callback(&spec.name));
     }

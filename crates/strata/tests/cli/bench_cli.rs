@@ -366,3 +366,39 @@ fn ttft_loads_verified_blocks_from_each_tier_and_replays_a_trace() {
     assert_eq!(code(&ragged), 2);
     assert!(text(&ragged.stderr).contains("not a whole number of 256-token blocks"), "{}", text(&ragged.stderr));
 }
+
+/// `strata bench` as a host that must authenticate: with its NQN and
+/// DH-HMAC-CHAP secret it runs verified I/O; without the secret the run
+/// cannot start and says why.
+#[test]
+fn bench_authenticates_with_dhchap_when_the_target_asks() {
+    let _group = strata_testkit::group(module_path!());
+    let (_rt, target_handle, addr) = start_target();
+    let hostnqn = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000be7c4";
+    let key = strata_host::DhchapSecret::generate(None);
+    target_handle.set_host_keys(hostnqn, Some(strata_auth::HostKeys::new(key.clone(), None)));
+    let target = format!("tcp://{addr}/{NQN}");
+    let common = [
+        "--target",
+        &target,
+        "--rw",
+        "randrw",
+        "--size",
+        "1M",
+        "--span",
+        "1M",
+        "--verify",
+        "--prefill",
+        "--json",
+        "-q",
+    ];
+    let o = bench(&[&common[..], &["--hostnqn", hostnqn, "--dhchap-secret", &key.to_interchange()]].concat());
+    assert_eq!(code(&o), 0, "{}{}", text(&o.stdout), text(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("report on stdout");
+    let w = &r["workloads"][0]["result"];
+    assert_eq!((w["errors"].as_u64(), w["verify_failures"].as_u64()), (Some(0), Some(0)), "{w}");
+    let o = bench(&[&common[..], &["--hostnqn", hostnqn]].concat());
+    assert_ne!(code(&o), 0);
+    let all = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(all.contains("authentication"), "{all}");
+}
