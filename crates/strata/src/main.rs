@@ -485,13 +485,16 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     }
     api::check_exposure(cfg.http, cfg.allow_remote_api)?;
     let node = node::Node::open(&cfg, target).await?;
-    node.listen(&cfg).await?;
-    let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(node.meta()));
-    let token_file = tokens.ensure_local(&cfg.data_dir, "local admin (strata serve)").await?;
+    // The hosts' keys and the audit trail are in place before the first
+    // host can connect: no window in which a host with a key gets in
+    // without proving it, or goes unrecorded.
     let hosts = std::sync::Arc::new(strata_node::hosts::Hosts::new(node.meta(), node.target().clone()));
     hosts.apply().await?;
     let audit = strata_node::audit::open_audit(&cfg.data_dir, node.meta(), "local", node.target())
         .map_err(|e| anyhow::anyhow!("cannot open the audit log in {}: {e}", cfg.data_dir.display()))?;
+    node.listen(&cfg).await?;
+    let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(node.meta()));
+    let token_file = tokens.ensure_local(&cfg.data_dir, "local admin (strata serve)").await?;
     let http = api::serve(api::Backend::Serve(node.clone()), tokens, hosts, audit, cfg.http).await?;
     let a = cfg.listen[0];
     let host = if a.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.ip().to_string() };

@@ -194,16 +194,22 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     })
     .await?;
     let cluster = node.cluster.clone();
-    let mut running = tokio::spawn(cluster.clone().run());
-    let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(cluster.meta()));
-    let token_file = tokens.ensure_local(&data_dir, &format!("local admin (node {name})")).await?;
+    // The hosts' keys and the audit trail are in place before the node
+    // serves any volume (the reconcile loop adds them): no window in which
+    // a host with a key gets in without proving it, or goes unrecorded.
     let hosts = std::sync::Arc::new(strata_node::hosts::Hosts::new(cluster.meta(), cluster.target().clone()));
-    if let Err(e) = hosts.apply().await {
-        tracing::warn!("cannot read the hosts yet (retrying every {:?}): {e}", strata_node::hosts::REFRESH);
+    let mut tries = 0;
+    while let Err(e) = hosts.apply().await {
+        tries += 1;
+        anyhow::ensure!(tries < 10, "cannot read the hosts' keys from etcd: {e}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     hosts.spawn_refresh();
     let audit = strata_node::audit::open_audit(&data_dir, cluster.meta(), &name, cluster.target())
         .map_err(|e| anyhow::anyhow!("cannot open the audit log in {}: {e}", data_dir.display()))?;
+    let mut running = tokio::spawn(cluster.clone().run());
+    let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(cluster.meta()));
+    let token_file = tokens.ensure_local(&data_dir, &format!("local admin (node {name})")).await?;
     let http =
         crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), tokens, hosts, audit, node.http).await?;
     println!(
