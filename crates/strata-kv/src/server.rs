@@ -59,7 +59,40 @@ pub struct ServerConfig {
     pub request_memory_wait: Duration,
     /// Who may connect (default: anyone; see [`crate::auth`]).
     pub access: Access,
+    /// TLS on every connection (redis-server's `tls-port`), when set:
+    /// a client must complete a TLS handshake within [`TLS_HANDSHAKE`].
+    pub tls: Option<KvTls>,
 }
+
+/// A TLS acceptor for the KV port.
+#[derive(Clone)]
+pub struct KvTls(pub openssl::ssl::SslAcceptor);
+
+impl std::fmt::Debug for KvTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KvTls")
+    }
+}
+
+impl KvTls {
+    /// TLS 1.2 and 1.3 (Mozilla's intermediate settings) with the
+    /// certificate chain and key in `cert` and `key` (PEM).
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be read or parsed, or a key that does not match.
+    pub fn from_files(cert: &std::path::Path, key: &std::path::Path) -> Result<KvTls, String> {
+        use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
+        let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).map_err(|e| e.to_string())?;
+        b.set_certificate_chain_file(cert).map_err(|e| format!("certificate {}: {e}", cert.display()))?;
+        b.set_private_key_file(key, SslFiletype::PEM).map_err(|e| format!("key {}: {e}", key.display()))?;
+        b.check_private_key().map_err(|e| format!("the key does not match the certificate: {e}"))?;
+        Ok(KvTls(b.build()))
+    }
+}
+
+/// The longest a TLS handshake may take.
+pub const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -70,6 +103,7 @@ impl Default for ServerConfig {
             request_memory: 2 << 30,
             request_memory_wait: Duration::from_secs(10),
             access: Access::open(),
+            tls: None,
         }
     }
 }
@@ -132,7 +166,19 @@ pub async fn serve(
         let shared = shared.clone();
         tokio::spawn(async move {
             let n = shared.clients.fetch_add(1, Ordering::AcqRel);
-            if let Err(e) = connection(&shared, sock, n >= shared.cfg.max_clients).await {
+            let _ = sock.set_nodelay(true);
+            let over = n >= shared.cfg.max_clients;
+            let ended = match &shared.cfg.tls {
+                None => connection(&shared, sock, Some(peer), over).await,
+                Some(KvTls(acceptor)) => match tls_accept(acceptor, sock).await {
+                    Ok(tls) => connection(&shared, tls, Some(peer), over).await,
+                    Err(e) => {
+                        tracing::info!(%peer, "KV: TLS handshake refused: {e}");
+                        Ok(())
+                    }
+                },
+            };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "KV connection ended");
             }
             shared.clients.fetch_sub(1, Ordering::AcqRel);
@@ -150,15 +196,31 @@ struct Conn {
     grant: Option<Grant>,
 }
 
-async fn connection(shared: &Shared, mut sock: TcpStream, over_limit: bool) -> std::io::Result<()> {
-    let _ = sock.set_nodelay(true);
+/// The server side of a TLS handshake on `sock`, within [`TLS_HANDSHAKE`].
+async fn tls_accept(
+    acceptor: &openssl::ssl::SslAcceptor,
+    sock: TcpStream,
+) -> Result<tokio_openssl::SslStream<TcpStream>, String> {
+    let ssl = openssl::ssl::Ssl::new(acceptor.context()).map_err(|e| e.to_string())?;
+    let mut tls = tokio_openssl::SslStream::new(ssl, sock).map_err(|e| e.to_string())?;
+    match tokio::time::timeout(TLS_HANDSHAKE, std::pin::Pin::new(&mut tls).accept()).await {
+        Ok(Ok(())) => Ok(tls),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no handshake within {TLS_HANDSHAKE:?}")),
+    }
+}
+
+async fn connection<S>(shared: &Shared, mut sock: S, peer: Option<SocketAddr>, over_limit: bool) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     if over_limit {
         sock.write_all(b"-ERR max number of clients reached\r\n").await?;
         return Ok(());
     }
     let mut conn = Conn {
         id: shared.next_id.fetch_add(1, Ordering::Relaxed),
-        peer: sock.peer_addr().ok(),
+        peer,
         proto: 2,
         ns: Bytes::new(),
         quit: false,
@@ -281,7 +343,10 @@ impl Drop for Charge<'_> {
 
 /// Writes the chunks in order with vectored writes; fails when the peer
 /// takes nothing for `stall`.
-async fn write_chunks(sock: &mut TcpStream, mut chunks: Vec<Bytes>, stall: Duration) -> std::io::Result<()> {
+async fn write_chunks<S>(sock: &mut S, mut chunks: Vec<Bytes>, stall: Duration) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncWrite + Unpin,
+{
     let mut i = 0;
     while i < chunks.len() {
         let slices: Vec<IoSlice<'_>> = chunks[i..].iter().take(64).map(|c| IoSlice::new(c)).collect();

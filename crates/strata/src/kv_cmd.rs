@@ -94,6 +94,14 @@ struct ServeArgs {
     /// user to those namespaces (it starts in the first). See docs/kv.md.
     #[arg(long, value_name = "FILE")]
     users: Option<std::path::PathBuf>,
+    /// Serve TLS only (TLS 1.2 and 1.3), with this certificate chain
+    /// (PEM); clients connect as to redis-server's tls-port (redis-cli
+    /// --tls, redis-py ssl=True).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The TLS certificate's private key (PEM, mode 0600).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 /// One `[[user]]` of a `--users` file.
@@ -211,6 +219,16 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
 async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     let access = access_of(&args)?;
     check_exposure(args.listen, &access)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            read_secret(key).context("--tls-key")?;
+            Some(
+                strata_kv::server::KvTls::from_files(cert, key)
+                    .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?,
+            )
+        }
+        _ => None,
+    };
     let ssd: Option<Arc<dyn BlockDevice>> = if args.ssd == "none" {
         None
     } else {
@@ -257,10 +275,14 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
             "no password set: anyone on this machine may use the port (loopback only; see --requirepass-file)"
         );
     }
+    if tls.is_some() {
+        tracing::info!("TLS on every connection");
+    }
     let server_cfg = ServerConfig {
         max_clients: args.max_clients,
         request_memory: args.request_memory,
         access,
+        tls,
         ..ServerConfig::default()
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

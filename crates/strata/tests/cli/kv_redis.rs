@@ -568,3 +568,67 @@ fn an_open_port_listens_on_loopback_only_and_secret_files_must_be_private() {
     let (ok, err) = run(&["--listen", "127.0.0.1:0", "--users", &bad.display().to_string()]);
     assert!(!ok && err.contains("password"), "{err}");
 }
+
+/// `--tls-cert`/`--tls-key`: the port speaks TLS only. redis-cli --tls
+/// and redis-py with ssl=True, trusting the certificate, store and read
+/// back; a plain client gets nothing served.
+#[test]
+fn with_tls_the_port_serves_redis_cli_and_redis_py_over_tls_only() {
+    let _group = strata_testkit::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("kv.crt"), dir.path().join("kv.key"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=strata-kv"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
+    let kv = Kv::start(dir.path(), "64M", &["--tls-cert", &cert_s, "--tls-key", &key_s]);
+    let port = kv.addr.port().to_string();
+    let tls_cli = |args: &[&str]| {
+        let out = Command::new(tool("redis-cli"))
+            .args(["--tls", "--cacert", &cert_s, "-h", "127.0.0.1", "-p", &port])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    };
+    assert_eq!(tls_cli(&["SET", "k", "over tls"]), "OK");
+    assert_eq!(tls_cli(&["GET", "k"]), "over tls");
+    let script = format!(
+        "import redis\nr = redis.Redis(host='127.0.0.1', port={port}, ssl=True, ssl_ca_certs='{cert_s}')\n\
+         r.set(b'py', b'x' * 100000)\nassert r.get(b'py') == b'x' * 100000\nassert r.get(b'k') == b'over tls'\nprint('ok')\n"
+    );
+    let out = Command::new(python_with_redis()).args(["-c", &script]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.trim_end().ends_with("ok"), "{text}");
+    // A plain client: no answer it can use, and nothing stored.
+    let plain = Command::new(tool("redis-cli"))
+        .args(["-h", "127.0.0.1", "-p", &port, "SET", "plain", "1"])
+        .output()
+        .expect("redis-cli");
+    assert_ne!(String::from_utf8_lossy(&plain.stdout).trim(), "OK");
+    assert_eq!(tls_cli(&["EXISTS", "plain"]), "0");
+    // A key file others may read is refused at start.
+    let loose = dir.path().join("loose.key");
+    std::fs::copy(&key, &loose).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let out = Command::new(BIN)
+        .args(["kv", "serve", "--listen", "127.0.0.1:0", "--ssd", "none", "--tls-cert", &cert_s, "--tls-key"])
+        .arg(&loose)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("readable by others"), "{err}");
+}
