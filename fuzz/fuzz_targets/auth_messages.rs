@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use strata_auth::{ControllerAuth, DhGroup, DhchapSecret, HashFn, HostKeys, Outcome, TlsPsk};
+use strata_auth::{ControllerAuth, DhGroup, DhchapSecret, HashFn, HostAuth, HostKeys, Outcome, TlsPsk};
 use strata_nvme::auth::AuthMessage;
 
 #[derive(Arbitrary, Debug)]
@@ -28,6 +28,10 @@ enum Input {
     Message(Vec<u8>),
     Key(String),
     Conversation { null_group: bool, steps: Vec<Step> },
+    /// A valid Negotiate and Challenge first, then a Reply with fields the
+    /// fuzzer picks (the DH value above all) and what follows: the paths
+    /// behind negotiation.
+    AfterChallenge { group: u8, response: Vec<u8>, c2: Option<Vec<u8>>, seqnum: u32, dh_value: Vec<u8>, steps: Vec<Step> },
 }
 
 fuzz_target!(|input: Input| match input {
@@ -43,6 +47,29 @@ fuzz_target!(|input: Input| match input {
         if let Ok(k) = TlsPsk::parse(&text) {
             assert_eq!(TlsPsk::parse(&k.to_interchange()), Ok(k));
         }
+    }
+    Input::AfterChallenge { group, response, c2, seqnum, dh_value, steps } => {
+        let secret = DhchapSecret::generate(Some(HashFn::Sha256));
+        // The smaller groups only: the fuzzer's time goes to the inputs.
+        let dhgroup = [DhGroup::Null, DhGroup::Ffdhe2048][usize::from(group % 2)];
+        let keys = HostKeys { dhgroup, ..HostKeys::new(secret.clone(), Some(DhchapSecret::generate(None))) };
+        let (hostnqn, subnqn) = ("nqn.2014-08.org.nvmexpress:uuid:h", "nqn.s");
+        let mut c = ControllerAuth::new(Some(Arc::new(keys)), hostnqn, subnqn);
+        let host = HostAuth::new(secret, None, hostnqn, subnqn, 9);
+        c.send(&host.negotiate());
+        let challenge = c.receive(4096).expect("a 4 KiB receive holds any challenge");
+        assert!(matches!(AuthMessage::decode(&challenge), Ok(AuthMessage::Challenge { .. })));
+        let reply = AuthMessage::Reply { t_id: 9, response, challenge: c2, seqnum, dh_value };
+        c.send(&reply.encode());
+        for step in steps.into_iter().take(8) {
+            match step {
+                Step::Send(b) => c.send(&b),
+                Step::Receive(al) => {
+                    let _ = c.receive(usize::from(al));
+                }
+            }
+        }
+        assert_ne!(c.outcome(), Outcome::Authenticated, "authenticated without the key");
     }
     Input::Conversation { null_group, steps } => {
         let mut keys = HostKeys::new(DhchapSecret::generate(Some(HashFn::Sha256)), Some(DhchapSecret::generate(None)));
