@@ -13,6 +13,7 @@
 //! S and T_ID are little-endian, SC_C one byte.
 
 use crate::hash::HashFn;
+use crate::secret::DhchapSecret;
 
 /// Whose response: the host's or the controller's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,38 @@ pub(crate) fn response(side: Side, x: &Exchange<'_>) -> Vec<u8> {
             second.as_bytes(),
         ],
     )
+}
+
+/// One transaction's context: everything a response covers but the
+/// challenge, its sequence number and the key.
+pub(crate) struct Transaction<'a> {
+    pub hash: HashFn,
+    pub t_id: u16,
+    pub hostnqn: &'a str,
+    pub subnqn: &'a str,
+    /// The DH session key; `None` with the NULL group.
+    pub session: Option<&'a [u8]>,
+}
+
+impl Transaction<'_> {
+    /// The response `side` owes to `challenge` and `seqnum`: `secret`
+    /// transformed for that side's NQN, the challenge augmented with the
+    /// session key.
+    pub(crate) fn response(&self, side: Side, secret: &DhchapSecret, challenge: &[u8], seqnum: u32) -> Vec<u8> {
+        let key = secret.transformed(if side == Side::Host { self.hostnqn } else { self.subnqn });
+        let aug = augment(self.hash, self.session, challenge);
+        let x = Exchange {
+            hash: self.hash,
+            key: &key,
+            challenge: &aug,
+            seqnum,
+            t_id: self.t_id,
+            sc_c: 0,
+            hostnqn: self.hostnqn,
+            subnqn: self.subnqn,
+        };
+        response(side, &x)
+    }
 }
 
 /// The challenge augmented with the session key, or as it is without one.

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use strata_nvme::auth::{AUTHID_DHCHAP, AuthMessage, RESCODE_FAILED, auth_id, failure};
 use subtle::ConstantTimeEq;
 
-use crate::chap::{self, Exchange, Side};
+use crate::chap::{self, Side, Transaction};
 use crate::dh::{DhGroup, Ephemeral};
 use crate::hash::HashFn;
 use crate::secret::DhchapSecret;
@@ -262,19 +262,14 @@ impl ControllerAuth {
                 Err(e) => return self.fail(failure::DHGROUP_UNUSABLE, format!("the host's DH value: {e}")),
             },
         };
-        let key = keys.secret.transformed(&self.hostnqn);
-        let aug = chap::augment(c.hash, c.session.as_deref(), &c.c1);
-        let x = Exchange {
+        let tx = Transaction {
             hash: c.hash,
-            key: &key,
-            challenge: &aug,
-            seqnum: c.s1,
             t_id: self.t_id,
-            sc_c: 0,
             hostnqn: &self.hostnqn,
             subnqn: &self.subnqn,
+            session: c.session.as_deref(),
         };
-        let expected = chap::response(Side::Host, &x);
+        let expected = tx.response(Side::Host, &keys.secret, &c.c1, c.s1);
         if !bool::from(expected.ct_eq(response)) {
             return self.fail(failure::FAILED, "the host's response does not match its key".into());
         }
@@ -364,19 +359,14 @@ impl ControllerAuth {
             self.fail(failure::FAILED, "no controller key".into());
             return self.failure1();
         };
-        let key = ctrl.transformed(&self.subnqn);
-        let aug = chap::augment(c.hash, c.session.as_deref(), c2);
-        let x = Exchange {
+        let tx = Transaction {
             hash: c.hash,
-            key: &key,
-            challenge: &aug,
-            seqnum: *s2,
             t_id: self.t_id,
-            sc_c: 0,
             hostnqn: &self.hostnqn,
             subnqn: &self.subnqn,
+            session: c.session.as_deref(),
         };
-        let response = chap::response(Side::Controller, &x);
+        let response = tx.response(Side::Controller, &ctrl, c2, *s2);
         self.step = Step::Success2;
         AuthMessage::Success1 { t_id: self.t_id, hash_len, response: Some(response) }
     }

@@ -8,7 +8,7 @@
 use strata_nvme::auth::{AUTHID_DHCHAP, AuthMessage, Protocol, RESCODE_FAILED, auth_id, failure};
 use subtle::ConstantTimeEq;
 
-use crate::chap::{self, Exchange, Side};
+use crate::chap::{self, Side, Transaction};
 use crate::dh::{DhError, DhGroup, Ephemeral};
 use crate::hash::HashFn;
 use crate::secret::DhchapSecret;
@@ -92,6 +92,16 @@ impl HostAuth {
         }
     }
 
+    fn transaction(&self, hash: HashFn) -> Transaction<'_> {
+        Transaction {
+            hash,
+            t_id: self.t_id,
+            hostnqn: &self.hostnqn,
+            subnqn: &self.subnqn,
+            session: self.session.as_deref(),
+        }
+    }
+
     /// The Negotiate message.
     pub fn negotiate(&self) -> Vec<u8> {
         AuthMessage::Negotiate {
@@ -129,19 +139,7 @@ impl HostAuth {
             Some(dh) => Some(dh.shared(&dh_value)?),
         };
         self.hash = Some(hash);
-        let key = self.secret.transformed(&self.hostnqn);
-        let aug = chap::augment(hash, self.session.as_deref(), &challenge);
-        let x = Exchange {
-            hash,
-            key: &key,
-            challenge: &aug,
-            seqnum,
-            t_id: self.t_id,
-            sc_c: 0,
-            hostnqn: &self.hostnqn,
-            subnqn: &self.subnqn,
-        };
-        let response = chap::response(Side::Host, &x);
+        let response = self.transaction(hash).response(Side::Host, &self.secret, &challenge, seqnum);
         self.c2 = self.ctrl_secret.as_ref().map(|_| (chap::challenge(hash.output_len()), chap::seqnum()));
         Ok(AuthMessage::Reply {
             t_id: self.t_id,
@@ -165,19 +163,7 @@ impl HostAuth {
         let (Some(ctrl), Some((c2, s2)), Some(hash)) = (&self.ctrl_secret, &self.c2, self.hash) else {
             return Ok(None);
         };
-        let key = ctrl.transformed(&self.subnqn);
-        let aug = chap::augment(hash, self.session.as_deref(), c2);
-        let x = Exchange {
-            hash,
-            key: &key,
-            challenge: &aug,
-            seqnum: *s2,
-            t_id: self.t_id,
-            sc_c: 0,
-            hostnqn: &self.hostnqn,
-            subnqn: &self.subnqn,
-        };
-        let expected = chap::response(Side::Controller, &x);
+        let expected = self.transaction(hash).response(Side::Controller, ctrl, c2, *s2);
         if !response.is_some_and(|r| bool::from(expected.ct_eq(&r))) {
             let failure2 = AuthMessage::Failure {
                 auth_id: auth_id::FAILURE2,
