@@ -10,6 +10,7 @@
 //!   machine over message bytes, with no I/O: the target and strata's
 //!   initiator carry the bytes in Authentication Send / Receive commands
 //!   (wire formats in `strata_nvme::auth`).
+//! - [`tls`]: PSK identities and the TLS PSK derivation of NVMe/TCP TLS.
 //!
 //! Secrets never appear in `Debug` output; responses are compared in
 //! constant time.
@@ -22,12 +23,14 @@ pub mod dh;
 pub mod hash;
 pub mod host;
 pub mod secret;
+pub mod tls;
 
 pub use controller::{ControllerAuth, HostKeys, Outcome};
 pub use dh::DhGroup;
 pub use hash::HashFn;
 pub use host::{HostAuth, HostAuthError};
 pub use secret::{DhchapSecret, KeyFormatError, TlsPsk};
+pub use tls::{Derivation, IdentityError, PskIdentity};
 
 #[cfg(test)]
 mod tests {
