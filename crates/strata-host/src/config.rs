@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use strata_auth::DhchapSecret;
+use strata_auth::{Derivation, DhchapSecret, TlsPsk};
 use strata_nvme::pdu::Digests;
 
 /// Settings of one host (one controller association, or one discovery).
@@ -54,6 +54,14 @@ pub struct HostConfig {
     /// The controller's secret: with it the host makes the controller
     /// prove itself too (`--dhchap-ctrl-secret`). Default: none.
     pub dhchap_ctrl_secret: Option<DhchapSecret>,
+    /// A configured TLS PSK (`NVMeTLSkey-1:01:...`): with it every queue
+    /// runs NVMe/TCP inside TLS 1.3, proving the PSK identity
+    /// `NVMe0R01 <hostnqn> <subnqn>` (`nvme connect --tls` with the key
+    /// in the keyring). Default: none (plain TCP).
+    pub tls_psk: Option<TlsPsk>,
+    /// How the TLS PSK is derived from `tls_psk` (see `strata_auth::tls`).
+    /// Default: libnvme's construction, as the kernel's keyring holds it.
+    pub tls_derivation: Derivation,
 }
 
 impl Default for HostConfig {
@@ -73,6 +81,8 @@ impl Default for HostConfig {
             disable_sq_flow_control: false,
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
+            tls_psk: None,
+            tls_derivation: Derivation::Compat,
         }
     }
 }

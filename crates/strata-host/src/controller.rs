@@ -42,7 +42,7 @@ use crate::config::HostConfig;
 use crate::driver::QueueDriver;
 use crate::error::HostError;
 use crate::proto::Command;
-use crate::queue::{QueueHandle, QueueParams};
+use crate::queue::{QueueHandle, QueueParams, TlsParams};
 
 /// In-capsule data on the admin queue (the kernel's
 /// `NVME_TCP_ADMIN_CCSZ`); Connect data (1 KiB) always fits.
@@ -311,6 +311,7 @@ impl Controller {
             max_read: ADMIN_MAX_TRANSFER_BYTES,
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
+            tls: TlsParams::of(cfg, subnqn),
         };
         let admin_q = QueueHandle::open(addr, admin_params).await?;
         let cntlid = fabrics_connect(&admin_q, cfg, subnqn, cfg.admin_queue_size - 1, CNTLID_DYNAMIC, cfg.kato).await?;
@@ -348,6 +349,7 @@ impl Controller {
                     max_read: max_transfer,
                     connect_timeout: cfg.connect_timeout,
                     io_timeout: cfg.io_timeout,
+                    tls: TlsParams::of(cfg, subnqn),
                 };
                 // I/O queues carry no keep-alive timeout of their own.
                 if drivers {

@@ -23,7 +23,7 @@ use crate::controller::{
     identify,
 };
 use crate::error::HostError;
-use crate::queue::{QueueHandle, QueueParams};
+use crate::queue::{QueueHandle, QueueParams, TlsParams};
 
 /// Most discovery log records read (4 MiB of log).
 pub const MAX_DISCOVERY_RECORDS: u64 = 4096;
@@ -48,9 +48,11 @@ pub async fn discover(addr: SocketAddr, cfg: &HostConfig) -> Result<Vec<Discover
         max_read: ADMIN_MAX_TRANSFER_BYTES,
         connect_timeout: cfg.connect_timeout,
         io_timeout: cfg.io_timeout,
+        tls: TlsParams::of(cfg, DISCOVERY_NQN),
     };
+    let depth = params.depth;
     let q = QueueHandle::open(addr, params).await?;
-    fabrics_connect(&q, cfg, DISCOVERY_NQN, params.depth - 1, CNTLID_DYNAMIC, Duration::ZERO).await?;
+    fabrics_connect(&q, cfg, DISCOVERY_NQN, depth - 1, CNTLID_DYNAMIC, Duration::ZERO).await?;
     enable(&q, cfg.connect_timeout).await?;
     let id = IdentifyController::decode(&identify(&q, Cns::CONTROLLER, 0).await?)?;
     let max_transfer = if id.mdts == 0 { ADMIN_MAX_TRANSFER_BYTES } else { 4096usize << id.mdts.min(8) };

@@ -35,8 +35,8 @@ use strata_nvme::command::Sqe;
 use strata_nvme::completion::Cqe;
 use strata_nvme::fabrics::{self, fctype};
 use strata_nvme::pdu::Digests;
+use strata_tls::Stream;
 use tokio::io::{AsyncWriteExt, Interest};
-use tokio::net::TcpStream;
 
 use crate::error::{HostError, QueueFailure};
 use crate::proto::{Command, QueueProto, Response};
@@ -60,7 +60,7 @@ pub struct Completion {
 pub struct QueueDriver<T> {
     qid: u16,
     depth: u16,
-    stream: TcpStream,
+    stream: Stream,
     /// `None` tokens are the driver's own commands (Connect, Disconnect).
     proto: QueueProto<Option<T>>,
     rbuf: BytesMut,
@@ -275,14 +275,9 @@ impl<T> QueueDriver<T> {
         let deadline = std::time::Instant::now() + self.busy_poll;
         loop {
             let need = self.proto.want().saturating_sub(self.rbuf.len()).max(MIN_READ);
-            self.rbuf.reserve(need);
-            let sock = socket2::SockRef::from(&self.stream);
-            let len = self.rbuf.len();
-            match sock.recv(&mut self.rbuf.spare_capacity_mut()[..need]) {
+            match self.stream.recv_now(&mut self.rbuf, need) {
                 Ok(0) => return Err((QueueFailure::Eof, None)),
-                Ok(n) => {
-                    // SAFETY: recv initialised the first n spare bytes.
-                    unsafe { self.rbuf.set_len(len + n) };
+                Ok(_) => {
                     self.proto.receive(&mut self.rbuf).map_err(|f| (f.cause, f.term_req))?;
                     return Ok(true);
                 }

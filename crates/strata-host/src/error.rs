@@ -84,6 +84,10 @@ pub enum HostError {
     /// something this host does not do.
     #[error("connection initialisation failed: {0}")]
     Handshake(String),
+    /// The TLS handshake failed (the target has another PSK for this
+    /// host, or none, or does not do TLS) or timed out.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The controller refused a Connect command.
     #[error("connect rejected: {status} (invalid parameter in {where_}, offset {ipo})", where_ = if *.iattr { "connect data" } else { "command" })]
     ConnectRejected {

@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use strata_nvme::pdu::{self, CommonHeader, Digests, Pdu, PduType};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use strata_tls::Stream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -56,7 +57,7 @@ struct QueueState {
 }
 
 /// Parameters of one queue.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct QueueParams {
     /// Queue ID (0 = admin).
     pub(crate) qid: u16,
@@ -72,6 +73,32 @@ pub(crate) struct QueueParams {
     pub(crate) connect_timeout: Duration,
     /// Limit on each command (zero: none).
     pub(crate) io_timeout: Duration,
+    /// TLS to run the queue in, if any.
+    pub(crate) tls: Option<Arc<TlsParams>>,
+}
+
+/// What a queue needs for TLS: the host's configured PSK and the NQNs of
+/// its identity.
+#[derive(Debug)]
+pub(crate) struct TlsParams {
+    pub(crate) psk: strata_auth::TlsPsk,
+    pub(crate) hostnqn: String,
+    pub(crate) subnqn: String,
+    pub(crate) derivation: strata_auth::Derivation,
+}
+
+impl TlsParams {
+    /// The TLS of `cfg` toward `subnqn`; `None` without a PSK.
+    pub(crate) fn of(cfg: &crate::HostConfig, subnqn: &str) -> Option<Arc<TlsParams>> {
+        cfg.tls_psk.as_ref().map(|psk| {
+            Arc::new(TlsParams {
+                psk: psk.clone(),
+                hostnqn: cfg.hostnqn.clone(),
+                subnqn: subnqn.to_owned(),
+                derivation: cfg.tls_derivation,
+            })
+        })
+    }
 }
 
 /// A handle on a running queue. Cloning is cheap; the queue closes when
@@ -103,7 +130,22 @@ impl QueueHandle {
         let (stream, proto, digests) = open_stream(addr, &p).await?;
         let (tx, rx) = mpsc::channel(usize::from(p.depth.max(1)));
         let state = Arc::new(QueueState { failure: OnceLock::new() });
-        tokio::spawn(drive(stream, proto, rx, state.clone(), p.qid));
+        let (qid, st) = (p.qid, state.clone());
+        match stream {
+            // The halves of a TCP stream need no lock; TLS's share one.
+            Stream::Tcp(mut tcp) => {
+                tokio::spawn(async move {
+                    let (rd, wr) = tcp.split();
+                    drive(rd, wr, proto, rx, st, qid).await
+                });
+            }
+            tls => {
+                tokio::spawn(async move {
+                    let (rd, wr) = tokio::io::split(tls);
+                    drive(rd, wr, proto, rx, st, qid).await
+                });
+            }
+        }
         Ok(QueueHandle { qid: p.qid, tx, state, io_timeout: p.io_timeout, digests })
     }
 
@@ -176,11 +218,19 @@ impl QueueHandle {
 pub(crate) async fn open_stream<T>(
     addr: SocketAddr,
     p: &QueueParams,
-) -> Result<(TcpStream, QueueProto<T>, Digests), HostError> {
+) -> Result<(Stream, QueueProto<T>, Digests), HostError> {
     let setup = async {
-        let mut stream =
-            TcpStream::connect(addr).await.map_err(|source| HostError::Io { context: "TCP connect", source })?;
-        stream.set_nodelay(true).map_err(|source| HostError::Io { context: "TCP_NODELAY", source })?;
+        let tcp = TcpStream::connect(addr).await.map_err(|source| HostError::Io { context: "TCP connect", source })?;
+        tcp.set_nodelay(true).map_err(|source| HostError::Io { context: "TCP_NODELAY", source })?;
+        let mut stream = match &p.tls {
+            None => Stream::Tcp(tcp),
+            Some(t) => {
+                let (v, d) = (0, t.derivation);
+                strata_tls::client::connect(tcp, &t.psk, &t.hostnqn, &t.subnqn, v, d, p.connect_timeout)
+                    .await
+                    .map_err(|e| HostError::Tls(e.to_string()))?
+            }
+        };
         stream
             .write_all(&proto::ic_req(p.digests))
             .await
@@ -207,7 +257,7 @@ pub(crate) fn check_status(resp: Response, qid: u16, opcode: u8) -> Result<Respo
 }
 
 /// Reads the controller's answer to ICReq: an ICResp, or a C2HTermReq.
-async fn read_ic_resp(stream: &mut TcpStream) -> Result<pdu::IcResp, HostError> {
+async fn read_ic_resp(stream: &mut Stream) -> Result<pdu::IcResp, HostError> {
     let io = |source| HostError::Io { context: "reading ICResp", source };
     let mut buf = [0u8; pdu::IC_LEN];
     stream.read_exact(&mut buf[..pdu::CH_LEN]).await.map_err(io)?;
@@ -243,7 +293,7 @@ enum Event {
 }
 
 /// Writes as many leading segments of `out` as one vectored write takes.
-async fn write_some(wr: &mut tokio::net::tcp::WriteHalf<'_>, out: &VecDeque<Bytes>) -> std::io::Result<usize> {
+async fn write_some<W: AsyncWrite + Unpin>(wr: &mut W, out: &VecDeque<Bytes>) -> std::io::Result<usize> {
     let mut iov = [IoSlice::new(&[]); MAX_IOV];
     let mut n = 0;
     for (slot, seg) in iov.iter_mut().zip(out.iter()) {
@@ -274,14 +324,14 @@ fn accept(proto: &mut QueueProto<Reply>, s: Submission) {
     }
 }
 
-async fn drive(
-    mut stream: TcpStream,
+async fn drive<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    mut rd: R,
+    mut wr: W,
     mut proto: QueueProto<Reply>,
     mut rx: mpsc::Receiver<Submission>,
     state: Arc<QueueState>,
     qid: u16,
 ) {
-    let (mut rd, mut wr) = stream.split();
     let mut rbuf = BytesMut::with_capacity(4 * MIN_READ);
     let mut out: VecDeque<Bytes> = VecDeque::new();
     let (failure, term_req) = loop {

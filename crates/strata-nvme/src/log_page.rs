@@ -868,6 +868,11 @@ impl DiscoveryEntry {
         self.tsas[TSAS_TCP_SECTYPE_OFFSET]
     }
 
+    /// Sets the TCP SECTYPE (`TCP_SECTYPE_*`).
+    pub fn set_tcp_sectype(&mut self, sectype: u8) {
+        self.tsas[TSAS_TCP_SECTYPE_OFFSET] = sectype;
+    }
+
     /// Where a TCP entry's controller listens: TRADDR is a bare IPv4 or
     /// IPv6 address (no brackets), TRSVCID the port. `None` when either
     /// does not parse (or a host name was given).

@@ -36,6 +36,9 @@ pub struct TargetStats {
     pub pending_evicted: u64,
     /// Connections closed for not completing ICReq and Connect in time.
     pub handshake_timeouts: u64,
+    /// Connections closed because their TLS handshake failed or timed
+    /// out (no or a wrong PSK, plain TCP on a TLS-only port).
+    pub tls_failures: u64,
     /// Connections terminated because an R2T's data did not come in time.
     pub r2t_timeouts: u64,
     /// Connections closed because the host stopped reading.
@@ -55,6 +58,7 @@ pub(crate) struct Counters {
     pub(crate) refused: AtomicU64,
     pub(crate) evicted: AtomicU64,
     pub(crate) handshake_timeouts: AtomicU64,
+    pub(crate) tls_failures: AtomicU64,
     pub(crate) r2t_timeouts: AtomicU64,
     pub(crate) send_timeouts: AtomicU64,
     pub(crate) keep_alive_expiries: AtomicU64,
@@ -154,6 +158,7 @@ impl Admission {
             connections_refused: get(&c.refused),
             pending_evicted: get(&c.evicted),
             handshake_timeouts: get(&c.handshake_timeouts),
+            tls_failures: get(&c.tls_failures),
             r2t_timeouts: get(&c.r2t_timeouts),
             send_timeouts: get(&c.send_timeouts),
             keep_alive_expiries: get(&c.keep_alive_expiries),

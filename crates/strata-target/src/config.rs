@@ -78,6 +78,14 @@ pub struct TargetConfig {
     /// reconnect is refused with DNR). A first connect fails either way.
     /// Default: false (DNR, as Linux nvmet answers).
     pub retry_unknown_subsystems: bool,
+    /// TLS on the host-facing ports (I/O and discovery; fabric ports
+    /// never): off, allowed (the host's first byte tells) or required.
+    /// Hosts prove the TLS PSK set with `Target::set_tls_psk`. Default:
+    /// off.
+    pub tls: strata_tls::TlsMode,
+    /// How TLS PSKs are derived from configured ones (see
+    /// `strata_auth::tls`). Default: libnvme's construction.
+    pub tls_derivation: strata_auth::Derivation,
 }
 
 impl TargetConfig {
@@ -106,6 +114,8 @@ impl Default for TargetConfig {
             drain_timeout: std::time::Duration::from_secs(30),
             cntlids: CNTLIDS,
             retry_unknown_subsystems: false,
+            tls: strata_tls::TlsMode::Off,
+            tls_derivation: strata_auth::Derivation::Compat,
         }
     }
 }

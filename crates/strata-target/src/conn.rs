@@ -17,6 +17,12 @@
 //! that stops reading cannot hold a task, buffers or lent blocks), and the
 //! controller's keep-alive timer, which runs on a task of its own.
 //!
+//! On a port with TLS (`TlsMode::Required`, or `Allowed` and the host's
+//! first byte opens a TLS record) the TLS 1.3 handshake comes first,
+//! within the same handshake deadline; the PSK identity the host proved
+//! then binds the connection: its Connect must name the identity's host
+//! and subsystem NQNs.
+//!
 //! A protocol error ends only this connection: the C2HTermReq is sent, the
 //! error logged, the socket closed. Closing an admin queue tears down its
 //! controller, which closes that controller's I/O queues too.
@@ -52,8 +58,10 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use strata_auth::PskIdentity;
 use strata_nvme::completion::Cqe;
 use strata_nvme::status::Status;
+use strata_tls::{Stream, TlsMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -193,7 +201,9 @@ impl Drop for QueueGuard {
 
 struct Conn<'a> {
     inner: &'a Arc<TargetInner>,
-    stream: TcpStream,
+    stream: Stream,
+    /// The PSK identity the host proved in the TLS handshake, if TLS.
+    tls: Option<PskIdentity>,
     peer: SocketAddr,
     local: SocketAddr,
     port: Port,
@@ -240,10 +250,15 @@ pub(crate) async fn serve(
         .with_retries(TCP_KEEPALIVE_RETRIES);
     let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
     let local = stream.local_addr().unwrap_or(port.addr);
+    let (stream, tls) = match tls_handshake(inner, stream, peer, port, &mut slot, accepted).await {
+        Some(s) => s,
+        None => return,
+    };
     let limits = transport_limits(&inner.config);
     let mut conn = Conn {
         inner,
         stream,
+        tls,
         peer,
         local,
         port,
@@ -259,6 +274,65 @@ pub(crate) async fn serve(
     };
     let end = conn.run(&mut slot, accepted).await;
     conn.close(&end, &slot).await;
+}
+
+/// The TLS handshake a port asks for, under the handshake deadline:
+/// `None` when the connection is to be closed (refused, failed, timed
+/// out, evicted, shut down), logged and counted here.
+async fn tls_handshake(
+    inner: &Arc<TargetInner>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    port: Port,
+    slot: &mut Slot,
+    accepted: Instant,
+) -> Option<(Stream, Option<PskIdentity>)> {
+    let mode = port.tls;
+    if mode == TlsMode::Off {
+        return Some((Stream::Tcp(tcp), None));
+    }
+    let deadline = accepted + inner.config.handshake_timeout;
+    let left = deadline.saturating_duration_since(Instant::now());
+    let mut shutdown = inner.shutdown.subscribe();
+    let handshake = async {
+        if mode == TlsMode::Allowed {
+            match tokio::time::timeout(left, strata_tls::server::sniff(&tcp)).await {
+                Ok(Ok(false)) => return Ok((Stream::Tcp(tcp), None)),
+                Ok(Ok(true)) => {}
+                Ok(Err(e)) => return Err(strata_tls::TlsError::Io(e)),
+                Err(_) => return Err(strata_tls::TlsError::Timeout(left)),
+            }
+        }
+        let ctx = inner.tls_context().map_err(|e| strata_tls::TlsError::Handshake(e.to_string()))?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        strata_tls::server::accept(&ctx, tcp, left).await.map(|(s, id)| (s, Some(id)))
+    };
+    let r = tokio::select! {
+        r = handshake => r,
+        _ = slot.evicted() => return None,
+        _ = until_true(&mut shutdown) => return None,
+    };
+    match r {
+        Ok(s) => {
+            if let Some(id) = &s.1 {
+                tracing::debug!(%peer, identity = %id, "TLS established");
+            }
+            Some(s)
+        }
+        Err(e) => {
+            Counters::bump(&inner.admission.counters.tls_failures);
+            tracing::warn!(%peer, port = %port.addr, "connection closed: {e}");
+            inner.access(|| AccessEvent {
+                kind: AccessKind::ConnectRefused,
+                peer,
+                hostnqn: String::new(),
+                subnqn: String::new(),
+                qid: 0,
+                detail: e.to_string(),
+            });
+            None
+        }
+    }
 }
 
 impl Conn<'_> {
@@ -418,7 +492,7 @@ impl Conn<'_> {
                             self.transport.complete(cqe);
                             continue;
                         }
-                        match self.inner.connect(self.port.role, self.peer, &cmd) {
+                        match self.inner.connect(self.port.role, self.peer, &cmd, self.tls.as_ref()) {
                             Ok(c) => {
                                 if c.qid == 0 {
                                     self.await_predecessors(&c.ctrl).await;
@@ -810,16 +884,13 @@ impl Conn<'_> {
     where
         F: Future<Output = IoReply>,
     {
-        use std::io::Read;
         let deadline = std::time::Instant::now() + budget;
-        let mut scratch = [0u8; 16 * 1024];
         loop {
             // A plain non-blocking recv: tokio's readiness cache only
             // changes when its reactor runs, which is what we avoid here.
-            match (&*socket2::SockRef::from(&self.stream)).read(&mut scratch) {
+            match self.stream.recv_now(&mut self.rbuf, 16 * 1024) {
                 Ok(0) => return Err(End::Eof),
-                Ok(n) => {
-                    self.rbuf.extend_from_slice(&scratch[..n]);
+                Ok(_) => {
                     self.transport.receive(&mut self.rbuf, &mut self.inputs, Instant::now()).map_err(End::Fatal)?;
                     return Ok(true);
                 }

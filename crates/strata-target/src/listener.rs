@@ -36,18 +36,23 @@ impl Target {
     ///
     /// [`TargetError::Bind`] when the address cannot be bound.
     pub async fn listen(&self, addr: SocketAddr, role: PortRole) -> Result<Port, TargetError> {
+        let tls = if role == PortRole::Fabric { strata_tls::TlsMode::Off } else { self.inner.config.tls };
+        if tls != strata_tls::TlsMode::Off {
+            // Fail here, not at the first host, when OpenSSL cannot.
+            self.inner.tls_context()?;
+        }
         let listener = bind_listener(addr).map_err(|source| TargetError::Bind { addr, source })?;
         let bound = listener.local_addr().map_err(|source| TargetError::Bind { addr, source })?;
         let port = {
             let mut ports = self.inner.ports.write().unwrap_or_else(|e| e.into_inner());
             let portid = ports.iter().map(|p| p.portid).max().unwrap_or(0) + 1;
-            let port = Port { portid, addr: bound, role };
+            let port = Port { portid, addr: bound, role, tls };
             ports.push(port);
             port
         };
         self.inner.genctr.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(accept_loop(self.inner.clone(), listener, port));
-        tracing::info!(%bound, ?role, "listening for NVMe/TCP");
+        tracing::info!(%bound, ?role, %tls, "listening for NVMe/TCP");
         Ok(port)
     }
 }

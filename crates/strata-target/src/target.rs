@@ -27,7 +27,8 @@ use strata_nvme::log_page::{self as lp, DiscoveryEntry};
 use strata_nvme::status::Status;
 use tokio::sync::watch;
 
-use strata_auth::HostKeys;
+use strata_auth::{HostKeys, PskIdentity, TlsPsk};
+use strata_tls::TlsMode;
 
 use crate::access::{AccessEvent, AccessKind, AccessSink};
 use crate::admission::{Admission, TargetStats};
@@ -71,6 +72,8 @@ pub struct Port {
     pub addr: SocketAddr,
     /// Role.
     pub role: PortRole,
+    /// What the port asks of hosts for TLS (always off on a fabric port).
+    pub tls: TlsMode,
 }
 
 /// Errors from managing a target.
@@ -83,6 +86,9 @@ pub enum TargetError {
     /// The NQN is reserved for discovery.
     #[error("{0} is the discovery NQN and cannot name an NVM subsystem")]
     ReservedNqn(String),
+    /// OpenSSL cannot give the TLS a port asks for.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// Binding a listener failed.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -128,6 +134,11 @@ pub(crate) struct TargetInner {
     fabric_keys: RwLock<Option<Arc<HostKeys>>>,
     /// Where access events go (an audit trail), if anywhere.
     access_sink: RwLock<Option<AccessSink>>,
+    /// Configured TLS PSKs by host NQN (`NVMeTLSkey-1`), for ports with
+    /// TLS.
+    tls_psks: Arc<RwLock<HashMap<String, TlsPsk>>>,
+    /// The TLS server context, built by the first port with TLS.
+    tls_ctx: std::sync::OnceLock<openssl::ssl::SslContext>,
 }
 
 /// An NVMe/TCP target.
@@ -173,6 +184,8 @@ impl Target {
                 host_keys: RwLock::new(HashMap::new()),
                 fabric_keys: RwLock::new(None),
                 access_sink: RwLock::new(None),
+                tls_psks: Arc::new(RwLock::new(HashMap::new())),
+                tls_ctx: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -228,6 +241,22 @@ impl Target {
     pub fn replace_host_keys(&self, keys: HashMap<String, HostKeys>) {
         let map = keys.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
         *self.inner.host_keys.write().unwrap_or_else(|e| e.into_inner()) = map;
+    }
+
+    /// Sets (or with `None` clears) the configured TLS PSK of host
+    /// `hostnqn`, which it proves in the TLS handshake on ports with TLS.
+    /// New handshakes use the PSK set now; connections already up stay.
+    pub fn set_tls_psk(&self, hostnqn: &str, psk: Option<TlsPsk>) {
+        let mut map = self.inner.tls_psks.write().unwrap_or_else(|e| e.into_inner());
+        match psk {
+            Some(p) => map.insert(hostnqn.to_owned(), p),
+            None => map.remove(hostnqn),
+        };
+    }
+
+    /// Replaces every host's TLS PSK at once.
+    pub fn replace_tls_psks(&self, psks: HashMap<String, TlsPsk>) {
+        *self.inner.tls_psks.write().unwrap_or_else(|e| e.into_inner()) = psks;
     }
 
     /// Removes an NVM subsystem and disconnects its controllers.
@@ -446,7 +475,31 @@ impl TargetInner {
     /// with Connect Invalid Host elsewhere: SPDK's initiator sends one when
     /// its application set none, and SPDK's target and Linux nvmet both
     /// accept it on subsystems that allow any host.
-    pub(crate) fn connect(&self, role: PortRole, peer: SocketAddr, cmd: &Command) -> Result<Connected, Cqe> {
+    /// The TLS server context (built once): host PSKs come from
+    /// `tls_psks` as they are at each handshake.
+    ///
+    /// # Errors
+    ///
+    /// [`TargetError::Tls`] when OpenSSL cannot do TLS 1.3 with PSKs.
+    pub(crate) fn tls_context(&self) -> Result<openssl::ssl::SslContext, TargetError> {
+        if let Some(c) = self.tls_ctx.get() {
+            return Ok(c.clone());
+        }
+        let psks = self.tls_psks.clone();
+        let lookup: strata_tls::PskLookup =
+            Arc::new(move |id: &PskIdentity| psks.read().unwrap_or_else(|e| e.into_inner()).get(&id.hostnqn).cloned());
+        let ctx = strata_tls::server::context(lookup, self.config.tls_derivation)
+            .map_err(|e| TargetError::Tls(e.to_string()))?;
+        Ok(self.tls_ctx.get_or_init(|| ctx).clone())
+    }
+
+    pub(crate) fn connect(
+        &self,
+        role: PortRole,
+        peer: SocketAddr,
+        cmd: &Command,
+        tls: Option<&PskIdentity>,
+    ) -> Result<Connected, Cqe> {
         use strata_nvme::fabrics::{CONNECT_HOSTID_OFFSET, ConnectInvalidParam};
         let sqe = &cmd.sqe;
         let cid = sqe.cid();
@@ -477,6 +530,20 @@ impl TargetInner {
             return Err(refuse(Cqe::new(cid, Status::SGL_INVALID_DATA.dnr()), &"no Connect data"));
         };
         let d = ConnectData::decode(data).map_err(|e| refuse(invalid_param(cid, true, e.offset()), &e))?;
+        // TLS binds the connection to the identity the host proved: it
+        // may not connect as another host, nor to another subsystem.
+        if let Some(id) = tls {
+            if id.hostnqn != d.hostnqn {
+                let mut cqe = Cqe::new(cid, Status::CONNECT_INVALID_HOST.dnr());
+                cqe.result = u64::from(connect_invalid_param_result(true, CONNECT_HOSTNQN_OFFSET as u16));
+                let reason = format_args!("host NQN differs from the TLS PSK identity's ({})", id.hostnqn);
+                return Err(refuse(cqe, &reason));
+            }
+            if id.subnqn != d.subnqn {
+                let reason = format_args!("subsystem NQN differs from the TLS PSK identity's ({})", id.subnqn);
+                return Err(refuse(invalid_param(cid, true, CONNECT_SUBNQN_OFFSET), &reason));
+            }
+        }
         let max_sqsize = if c.qid == 0 { 31 } else { MAX_QUEUE_SIZE - 1 };
         if c.sqsize == 0 || c.sqsize > max_sqsize {
             let reason = format_args!("SQSIZE {} is outside 1..={max_sqsize}", c.sqsize);
@@ -641,7 +708,7 @@ impl TargetInner {
             let adrfam = if ip.is_ipv4() { lp::ADRFAM_IPV4 } else { lp::ADRFAM_IPV6 };
             let mut e =
                 DiscoveryEntry::tcp(adrfam, subtype, port.portid, &ip.to_string(), &port.addr.port().to_string(), nqn);
-            e.treq = lp::TREQ_SECURE_CHANNEL_NOT_REQUIRED;
+            set_secure_channel(&mut e, port.tls);
             e
         };
         let mut entries = Vec::new();
@@ -674,7 +741,7 @@ impl TargetInner {
                 &r.addr.port().to_string(),
                 &r.nqn,
             );
-            e.treq = lp::TREQ_SECURE_CHANNEL_NOT_REQUIRED;
+            set_secure_channel(&mut e, self.config.tls);
             entries.push(e);
         }
         for port in ports.iter().filter(|p| p.role == PortRole::Discovery) {
@@ -682,4 +749,17 @@ impl TargetInner {
         }
         lp::encode_discovery_log(self.genctr.load(Ordering::Relaxed), &entries)
     }
+}
+
+/// TREQ and SECTYPE of a discovery entry for a port in `mode`: what nvmet
+/// reports for `addr_tsas` none / tls1.3 (with `addr_treq` not required or
+/// required).
+fn set_secure_channel(e: &mut DiscoveryEntry, mode: TlsMode) {
+    let (treq, sectype) = match mode {
+        TlsMode::Off => (lp::TREQ_SECURE_CHANNEL_NOT_REQUIRED, lp::TCP_SECTYPE_NONE),
+        TlsMode::Allowed => (lp::TREQ_SECURE_CHANNEL_NOT_REQUIRED, lp::TCP_SECTYPE_TLS13),
+        TlsMode::Required => (lp::TREQ_SECURE_CHANNEL_REQUIRED, lp::TCP_SECTYPE_TLS13),
+    };
+    e.treq = treq;
+    e.set_tcp_sectype(sectype);
 }

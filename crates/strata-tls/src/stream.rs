@@ -123,25 +123,30 @@ impl Stream {
         }
     }
 
-    /// Reads into `buf` with a plain `recv`, bypassing tokio's readiness
-    /// cache (which only changes when the reactor runs): for busy polling.
-    /// On TLS, one poll of the TLS stream.
+    /// Reads at most `max` bytes onto the end of `buf` (reserving room)
+    /// with a plain `recv`, bypassing tokio's readiness cache (which only
+    /// changes when the reactor runs): for busy polling. On TLS, one poll
+    /// of the TLS stream.
     ///
     /// # Errors
     ///
     /// The socket's (or TLS's) error; `WouldBlock` when nothing is there.
-    pub fn recv_now(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(t) => {
-                use std::io::Read;
-                (&*socket2::SockRef::from(&*t)).read(buf)
-            }
+    pub fn recv_now(&mut self, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+        buf.reserve(max);
+        let len = buf.len();
+        let spare = &mut buf.spare_capacity_mut()[..max];
+        let n = match self {
+            Stream::Tcp(t) => socket2::SockRef::from(&*t).recv(spare)?,
             Stream::Tls(_) => {
-                let mut rb = ReadBuf::new(buf);
+                let mut rb = ReadBuf::uninit(spare);
                 once(|cx| Pin::new(&mut *self).poll_read(cx, &mut rb))?;
-                Ok(rb.filled().len())
+                rb.filled().len()
             }
-        }
+        };
+        // SAFETY: `recv` and `poll_read` initialised the first `n` of the
+        // spare bytes they were given.
+        unsafe { buf.set_len(len + n) };
+        Ok(n)
     }
 
     /// Writes as much of `bufs` as goes without waiting.

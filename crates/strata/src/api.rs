@@ -664,6 +664,7 @@ fn target_stats(node: &Node) -> Vec<(&'static str, u64, bool, &'static str)> {
         ("connections_refused", t.connections_refused, true, "Connections refused at max_connections."),
         ("pending_evicted", t.pending_evicted, true, "Pending connections closed to make room."),
         ("handshake_timeouts", t.handshake_timeouts, true, "Connections without ICReq and Connect in time."),
+        ("tls_failures", t.tls_failures, true, "Connections whose TLS handshake failed or timed out."),
         ("r2t_timeouts", t.r2t_timeouts, true, "Connections whose R2T data did not come in time."),
         ("send_timeouts", t.send_timeouts, true, "Connections closed because the host stopped reading."),
         ("keep_alive_expiries", t.keep_alive_expiries, true, "Controllers torn down by keep-alive."),

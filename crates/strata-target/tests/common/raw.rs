@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use strata_nvme::command::{SGL_INCAPSULE_DATA, SGL_TRANSPORT_DATA, SglDescriptor, Sqe, io};
 use strata_nvme::pdu::{self, Digests, IcReq};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// The host NQN raw hosts use unless a test says otherwise.
@@ -63,13 +63,13 @@ pub fn connect_sqe(cid: u16, qid: u16, sqsize: u16) -> Sqe {
 }
 
 /// Sends `sqe` with `data` in the capsule.
-pub async fn send(s: &mut TcpStream, sqe: &Sqe, data: &[u8]) {
+pub async fn send<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, sqe: &Sqe, data: &[u8]) {
     let mut capsule = pdu::encode_capsule_cmd(sqe, data.len(), Digests::default()).as_slice().to_vec();
     capsule.extend_from_slice(data);
     s.write_all(&capsule).await.unwrap();
 }
 
-pub async fn send_connect(s: &mut TcpStream, cid: u16, qid: u16, sqsize: u16, data: &[u8]) {
+pub async fn send_connect<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, cid: u16, qid: u16, sqsize: u16, data: &[u8]) {
     send(s, &connect_sqe(cid, qid, sqsize), data).await;
 }
 
@@ -87,12 +87,12 @@ pub fn property_set_cc(cid: u16, cc: u32) -> Sqe {
 pub const CC_ENABLE: u32 = 1 | (6 << 16) | (4 << 20);
 
 /// Sends a Property Set of CC enabling an I/O controller.
-pub async fn enable(s: &mut TcpStream, cid: u16) {
+pub async fn enable<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, cid: u16) {
     send(s, &property_set_cc(cid, CC_ENABLE), &[]).await;
 }
 
 /// Reads one CapsuleResp and returns its 16-byte CQE.
-pub async fn read_cqe(s: &mut TcpStream) -> [u8; 16] {
+pub async fn read_cqe<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> [u8; 16] {
     let mut resp = [0u8; pdu::CAPSULE_RESP_HLEN];
     tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut resp)).await.expect("answer in time").unwrap();
     assert_eq!(resp[0], 0x05, "CapsuleResp, got PDU type {:#x}", resp[0]);
@@ -100,7 +100,7 @@ pub async fn read_cqe(s: &mut TcpStream) -> [u8; 16] {
 }
 
 /// Reads one whole PDU (no digests) and returns it.
-pub async fn read_pdu(s: &mut TcpStream) -> Vec<u8> {
+pub async fn read_pdu<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> Vec<u8> {
     let mut ch = [0u8; pdu::CH_LEN];
     tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut ch)).await.expect("a PDU in time").unwrap();
     let plen = u32::from_le_bytes([ch[4], ch[5], ch[6], ch[7]]) as usize;
@@ -169,7 +169,7 @@ pub fn write_sqe(cid: u16, lba: u64, blocks: u32) -> Sqe {
 
 /// Waits until the peer closes `s` (EOF or reset), at most `limit`;
 /// discards what it sends meanwhile. Returns true if it closed.
-pub async fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+pub async fn closed_within<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, limit: Duration) -> bool {
     let mut sink = vec![0u8; 64 * 1024];
     let deadline = tokio::time::Instant::now() + limit;
     loop {

@@ -25,3 +25,4 @@ mod masking;
 mod raw_pdus;
 mod remote_namespace;
 mod reservations;
+mod tls;
