@@ -7,7 +7,8 @@
 # file system, discards, and survives strata restarts (SIGTERM while
 # connected, and kill -9 after a flush) with its data intact; then the same
 # fio verification against a RAM drive, whose reads are lent, not copied;
-# and, on the trixie suite, DH-HMAC-CHAP (kernel-dhchap.sh).
+# and, on the trixie suite, DH-HMAC-CHAP (kernel-dhchap.sh) and TLS
+# (kernel-tls.sh).
 set -euo pipefail
 . /vm/lib.sh
 
@@ -186,6 +187,10 @@ kill -TERM "$STRATA_PID"; wait "$STRATA_PID" || true
 # run): sourced, so that it needs no boot of its own.
 if [ -f /vm/kernel-dhchap.sh ]; then
     . /vm/kernel-dhchap.sh
+fi
+# NVMe/TCP in TLS 1.3 with the kernel host, where the guest has tlshd.
+if [ -f /vm/kernel-tls.sh ]; then
+    . /vm/kernel-tls.sh
 fi
 
 log "strata log (warnings and errors):"

@@ -40,7 +40,7 @@ cluster-*)
     ;;
 esac
 case $(basename "$script") in
-kernel-initiator.sh) adds+=(--add "$here/kernel-dhchap.sh") ;;
+kernel-initiator.sh) adds+=(--add "$here/kernel-dhchap.sh" --add "$here/kernel-tls.sh") ;;
 esac
 rc=0
 "$vm" run "$script" "${adds[@]}" --timeout "${VM_TIMEOUT:-900}" "$@" || rc=$?

@@ -42,6 +42,18 @@ pub enum Derivation {
     Rfc8446,
 }
 
+impl std::str::FromStr for Derivation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "compat" => Ok(Derivation::Compat),
+            "rfc8446" => Ok(Derivation::Rfc8446),
+            other => Err(format!("unknown TLS PSK derivation {other:?} (compat or rfc8446)")),
+        }
+    }
+}
+
 /// A PSK identity (NVMe/TCP 1.0, section 3.6.1.3): `NVMe<v>R<HH> <hostnqn>
 /// <subnqn>[ <digest>]`. Only retained PSKs (`R`) are accepted; generated
 /// ones (`G`, from secure channel concatenation) are not supported.

@@ -328,14 +328,24 @@ impl Hosts {
         Ok(rec.view())
     }
 
-    /// Hands every host's keys to the target.
+    /// Hands every host's keys (DH-HMAC-CHAP and TLS PSK) to the target.
     ///
     /// # Errors
     ///
     /// The store (the target keeps the keys it had).
     pub async fn apply(&self) -> Result<(), HostsError> {
         let mut keys = HashMap::new();
+        let mut psks = HashMap::new();
         for rec in self.records().await? {
+            // A PSK that does not parse (checked when written) leaves the
+            // host without one: its TLS handshakes fail.
+            match rec.tls_psk.as_deref().map(TlsPsk::parse) {
+                Some(Ok(psk)) => {
+                    psks.insert(rec.nqn.clone(), psk);
+                }
+                Some(Err(e)) => tracing::error!(hostnqn = %rec.nqn, "host TLS PSK unusable, TLS refused: {e}"),
+                None => {}
+            }
             match rec.keys() {
                 Ok(Some(k)) => {
                     keys.insert(rec.nqn.clone(), k);
@@ -350,6 +360,7 @@ impl Hosts {
             }
         }
         self.target.replace_host_keys(keys);
+        self.target.replace_tls_psks(psks);
         Ok(())
     }
 

@@ -103,6 +103,14 @@ struct OutputArgs {
     /// The controller's secret: the host then checks the target too.
     #[arg(long, value_name = "KEY", requires = "dhchap_secret")]
     dhchap_ctrl_secret: Option<String>,
+    /// Connect over TLS 1.3 with this configured PSK (NVMeTLSkey-1:...,
+    /// the one given to `strata host add --tls-psk`).
+    #[arg(long, value_name = "KEY", env = "STRATA_TLS_PSK", hide_env_values = true)]
+    tls_psk: Option<String>,
+    /// How the TLS PSK is derived: compat (the default) or rfc8446, as the
+    /// target's --tls-derivation.
+    #[arg(long, value_name = "KIND", requires = "tls_psk")]
+    tls_derivation: Option<String>,
     /// Print the report JSON on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -132,8 +140,17 @@ impl OutputArgs {
         let mut cfg = strata_host::HostConfig {
             dhchap_secret: key("--dhchap-secret", &self.dhchap_secret)?,
             dhchap_ctrl_secret: key("--dhchap-ctrl-secret", &self.dhchap_ctrl_secret)?,
+            tls_psk: self
+                .tls_psk
+                .as_deref()
+                .map(strata_auth::TlsPsk::parse)
+                .transpose()
+                .map_err(|e| format!("--tls-psk: {e}"))?,
             ..strata_host::HostConfig::default()
         };
+        if let Some(d) = &self.tls_derivation {
+            cfg.tls_derivation = d.parse().map_err(|e| format!("--tls-derivation: {e}"))?;
+        }
         if let Some(nqn) = &self.hostnqn {
             cfg.hostnqn = nqn.clone();
         }

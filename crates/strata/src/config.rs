@@ -60,6 +60,11 @@ pub struct FileConfig {
     pub io_threads: Option<usize>,
     /// Microseconds an idle I/O queue busy-polls before sleeping.
     pub poll_us: Option<u64>,
+    /// TLS on the NVMe/TCP and discovery ports: off, allowed, required.
+    pub tls: Option<String>,
+    /// How TLS PSKs are derived from hosts' configured PSKs: compat
+    /// (libnvme 1.13 and earlier, the default) or rfc8446.
+    pub tls_derivation: Option<String>,
     /// Connections that have not completed Connect, at most.
     pub max_pending_connections: Option<usize>,
     /// TCP connections served at once, at most.
@@ -181,6 +186,16 @@ pub struct ServeArgs {
     /// sleeps: lower latency for more CPU, for dedicated cores. Default: 0
     #[arg(long, value_name = "US")]
     pub poll_us: Option<u64>,
+    /// TLS 1.3 with pre-shared keys on the NVMe/TCP and discovery ports:
+    /// off, allowed (each host chooses) or required. Hosts prove the PSK
+    /// given with `strata host add NQN --tls-psk`. Default: off
+    #[arg(long, value_name = "MODE")]
+    pub tls: Option<String>,
+    /// How TLS PSKs are derived from configured ones: compat (what
+    /// libnvme up to 1.13, e.g. nvme-cli 2.13, puts in the kernel's
+    /// keyring) or rfc8446 (later libnvme). Default: compat
+    #[arg(long, value_name = "KIND")]
+    pub tls_derivation: Option<String>,
     /// TOML config file with the same keys.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -269,7 +284,13 @@ pub fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
         None => FileConfig::default(),
     };
     let poll = Duration::from_micros(args.poll_us.or(file.poll_us).unwrap_or(0).min(1_000_000));
-    let target = target_config(&mut file, poll)?;
+    let mut target = target_config(&mut file, poll)?;
+    if let Some(mode) = args.tls.clone().or(file.tls.take()) {
+        target.tls = mode.parse().map_err(|e: String| anyhow::anyhow!("--tls: {e}"))?;
+    }
+    if let Some(d) = args.tls_derivation.clone().or(file.tls_derivation.take()) {
+        target.tls_derivation = d.parse().map_err(|e: String| anyhow::anyhow!("--tls-derivation: {e}"))?;
+    }
     let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
     let pick = |cli: &[String], file: Option<Vec<String>>, default: &str| -> Vec<String> {
         if !cli.is_empty() { cli.to_vec() } else { file.unwrap_or_else(|| vec![default.to_string()]) }
@@ -367,6 +388,23 @@ mod tests {
         let args = ServeArgs { config: Some(path), ..Default::default() };
         let e = format!("{:#}", load(&args).unwrap_err());
         assert!(e.contains("listne"), "{e}");
+    }
+
+    #[test]
+    fn tls_comes_from_the_file_or_the_command_line_and_bad_modes_are_named() {
+        use strata_tls::TlsMode;
+        assert_eq!(load(&ServeArgs::default()).unwrap().target.tls, TlsMode::Off);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strata.toml");
+        std::fs::write(&path, "tls = \"allowed\"\ntls_derivation = \"rfc8446\"\n").unwrap();
+        let t = load(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap().target;
+        assert_eq!((t.tls, t.tls_derivation), (TlsMode::Allowed, strata_auth::Derivation::Rfc8446));
+        let args = ServeArgs { config: Some(path), tls: Some("required".into()), ..Default::default() };
+        assert_eq!(load(&args).unwrap().target.tls, TlsMode::Required);
+        let e = format!("{:#}", load(&ServeArgs { tls: Some("on".into()), ..Default::default() }).unwrap_err());
+        assert!(e.contains("--tls") && e.contains("off, allowed or required"), "{e}");
+        let args = ServeArgs { tls_derivation: Some("x".into()), ..Default::default() };
+        assert!(format!("{:#}", load(&args).unwrap_err()).contains("--tls-derivation"));
     }
 
     #[test]
