@@ -43,10 +43,8 @@ pub async fn connect(
     });
     let ctx = b.build();
     let ssl = Ssl::new(&ctx)?;
-    let mut tls = tokio_openssl::SslStream::new(ssl, tcp)?;
-    match tokio::time::timeout(timeout, std::pin::Pin::new(&mut tls).connect()).await {
+    match tokio::time::timeout(timeout, TlsStream::handshake(ssl, tcp, false)).await {
         Err(_) => Err(TlsError::Timeout(timeout)),
-        Ok(Err(e)) => Err(TlsError::Handshake(e.to_string())),
-        Ok(Ok(())) => Ok(Stream::Tls(Box::new(TlsStream::new(tls)))),
+        Ok(r) => r.map(|t| Stream::Tls(Box::new(t))),
     }
 }

@@ -192,3 +192,94 @@ mod tests {
         assert!("on".parse::<TlsMode>().unwrap_err().contains("off, allowed or required"));
     }
 }
+
+#[cfg(test)]
+mod queue_pattern {
+    use std::io::IoSlice;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::BytesMut;
+    use strata_auth::{Derivation, HashFn, PskIdentity, TlsPsk};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    /// A host's queue as strata's caller-driven queues run it: 32 writes
+    /// of 4168 bytes in flight through non-blocking vectored writes, 24-byte
+    /// answers read after readiness events. Through tokio-openssl with a
+    /// no-op waker this spun forever inside OpenSSL's read loop.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thirty_two_writes_in_flight_and_their_answers_flow_without_a_hang() {
+        let psk = TlsPsk::generate(HashFn::Sha256);
+        let p2 = psk.clone();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let lookup: PskLookup = Arc::new(move |_: &PskIdentity| Some(p2.clone()));
+        let ctx = server::context(lookup, Derivation::Compat).unwrap();
+        const MSG: usize = 4168;
+        const N: usize = 20000;
+        let srv = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (mut s, _) = server::accept(&ctx, tcp, Duration::from_secs(5)).await.unwrap();
+            let mut got = 0usize;
+            let mut buf = vec![0u8; 64 * 1024];
+            while got < N * MSG {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0);
+                let before = got / MSG;
+                got += n;
+                let answers = got / MSG - before;
+                if answers > 0 {
+                    s.write_all(&vec![7u8; 24 * answers]).await.unwrap();
+                }
+            }
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut c = client::connect(tcp, &psk, "h", "s", 0, Derivation::Compat, Duration::from_secs(5)).await.unwrap();
+        let msg = vec![1u8; MSG];
+        let mut sent = 0usize;
+        let mut acked = 0usize;
+        let mut rbuf = BytesMut::with_capacity(64 * 1024);
+        let mut partial = 0usize; // bytes of the current message written
+        let work = async {
+            while acked < N * 24 {
+                // Up to 32 in flight.
+                while sent < N && sent - acked / 24 < 32 {
+                    let mut slices = Vec::new();
+                    slices.push(IoSlice::new(&msg[partial..]));
+                    let more = (32 - (sent - acked / 24)).min(N - sent);
+                    for _ in 1..more {
+                        slices.push(IoSlice::new(&msg));
+                    }
+                    match c.try_write_vectored(&slices) {
+                        Ok(n) => {
+                            let total = partial + n;
+                            sent += total / MSG;
+                            partial = total % MSG;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                let interest = Interest::READABLE | Interest::WRITABLE;
+                let ready = c.ready(interest).await.unwrap();
+                if ready.is_readable() {
+                    rbuf.reserve(8192);
+                    match c.try_read_buf(&mut rbuf) {
+                        Ok(0) => panic!("eof"),
+                        Ok(n) => {
+                            acked += n;
+                            rbuf.clear();
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), work).await.expect("no hang");
+        srv.await.unwrap();
+    }
+}

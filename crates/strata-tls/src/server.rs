@@ -1,7 +1,7 @@
 //! The target's side: a context that finds each host's PSK from the
 //! identity in its ClientHello, and the handshake.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use openssl::ssl::{Ssl, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions, SslVersion};
@@ -15,8 +15,9 @@ use crate::{CIPHER_SUITE, Stream, TlsError, TlsStream};
 pub type PskLookup = Arc<dyn Fn(&PskIdentity) -> Option<TlsPsk> + Send + Sync>;
 
 /// What the PSK callback found: the identity it accepted, or why it
-/// accepted none.
-type Found = Result<PskIdentity, String>;
+/// accepted none; shared between the connection (its ex data) and the
+/// code that runs the handshake, which outlives a failed one.
+type Found = Arc<Mutex<Option<Result<PskIdentity, String>>>>;
 
 fn found_index() -> Result<openssl::ex_data::Index<Ssl, Found>, TlsError> {
     static INDEX: OnceLock<openssl::ex_data::Index<Ssl, Found>> = OnceLock::new();
@@ -28,13 +29,14 @@ fn found_index() -> Result<openssl::ex_data::Index<Ssl, Found>, TlsError> {
 }
 
 /// The settings both sides share: TLS 1.3 only, the one cipher suite, no
-/// tickets, writes that may move between retries.
+/// tickets, whole writes (records of every byte given; the stream
+/// buffers them for the socket).
 pub(crate) fn common(b: &mut SslContextBuilder) -> Result<(), TlsError> {
     b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
     b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
     b.set_ciphersuites(CIPHER_SUITE)?;
     b.set_options(SslOptions::NO_TICKET | SslOptions::NO_COMPRESSION);
-    b.set_mode(SslMode::ACCEPT_MOVING_WRITE_BUFFER | SslMode::ENABLE_PARTIAL_WRITE);
+    b.set_mode(SslMode::ACCEPT_MOVING_WRITE_BUFFER);
     Ok(())
 }
 
@@ -60,17 +62,12 @@ pub fn context(lookup: PskLookup, derivation: Derivation) -> Result<SslContext, 
             out[..key.len()].copy_from_slice(&key);
             Ok((id, key.len()))
         })();
-        match found {
-            Ok((id, len)) => {
-                ssl.set_ex_data(index, Ok(id));
-                Ok(len)
-            }
-            Err(why) => {
-                ssl.set_ex_data(index, Err(why));
-                // Zero: no PSK; the handshake fails.
-                Ok(0)
-            }
+        let len = *found.as_ref().map(|(_, len)| len).unwrap_or(&0);
+        if let Some(slot) = ssl.ex_data(index) {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(found.map(|(id, _)| id));
         }
+        // Zero: no PSK; the handshake fails.
+        Ok(len)
     });
     Ok(b.build())
 }
@@ -98,15 +95,17 @@ pub async fn sniff(tcp: &TcpStream) -> std::io::Result<bool> {
 /// [`TlsError::Handshake`] (with the reason the PSK lookup gave, when it
 /// refused the identity), [`TlsError::Timeout`], [`TlsError::Setup`].
 pub async fn accept(ctx: &SslContext, tcp: TcpStream, timeout: Duration) -> Result<(Stream, PskIdentity), TlsError> {
-    let ssl = Ssl::new(ctx)?;
-    let mut tls = tokio_openssl::SslStream::new(ssl, tcp)?;
-    let done = tokio::time::timeout(timeout, std::pin::Pin::new(&mut tls).accept()).await;
-    let found = tls.ssl().ex_data(found_index()?).cloned();
-    match (done, found) {
-        (Err(_), _) => Err(TlsError::Timeout(timeout)),
-        (Ok(Ok(())), Some(Ok(id))) => Ok((Stream::Tls(Box::new(TlsStream::new(tls))), id)),
-        (Ok(Ok(())), _) => Err(TlsError::Handshake("no PSK identity was accepted".into())),
-        (Ok(Err(_)), Some(Err(why))) => Err(TlsError::Handshake(why)),
-        (Ok(Err(e)), _) => Err(TlsError::Handshake(e.to_string())),
+    let mut ssl = Ssl::new(ctx)?;
+    let found: Found = Arc::default();
+    ssl.set_ex_data(found_index()?, found.clone());
+    let r = tokio::time::timeout(timeout, TlsStream::handshake(ssl, tcp, true))
+        .await
+        .map_err(|_| TlsError::Timeout(timeout))?;
+    let found = found.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match (r, found) {
+        (Ok(t), Some(Ok(id))) => Ok((Stream::Tls(Box::new(t)), id)),
+        (Ok(_), _) => Err(TlsError::Handshake("no PSK identity was accepted".into())),
+        (Err(TlsError::Handshake(_)), Some(Err(why))) => Err(TlsError::Handshake(why)),
+        (Err(e), _) => Err(e),
     }
 }

@@ -4,14 +4,17 @@
 //! The queues of the target and of the initiator do not only `.await`
 //! reads and writes: they write vectored without waiting (and wait for
 //! writability themselves), read without waiting after a readiness
-//! event, and busy-poll. For TLS these become one poll of the
-//! `tokio_openssl` stream with a no-op waker, which is exact: a would-block
-//! from the socket clears tokio's readiness, so the next readiness wait
-//! sleeps until the socket changes, and OpenSSL reports written bytes only
-//! once their record is on the socket (a record cut short stays in
-//! OpenSSL, which takes the same bytes again, moved or not, on the retry).
+//! event, and busy-poll. For TLS these are single `SSL_read` /
+//! `SSL_write` calls on an OpenSSL stream whose socket side ([`Sock`])
+//! reads and writes with tokio's `try_read` / `try_write`: a would-block
+//! there clears tokio's readiness, so the caller's next readiness wait
+//! sleeps until the socket changes. OpenSSL reports written bytes only
+//! once their record is on the socket; a record cut short stays in
+//! OpenSSL, which takes the same bytes again, moved or not, on the retry.
 //! Bytes OpenSSL decrypted but the caller has not read yet count as
-//! readable.
+//! readable. (An earlier version went through `tokio-openssl` with a no-op
+//! waker; its read loop spun forever on a would-block it could not see,
+//! under 32 commands in flight.)
 //!
 //! TLS writes of several slices are copied into one buffer of up to
 //! [`COALESCE`] bytes first, so that a PDU header and its data go out as
@@ -19,51 +22,266 @@
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf, Ready};
 use tokio::net::TcpStream;
-use tokio_openssl::SslStream;
 
 /// Most bytes gathered from several slices into one TLS write.
 pub const COALESCE: usize = 256 * 1024;
 
-/// A TLS connection: the OpenSSL stream and the buffer that gathers
-/// vectored writes.
+/// Ciphertext read from the socket at once, at most.
+const SOCK_READ: usize = 256 * 1024;
+/// Ciphertext held for the socket, at most: one [`COALESCE`] write's
+/// records and their overhead fit.
+const SOCK_WRITE: usize = COALESCE + 64 * 1024;
+
+/// The socket as OpenSSL's BIO sees it: non-blocking reads and writes
+/// through tokio (`try_read` / `try_write`, which clear tokio's readiness
+/// on would-block), with buffers on both sides so that one system call
+/// moves many records (OpenSSL reads a record in two calls, header then
+/// body, and writes one call per record).
+#[derive(Debug)]
+pub(crate) struct Sock {
+    tcp: TcpStream,
+    /// Set when the socket would have blocked since the flag was last
+    /// cleared.
+    blocked: bool,
+    /// Ciphertext read and not yet taken by OpenSSL: `rbuf[rpos..]`.
+    rbuf: Vec<u8>,
+    rpos: usize,
+    /// Ciphertext OpenSSL wrote that is not on the socket yet:
+    /// `wbuf[wpos..]`.
+    wbuf: Vec<u8>,
+    wpos: usize,
+}
+
+impl Sock {
+    pub(crate) fn new(tcp: TcpStream) -> Sock {
+        Sock { tcp, blocked: false, rbuf: Vec::new(), rpos: 0, wbuf: Vec::new(), wpos: 0 }
+    }
+
+    fn would_block<T>(&mut self, r: io::Result<T>) -> io::Result<T> {
+        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            self.blocked = true;
+        }
+        r
+    }
+
+    /// Writes the held ciphertext to the socket; `WouldBlock` when some
+    /// is left.
+    fn flush_out(&mut self) -> io::Result<()> {
+        while self.wpos < self.wbuf.len() {
+            let r = self.tcp.try_write(&self.wbuf[self.wpos..]);
+            match self.would_block(r) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        self.wpos = 0;
+        Ok(())
+    }
+
+    /// Whether ciphertext read from the socket waits for OpenSSL.
+    fn has_input(&self) -> bool {
+        self.rpos < self.rbuf.len()
+    }
+}
+
+impl std::io::Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.has_input() {
+            self.rbuf.clear();
+            self.rpos = 0;
+            self.rbuf.reserve(SOCK_READ);
+            let r = self.tcp.try_read_buf(&mut self.rbuf);
+            if self.would_block(r)? == 0 {
+                return Ok(0);
+            }
+        }
+        let n = buf.len().min(self.rbuf.len() - self.rpos);
+        buf[..n].copy_from_slice(&self.rbuf[self.rpos..self.rpos + n]);
+        self.rpos += n;
+        Ok(n)
+    }
+}
+
+impl std::io::Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.wbuf.len() - self.wpos + buf.len() > SOCK_WRITE {
+            self.flush_out()?;
+        }
+        self.wbuf.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // The TLS stream flushes the held ciphertext itself, where it can
+        // wait for the socket.
+        Ok(())
+    }
+}
+
+/// A TLS connection: the OpenSSL stream over the socket, and the buffer
+/// that gathers vectored writes.
 pub struct TlsStream {
-    ssl: SslStream<TcpStream>,
+    ssl: openssl::ssl::SslStream<Sock>,
     stage: Vec<u8>,
+    /// Bytes `SSL_write` took whose records are not all on the socket
+    /// yet: reported written once they are, when the caller retries.
+    unflushed: usize,
 }
 
 impl std::fmt::Debug for TlsStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsStream").field("peer", &self.ssl.get_ref().peer_addr().ok()).finish_non_exhaustive()
+        f.debug_struct("TlsStream").field("peer", &self.ssl.get_ref().tcp.peer_addr().ok()).finish_non_exhaustive()
+    }
+}
+
+/// What an OpenSSL call's error means for a non-blocking caller.
+fn io_error(e: openssl::ssl::Error) -> io::Error {
+    use openssl::ssl::ErrorCode;
+    match e.code() {
+        ErrorCode::WANT_READ | ErrorCode::WANT_WRITE => io::ErrorKind::WouldBlock.into(),
+        _ => e.into_io_error().unwrap_or_else(io::Error::other),
     }
 }
 
 impl TlsStream {
-    pub(crate) fn new(ssl: SslStream<TcpStream>) -> TlsStream {
-        TlsStream { ssl, stage: Vec::new() }
+    /// Runs the handshake of `ssl` (as the server when `server`) over
+    /// `tcp`, waiting for the socket as OpenSSL asks.
+    pub(crate) async fn handshake(
+        ssl: openssl::ssl::Ssl,
+        tcp: TcpStream,
+        server: bool,
+    ) -> Result<TlsStream, crate::TlsError> {
+        use openssl::ssl::ErrorCode;
+        let mut s = openssl::ssl::SslStream::new(ssl, Sock::new(tcp))?;
+        loop {
+            s.get_mut().blocked = false;
+            let r = if server { s.accept() } else { s.connect() };
+            // What the step wrote goes out before waiting for the peer.
+            loop {
+                match s.get_mut().flush_out() {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.get_ref().tcp.writable().await?,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            match r {
+                Ok(()) => return Ok(TlsStream { ssl: s, stage: Vec::new(), unflushed: 0 }),
+                Err(e) if e.code() == ErrorCode::WANT_READ && !s.get_ref().blocked => tokio::task::yield_now().await,
+                Err(e) if e.code() == ErrorCode::WANT_READ => s.get_ref().tcp.readable().await?,
+                Err(e) if e.code() == ErrorCode::WANT_WRITE => tokio::task::yield_now().await,
+                Err(e) => return Err(crate::TlsError::Handshake(e.to_string())),
+            }
+        }
     }
 
-    fn poll_write_vectored(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn tcp(&self) -> &TcpStream {
+        &self.ssl.get_ref().tcp
+    }
+
+    /// One `SSL_read` into `buf`: `Ok(0)` at the end of the stream,
+    /// `WouldBlock` when the socket has no more.
+    fn read_now(&mut self, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
+        use openssl::ssl::ErrorCode;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.ssl.get_mut().blocked = false;
+        // Whatever OpenSSL wrote while reading (an alert) goes out too.
+        let _ = self.ssl.get_mut().flush_out();
+        self.ssl.get_mut().blocked = false;
+        match self.ssl.ssl_read_uninit(buf) {
+            Ok(n) => Ok(n),
+            Err(e) if e.code() == ErrorCode::ZERO_RETURN => Ok(0),
+            Err(e) if e.code() == ErrorCode::SYSCALL && e.io_error().is_none() => Ok(0),
+            Err(e) => Err(io_error(e)),
+        }
+    }
+
+    /// One `SSL_write` of `buf` (at most [`COALESCE`] bytes of it): its
+    /// records go to the socket in as few calls as it takes. Bytes are
+    /// reported written once all their records are on the socket; until
+    /// then `WouldBlock`, and the caller's retry (with the same bytes
+    /// first) finishes the job.
+    fn write_now(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let sock = self.ssl.get_mut();
+        sock.blocked = false;
+        sock.flush_out()?;
+        if self.unflushed > 0 {
+            return Ok(std::mem::take(&mut self.unflushed));
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let n = self.ssl.ssl_write(&buf[..buf.len().min(COALESCE)]).map_err(io_error)?;
+        match self.ssl.get_mut().flush_out() {
+            Ok(()) => Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.unflushed = n;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes what it can of `bufs` without waiting.
+    fn write_vectored_now(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
-        let Some(first) = nonempty.next() else { return Poll::Ready(Ok(0)) };
+        let Some(first) = nonempty.next() else { return Ok(0) };
         if nonempty.next().is_none() || first.len() >= COALESCE {
-            return Pin::new(&mut self.ssl).poll_write(cx, first);
+            return self.write_now(first);
         }
         // Rebuilt on every call from the caller's slices: a retry after a
         // would-block hands OpenSSL the same bytes (or more after them).
-        self.stage.clear();
+        let mut stage = std::mem::take(&mut self.stage);
+        stage.clear();
         for b in bufs {
-            let room = COALESCE - self.stage.len();
+            let room = COALESCE - stage.len();
             if room == 0 {
                 break;
             }
-            self.stage.extend_from_slice(&b[..b.len().min(room)]);
+            stage.extend_from_slice(&b[..b.len().min(room)]);
         }
-        Pin::new(&mut self.ssl).poll_write(cx, &self.stage)
+        let r = self.write_now(&stage);
+        self.stage = stage;
+        r
+    }
+
+    /// Runs `op` until it does not would-block, waiting for `interest` on
+    /// the socket between tries.
+    fn poll_op<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: bool,
+        mut op: impl FnMut(&mut TlsStream) -> io::Result<T>,
+    ) -> Poll<io::Result<T>> {
+        loop {
+            match op(self) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !self.ssl.get_ref().blocked {
+                        // OpenSSL wants to wait without the socket having
+                        // blocked: try again on the next poll, not in a
+                        // loop here.
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    let ready = if write { self.tcp().poll_write_ready(cx) } else { self.tcp().poll_read_ready(cx) };
+                    match ready {
+                        Poll::Ready(Ok(())) => continue,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                r => return Poll::Ready(r),
+            }
+        }
     }
 }
 
@@ -76,22 +294,12 @@ pub enum Stream {
     Tls(Box<TlsStream>),
 }
 
-/// Polls `f` once with a waker that does nothing: `Pending` becomes
-/// `WouldBlock`.
-fn once<T>(f: impl FnOnce(&mut Context<'_>) -> Poll<io::Result<T>>) -> io::Result<T> {
-    let mut cx = Context::from_waker(Waker::noop());
-    match f(&mut cx) {
-        Poll::Ready(r) => r,
-        Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-    }
-}
-
 impl Stream {
     /// The TCP socket underneath.
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Tcp(t) => t,
-            Stream::Tls(t) => t.ssl.get_ref(),
+            Stream::Tls(t) => t.tcp(),
         }
     }
 
@@ -109,14 +317,10 @@ impl Stream {
     pub fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         match self {
             Stream::Tcp(t) => t.try_read_buf(buf),
-            Stream::Tls(_) => {
+            Stream::Tls(t) => {
                 let len = buf.len();
-                let spare = buf.spare_capacity_mut();
-                let mut rb = ReadBuf::uninit(spare);
-                once(|cx| Pin::new(&mut *self).poll_read(cx, &mut rb))?;
-                let n = rb.filled().len();
-                // SAFETY: `poll_read` initialised the first `n` spare bytes
-                // (ReadBuf tracks what it filled).
+                let n = t.read_now(buf.spare_capacity_mut())?;
+                // SAFETY: `SSL_read` initialised the first `n` spare bytes.
                 unsafe { buf.set_len(len + n) };
                 Ok(n)
             }
@@ -137,11 +341,7 @@ impl Stream {
         let spare = &mut buf.spare_capacity_mut()[..max];
         let n = match self {
             Stream::Tcp(t) => socket2::SockRef::from(&*t).recv(spare)?,
-            Stream::Tls(_) => {
-                let mut rb = ReadBuf::uninit(spare);
-                once(|cx| Pin::new(&mut *self).poll_read(cx, &mut rb))?;
-                rb.filled().len()
-            }
+            Stream::Tls(t) => t.read_now(spare)?,
         };
         // SAFETY: `recv` and `poll_read` initialised the first `n` of the
         // spare bytes they were given.
@@ -157,7 +357,7 @@ impl Stream {
     pub fn try_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Stream::Tcp(t) => t.try_write_vectored(bufs),
-            Stream::Tls(t) => once(|cx| t.poll_write_vectored(cx, bufs)),
+            Stream::Tls(t) => t.write_vectored_now(bufs),
         }
     }
 
@@ -170,7 +370,7 @@ impl Stream {
     pub async fn ready(&self, interest: Interest) -> io::Result<Ready> {
         if let Stream::Tls(t) = self
             && interest.is_readable()
-            && t.ssl.ssl().pending() > 0
+            && (t.ssl.ssl().pending() > 0 || t.ssl.get_ref().has_input())
         {
             return Ok(Ready::READABLE);
         }
@@ -197,7 +397,20 @@ impl AsyncRead for Stream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(t) => Pin::new(t).poll_read(cx, buf),
-            Stream::Tls(t) => Pin::new(&mut t.ssl).poll_read(cx, buf),
+            Stream::Tls(t) => {
+                // SAFETY: `SSL_read` only writes, never de-initialises.
+                let unfilled = unsafe { buf.unfilled_mut() };
+                match t.poll_op(cx, false, |t| t.read_now(unfilled)) {
+                    Poll::Ready(Ok(n)) => {
+                        // SAFETY: `SSL_read` initialised the first `n` bytes.
+                        unsafe { buf.assume_init(n) };
+                        buf.advance(n);
+                        Poll::Ready(Ok(()))
+                    }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 }
@@ -206,7 +419,7 @@ impl AsyncWrite for Stream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(t) => Pin::new(t).poll_write(cx, buf),
-            Stream::Tls(t) => Pin::new(&mut t.ssl).poll_write(cx, buf),
+            Stream::Tls(t) => t.poll_op(cx, true, |t| t.write_now(buf)),
         }
     }
 
@@ -217,7 +430,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
-            Stream::Tls(t) => t.poll_write_vectored(cx, bufs),
+            Stream::Tls(t) => t.poll_op(cx, true, |t| t.write_vectored_now(bufs)),
         }
     }
 
@@ -228,14 +441,19 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(t) => Pin::new(t).poll_flush(cx),
-            Stream::Tls(t) => Pin::new(&mut t.ssl).poll_flush(cx),
+            Stream::Tls(_) => Poll::Ready(Ok(())),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(t) => Pin::new(t).poll_shutdown(cx),
-            Stream::Tls(t) => Pin::new(&mut t.ssl).poll_shutdown(cx),
+            Stream::Tls(t) => {
+                // A close_notify, best effort, then the socket's FIN.
+                let _ = t.ssl.shutdown();
+                let _ = t.ssl.get_mut().flush_out();
+                Pin::new(&mut t.ssl.get_mut().tcp).poll_shutdown(cx)
+            }
         }
     }
 }

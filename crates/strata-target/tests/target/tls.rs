@@ -192,3 +192,38 @@ async fn the_discovery_log_says_what_each_port_asks_for() {
         assert_eq!((e.treq & lp::TREQ_SECURE_CHANNEL_MASK, e.tcp_sectype()), (treq, sectype), "{mode}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_writes_in_flight_over_tls_complete_and_read_back() {
+    let fx = start_with(config(TlsMode::Required), 1024).await;
+    let psk = TlsPsk::generate(HashFn::Sha256);
+    fx.target.set_tls_psk(HOSTNQN, Some(psk.clone()));
+    let cfg = HostConfig { io_queues: 1, ..host(Some(&psk)) };
+    let (_c, mut drivers) = Controller::connect_with_drivers::<u64>(fx.io, NQN, &cfg).await.expect("TLS drivers");
+    let d = &mut drivers[0];
+    let mut rng = Rng::new(9);
+    let mut expected = vec![0u8; 512 * BS];
+    rng.fill(&mut expected);
+    for round in 0..16u64 {
+        for k in 0..32u64 {
+            let lba = round * 32 + k;
+            let block = expected[lba as usize * BS..(lba as usize + 1) * BS].to_vec();
+            let mut sqe = Sqe::new(io::WRITE, 0);
+            sqe.set_nsid(1);
+            ReadWrite { slba: lba, nlb: 1, fua: false, limited_retry: false }.encode(&mut sqe);
+            d.submit(lba, sqe, Some(bytes::Bytes::from(block)), 0).expect("submit");
+        }
+        let mut done = Vec::new();
+        while done.len() < 32 {
+            tokio::time::timeout(Duration::from_secs(10), d.poll(&mut done)).await.expect("writes complete").unwrap();
+        }
+        assert!(done.iter().all(|(_, r)| r.is_ok()), "round {round}");
+    }
+    let ctrl = Controller::connect(fx.io, NQN, &host(Some(&psk))).await.expect("TLS connect");
+    let q = ctrl.io_queue(0).unwrap();
+    for half in 0..2u64 {
+        let got = q.read(1, half * 256, 256).await.unwrap();
+        let want = &expected[half as usize * 256 * BS..(half as usize + 1) * 256 * BS];
+        assert!(got[..] == want[..], "data written at QD 32 over TLS differs (half {half})");
+    }
+}
