@@ -26,6 +26,29 @@ pub async fn connect(
     derivation: Derivation,
     timeout: Duration,
 ) -> Result<Stream, TlsError> {
+    let ctx = context(psk, hostnqn, subnqn, version, derivation)?;
+    let ssl = Ssl::new(&ctx)?;
+    match tokio::time::timeout(timeout, TlsStream::handshake(ssl, tcp, false)).await {
+        Err(_) => Err(TlsError::Timeout(timeout)),
+        Ok(r) => r.map(|t| Stream::Tls(Box::new(t))),
+    }
+}
+
+/// The client context of a host `hostnqn` with the configured `psk`
+/// toward `subnqn`: the identity of `version` (0 or 1) and its TLS PSK
+/// derived with `derivation`.
+///
+/// # Errors
+///
+/// [`TlsError::Handshake`] when the PSK cannot make the identity's key,
+/// [`TlsError::Setup`] when OpenSSL lacks TLS 1.3 or PSKs.
+pub fn context(
+    psk: &TlsPsk,
+    hostnqn: &str,
+    subnqn: &str,
+    version: u8,
+    derivation: Derivation,
+) -> Result<SslContext, TlsError> {
     let identity = psk.identity(hostnqn, subnqn, version, derivation);
     let key = psk.tls_psk(&identity, derivation).map_err(|e| TlsError::Handshake(e.to_string()))?;
     let identity = identity.to_string().into_bytes();
@@ -41,10 +64,5 @@ pub async fn connect(
         psk_out[..key.len()].copy_from_slice(&key);
         Ok(key.len())
     });
-    let ctx = b.build();
-    let ssl = Ssl::new(&ctx)?;
-    match tokio::time::timeout(timeout, TlsStream::handshake(ssl, tcp, false)).await {
-        Err(_) => Err(TlsError::Timeout(timeout)),
-        Ok(r) => r.map(|t| Stream::Tls(Box::new(t))),
-    }
+    Ok(b.build())
 }
