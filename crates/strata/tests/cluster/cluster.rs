@@ -20,7 +20,10 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
     let tmp = tempfile::tempdir().unwrap();
     let ports = free_ports(12);
     let mut nodes: Vec<NodeProc> =
-        (1..=3).map(|i| crate::common::loopback_node(tmp.path(), i, &etcd.url(), "512M", &ports)).collect();
+        // TLS allowed: hosts choose, and the keyed host below proves a PSK.
+        (1..=3)
+            .map(|i| crate::common::loopback_node_with(tmp.path(), i, &etcd.url(), "512M", &ports, &["--tls", "allowed"]))
+            .collect();
     wait_for("three nodes up", Duration::from_secs(30), &nodes, || {
         let s = nodes[0].api("GET", "/api/v1/pool", None)?;
         (s["nodes"].as_array()?.iter().filter(|n| n["state"] == "up").count() == 3).then_some(())
@@ -104,8 +107,12 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
     // and the key lets the host in there.
     let keyed = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-00000000c1a5";
     let key = strata_host::DhchapSecret::generate(None);
-    let added =
-        nodes[2].api("POST", "/api/v1/hosts", Some(json!({"nqn": keyed, "dhchap_secret": key.to_interchange()})));
+    let psk = strata_auth::TlsPsk::generate(strata_auth::HashFn::Sha256);
+    let added = nodes[2].api(
+        "POST",
+        "/api/v1/hosts",
+        Some(json!({"nqn": keyed, "dhchap_secret": key.to_interchange(), "tls_psk": psk.to_interchange()})),
+    );
     assert_eq!(added.as_ref().map(|v| v["dhchap"].clone()), Some(json!(true)), "{added:?}");
     let s = nodes[0].api("GET", "/api/v1/pool", None).expect("status");
     let paths: Vec<SocketAddr> =
@@ -122,6 +129,16 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
         });
         let c = rt.block_on(Controller::connect(path, &nqn, &as_keyed(Some(&key)))).expect("the key lets the host in");
         assert_eq!(rt.block_on(c.read(1, blocks[0], 1)).expect("read through the path")[..], pattern(blocks[0])[..]);
+        // Its TLS PSK too: every node's port takes the host over TLS.
+        let tls = strata_host::HostConfig { tls_psk: Some(psk.clone()), ..as_keyed(Some(&key)) };
+        let c = rt.block_on(Controller::connect(path, &nqn, &tls)).expect("the PSK lets the host in over TLS");
+        assert_eq!(rt.block_on(c.read(1, blocks[0], 1)).expect("read over TLS")[..], pattern(blocks[0])[..]);
+        let wrong = strata_host::HostConfig {
+            tls_psk: Some(strata_auth::TlsPsk::generate(strata_auth::HashFn::Sha256)),
+            ..as_keyed(Some(&key))
+        };
+        let e = rt.block_on(Controller::connect(path, &nqn, &wrong)).expect_err("a wrong PSK connected");
+        assert!(matches!(e, strata_host::HostError::Tls(_)), "{path}: {e}");
     }
 
     // kill -9 the owner; another node takes over after its lease.

@@ -220,9 +220,22 @@ pub fn loopback(ports: &[u16]) -> NodeAddrs {
 /// `root/n{i}`, one drive of `drive_size`, on the i-th four of `ports`.
 #[allow(dead_code)] // not every test binary uses every helper
 pub fn loopback_node(root: &Path, i: usize, etcd: &str, drive_size: &str, ports: &[u16]) -> NodeProc {
+    loopback_node_with(root, i, etcd, drive_size, ports, &[])
+}
+
+/// As [`loopback_node`], with more arguments for `strata node`.
+pub fn loopback_node_with(
+    root: &Path,
+    i: usize,
+    etcd: &str,
+    drive_size: &str,
+    ports: &[u16],
+    extra: &[&str],
+) -> NodeProc {
     let dir = root.join(format!("n{i}"));
     let addrs = loopback(&ports[(i - 1) * 4..i * 4]);
-    NodeProc::start(&dir, &format!("n{i}"), &format!("r{i}"), etcd, drive_size, addrs, &[])
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    NodeProc::start_with(&dir, &format!("n{i}"), &format!("r{i}"), etcd, drive_size, addrs, &[], &extra)
 }
 
 /// 4 KiB of pseudo-random bytes, named by `seed`.
