@@ -175,7 +175,13 @@ impl HostRecord {
         }
         self.keys()?;
         if let Some(psk) = &self.tls_psk {
-            TlsPsk::parse(psk).map_err(|e| bad("--tls-psk")(e.to_string()))?;
+            let psk = TlsPsk::parse(psk).map_err(|e| bad("--tls-psk")(e.to_string()))?;
+            if psk.hash() != HashFn::Sha256 {
+                return Err(bad("--tls-psk")(
+                    "SHA-384 PSKs (NVMeTLSkey-1:02:) are not supported yet: make one with nvme gen-tls-key --hmac=1"
+                        .to_string(),
+                ));
+            }
         }
         Ok(())
     }
@@ -459,6 +465,10 @@ mod tests {
             (HostSpec { dhchap_hash: Some("md5".into()), ..Default::default() }, "--dhchap-hash"),
             (HostSpec { dhchap_dhgroup: Some("ffdhe1024".into()), ..Default::default() }, "--dhchap-dhgroup"),
             (HostSpec { tls_psk: Some(secret()), ..Default::default() }, "--tls-psk"),
+            (
+                HostSpec { tls_psk: Some(TlsPsk::generate(HashFn::Sha384).to_interchange()), ..Default::default() },
+                "--tls-psk",
+            ),
         ];
         for (spec, field) in cases {
             match h.add(NQN, &spec).await {
