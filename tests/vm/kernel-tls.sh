@@ -14,6 +14,8 @@
 # strata has no PSK for refused; rotation (the connected controller keeps
 # working, the old PSK is refused, the new one works); discovery over TLS
 # reporting TREQ required and SECTYPE tls13; the refusals in strata's log.
+# The first steps are repeated against the kernel's own target (nvmet with
+# addr_tsas=tls1.3) in the same VM, for the reference behaviour.
 set -euo pipefail
 [ -n "${SUMMARY+x}" ] || . /vm/lib.sh
 
@@ -123,6 +125,28 @@ else
     fail "strata: discovery over TLS failed: $(tr '\n' ' ' <<<"$out" | cut -c1-200) $(tls_diag)"
 fi
 kill -TERM "$TLS_PID"; wait "$TLS_PID" || true
+
+# 5. The reference: the same first steps against the kernel's target.
+log "kernel-tls: the kernel's target (nvmet, file-backed, addr_tsas=tls1.3) for reference"
+REF_NQN=nqn.2014-08.org.example:tls-ref
+tls_insert "$secret" "$TLS_HOSTNQN" "$REF_NQN" >/dev/null
+modprobe loop 2>/dev/null || true
+truncate -s 64M /tmp/nvmet-tls-ref.img
+if REF_DEV=$(losetup -f --show /tmp/nvmet-tls-ref.img) && kernel_target_port 127.0.0.1 4460 addr_tsas=tls1.3 >/dev/null &&
+    kernel_target_up "$REF_DEV" 4460 "$REF_NQN"; then
+    if dev=$(connect 127.0.0.1 4460 "$REF_NQN" --tls --hostnqn="$TLS_HOSTNQN" --hostid="$TLS_HOSTID") &&
+        dd_check "$dev"; then
+        pass "nvmet (reference): TLS connect + 4 MiB dd write/read-back"
+    else fail "nvmet (reference): TLS connect: $(tls_diag)"; fi
+    disconnect_all
+    if connect_refused 127.0.0.1 4460 "$REF_NQN" --hostnqn="$TLS_HOSTNQN" --hostid="$TLS_HOSTID"; then
+        pass "nvmet (reference): connect without TLS to the TLS-required port refused"
+    else fail "nvmet (reference): connect without TLS accepted"; fi
+    kernel_target_down
+    losetup -d "$REF_DEV" || true
+else
+    fail "nvmet (reference): could not set up the kernel target"
+fi
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     print_summary
     exit "$FAILED"

@@ -90,6 +90,16 @@ impl Sock {
     fn has_input(&self) -> bool {
         self.rpos < self.rbuf.len()
     }
+
+    /// Whether a whole TLS record (a 5-byte header, its length in bytes
+    /// 3-4, then that many bytes) waits for OpenSSL.
+    fn has_record(&self) -> bool {
+        let held = &self.rbuf[self.rpos..];
+        match held.get(3..5) {
+            Some(&[hi, lo]) => held.len() >= 5 + (usize::from(hi) << 8 | usize::from(lo)),
+            _ => false,
+        }
+    }
 }
 
 impl std::io::Read for Sock {
@@ -98,7 +108,21 @@ impl std::io::Read for Sock {
             self.rbuf.clear();
             self.rpos = 0;
             self.rbuf.reserve(SOCK_READ);
-            let r = self.tcp.try_read_buf(&mut self.rbuf);
+            // A plain recv first: tokio's readiness cache only changes when
+            // its reactor runs, and a busy-polling queue keeps it from
+            // running. When that recv finds nothing, tokio's own read
+            // clears the cache (or finds what just arrived), so that the
+            // next readiness wait sleeps.
+            let spare = self.rbuf.spare_capacity_mut();
+            let r = match socket2::SockRef::from(&self.tcp).recv(spare) {
+                Ok(n) => {
+                    // SAFETY: `recv` initialised the first `n` spare bytes.
+                    unsafe { self.rbuf.set_len(n) };
+                    Ok(n)
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.tcp.try_read_buf(&mut self.rbuf),
+                Err(e) => Err(e),
+            };
             if self.would_block(r)? == 0 {
                 return Ok(0);
             }
@@ -186,23 +210,36 @@ impl TlsStream {
         &self.ssl.get_ref().tcp
     }
 
-    /// One `SSL_read` into `buf`: `Ok(0)` at the end of the stream,
-    /// `WouldBlock` when the socket has no more.
+    /// `SSL_read` into `buf` until it is full or no whole record is left
+    /// in hand: every whole record one socket read brought in, so that a batch
+    /// of commands is handled as one, as over plain TCP. `Ok(0)` at the
+    /// end of the stream, `WouldBlock` when the socket has nothing.
     fn read_now(&mut self, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
         use openssl::ssl::ErrorCode;
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        self.ssl.get_mut().blocked = false;
         // Whatever OpenSSL wrote while reading (an alert) goes out too.
         let _ = self.ssl.get_mut().flush_out();
         self.ssl.get_mut().blocked = false;
-        match self.ssl.ssl_read_uninit(buf) {
-            Ok(n) => Ok(n),
-            Err(e) if e.code() == ErrorCode::ZERO_RETURN => Ok(0),
-            Err(e) if e.code() == ErrorCode::SYSCALL && e.io_error().is_none() => Ok(0),
-            Err(e) => Err(io_error(e)),
+        let mut total = 0;
+        while total < buf.len() {
+            match self.ssl.ssl_read_uninit(&mut buf[total..]) {
+                Ok(n) => total += n,
+                Err(e) if total > 0 => {
+                    // Handed out next time, if it was not just the end of
+                    // what was in hand.
+                    drop(e);
+                    break;
+                }
+                Err(e) if e.code() == ErrorCode::ZERO_RETURN => return Ok(0),
+                Err(e) if e.code() == ErrorCode::SYSCALL && e.io_error().is_none() => return Ok(0),
+                Err(e) => return Err(io_error(e)),
+            }
+            // On while OpenSSL holds decrypted bytes or a whole record is
+            // in hand; a record still arriving is left for the next read.
+            if self.ssl.ssl().pending() == 0 && !self.ssl.get_ref().has_record() {
+                break;
+            }
         }
+        Ok(total)
     }
 
     /// One `SSL_write` of `buf` (at most [`COALESCE`] bytes of it): its
