@@ -82,12 +82,7 @@ impl KvTls {
     ///
     /// A file that cannot be read or parsed, or a key that does not match.
     pub fn from_files(cert: &std::path::Path, key: &std::path::Path) -> Result<KvTls, String> {
-        use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
-        let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).map_err(|e| e.to_string())?;
-        b.set_certificate_chain_file(cert).map_err(|e| format!("certificate {}: {e}", cert.display()))?;
-        b.set_private_key_file(key, SslFiletype::PEM).map_err(|e| format!("key {}: {e}", key.display()))?;
-        b.check_private_key().map_err(|e| format!("the key does not match the certificate: {e}"))?;
-        Ok(KvTls(b.build()))
+        strata_tls::cert::acceptor(cert, key).map(KvTls)
     }
 }
 

@@ -36,6 +36,12 @@ pub struct ServeConfig {
     pub http: SocketAddr,
     /// Serve the API on an address other than loopback (plain HTTP).
     pub allow_remote_api: bool,
+    /// The API's TLS certificate chain and key (PEM); with them the API
+    /// is HTTPS and may listen on any address.
+    pub http_tls: Option<(PathBuf, PathBuf)>,
+    /// The CA that signed the nodes' API certificates, trusted (besides
+    /// the system's CAs) when a node forwards a request to another node.
+    pub http_tls_ca: Option<PathBuf>,
     /// Drive specs as given (`PATH[:SIZE]`, `mem:SIZE`).
     pub drives: Vec<String>,
     /// Default volume size in bytes (0 = none).

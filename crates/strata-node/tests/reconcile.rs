@@ -56,6 +56,8 @@ impl TestNode {
             discovery: Vec::new(),
             http: addr(ports[2]),
             allow_remote_api: false,
+            http_tls: None,
+            http_tls_ca: None,
             drives: vec!["mem:512M".into()],
             default_volume_size: 0,
             allow_buffered: true,

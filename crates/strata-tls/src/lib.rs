@@ -8,6 +8,7 @@
 //!   [`server::sniff`] telling a TLS ClientHello from an ICReq on an
 //!   `allowed` port.
 //! - [`client`]: an initiator's context and handshake.
+//! - [`cert`]: certificate TLS for the HTTP API and the KV port.
 //! - [`Stream`]: plain TCP or TLS over it, with the non-blocking reads and
 //!   vectored writes the target's and the initiator's queues are built on.
 //!
@@ -25,6 +26,7 @@
 //! kernel's initiator hands the socket to kTLS right after the handshake,
 //! and a ticket arriving there would be a record it cannot take.
 
+pub mod cert;
 pub mod client;
 pub mod server;
 mod stream;

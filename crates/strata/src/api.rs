@@ -70,8 +70,9 @@ pub async fn serve(
     hosts: Arc<Hosts>,
     audit: Arc<AuditLog>,
     addr: SocketAddr,
+    tls: Option<openssl::ssl::SslAcceptor>,
 ) -> anyhow::Result<SocketAddr> {
-    serve_http(addr, move |req| {
+    serve_http(addr, tls, move |req| {
         let (backend, tokens, hosts, audit) = (backend.clone(), tokens.clone(), hosts.clone(), audit.clone());
         async move {
             let (method, path) = (req.method().clone(), req.uri().path().to_string());
@@ -132,14 +133,33 @@ async fn audit_route(audit: &AuditLog, req: Request<Incoming>) -> Response<Full<
 /// # Errors
 ///
 /// A routable address without `allow_remote`.
-pub fn check_exposure(addr: SocketAddr, allow_remote: bool) -> anyhow::Result<()> {
+pub fn check_exposure(addr: SocketAddr, allow_remote: bool, tls: bool) -> anyhow::Result<()> {
     anyhow::ensure!(
-        addr.ip().is_loopback() || allow_remote,
+        addr.ip().is_loopback() || allow_remote || tls,
         "refusing to serve the HTTP API on {addr}: it is plain HTTP, so its tokens would cross the network in \
-         clear text. Listen on loopback (--http 127.0.0.1:7420), or pass --allow-remote-api on a trusted \
-         management network"
+         clear text. Listen on loopback (--http 127.0.0.1:7420), serve it over TLS (--http-tls-cert and \
+         --http-tls-key), or pass --allow-remote-api on a trusted management network"
     );
     Ok(())
+}
+
+/// The API's TLS acceptor when `cfg` names a certificate and key (the key
+/// file must be the owner's only); also makes the requests this node
+/// forwards to other nodes HTTPS, trusting `http_tls_ca` besides the
+/// system's CAs.
+///
+/// # Errors
+///
+/// A file that cannot be read, a key others may read, a key that does not
+/// match its certificate.
+pub fn tls_of(cfg: &strata_node::config::ServeConfig) -> anyhow::Result<Option<openssl::ssl::SslAcceptor>> {
+    let Some((cert, key)) = &cfg.http_tls else { return Ok(None) };
+    crate::kv_cmd::read_secret(key).map_err(|e| anyhow::anyhow!("--http-tls-key: {e:#}"))?;
+    let acceptor = strata_tls::cert::acceptor(cert, key).map_err(|e| anyhow::anyhow!("--http-tls-cert/key: {e}"))?;
+    let connector =
+        strata_tls::cert::connector(cfg.http_tls_ca.as_deref()).map_err(|e| anyhow::anyhow!("--http-tls-ca: {e}"))?;
+    crate::client::set_forward_tls(connector);
+    Ok(Some(acceptor))
 }
 
 /// The request's bearer token checked against the role its method needs
@@ -320,7 +340,11 @@ pub enum Backend {
 /// # Errors
 ///
 /// When the address cannot be bound.
-pub async fn serve_http<H, F>(addr: SocketAddr, handler: H) -> anyhow::Result<SocketAddr>
+pub async fn serve_http<H, F>(
+    addr: SocketAddr,
+    tls: Option<openssl::ssl::SslAcceptor>,
+    handler: H,
+) -> anyhow::Result<SocketAddr>
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
@@ -339,22 +363,53 @@ where
                 }
             };
             let handler = handler.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let op = tokio::spawn(handler(req));
-                    async move {
-                        Ok::<_, Infallible>(op.await.unwrap_or_else(|e| {
-                            error(StatusCode::INTERNAL_SERVER_ERROR, format!("the request failed: {e}"))
-                        }))
-                    }
-                });
-                if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
-                    tracing::debug!("HTTP connection error: {e}");
+                match tls {
+                    None => serve_connection(stream, handler).await,
+                    Some(acceptor) => match tls_accept(&acceptor, stream).await {
+                        Ok(s) => serve_connection(s, handler).await,
+                        Err(e) => tracing::debug!("HTTPS handshake failed: {e}"),
+                    },
                 }
             });
         }
     });
     Ok(bound)
+}
+
+/// Serves HTTP/1.1 requests on one connection, plain or TLS.
+async fn serve_connection<I, H, F>(io: I, handler: H)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let svc = service_fn(move |req| {
+        let op = tokio::spawn(handler(req));
+        async move {
+            Ok::<_, Infallible>(
+                op.await
+                    .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, format!("the request failed: {e}"))),
+            )
+        }
+    });
+    if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(io), svc).await {
+        tracing::debug!("HTTP connection error: {e}");
+    }
+}
+
+/// The server's TLS handshake, within 10 s.
+async fn tls_accept(
+    acceptor: &openssl::ssl::SslAcceptor,
+    tcp: tokio::net::TcpStream,
+) -> anyhow::Result<tokio_openssl::SslStream<tokio::net::TcpStream>> {
+    let ssl = openssl::ssl::Ssl::new(acceptor.context())?;
+    let mut s = tokio_openssl::SslStream::new(ssl, tcp)?;
+    tokio::time::timeout(Duration::from_secs(10), std::pin::Pin::new(&mut s).accept())
+        .await
+        .map_err(|_| anyhow::anyhow!("timed out"))??;
+    Ok(s)
 }
 
 fn reply(status: StatusCode, body: impl serde::Serialize) -> Response<Full<Bytes>> {
@@ -609,7 +664,7 @@ async fn forwarded(
     body: Option<&Value>,
     auth: &str,
 ) -> Response<Full<Bytes>> {
-    let base = format!("http://{at}");
+    let base = format!("{}://{at}", crate::client::forward_scheme());
     match crate::client::forward(&base, method, path, body, auth, Duration::from_secs(10)).await {
         Ok((status, v)) => reply(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), v),
         Err(e) => error(StatusCode::BAD_GATEWAY, format!("the volume's owner (API {at}) did not answer: {e:#}")),
@@ -717,4 +772,20 @@ async fn metrics(node: &Node) -> Response<Full<Bytes>> {
         .header("content-type", "text/plain; version=0.0.4")
         .body(Full::new(Bytes::from(out)))
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_routable_api_address_needs_tls_or_the_flag() {
+        let any: SocketAddr = "0.0.0.0:7420".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:7420".parse().unwrap();
+        assert!(check_exposure(lo, false, false).is_ok());
+        let e = check_exposure(any, false, false).unwrap_err().to_string();
+        assert!(e.contains("--http-tls-cert") && e.contains("--allow-remote-api"), "{e}");
+        assert!(check_exposure(any, true, false).is_ok());
+        assert!(check_exposure(any, false, true).is_ok());
+    }
 }

@@ -1,9 +1,11 @@
 //! The CLI's HTTP client for the volume commands: one request per
-//! connection, JSON in and out.
+//! connection, JSON in and out, plain HTTP or HTTPS (`https://` API
+//! addresses; the server's certificate is checked against the system's
+//! CAs and `$STRATA_API_CA`, and against the address's name or IP).
 //!
 //! hyper's client connection API does the HTTP/1.1 framing (chunked
 //! bodies included) on a small current-thread tokio runtime built per
-//! call; the CLI makes one request and exits, so a pool, TLS or a shared
+//! call; the CLI makes one request and exits, so a pool or a shared
 //! runtime would buy nothing. Every call has a deadline covering connect,
 //! send and the whole answer.
 
@@ -20,6 +22,21 @@ use serde_json::Value;
 /// answer. Volume operations are metadata updates; two minutes is far
 /// beyond any healthy answer.
 const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The TLS client context of the requests a node forwards to other
+/// nodes, set when the node's own API is HTTPS (see [`set_forward_tls`]).
+static FORWARD_TLS: std::sync::OnceLock<openssl::ssl::SslConnector> = std::sync::OnceLock::new();
+
+/// Makes the requests this node forwards to other nodes HTTPS, with
+/// `connector` (the cluster's nodes serve their APIs alike).
+pub fn set_forward_tls(connector: openssl::ssl::SslConnector) {
+    let _ = FORWARD_TLS.set(connector);
+}
+
+/// `https` when forwarded requests use TLS, else `http`.
+pub fn forward_scheme() -> &'static str {
+    if FORWARD_TLS.get().is_some() { "https" } else { "http" }
+}
 
 /// Where the CLI's token is, as [`set_token_file`] was told.
 static TOKEN_FILE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
@@ -129,16 +146,31 @@ async fn send(
     body: Option<&Value>,
     authorization: Option<&str>,
 ) -> anyhow::Result<(hyper::StatusCode, Option<Value>, Bytes)> {
-    let hostport = base.strip_prefix("http://").unwrap_or(base).trim_end_matches('/');
+    let (tls, hostport) = match base.strip_prefix("https://") {
+        Some(rest) => (true, rest),
+        None => (false, base.strip_prefix("http://").unwrap_or(base)),
+    };
+    let hostport = hostport.trim_end_matches('/');
     let stream = tokio::net::TcpStream::connect(hostport).await.with_context(|| {
         format!("cannot reach the strata API at {base}: is `strata serve` running? (--api or STRATA_API)")
     })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .with_context(|| format!("HTTP handshake with the strata API at {base}"))?;
-    // The connection future moves the bytes; it ends when the answer is
-    // read and `sender` is dropped, or with the runtime on a timeout.
-    tokio::spawn(conn);
+    let mut sender = if tls {
+        let s = tls_connect(base, hostport, stream).await?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+            .await
+            .with_context(|| format!("HTTP handshake with the strata API at {base}"))?;
+        tokio::spawn(conn);
+        sender
+    } else {
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .with_context(|| format!("HTTP handshake with the strata API at {base}"))?;
+        // The connection future moves the bytes; it ends when the answer
+        // is read and `sender` is dropped, or with the runtime on a
+        // timeout.
+        tokio::spawn(conn);
+        sender
+    };
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let mut req = hyper::Request::builder()
         .method(method)
@@ -157,6 +189,33 @@ async fn send(
     let json: Option<Value> =
         if bytes.trim_ascii().is_empty() { Some(Value::Null) } else { serde_json::from_slice(&bytes).ok() };
     Ok((status, json, bytes))
+}
+
+/// The TLS handshake with the API at `hostport`: the node's forwarding
+/// context, or one trusting the system's CAs and `$STRATA_API_CA`; the
+/// certificate must name the host (or IP address) of `hostport`.
+async fn tls_connect(
+    base: &str,
+    hostport: &str,
+    tcp: tokio::net::TcpStream,
+) -> anyhow::Result<tokio_openssl::SslStream<tokio::net::TcpStream>> {
+    let connector = match FORWARD_TLS.get() {
+        Some(c) => c.clone(),
+        None => {
+            let ca = std::env::var_os("STRATA_API_CA").map(std::path::PathBuf::from);
+            strata_tls::cert::connector(ca.as_deref()).map_err(|e| anyhow!("STRATA_API_CA: {e}"))?
+        }
+    };
+    let host = match hostport.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+        None => hostport,
+    };
+    let ssl = connector.configure()?.into_ssl(host)?;
+    let mut s = tokio_openssl::SslStream::new(ssl, tcp)?;
+    std::pin::Pin::new(&mut s).connect().await.with_context(|| {
+        format!("TLS with the strata API at {base} (a CA the system does not trust? set STRATA_API_CA)")
+    })?;
+    Ok(s)
 }
 
 #[cfg(test)]

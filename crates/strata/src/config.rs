@@ -44,6 +44,12 @@ pub struct FileConfig {
     pub http: Option<String>,
     /// Serve the API on an address other than loopback (plain HTTP).
     pub allow_remote_api: Option<bool>,
+    /// The API's TLS certificate chain (PEM): HTTPS.
+    pub http_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM, mode 0600).
+    pub http_tls_key: Option<PathBuf>,
+    /// The CA of the other nodes' API certificates (for forwarding).
+    pub http_tls_ca: Option<PathBuf>,
     /// Drives: `PATH[:SIZE]`, a block device, or `mem:SIZE`.
     pub drives: Option<Vec<String>>,
     /// Size of the default drive file when `drives` is empty.
@@ -156,6 +162,18 @@ pub struct ServeArgs {
     /// on a trusted management network.
     #[arg(long)]
     pub allow_remote_api: bool,
+    /// Serve the HTTP API over TLS (HTTPS) with this certificate chain
+    /// (PEM); then it may listen on any address. Clients trust it through
+    /// the system's CAs or STRATA_API_CA.
+    #[arg(long, value_name = "FILE", requires = "http_tls_key")]
+    pub http_tls_cert: Option<PathBuf>,
+    /// The API certificate's private key (PEM, mode 0600).
+    #[arg(long, value_name = "FILE", requires = "http_tls_cert")]
+    pub http_tls_key: Option<PathBuf>,
+    /// The CA that signed the other nodes' API certificates, trusted when
+    /// a node forwards a request to another (a cluster with HTTPS APIs).
+    #[arg(long, value_name = "FILE")]
+    pub http_tls_ca: Option<PathBuf>,
     /// A drive: a file created sparse with SIZE if missing (PATH:SIZE), a
     /// block device used whole, or volatile RAM (mem:SIZE). Repeatable.
     /// Default: DATA_DIR/drive0.img of --drive-size.
@@ -329,6 +347,15 @@ pub fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
         discovery,
         http,
         allow_remote_api: args.allow_remote_api || file.allow_remote_api.unwrap_or(false),
+        http_tls: match (
+            args.http_tls_cert.clone().or(file.http_tls_cert),
+            args.http_tls_key.clone().or(file.http_tls_key),
+        ) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => bail!("http_tls_cert and http_tls_key go together"),
+        },
+        http_tls_ca: args.http_tls_ca.clone().or(file.http_tls_ca),
         drives,
         default_volume_size,
         allow_buffered: args.allow_buffered || file.allow_buffered.unwrap_or(false),

@@ -121,7 +121,7 @@ struct UsersFile {
 }
 
 /// Reads a secret file, refusing one that others may read.
-fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
+pub(crate) fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
     let mode = meta.permissions().mode();

@@ -483,7 +483,9 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         target.set_executors(start_executors(threads, &stop_rx)?);
         tracing::info!(threads, "connections run on per-core runtimes");
     }
-    api::check_exposure(cfg.http, cfg.allow_remote_api)?;
+    let api_tls = api::tls_of(&cfg)?;
+    api::check_exposure(cfg.http, cfg.allow_remote_api, api_tls.is_some())?;
+    let scheme = if api_tls.is_some() { "https" } else { "http" };
     let node = node::Node::open(&cfg, target).await?;
     // The hosts' keys and the audit trail are in place before the first
     // host can connect: no window in which a host with a key gets in
@@ -495,7 +497,7 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     node.listen(&cfg).await?;
     let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(node.meta()));
     let token_file = tokens.ensure_local(&cfg.data_dir, "local admin (strata serve)").await?;
-    let http = api::serve(api::Backend::Serve(node.clone()), tokens, hosts, audit, cfg.http).await?;
+    let http = api::serve(api::Backend::Serve(node.clone()), tokens, hosts, audit, cfg.http, api_tls).await?;
     let a = cfg.listen[0];
     let host = if a.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.ip().to_string() };
     println!("strata {} serving; data dir {}", env!("CARGO_PKG_VERSION"), cfg.data_dir.display());
@@ -507,7 +509,7 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     for v in node.list_volumes().await.map_err(|e| anyhow::anyhow!("{e}"))? {
         println!("  volume {} ({}): {}", v.name, v.size, v.connect);
     }
-    println!("  API: http://{http}/api/v1/volumes (admin token: {})", token_file.display());
+    println!("  API: {scheme}://{http}/api/v1/volumes (admin token: {})", token_file.display());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),

@@ -167,7 +167,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     serve.default_volume_size = Some("0".into());
     let name = settings.name.clone();
     let serve_cfg = config::load(&serve)?;
-    crate::api::check_exposure(serve_cfg.http, serve_cfg.allow_remote_api)?;
+    let api_tls = crate::api::tls_of(&serve_cfg)?;
+    crate::api::check_exposure(serve_cfg.http, serve_cfg.allow_remote_api, api_tls.is_some())?;
+    let scheme = if api_tls.is_some() { "https" } else { "http" };
     let data_dir = serve_cfg.data_dir.clone();
     let node = start(NodeStart {
         name: settings.name,
@@ -211,9 +213,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(cluster.meta()));
     let token_file = tokens.ensure_local(&data_dir, &format!("local admin (node {name})")).await?;
     let http =
-        crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), tokens, hosts, audit, node.http).await?;
+        crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), tokens, hosts, audit, node.http, api_tls)
+            .await?;
     println!(
-        "strata {} node {name} (id {}) in a cluster of {} nodes; fabric {}; API http://{http}/api/v1/pool \
+        "strata {} node {name} (id {}) in a cluster of {} nodes; fabric {}; API {scheme}://{http}/api/v1/pool \
          (admin token: {})",
         env!("CARGO_PKG_VERSION"),
         node.id.0,

@@ -966,3 +966,64 @@ async fn volumes_sharing_a_subsystem_are_masked_to_their_hosts() {
     let intruder = HostConfig::default();
     assert!(Controller::connect(server.io, shared, &intruder).await.is_err(), "a host on neither list");
 }
+
+/// The HTTP API over TLS: the CLI reaches it at `https://` when it trusts
+/// the certificate (`STRATA_API_CA`), refuses it otherwise, plain HTTP to
+/// it gets nowhere, and a key file others may read is refused at start.
+#[test]
+fn the_api_over_tls_is_reached_only_through_a_trusted_certificate() {
+    let _group = strata_testkit::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("api.crt"), dir.path().join("api.key"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=strata-api"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl(1)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let data = dir.path().join("data");
+    let (c, k) = (cert.display().to_string(), key.display().to_string());
+    let tls_args = ["--http-tls-cert", c.as_str(), "--http-tls-key", k.as_str()];
+    let refused = Command::new(BIN)
+        .args(["serve", "--data-dir", &data.display().to_string(), "--drive", "mem:64M"])
+        .args(["--listen", "127.0.0.1:0", "--discovery", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(tls_args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("readable by others"), "{err}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let server = Server::start(&data, &tls_args);
+    let list = |scheme: &str, ca: Option<&std::path::Path>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "volume",
+            "list",
+            "--api",
+            &format!("{scheme}://{}", server.api),
+            "--token-file",
+            &server.token_file,
+        ]);
+        cmd.env_remove("STRATA_API_CA");
+        if let Some(ca) = ca {
+            cmd.env("STRATA_API_CA", ca);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (ok, out, err) = list("https", Some(&cert));
+    assert!(ok && out.contains("default"), "{out}{err}");
+    let (ok, _, err) = list("https", None);
+    assert!(!ok && err.contains("STRATA_API_CA"), "an untrusted certificate was accepted: {err}");
+    let (ok, _, err) = list("http", Some(&cert));
+    assert!(!ok, "plain HTTP reached the HTTPS API: {err}");
+}
