@@ -576,20 +576,7 @@ fn an_open_port_listens_on_loopback_only_and_secret_files_must_be_private() {
 fn with_tls_the_port_serves_redis_cli_and_redis_py_over_tls_only() {
     let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("kv.crt"), dir.path().join("kv.key"));
-    let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=strata-kv"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl");
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
+    let (cert, key) = crate::self_signed(dir.path(), "kv");
     let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
     let kv = Kv::start(dir.path(), "64M", &["--tls-cert", &cert_s, "--tls-key", &key_s]);
     let port = kv.addr.port().to_string();

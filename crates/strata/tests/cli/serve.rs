@@ -974,16 +974,7 @@ async fn volumes_sharing_a_subsystem_are_masked_to_their_hosts() {
 fn the_api_over_tls_is_reached_only_through_a_trusted_certificate() {
     let _group = strata_testkit::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("api.crt"), dir.path().join("api.key"));
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=strata-api"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl(1)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (cert, key) = crate::self_signed(dir.path(), "api");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let data = dir.path().join("data");
