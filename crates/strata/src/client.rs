@@ -155,21 +155,9 @@ async fn send(
         format!("cannot reach the strata API at {base}: is `strata serve` running? (--api or STRATA_API)")
     })?;
     let mut sender = if tls {
-        let s = tls_connect(base, hostport, stream).await?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
-            .await
-            .with_context(|| format!("HTTP handshake with the strata API at {base}"))?;
-        tokio::spawn(conn);
-        sender
+        http_handshake(base, tls_connect(base, hostport, stream).await?).await?
     } else {
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .with_context(|| format!("HTTP handshake with the strata API at {base}"))?;
-        // The connection future moves the bytes; it ends when the answer
-        // is read and `sender` is dropped, or with the runtime on a
-        // timeout.
-        tokio::spawn(conn);
-        sender
+        http_handshake(base, stream).await?
     };
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let mut req = hyper::Request::builder()
@@ -189,6 +177,20 @@ async fn send(
     let json: Option<Value> =
         if bytes.trim_ascii().is_empty() { Some(Value::Null) } else { serde_json::from_slice(&bytes).ok() };
     Ok((status, json, bytes))
+}
+
+/// HTTP/1.1 over `io` to the API at `base`. The connection future moves
+/// the bytes; it ends when the answer is read and the sender is dropped,
+/// or with the runtime on a timeout.
+async fn http_handshake<I>(base: &str, io: I) -> anyhow::Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .with_context(|| format!("HTTP handshake with the strata API at {base}"))?;
+    tokio::spawn(conn);
+    Ok(sender)
 }
 
 /// The TLS handshake with the API at `hostport`: the node's forwarding
