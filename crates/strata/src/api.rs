@@ -154,7 +154,7 @@ pub fn check_exposure(addr: SocketAddr, allow_remote: bool, tls: bool) -> anyhow
 /// match its certificate.
 pub fn tls_of(cfg: &strata_node::config::ServeConfig) -> anyhow::Result<Option<openssl::ssl::SslAcceptor>> {
     let Some((cert, key)) = &cfg.http_tls else { return Ok(None) };
-    crate::kv_cmd::read_secret(key).map_err(|e| anyhow::anyhow!("--http-tls-key: {e:#}"))?;
+    crate::config::read_secret(key).map_err(|e| anyhow::anyhow!("--http-tls-key: {e:#}"))?;
     let acceptor = strata_tls::cert::acceptor(cert, key).map_err(|e| anyhow::anyhow!("--http-tls-cert/key: {e}"))?;
     let connector =
         strata_tls::cert::connector(cfg.http_tls_ca.as_deref()).map_err(|e| anyhow::anyhow!("--http-tls-ca: {e}"))?;

@@ -365,6 +365,26 @@ pub fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
     })
 }
 
+/// Reads a secret file (a password, a TLS key), refusing one that others
+/// may read.
+///
+/// # Errors
+///
+/// The file cannot be read, or its mode lets others read it.
+pub fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    let mode = meta.permissions().mode();
+    anyhow::ensure!(
+        mode & 0o077 == 0,
+        "{} holds secrets but is readable by others (mode {:o}): chmod 600 {}",
+        path.display(),
+        mode & 0o777,
+        path.display()
+    );
+    std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))
+}
+
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("config file {} is not valid", path.display()))

@@ -120,33 +120,18 @@ struct UsersFile {
     user: Vec<UserEntry>,
 }
 
-/// Reads a secret file, refusing one that others may read.
-pub(crate) fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
-    let mode = meta.permissions().mode();
-    anyhow::ensure!(
-        mode & 0o077 == 0,
-        "{} holds secrets but is readable by others (mode {:o}): chmod 600 {}",
-        path.display(),
-        mode & 0o777,
-        path.display()
-    );
-    std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))
-}
-
 /// Who may use the port, from `--requirepass-file` and `--users`.
 fn access_of(args: &ServeArgs) -> anyhow::Result<strata_kv::auth::Access> {
     let mut access = strata_kv::auth::Access::open();
     if let Some(path) = &args.requirepass_file {
-        let text = read_secret(path)?;
+        let text = crate::config::read_secret(path)?;
         let pass = text.lines().next().unwrap_or("").trim_end_matches('\r');
         access
             .add_user(strata_kv::auth::DEFAULT_USER, pass.as_bytes())
             .with_context(|| format!("{}", path.display()))?;
     }
     if let Some(path) = &args.users {
-        let text = read_secret(path)?;
+        let text = crate::config::read_secret(path)?;
         let file: UsersFile = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
         for u in file.user {
             match &u.namespaces {
@@ -221,7 +206,7 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     check_exposure(args.listen, &access)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
-            read_secret(key).context("--tls-key")?;
+            crate::config::read_secret(key).context("--tls-key")?;
             Some(
                 strata_kv::server::KvTls::from_files(cert, key)
                     .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?,
