@@ -252,6 +252,13 @@ impl TlsStream {
         sock.blocked = false;
         sock.flush_out()?;
         if self.unflushed > 0 {
+            // The retry repeats the bytes first given (or more after them).
+            if buf.len() < self.unflushed {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a TLS write retried with fewer bytes than it was first given",
+                ));
+            }
             return Ok(std::mem::take(&mut self.unflushed));
         }
         if buf.is_empty() {
