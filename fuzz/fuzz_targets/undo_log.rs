@@ -48,7 +48,7 @@ fn images() -> &'static (Vec<u8>, Vec<u8>) {
                 let lba = seq * 7 % (DATA_BLOCKS - 2);
                 let blocks = 1 + seq % 2;
                 let buf = IoBuf::from_slice(&vec![seq as u8; (blocks * u64::from(BS)) as usize]);
-                let (_, r) = dev.write_logged(seq, lba, buf).await;
+                let (_, r) = dev.write_logged(seq, 0, lba, buf).await;
                 r.expect("logged write");
                 if seq % 5 == 0 {
                     dev.commit(seq - 2).await.expect("commit");

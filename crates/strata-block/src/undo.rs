@@ -27,8 +27,15 @@ use crate::{BlockError, BlockFuture, IoBuf};
 ///   committed mark.
 pub trait UndoLog: Send + Sync {
     /// Writes `buf` (whole blocks) at `lba` as update `seq`, first keeping
-    /// the bytes it overwrites.
-    fn write_logged(&self, seq: u64, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)>;
+    /// the bytes it overwrites, and `targets` with them (see
+    /// [`UndoRecord::targets`]).
+    fn write_logged(
+        &self,
+        seq: u64,
+        targets: u64,
+        lba: u64,
+        buf: IoBuf,
+    ) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)>;
 
     /// The newest update committed here (0 if none).
     fn committed(&self) -> u64;
@@ -70,12 +77,18 @@ pub struct UndoRecord {
     pub lba: u64,
     /// Blocks overwritten.
     pub blocks: u64,
+    /// The positions of its stripe the owner sent the update to (bit `p`
+    /// for position `p`), so that a new owner can tell an update that
+    /// missed an in-sync shard from one that reached all of them, even
+    /// where the strips at hand would still decode; 0 when unknown (a
+    /// record kept by a build that did not record them).
+    pub targets: u64,
 }
 
 impl UndoRecord {
-    /// Bytes of one record in a list on the wire: seq, lba, blocks, each
-    /// a little-endian u64.
-    pub const WIRE_LEN: usize = 24;
+    /// Bytes of one record in a list on the wire: seq, lba, blocks and
+    /// targets, each a little-endian u64.
+    pub const WIRE_LEN: usize = 32;
 
     /// The blocks it overwrote.
     pub fn range(&self) -> std::ops::Range<u64> {

@@ -983,21 +983,28 @@ impl IoQueue<'_> {
 
     /// A logged Write to an erasure-coded shard: as
     /// [`IoQueue::fenced_write`], the shard keeping the bytes it overwrites
-    /// as update `seq` until committed ([`fenced::WRITE_LOGGED`]).
+    /// as update `seq` until committed, with the stripe positions the
+    /// update is sent to (`targets`, one bit per position)
+    /// ([`fenced::WRITE_LOGGED`]).
     ///
     /// # Errors
     ///
-    /// As [`IoQueue::fenced_read`].
+    /// [`HostError::InvalidArgument`] for targets past position 31 (a
+    /// stripe is at most 32 wide); otherwise as [`IoQueue::fenced_read`].
     pub async fn fenced_write_logged(
         &self,
         nsid: u32,
         epoch: u64,
         seq: u64,
+        targets: u64,
         slba: u64,
         data: impl Into<Bytes>,
     ) -> Result<(), HostError> {
+        let targets = u32::try_from(targets)
+            .map_err(|_| HostError::InvalidArgument(format!("update targets {targets:#x} name a position past 31")))?;
         let mut sqe = undo_sqe(fenced::WRITE_LOGGED, nsid, epoch);
         sqe.set_update_seq(seq);
+        sqe.set_update_targets(targets);
         self.data_command(sqe, slba, data.into(), false).await
     }
 
@@ -1022,16 +1029,17 @@ impl IoQueue<'_> {
 
     /// Undo Records ([`fenced::UNDO_RECORDS`]): the records shard `nsid`
     /// keeps of the updates after `after`, oldest first, as (seq, lba,
-    /// blocks).
+    /// blocks, targets).
     ///
     /// # Errors
     ///
     /// As [`IoQueue::fenced_read`]; [`HostError::QueueFailed`] with
     /// [`QueueFailure::Protocol`](crate::QueueFailure::Protocol) for a
     /// reply that does not hold a list.
-    pub async fn fenced_undo_records(&self, nsid: u32, epoch: u64, after: u64) -> Result<Vec<[u64; 3]>, HostError> {
+    pub async fn fenced_undo_records(&self, nsid: u32, epoch: u64, after: u64) -> Result<Vec<[u64; 4]>, HostError> {
         let block = self.transfer_len(nsid, 1).await?;
-        let len = (fenced::LIST_COUNT_LEN + fenced::MAX_LIST * 24).div_ceil(block) * block;
+        let len =
+            (fenced::LIST_COUNT_LEN + fenced::MAX_LIST * strata_block::UndoRecord::WIRE_LEN).div_ceil(block) * block;
         let len = len.min(self.ctrl.max_transfer / block * block).max(block);
         let protocol = |why: String| HostError::QueueFailed {
             qid: self.qid(),
@@ -1043,8 +1051,8 @@ impl IoQueue<'_> {
         loop {
             let sqe = undo_list_sqe(fenced::UNDO_RECORDS, nsid, epoch, from, (len / block) as u32);
             let reply = self.q.execute(Command { sqe, data_out: None, read_len: len }).await?;
-            let values = fenced::decode_list(&reply.data, 3).map_err(|e| protocol(e.to_string()))?;
-            let page: Vec<[u64; 3]> = values.chunks_exact(3).map(|v| [v[0], v[1], v[2]]).collect();
+            let values = fenced::decode_list(&reply.data, 4).map_err(|e| protocol(e.to_string()))?;
+            let page: Vec<[u64; 4]> = values.chunks_exact(4).map(|v| [v[0], v[1], v[2], v[3]]).collect();
             let more = reply.cqe.result != 0;
             match page.last() {
                 Some(last) if more => {

@@ -201,6 +201,16 @@ impl Sqe {
         put_u64(&mut self.0, CDW14_OFFSET, seq)
     }
 
+    /// The stripe positions a [`fenced::WRITE_LOGGED`] update is sent to,
+    /// one bit per position (CDW13; a stripe is at most 32 wide).
+    pub fn update_targets(&self) -> u32 {
+        self.cdw13()
+    }
+    /// Sets the stripe positions of a [`fenced::WRITE_LOGGED`].
+    pub fn set_update_targets(&mut self, targets: u32) {
+        self.set_cdw13(targets)
+    }
+
     /// The 64-bit argument in CDW10-CDW11 ([`fenced::COMMIT`],
     /// [`fenced::ROLL_BACK`]).
     pub fn arg64(&self) -> u64 {
@@ -294,7 +304,9 @@ pub mod fenced {
 
     /// Logged Write (host to controller): a fenced Write whose overwritten
     /// bytes the shard keeps until committed; the update's sequence number
-    /// in CDW14-CDW15 ([`super::Sqe::update_seq`]).
+    /// in CDW14-CDW15 ([`super::Sqe::update_seq`]), the stripe positions
+    /// it is sent to in CDW13 ([`super::Sqe::update_targets`]), kept with
+    /// the record.
     pub const WRITE_LOGGED: u8 = 0x85;
     /// Commit (no data): forgets the undo of updates up to the sequence
     /// number in CDW10-CDW11 ([`super::Sqe::arg64`]).
@@ -309,7 +321,7 @@ pub mod fenced {
     pub const DISCARD_UNDO: u8 = 0x94;
     /// Undo Records (controller to host): the shard's undo records of the
     /// updates after the sequence number in CDW10-CDW11, oldest first, as
-    /// a list ([`encode_list`]) of (seq, lba, blocks), in the blocks
+    /// a list ([`encode_list`]) of (seq, lba, blocks, targets), in the blocks
     /// asked for (CDW12 as for Read).
     pub const UNDO_RECORDS: u8 = 0x8E;
     /// Roll Back Only (host to controller): puts back what the updates
@@ -838,6 +850,9 @@ mod tests {
         assert_eq!(&sqe.bytes()[56..64], &0x1122_3344_5566_7788u64.to_le_bytes());
         assert_eq!(&sqe.bytes()[40..48], &0x0a0b_0c0d_0e0f_1011u64.to_le_bytes());
         assert_eq!((sqe.cdw14(), sqe.cdw15()), (0x5566_7788, 0x1122_3344));
+        sqe.set_update_targets(0x8000_0035);
+        assert_eq!(&sqe.bytes()[52..56], &0x8000_0035u32.to_le_bytes());
+        assert_eq!(sqe.update_targets(), 0x8000_0035);
         assert!(is_host_to_controller(fenced::WRITE_LOGGED));
         for op in [fenced::COMMIT, fenced::ROLL_BACK, fenced::COMMITTED, fenced::DISCARD_UNDO] {
             assert_eq!(op & 3, 0, "{op:#x} carries no data");

@@ -312,7 +312,7 @@ impl FabricReplica {
 }
 
 impl crate::erasure::Shard for FabricReplica {
-    fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
+    fn write_logged(&self, epoch: u64, seq: u64, targets: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
             let (ctrl, g) = self.conn().await?;
             let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
@@ -321,7 +321,7 @@ impl crate::erasure::Shard for FabricReplica {
             while at < data.len() {
                 let n = step.min(data.len() - at);
                 let slba = lba + (at / self.block_size) as u64;
-                q.fenced_write_logged(self.nsid, epoch, seq, slba, data.slice(at..at + n))
+                q.fenced_write_logged(self.nsid, epoch, seq, targets, slba, data.slice(at..at + n))
                     .await
                     .map_err(|e| self.error(g, e))?;
                 at += n;
@@ -347,7 +347,10 @@ impl crate::erasure::Shard for FabricReplica {
             let (ctrl, g) = self.conn().await?;
             let q = ctrl.next_io_queue().map_err(|e| self.error(g, e))?;
             let list = q.fenced_undo_records(self.nsid, epoch, after).await.map_err(|e| self.error(g, e))?;
-            Ok(list.into_iter().map(|[seq, lba, blocks]| strata_block::UndoRecord { seq, lba, blocks }).collect())
+            Ok(list
+                .into_iter()
+                .map(|[seq, lba, blocks, targets]| strata_block::UndoRecord { seq, lba, blocks, targets })
+                .collect())
         })
     }
 

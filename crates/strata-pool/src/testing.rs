@@ -357,14 +357,14 @@ impl<R: ?Sized + Replica> Replica for Faulty<R> {
 }
 
 impl<R: ?Sized + Shard> Shard for Faulty<R> {
-    fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
+    fn write_logged(&self, epoch: u64, seq: u64, targets: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
             self.enter_write().await?;
             if self.full.load(SeqCst) {
                 return Err(ReplicaError::NoSpace);
             }
             self.writes.fetch_add(1, SeqCst);
-            self.leave(self.inner.write_logged(epoch, seq, lba, data).await).await
+            self.leave(self.inner.write_logged(epoch, seq, targets, lba, data).await).await
         })
     }
 
@@ -415,7 +415,8 @@ impl<R: ?Sized + Shard> Shard for Faulty<R> {
 #[derive(Debug, Default)]
 struct Undo {
     /// (update, lba, the bytes it overwrote), oldest first.
-    records: Vec<(u64, u64, Bytes)>,
+    /// (seq, lba, old bytes, targets).
+    records: Vec<(u64, u64, Bytes, u64)>,
     committed: u64,
 }
 
@@ -474,13 +475,13 @@ impl MemShard {
     /// Puts back what the updates `undo` picks overwrote, newest first,
     /// forgets every record and raises the mark to `mark`.
     async fn undo_where(&self, undo: impl Fn(u64) -> bool, mark: u64) -> Result<u64, ReplicaError> {
-        let records: Vec<(u64, u64, Bytes)> = {
+        let records: Vec<(u64, u64, Bytes, u64)> = {
             let mut u = self.undo();
             u.committed = u.committed.max(mark);
             std::mem::take(&mut u.records)
         };
         let mut n = 0;
-        for (seq, lba, old) in records.iter().rev() {
+        for (seq, lba, old, _) in records.iter().rev() {
             if undo(*seq) {
                 self.put(*lba, old).await?;
                 n += 1;
@@ -545,12 +546,12 @@ impl Replica for MemShard {
 }
 
 impl Shard for MemShard {
-    fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
+    fn write_logged(&self, epoch: u64, seq: u64, targets: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
             let _in = self.admit(epoch).await?;
             let (old, r) = self.device.read(lba, IoBuf::zeroed(data.len())).await;
             r.map_err(crate::replica::from_block)?;
-            self.undo().records.push((seq, lba, Bytes::copy_from_slice(&old)));
+            self.undo().records.push((seq, lba, Bytes::copy_from_slice(&old), targets));
             self.put(lba, &data).await
         })
     }
@@ -587,7 +588,7 @@ impl Shard for MemShard {
             Ok(u.records
                 .iter()
                 .filter(|r| r.0 > after)
-                .map(|r| strata_block::UndoRecord { seq: r.0, lba: r.1, blocks: r.2.len() as u64 / bs })
+                .map(|r| strata_block::UndoRecord { seq: r.0, lba: r.1, blocks: r.2.len() as u64 / bs, targets: r.3 })
                 .collect())
         })
     }

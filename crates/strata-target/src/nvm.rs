@@ -252,7 +252,7 @@ async fn undo_command(
             let rw = ReadWrite::decode(sqe);
             let Some(buf) = data else { return Err((Status::SGL_INVALID_DATA.dnr(), rw.slba)) };
             let len = transfer_len(ns, rw.slba, rw.nlb, buf.len())?;
-            let (_, res) = undo.write_logged(sqe.update_seq(), rw.slba, buf).await;
+            let (_, res) = undo.write_logged(sqe.update_seq(), u64::from(sqe.update_targets()), rw.slba, buf).await;
             res.map_err(|e| (status_of(&e, true), rw.slba))?;
             entry.counters.count_write(len as u64);
             Ok((0, None))
@@ -264,9 +264,9 @@ async fn undo_command(
         fenced::UNDO_RECORDS => {
             let mut records = undo.records(sqe.arg64()).await.map_err(failed)?;
             let take = undo_page(&mut records, read_len).ok_or((Status::SGL_INVALID_DATA.dnr(), 0))?;
-            let values: Vec<u64> = records[..take].iter().flat_map(|r| [r.seq, r.lba, r.blocks]).collect();
+            let values: Vec<u64> = records[..take].iter().flat_map(|r| [r.seq, r.lba, r.blocks, r.targets]).collect();
             let block = (ns.device.geometry().block_size as usize).max(1);
-            let mut wire = fenced::encode_list(&values, 3, block).ok_or((Status::INTERNAL.dnr(), 0))?;
+            let mut wire = fenced::encode_list(&values, 4, block).ok_or((Status::INTERNAL.dnr(), 0))?;
             if wire.len() > read_len {
                 return Err((Status::SGL_INVALID_DATA.dnr(), 0));
             }
@@ -289,7 +289,7 @@ async fn undo_command(
 /// sequence number. `None` when one update alone does not fit.
 fn undo_page(records: &mut [strata_block::UndoRecord], read_len: usize) -> Option<usize> {
     records.sort_by_key(|r| r.seq);
-    let fit = read_len.saturating_sub(fenced::LIST_COUNT_LEN) / 24;
+    let fit = read_len.saturating_sub(fenced::LIST_COUNT_LEN) / strata_block::UndoRecord::WIRE_LEN;
     let mut take = records.len().min(fit).min(fenced::MAX_LIST);
     if take < records.len() {
         while take > 0 && records[take].seq == records[take - 1].seq {
@@ -485,13 +485,14 @@ mod undo_page_tests {
     use strata_block::UndoRecord;
 
     fn recs(seqs: &[u64]) -> Vec<UndoRecord> {
-        seqs.iter().enumerate().map(|(i, &seq)| UndoRecord { seq, lba: i as u64, blocks: 1 }).collect()
+        seqs.iter().enumerate().map(|(i, &seq)| UndoRecord { seq, lba: i as u64, blocks: 1, targets: 0 }).collect()
     }
 
     #[test]
     fn a_page_is_sorted_by_update_and_splits_only_between_updates() {
-        // Room for three records (4 + 3 * 24 bytes).
-        let len = 4 + 3 * 24;
+        // Room for three records (4 + 3 * 32 bytes).
+        assert_eq!(UndoRecord::WIRE_LEN, 32);
+        let len = 4 + 3 * UndoRecord::WIRE_LEN;
         let mut r = recs(&[7, 5, 6, 6, 6]);
         assert_eq!(undo_page(&mut r, len), Some(1), "5 fits; the three records of 6 do not with it");
         assert_eq!(r.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![5, 6, 6, 6, 7]);

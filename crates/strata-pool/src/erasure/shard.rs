@@ -24,8 +24,10 @@ use crate::replica::{Replica, ReplicaFuture};
 ///   records; the committed mark only grows.
 pub trait Shard: Replica {
     /// Writes `data` (whole blocks) at `lba` as update `seq`, keeping the
-    /// bytes it overwrites until `seq` is committed.
-    fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()>;
+    /// bytes it overwrites until `seq` is committed, with `targets`: the
+    /// stripe positions the update is sent to (see
+    /// [`strata_block::UndoRecord::targets`]).
+    fn write_logged(&self, epoch: u64, seq: u64, targets: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()>;
 
     /// The newest sequence number committed here (0 if none).
     fn committed(&self, epoch: u64) -> ReplicaFuture<'_, u64>;
@@ -128,10 +130,10 @@ impl Replica for LocalShard {
 }
 
 impl Shard for LocalShard {
-    fn write_logged(&self, epoch: u64, seq: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
+    fn write_logged(&self, epoch: u64, seq: u64, targets: u64, lba: u64, data: Bytes) -> ReplicaFuture<'_, ()> {
         Box::pin(async move {
             let _in = self.admit(epoch).await?;
-            let (_, r) = self.undo.write_logged(seq, lba, strata_block::IoBuf::from_slice(&data)).await;
+            let (_, r) = self.undo.write_logged(seq, targets, lba, strata_block::IoBuf::from_slice(&data)).await;
             r.map_err(crate::replica::from_block)
         })
     }

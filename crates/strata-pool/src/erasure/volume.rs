@@ -585,6 +585,9 @@ impl Inner {
                 }
             };
             let lba = self.stripes.shard_offset(g) / self.bs();
+            // Every record says which positions the update goes to, so
+            // that a new owner can tell it missed one (see `missed_targets`).
+            let targets = plan.iter().fold(0u64, |t, (p, _)| t | 1 << p);
             // Each strip to its slot's shard, and to a node joining that
             // slot in a move.
             let sends: Vec<(NodeId, Bytes)> = plan
@@ -598,7 +601,7 @@ impl Inner {
                 .collect();
             let results = join_all(sends.iter().map(|(n, data)| async move {
                 let shard = self.shard(*n)?;
-                shard.write_logged(m.epoch, seq, lba, data.clone()).await.map_err(|e| self.judge(*n, e))
+                shard.write_logged(m.epoch, seq, targets, lba, data.clone()).await.map_err(|e| self.judge(*n, e))
             }))
             .await;
             let mut answers = Answers::sort(results);
@@ -942,7 +945,7 @@ impl Inner {
             let through = marks.done.iter().copied().max().unwrap_or(0);
             let lists = join_all(nodes.iter().map(|&n| async move {
                 let shard = self.shard(n)?;
-                shard.records(m.epoch, through).await.map_err(|e| self.judge(n, e))
+                shard.records(m.epoch, through).await.map(|r| (n, r)).map_err(|e| self.judge(n, e))
             }))
             .await;
             let mut lists = Answers::sort(lists);
@@ -957,7 +960,7 @@ impl Inner {
             // shard alone would leave its stripes two versions, which
             // decode to garbage once only K are left.
             let mut updates: BTreeMap<u64, std::ops::Range<u64>> = BTreeMap::new();
-            for r in lists.done.iter().flatten().filter(|r| r.seq > through) {
+            for r in lists.done.iter().flat_map(|(_, l)| l).filter(|r| r.seq > through) {
                 let stripes = self.stripes_of_blocks(r.range());
                 let e = updates.entry(r.seq).or_insert(stripes.clone());
                 *e = e.start.min(stripes.start)..e.end.max(stripes.end);
@@ -970,13 +973,14 @@ impl Inner {
                 None if behind => through,
                 None => return Ok(through),
             };
-            let bad = match self.bad_stripes(updates.values().flat_map(Clone::clone).collect()).await {
+            let mut bad = match self.bad_stripes(updates.values().flat_map(Clone::clone).collect()).await {
                 Ok(b) => b,
                 Err(f) => {
                     self.settle_in(0..0, f, m.epoch).await?;
                     continue;
                 }
             };
+            bad.extend(self.missed_targets(&lists.done, through)?);
             let undo = scrub::to_undo(&updates, &bad);
             tracing::debug!(marks = ?marks.done, ?undo, stripes_not_whole = ?bad, "the roll back's plan");
             // What is kept must be durable before its undo is forgotten.
@@ -1025,6 +1029,58 @@ impl Inner {
         let bs = self.bs();
         let strip = self.stripes.strip;
         (blocks.start * bs / strip)..(blocks.end * bs).div_ceil(strip)
+    }
+
+    /// The stripes where an update after `through` did not reach every
+    /// in-sync shard it was sent to, from each node's undo records
+    /// (`held`): a record names the positions its update went to, and an
+    /// in-sync shard at one of them without a record of it never took it.
+    ///
+    /// The strips at hand cannot always tell: with a node lost, K + 1
+    /// strips check one equation, and a partial update can leave them one
+    /// codeword of a stripe never written (three data strips changed by
+    /// the same bytes and the parity not at all, under a code whose rows
+    /// sum to zero, decode the lost strip as its old bytes changed by
+    /// them too). Records of a build that kept no targets (0) are judged
+    /// by the strips alone.
+    fn missed_targets(
+        &self,
+        held: &[(NodeId, Vec<strata_block::UndoRecord>)],
+        through: u64,
+    ) -> Result<BTreeSet<u64>, BlockError> {
+        let count = self.stripes.count(self.geometry.size_bytes());
+        let mut updates: BTreeMap<u64, (u64, Vec<std::ops::Range<u64>>)> = BTreeMap::new();
+        for r in held.iter().flat_map(|(_, l)| l).filter(|r| r.seq > through) {
+            let u = updates.entry(r.seq).or_default();
+            u.0 |= r.targets;
+            u.1.push(self.stripes_of_blocks(r.range()));
+        }
+        let holds = |node: NodeId, seq: u64, g: u64| {
+            held.iter()
+                .filter(|(n, _)| *n == node)
+                .flat_map(|(_, l)| l)
+                .any(|r| r.seq == seq && self.stripes_of_blocks(r.range()).contains(&g))
+        };
+        let mut missed = BTreeSet::new();
+        for (&seq, (targets, ranges)) in &updates {
+            if *targets == 0 {
+                continue;
+            }
+            let stripes: BTreeSet<u64> = ranges.iter().flat_map(Clone::clone).filter(|&g| g < count).collect();
+            for g in stripes {
+                let (m, _) = self.view(self.regions_of(g));
+                let slots = self.slots(g)?;
+                let lacking = slots
+                    .iter()
+                    .enumerate()
+                    .filter(|&(p, n)| p < 64 && targets & (1 << p) != 0 && m.in_sync.contains(n))
+                    .any(|(_, &n)| !holds(n, seq, g));
+                if lacking {
+                    missed.insert(g);
+                }
+            }
+        }
+        Ok(missed)
     }
 
     /// Of `stripes`, those whose in-sync strips are not one codeword, or

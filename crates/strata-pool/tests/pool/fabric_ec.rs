@@ -186,7 +186,7 @@ async fn concurrent_full_stripe_writes_commit_as_they_go_and_keep_every_shard() 
 }
 
 /// The undo-log commands that carry a list keep their sequence number
-/// across the wire. The bug this pins: the host wrote the list's length
+/// (and a record its targets, up to position 31) across the wire. The bug this pins: the host wrote the list's length
 /// as a whole Read over CDW10-CDW11 after the argument, so Undo Records
 /// always asked for the records after update 0 and Roll Back Only raised
 /// no mark; the in-memory shards of `erasure.rs` never cross the wire and
@@ -196,13 +196,16 @@ async fn undo_records_and_roll_back_only_carry_their_sequence_numbers_over_the_f
     let nodes = cluster().await;
     let n = &nodes[0];
     for (seq, lba) in [(3, 0), (7, 1), (9, 2)] {
-        n.shard.write_logged(seq, lba, data(seq as u8, 1)).await.1.unwrap();
+        n.shard.write_logged(seq, 1 << 31 | seq, lba, data(seq as u8, 1)).await.1.unwrap();
     }
     let link = FabricLink::new(n.id, n.addr, fabric_nqn(&format!("n{}", n.id)), host_cfg());
     let remote = FabricReplica::new(link, VOLUME, BS);
     for (after, want) in [(0, vec![3, 7, 9]), (3, vec![7, 9]), (9, vec![])] {
         let list = remote.records(1, after).await.unwrap();
         assert_eq!(list.iter().map(|r| r.seq).collect::<Vec<u64>>(), want, "the records after update {after}");
+        for r in &list {
+            assert_eq!(r.targets, 1 << 31 | r.seq, "update {}'s targets cross the wire", r.seq);
+        }
     }
     assert_eq!(remote.roll_back_only(1, vec![9], 12).await.unwrap(), 1, "one record undone");
     assert_eq!(remote.committed(1).await.unwrap(), 12, "the mark sent is the mark kept");

@@ -97,7 +97,7 @@ async fn reopen_and_roll_back(
 }
 
 async fn write(dev: &UndoDevice, (seq, lba, blocks): Update) {
-    let (_, r) = dev.write_logged(seq, lba, IoBuf::from_slice(&update(seq, blocks))).await;
+    let (_, r) = dev.write_logged(seq, 0, lba, IoBuf::from_slice(&update(seq, blocks))).await;
     r.unwrap();
 }
 
@@ -676,7 +676,7 @@ async fn a_dropped_logged_write_still_runs_to_the_end() {
     let data = mem(16);
     let (log, gate) = Faulty::gated(mem(16), 1);
     let dev = UndoDevice::open(data.clone(), log.clone()).await.unwrap();
-    let fut = dev.write_logged(1, 2, IoBuf::from_slice(&update(1, 1)));
+    let fut = dev.write_logged(1, 0, 2, IoBuf::from_slice(&update(1, 1)));
     assert!(tokio::time::timeout(Duration::from_millis(20), fut).await.is_err(), "held at the gate, then dropped");
     gate.add_permits(1);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -693,11 +693,11 @@ async fn bad_requests_fail_and_log_nothing() {
     let (data, log) = (mem(16), mem(16));
     let dev = open(&data, &log).await;
     let log_before = bytes(&*log).await;
-    let (_, r) = dev.write_logged(1, 15, IoBuf::from_slice(&[1; 2 * BSZ])).await;
+    let (_, r) = dev.write_logged(1, 0, 15, IoBuf::from_slice(&[1; 2 * BSZ])).await;
     assert!(matches!(r, Err(BlockError::OutOfRange { lba: 15, blocks: 2, num_blocks: 16 })), "{r:?}");
-    let (_, r) = dev.write_logged(1, 0, IoBuf::from_slice(&[1; 100])).await;
+    let (_, r) = dev.write_logged(1, 0, 0, IoBuf::from_slice(&[1; 100])).await;
     assert!(matches!(r, Err(BlockError::BadBuffer { len: 100, .. })), "{r:?}");
-    let (buf, r) = dev.write_logged(1, u64::MAX, IoBuf::from_slice(&[1; BSZ])).await;
+    let (buf, r) = dev.write_logged(1, 0, u64::MAX, IoBuf::from_slice(&[1; BSZ])).await;
     assert!(matches!(r, Err(BlockError::OutOfRange { .. })));
     assert_eq!(buf.len(), BSZ, "the buffer comes back");
     assert!(dev.ring_records().is_empty());

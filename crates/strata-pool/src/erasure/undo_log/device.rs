@@ -56,6 +56,7 @@ struct Entry {
     seq: u64,
     lba: u64,
     blocks: u64,
+    targets: u64,
     forgotten: bool,
 }
 
@@ -142,13 +143,13 @@ struct State {
 impl State {
     /// Takes ring space for a record of `span` blocks, if there is room
     /// and it is mapped.
-    fn allocate(&mut self, seq: u64, lba: u64, blocks: u64) -> Option<Placed> {
+    fn allocate(&mut self, seq: u64, targets: u64, lba: u64, blocks: u64) -> Option<Placed> {
         let span = blocks + 1;
         let block = place(self.ring_end, self.head_block, self.cursor, self.entries.is_empty(), span)?;
         if !self.mapped.all(block..block + span) {
             return Some(Placed::Unmapped(block..block + span));
         }
-        let e = Entry { lsn: self.next_lsn, block, seq, lba, blocks, forgotten: false };
+        let e = Entry { lsn: self.next_lsn, block, seq, lba, blocks, targets, forgotten: false };
         self.entries.push_back(e);
         self.unwritten.insert(e.lsn);
         self.cursor = after(self.ring_end, block, span);
@@ -343,8 +344,8 @@ impl UndoDevice {
         }
     }
 
-    async fn logged_write(&self, seq: u64, lba: u64, buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
-        let _inflight = match self.append(seq, lba, &buf).await {
+    async fn logged_write(&self, seq: u64, targets: u64, lba: u64, buf: IoBuf) -> (IoBuf, Result<(), BlockError>) {
+        let _inflight = match self.append(seq, targets, lba, &buf).await {
             Ok(i) => i,
             Err(e) => return (buf, Err(e)),
         };
@@ -354,7 +355,7 @@ impl UndoDevice {
     /// Logs the bytes a write of `new` at `lba` overwrites, and returns
     /// once every record up to it has completed (the new bytes may then
     /// be written).
-    async fn append(&self, seq: u64, lba: u64, new: &IoBuf) -> Result<InFlight<'_>, BlockError> {
+    async fn append(&self, seq: u64, targets: u64, lba: u64, new: &IoBuf) -> Result<InFlight<'_>, BlockError> {
         let dg = self.data.geometry();
         let blocks = blocks_in(dg, new.len())?;
         check_range(dg, lba, blocks)?;
@@ -369,13 +370,14 @@ impl UndoDevice {
         r?;
         let deadline = tokio::time::Instant::now() + self.full_wait;
         let entry = loop {
-            let placed = self.wait_for(Some(deadline), |s| s.allocate(seq, lba, blocks)).await?.ok_or_else(|| {
-                io_error(format!(
-                    "undo log full: no room for a record of {} blocks after {:?}; commit or roll back to free it",
-                    blocks + 1,
-                    self.full_wait
-                ))
-            })?;
+            let placed =
+                self.wait_for(Some(deadline), |s| s.allocate(seq, targets, lba, blocks)).await?.ok_or_else(|| {
+                    io_error(format!(
+                        "undo log full: no room for a record of {} blocks after {:?}; commit or roll back to free it",
+                        blocks + 1,
+                        self.full_wait
+                    ))
+                })?;
             match placed {
                 Placed::At(e) => break e,
                 Placed::Unmapped(blocks) => self.premap(blocks).await?,
@@ -387,7 +389,7 @@ impl UndoDevice {
         let mut rec = IoBuf::recycled(bs + old.len());
         rec[..bs].fill(0);
         rec[bs..].copy_from_slice(&old);
-        RecordHeader { lsn: entry.lsn, seq, lba, blocks }.encode(&mut rec[..bs], &old);
+        RecordHeader { lsn: entry.lsn, seq, lba, blocks, targets }.encode(&mut rec[..bs], &old);
         let (_, r) = self.log.write(entry.block, rec, false).await;
         if let Err(e) = r {
             // The chain now has a hole no later record can be ordered
@@ -531,7 +533,7 @@ impl UndoDevice {
         Ok(s.entries
             .iter()
             .filter(|e| e.lsn < end && !e.forgotten && e.seq > after)
-            .map(|e| UndoRecord { seq: e.seq, lba: e.lba, blocks: e.blocks })
+            .map(|e| UndoRecord { seq: e.seq, lba: e.lba, blocks: e.blocks, targets: e.targets })
             .collect())
     }
 
@@ -547,7 +549,7 @@ impl UndoDevice {
         let (rec, r) = self.log.read(e.block, IoBuf::recycled(len)).await;
         r?;
         let valid = RecordHeader::decode(&rec[..bs]).is_some_and(|(h, stored, crc)| {
-            h == RecordHeader { lsn: e.lsn, seq: e.seq, lba: e.lba, blocks: e.blocks }
+            h == RecordHeader { lsn: e.lsn, seq: e.seq, lba: e.lba, blocks: e.blocks, targets: e.targets }
                 && crc32c::crc32c_append(crc, &rec[bs..]) == stored
         });
         if !valid {
@@ -623,7 +625,15 @@ async fn recover(data: &dyn BlockDevice, log: &dyn BlockDevice, h: &Header) -> R
             });
         }
         let forgotten = r.seq <= h.committed && r.lsn < h.commit_lsn;
-        s.entries.push_back(Entry { lsn: r.lsn, block: at, seq: r.seq, lba: r.lba, blocks: r.blocks, forgotten });
+        s.entries.push_back(Entry {
+            lsn: r.lsn,
+            block: at,
+            seq: r.seq,
+            lba: r.lba,
+            blocks: r.blocks,
+            targets: r.targets,
+            forgotten,
+        });
         s.cursor = after(s.ring_end, at, r.blocks + 1);
         s.next_lsn += 1;
         // Read back after a restart: its mapping is durable.
@@ -728,7 +738,13 @@ impl BlockDevice for UndoDevice {
 }
 
 impl UndoLog for UndoDevice {
-    fn write_logged(&self, seq: u64, lba: u64, buf: IoBuf) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
+    fn write_logged(
+        &self,
+        seq: u64,
+        targets: u64,
+        lba: u64,
+        buf: IoBuf,
+    ) -> BlockFuture<'_, (IoBuf, Result<(), BlockError>)> {
         Box::pin(async move {
             let Some(me) = self.me.upgrade() else { return (buf, Err(BlockError::Gone)) };
             let rt = match tokio::runtime::Handle::try_current() {
@@ -737,7 +753,7 @@ impl UndoLog for UndoDevice {
             };
             // On a task of its own (see "Cancel safety"); a task that
             // panicked cannot hand the buffer back.
-            rt.spawn(async move { me.logged_write(seq, lba, buf).await })
+            rt.spawn(async move { me.logged_write(seq, targets, lba, buf).await })
                 .await
                 .unwrap_or_else(|e| (IoBuf::zeroed(0), Err(io_error(format!("undo log task failed: {e}")))))
         })
@@ -801,10 +817,10 @@ mod tests {
         let log = Arc::new(MemDevice::new(BS, 8));
         let dev = UndoDevice::open_with_wait(data.clone(), log.clone(), Duration::from_millis(50)).await.unwrap();
         // A ring of 7 blocks: one record of 6 data blocks fills it.
-        let (_, r) = dev.write_logged(1, 0, IoBuf::from_slice(&[1; 6 * 512])).await;
+        let (_, r) = dev.write_logged(1, 0, 0, IoBuf::from_slice(&[1; 6 * 512])).await;
         r.unwrap();
         let before = dev.ring_records();
-        let (_, r) = dev.write_logged(2, 7, IoBuf::from_slice(&[2; 512])).await;
+        let (_, r) = dev.write_logged(2, 0, 7, IoBuf::from_slice(&[2; 512])).await;
         let err = r.unwrap_err().to_string();
         assert!(err.contains("undo log full"), "{err}");
         assert_eq!(dev.ring_records(), before);
@@ -812,11 +828,11 @@ mod tests {
         r.unwrap();
         assert!(b.iter().all(|&x| x == 0), "the data was not written");
         // A record larger than the whole ring fails at once.
-        let (_, r) = dev.write_logged(3, 0, IoBuf::from_slice(&[3; 7 * 512])).await;
+        let (_, r) = dev.write_logged(3, 0, 0, IoBuf::from_slice(&[3; 7 * 512])).await;
         assert!(r.unwrap_err().to_string().contains("does not fit"));
         // After a commit frees the ring the write goes through.
         dev.commit(1).await.unwrap();
-        let (_, r) = dev.write_logged(2, 7, IoBuf::from_slice(&[2; 512])).await;
+        let (_, r) = dev.write_logged(2, 0, 7, IoBuf::from_slice(&[2; 512])).await;
         r.unwrap();
     }
 }

@@ -29,23 +29,32 @@
 //! bytes the logged write overwrote at `lba`). A record never wraps: it
 //! lies inside `1..ring_end`.
 //!
-//! | offset | size | field    | meaning                                                     |
-//! |-------:|-----:|----------|-------------------------------------------------------------|
-//! | 0      | 8    | `magic`  | `b"STRUNDOR"`                                               |
-//! | 8      | 8    | `lsn`    | log sequence number, one more than the previous record's    |
-//! | 16     | 8    | `seq`    | the owner's update sequence number                          |
-//! | 24     | 8    | `lba`    | first data block overwritten                                |
-//! | 32     | 8    | `blocks` | number of old data blocks that follow (at least 1)          |
-//! | 40     | 4    | `crc`    | crc32c of bytes 0..40 of this block, then of the old data   |
+//! | offset | size | field     | meaning                                                     |
+//! |-------:|-----:|-----------|-------------------------------------------------------------|
+//! | 0      | 8    | `magic`   | `b"STRUNDO2"`                                               |
+//! | 8      | 8    | `lsn`     | log sequence number, one more than the previous record's    |
+//! | 16     | 8    | `seq`     | the owner's update sequence number                          |
+//! | 24     | 8    | `lba`     | first data block overwritten                                |
+//! | 32     | 8    | `blocks`  | number of old data blocks that follow (at least 1)          |
+//! | 40     | 8    | `targets` | the stripe positions the update was sent to (bit per position) |
+//! | 48     | 4    | `crc`     | crc32c of bytes 0..48 of this block, then of the old data   |
 //!
-//! Compatibility: a log whose `version` is not [`FORMAT_VERSION`] is
-//! refused ([`UndoError::UnsupportedVersion`]); there is no older version
-//! yet. An all-zero block 0 is a log never written, formatted on open.
+//! Compatibility: version 1 logs are read. Their records have the magic
+//! `b"STRUNDOR"`, no `targets` (read as 0, unknown) and the `crc` at
+//! offset 40, over bytes 0..40 and the old data; recovery reads either
+//! kind of record in one chain, and the header is written as version 2 at
+//! its next update. A log of a version above [`FORMAT_VERSION`] is
+//! refused ([`UndoError::UnsupportedVersion`]). An all-zero block 0 is a
+//! log never written, formatted on open.
 
 use strata_block::{BlockError, Geometry};
 
-/// The log format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The log format version this build writes (it reads this and
+/// [`FORMAT_VERSION_1`]).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The first log format, whose records carry no `targets`.
+pub const FORMAT_VERSION_1: u32 = 1;
 
 /// The smallest log: the header and a ring of two blocks (one record of
 /// one block).
@@ -81,7 +90,10 @@ mod header {
 
 /// Record header fields; offsets as in the module's format table.
 mod record {
-    pub const MAGIC: [u8; 8] = *b"STRUNDOR";
+    pub const MAGIC: [u8; 8] = *b"STRUNDO2";
+    /// The magic of a version 1 record (no `targets`, the crc at 40).
+    pub const MAGIC_V1: [u8; 8] = *b"STRUNDOR";
+    pub const CRC_OFFSET_V1: usize = TARGETS_OFFSET;
     pub const MAGIC_OFFSET: usize = 0;
     pub const MAGIC_LEN: usize = 8;
     pub const LSN_OFFSET: usize = MAGIC_OFFSET + MAGIC_LEN;
@@ -92,7 +104,9 @@ mod record {
     pub const LBA_LEN: usize = 8;
     pub const BLOCKS_OFFSET: usize = LBA_OFFSET + LBA_LEN;
     pub const BLOCKS_LEN: usize = 8;
-    pub const CRC_OFFSET: usize = BLOCKS_OFFSET + BLOCKS_LEN;
+    pub const TARGETS_OFFSET: usize = BLOCKS_OFFSET + BLOCKS_LEN;
+    pub const TARGETS_LEN: usize = 8;
+    pub const CRC_OFFSET: usize = TARGETS_OFFSET + TARGETS_LEN;
     pub const CRC_LEN: usize = 4;
     /// Bytes of the record header block that carry fields.
     pub const LEN: usize = CRC_OFFSET + CRC_LEN;
@@ -244,7 +258,7 @@ impl Header {
         // The block holds at least MAGIC_LEN bytes; the rest are read with
         // checked getters, and a short block fails the crc below.
         let version = le_u32(block, VERSION_OFFSET).unwrap_or(0);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_1 {
             return Err(UndoError::UnsupportedVersion { found: version, supported: FORMAT_VERSION });
         }
         let stored = le_u32(block, CRC_OFFSET).unwrap_or(0);
@@ -286,6 +300,9 @@ pub(super) struct RecordHeader {
     pub(super) seq: u64,
     pub(super) lba: u64,
     pub(super) blocks: u64,
+    /// See [`strata_block::UndoRecord::targets`] (0 in a version 1
+    /// record).
+    pub(super) targets: u64,
 }
 
 impl RecordHeader {
@@ -298,26 +315,33 @@ impl RecordHeader {
         block[SEQ_OFFSET..][..SEQ_LEN].copy_from_slice(&self.seq.to_le_bytes());
         block[LBA_OFFSET..][..LBA_LEN].copy_from_slice(&self.lba.to_le_bytes());
         block[BLOCKS_OFFSET..][..BLOCKS_LEN].copy_from_slice(&self.blocks.to_le_bytes());
+        block[TARGETS_OFFSET..][..TARGETS_LEN].copy_from_slice(&self.targets.to_le_bytes());
         let crc = crc32c::crc32c_append(crc32c::crc32c(&block[..CRC_OFFSET]), old);
         block[CRC_OFFSET..][..CRC_LEN].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// The fields, the stored crc and the crc of the fields (to be
     /// extended over the old data), or `None` when `block` is not a
-    /// record header.
+    /// record header (of either version).
     pub(super) fn decode(block: &[u8]) -> Option<(RecordHeader, u32, u32)> {
         use record::*;
-        if block.get(MAGIC_OFFSET..MAGIC_OFFSET + MAGIC_LEN)? != MAGIC {
+        let magic = block.get(MAGIC_OFFSET..MAGIC_OFFSET + MAGIC_LEN)?;
+        let (targets, crc_at) = if magic == MAGIC {
+            (le_u64(block, TARGETS_OFFSET)?, CRC_OFFSET)
+        } else if magic == MAGIC_V1 {
+            (0, CRC_OFFSET_V1)
+        } else {
             return None;
-        }
+        };
         let h = RecordHeader {
             lsn: le_u64(block, LSN_OFFSET)?,
             seq: le_u64(block, SEQ_OFFSET)?,
             lba: le_u64(block, LBA_OFFSET)?,
             blocks: le_u64(block, BLOCKS_OFFSET)?,
+            targets,
         };
-        let stored = le_u32(block, CRC_OFFSET)?;
-        Some((h, stored, crc32c::crc32c(block.get(..CRC_OFFSET)?)))
+        let stored = le_u32(block, crc_at)?;
+        Some((h, stored, crc32c::crc32c(block.get(..crc_at)?)))
     }
 }
 
@@ -396,7 +420,7 @@ mod tests {
         assert_eq!(LEN, 60);
         let b = encoded(&header());
         assert_eq!(&b[0..8], b"STRUNDOL");
-        assert_eq!(b[8..12], 1u32.to_le_bytes());
+        assert_eq!(b[8..12], 2u32.to_le_bytes());
         assert_eq!(b[12..16], 512u32.to_le_bytes());
         assert_eq!(b[16..24], 16u64.to_le_bytes());
         assert_eq!(b[24..32], 7u64.to_le_bytes());
@@ -410,20 +434,45 @@ mod tests {
     #[test]
     fn record_layout_matches_the_format_table() {
         use record::*;
-        let offsets = [MAGIC_OFFSET, LSN_OFFSET, SEQ_OFFSET, LBA_OFFSET, BLOCKS_OFFSET, CRC_OFFSET];
-        assert_eq!(offsets, [0, 8, 16, 24, 32, 40]);
-        assert_eq!(LEN, 44);
+        let offsets = [MAGIC_OFFSET, LSN_OFFSET, SEQ_OFFSET, LBA_OFFSET, BLOCKS_OFFSET, TARGETS_OFFSET, CRC_OFFSET];
+        assert_eq!(offsets, [0, 8, 16, 24, 32, 40, 48]);
+        assert_eq!(LEN, 52);
+        assert_eq!(CRC_OFFSET_V1, 40);
         assert_eq!(MIN_BLOCK_SIZE, 60);
         let old = vec![0xa5; 1024];
         let mut b = vec![0; BS as usize];
-        RecordHeader { lsn: 11, seq: 12, lba: 13, blocks: 2 }.encode(&mut b, &old);
-        assert_eq!(&b[0..8], b"STRUNDOR");
+        RecordHeader { lsn: 11, seq: 12, lba: 13, blocks: 2, targets: 0b110101 }.encode(&mut b, &old);
+        assert_eq!(&b[0..8], b"STRUNDO2");
         assert_eq!(b[8..16], 11u64.to_le_bytes());
         assert_eq!(b[16..24], 12u64.to_le_bytes());
         assert_eq!(b[24..32], 13u64.to_le_bytes());
         assert_eq!(b[32..40], 2u64.to_le_bytes());
+        assert_eq!(b[40..48], 0b110101u64.to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..48]), &old);
+        assert_eq!(b[48..52], crc.to_le_bytes());
+        assert!(b[52..].iter().all(|&x| x == 0));
+    }
+
+    /// A record written by a version 1 build (as it wrote them) still
+    /// decodes, with its targets unknown.
+    #[test]
+    fn a_version_1_record_decodes_with_no_targets() {
+        let old = vec![0x5a; 512];
+        let mut b = vec![0; BS as usize];
+        b[0..8].copy_from_slice(b"STRUNDOR");
+        for (at, v) in [(8, 11u64), (16, 12), (24, 13), (32, 1)] {
+            b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
         let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..40]), &old);
-        assert_eq!(b[40..44], crc.to_le_bytes());
+        b[40..44].copy_from_slice(&crc.to_le_bytes());
+        let (h, stored, fields) = RecordHeader::decode(&b).unwrap();
+        assert_eq!(h, RecordHeader { lsn: 11, seq: 12, lba: 13, blocks: 1, targets: 0 });
+        assert_eq!(crc32c::crc32c_append(fields, &old), stored);
+        // And a version 1 header opens.
+        let mut hb = encoded(&header());
+        hb[header::VERSION_OFFSET..][..4].copy_from_slice(&1u32.to_le_bytes());
+        reseal(&mut hb);
+        assert_eq!(Header::decode(&hb, geometry(16)).unwrap(), header());
     }
 
     #[test]
@@ -431,7 +480,7 @@ mod tests {
         assert_eq!(Header::decode(&encoded(&header()), geometry(16)).unwrap(), header());
         let old = vec![3; 512];
         let mut b = vec![0; BS as usize];
-        let r = RecordHeader { lsn: 1, seq: 2, lba: 3, blocks: 1 };
+        let r = RecordHeader { lsn: 1, seq: 2, lba: 3, blocks: 1, targets: 7 };
         r.encode(&mut b, &old);
         let (back, stored, crc) = RecordHeader::decode(&b).unwrap();
         assert_eq!(back, r);
@@ -453,11 +502,11 @@ mod tests {
     #[test]
     fn another_format_version_is_refused() {
         let mut b = encoded(&header());
-        b[header::VERSION_OFFSET] = 2;
+        b[header::VERSION_OFFSET] = 3;
         reseal(&mut b);
         assert!(matches!(
             Header::decode(&b, geometry(16)),
-            Err(UndoError::UnsupportedVersion { found: 2, supported: 1 })
+            Err(UndoError::UnsupportedVersion { found: 3, supported: 2 })
         ));
     }
 
