@@ -20,6 +20,11 @@ step "unit, property and integration tests"
 cargo test --workspace --all-targets 2>&1 | tee /tmp/strata-cargo-test.log
 cargo test --workspace --doc
 
+step "the Python fast-path client's tests (against target/debug/strata)"
+# Debian's python3 (with python3-numpy), not a pyenv one without NumPy.
+cargo build -p strata --quiet
+STRATA_BIN=target/debug/strata /usr/bin/python3 -m unittest discover -s clients/python/tests
+
 fuzz_seconds=${FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ] && command -v cargo-fuzz >/dev/null 2>&1; then
     step "fuzz: ${fuzz_seconds}s per target"
@@ -40,7 +45,7 @@ if [ "$fuzz_seconds" != 0 ] && command -v cargo-fuzz >/dev/null 2>&1; then
         exit 1
     fi
     for t in pdu_decode target_transport host_parsers store_format store_recovery meta_records etcd_responses undo_log \
-        kv_resp kv_recovery auth_messages tls_server; do
+        kv_resp kv_shm_wire kv_recovery auth_messages tls_server; do
         (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none "$t" -- -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 2>&1 |
             grep -E "^(Done|==|.*(panicked|ERROR|SUMMARY))" || true)
         # A crash leaves an artifact; fail on it.

@@ -22,6 +22,7 @@ mod log;
 pub mod policy;
 pub mod resp;
 pub mod server;
+pub mod shm;
 pub mod sim;
 pub mod store;
 

@@ -102,6 +102,22 @@ struct ServeArgs {
     /// The TLS certificate's private key (PEM, mode 0600).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// The same-host fast path's Unix socket (mode 0660: the owner and
+    /// group may connect), where engines on this machine read and write
+    /// blocks through shared memory; `none` to serve RESP only. Default:
+    /// `shm.sock` beside the SSD tier's file (`./strata-data/kv/shm.sock`),
+    /// none with `--ssd none` or a block device.
+    #[arg(long)]
+    shm: Option<String>,
+    /// Shared memory for the fast path: blocks put through it live there,
+    /// and others while leased. Default: twice --dram. Pages are taken as
+    /// they are first used.
+    #[arg(long, value_parser = parse_size)]
+    shm_region: Option<u64>,
+    /// The most staging memory one fast-path client gets (what it writes
+    /// blocks to put into).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    shm_staging: u64,
 }
 
 /// One `[[user]]` of a `--users` file.
@@ -277,7 +293,37 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
             _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         }
     };
+    let (shm_stop, shm_stopped) = tokio::sync::oneshot::channel::<()>();
+    let shm_path = args.shm.clone().or_else(|| {
+        let (path, _) = parse_ssd(&args.ssd).ok()?;
+        (args.ssd != "none" && !path.starts_with("/dev"))
+            .then(|| path.with_file_name("shm.sock").to_string_lossy().into_owned())
+    });
+    let shm = match shm_path.as_deref() {
+        None | Some("none") => None,
+        Some(path) => {
+            let path = std::path::PathBuf::from(path);
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            let cfg = strata_kv::shm::ShmConfig {
+                region_bytes: args.shm_region.unwrap_or(args.dram.saturating_mul(2)),
+                max_staging: args.shm_staging,
+                ..strata_kv::shm::ShmConfig::for_dram(path.clone(), args.dram)
+            };
+            let server = strata_kv::shm::ShmServer::bind(store.clone(), cfg.clone())
+                .with_context(|| format!("--shm {}", path.display()))?;
+            tracing::info!(socket = %path.display(), region_bytes = cfg.region_bytes, "same-host fast path");
+            Some(tokio::spawn(server.serve(async move {
+                _ = shm_stopped.await;
+            })))
+        }
+    };
     strata_kv::server::serve(store.clone(), listener, server_cfg, stop).await?;
+    _ = shm_stop.send(());
+    if let Some(t) = shm {
+        _ = t.await;
+    }
     // A clean stop writes every DRAM block to the log tiers, so that the
     // next start is warm.
     store.flush(true).await.context("writing DRAM blocks to the log tiers at shutdown")?;

@@ -10,4 +10,5 @@
 //! read a clock each test owns.
 
 mod server;
+mod shm;
 mod store;
