@@ -9,6 +9,10 @@
 //! Some values are large (80-100 KiB): a restart reads only their
 //! headers and keys, so damage to their values is found on read.
 //!
+//! The images also hold namespace tombstones (a second namespace is
+//! deleted twice and written again) and expiry records (far-off expiries
+//! set and cleared), which recovery applies across the two logs.
+//!
 //! Invariants: never panics; the index and byte counts agree
 //! (`check_invariants`); every value read back is one that was written
 //! for its key, or a miss: damage is never wrong bytes.
@@ -28,6 +32,9 @@ const DEV: u64 = 1 << 20;
 const POOL: u64 = 8 << 20;
 const POOL_USED: usize = 6 << 20;
 const KEYS: u64 = 60;
+/// Keys of a second namespace, deleted whole now and then.
+const OTHER_KEYS: u64 = 10;
+const OTHER: &[u8] = b"other";
 
 #[derive(Arbitrary, Debug)]
 struct Damage {
@@ -85,10 +92,20 @@ fn base() -> &'static Vec<u8> {
             for round in 0..6u64 {
                 for k in 0..KEYS {
                     if (k + round) % 7 == 0 {
-                        s.delete(b"", &k.to_le_bytes()).unwrap();
+                        s.delete(b"", &k.to_le_bytes()).await.unwrap();
                     } else {
                         s.put(b"", &k.to_le_bytes(), value(k, round).into(), PutOpts::default()).await.unwrap();
                     }
+                    if k % 5 == 1 {
+                        let at = if round % 2 == 0 { u64::MAX / 2 } else { 0 };
+                        s.set_expiry(b"", &k.to_le_bytes(), at).await.unwrap();
+                    }
+                }
+                for k in 0..OTHER_KEYS {
+                    s.put(OTHER, &k.to_le_bytes(), value(k + KEYS, round).into(), PutOpts::default()).await.unwrap();
+                }
+                if round % 3 == 1 {
+                    s.delete_namespace(OTHER).await.unwrap();
                 }
             }
             s.flush(true).await.unwrap();
@@ -130,6 +147,12 @@ fuzz_target!(|d: Damage| {
                 // damaged superblock formats the device afresh: no keys.)
                 let ok = (0..6).any(|ver| v[..] == value(k, ver)[..]);
                 assert!(ok, "key {k}: bytes that were never written for it");
+            }
+        }
+        for k in 0..OTHER_KEYS {
+            if let Some(v) = s.get(OTHER, &k.to_le_bytes()).await.unwrap() {
+                let ok = (0..6).any(|ver| v[..] == value(k + KEYS, ver)[..]);
+                assert!(ok, "key {k} of the other namespace: bytes that were never written for it");
             }
         }
         s.check_invariants();

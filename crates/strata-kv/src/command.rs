@@ -2,12 +2,37 @@
 //! checked (arity, options, numbers) into a [`Command`], sans I/O.
 //!
 //! Errors are the replies Redis gives for the same mistakes, so that
-//! client libraries and their users see familiar messages.
+//! client libraries and their users see familiar messages. A request
+//! that does not parse (unknown command, wrong arity, bad option) is
+//! refused here, before anything runs: inside `MULTI` that aborts the
+//! transaction at `EXEC` (the server's `txn` module).
 
 use bytes::Bytes;
 
 use crate::resp::Reply;
 use crate::store::Pin;
+
+/// When an `EXPIRE`-family command makes a key expire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpireAt {
+    /// Milliseconds from now; zero or less deletes the key.
+    In(i64),
+    /// Unix milliseconds; now or earlier deletes the key.
+    At(i64),
+    /// No expiry (`PERSIST`).
+    Never,
+}
+
+/// What `GETEX` does to the key's expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetExpiry {
+    /// Leaves it.
+    Keep,
+    /// Sets it (`EX`, `PX`, `EXAT`, `PXAT`).
+    Set(Expiry),
+    /// Removes it (`PERSIST`).
+    Persist,
+}
 
 /// When a SET's value expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +71,9 @@ pub enum Command {
     },
     /// `QUIT`
     Quit,
+    /// `RESET`: the connection as new (no transaction, RESP2, the
+    /// default namespace, and unauthenticated where passwords are on).
+    Reset,
     /// `SELECT db`: only database 0 exists.
     Select(i64),
     /// `CLIENT ...`, `READONLY` and other connection settings that need
@@ -53,10 +81,43 @@ pub enum Command {
     NoOp,
     /// `CLIENT ID` and friends that want an integer.
     ClientId,
-    /// `INFO [section]`
-    Info,
-    /// `CONFIG GET pattern`
-    ConfigGet(Bytes),
+    /// `INFO [section ...]`
+    Info(Vec<Bytes>),
+    /// `CONFIG GET pattern [pattern ...]`
+    ConfigGet(Vec<Bytes>),
+    /// `CONFIG SET param value [param value ...]`, `CONFIG RESETSTAT`,
+    /// `CONFIG REWRITE`: refused (settings come from the command line);
+    /// the subcommand and the first parameter, for the error.
+    ConfigRefused(String, Option<Bytes>),
+    /// `MULTI`: start queueing a transaction.
+    Multi,
+    /// `EXEC`: run the queued transaction.
+    Exec,
+    /// `DISCARD`: drop the queued transaction.
+    Discard,
+    /// `WATCH key...`: refused (no optimistic locking).
+    Watch,
+    /// `UNWATCH`: nothing is ever watched; `OK`.
+    Unwatch,
+    /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`
+    Scan {
+        /// Where to go on from (0: the start).
+        cursor: u64,
+        /// Keys must match this glob.
+        pattern: Option<Bytes>,
+        /// About how many keys to examine.
+        count: usize,
+        /// Keys must be of this type (only `string` exists).
+        kind: Option<Bytes>,
+    },
+    /// `KEYS pattern`
+    Keys(Bytes),
+    /// `TYPE key`
+    Type(Bytes),
+    /// `GETDEL key`
+    GetDel(Bytes),
+    /// `GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]`
+    GetEx(Bytes, GetExpiry),
     /// `COMMAND [...]`: an empty list (clients use it for hints only).
     CommandDocs,
     /// `DBSIZE`
@@ -94,8 +155,8 @@ pub enum Command {
     StrLen(Bytes),
     /// `TTL key` (false) / `PTTL key` (true)
     Ttl(Bytes, bool),
-    /// `EXPIRE key s` / `PEXPIRE key ms`, as milliseconds; `PERSIST` is 0.
-    Expire(Bytes, Option<u64>),
+    /// `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `PEXPIREAT`, `PERSIST`.
+    Expire(Bytes, ExpireAt),
     /// `KV.LOOKUP key...`: consecutive keys present from the first.
     Lookup(Vec<Bytes>),
     /// `KV.PREFETCH deadline_ms [LEASE ms] key...`
@@ -151,13 +212,22 @@ fn non_neg(b: &[u8]) -> Result<u64, Reply> {
     u64::try_from(int(b)?).map_err(|_| Reply::err("value is out of range, must be positive"))
 }
 
+fn invalid_expire(cmd: &str) -> Reply {
+    Reply::err(format!("invalid expire time in '{cmd}' command"))
+}
+
 /// A positive expire time, in milliseconds when `unit_ms` is 1.
 fn expire_ms(b: &[u8], unit_ms: u64, cmd: &str) -> Result<u64, Reply> {
     let n = int(b)?;
     if n <= 0 {
-        return Err(Reply::err(format!("invalid expire time in '{cmd}' command")));
+        return Err(invalid_expire(cmd));
     }
-    (n as u64).checked_mul(unit_ms).ok_or_else(|| Reply::err(format!("invalid expire time in '{cmd}' command")))
+    (n as u64).checked_mul(unit_ms).ok_or_else(|| invalid_expire(cmd))
+}
+
+/// An `EXPIRE`-family time, any sign, in milliseconds.
+fn expire_any_ms(b: &[u8], unit_ms: i64, cmd: &str) -> Result<i64, Reply> {
+    int(b)?.checked_mul(unit_ms).ok_or_else(|| invalid_expire(cmd))
 }
 
 impl Command {
@@ -226,16 +296,79 @@ impl Command {
                 Some(_) => Command::NoOp,
                 None => return Err(wrong_args(&name)),
             },
-            "READONLY" | "READWRITE" | "RESET" => Command::NoOp,
-            "INFO" => Command::Info,
+            "READONLY" | "READWRITE" => Command::NoOp,
+            "RESET" => {
+                arity(n == 0)?;
+                Command::Reset
+            }
+            "INFO" => Command::Info(rest),
             "CONFIG" => {
                 arity(n >= 1)?;
-                match String::from_utf8_lossy(&rest[0]).to_ascii_uppercase().as_str() {
-                    "GET" if n == 2 => Command::ConfigGet(rest[1].clone()),
+                let sub = String::from_utf8_lossy(&rest[0]).to_ascii_uppercase();
+                match sub.as_str() {
+                    "GET" if n >= 2 => Command::ConfigGet(rest[1..].to_vec()),
                     "GET" => return Err(wrong_args("config|get")),
-                    "SET" | "RESETSTAT" | "REWRITE" => Command::NoOp,
-                    _ => return Err(syntax()),
+                    "SET" if n >= 3 && n % 2 == 1 => Command::ConfigRefused(sub, Some(rest[1].clone())),
+                    "SET" => return Err(wrong_args("config|set")),
+                    "RESETSTAT" | "REWRITE" if n == 1 => Command::ConfigRefused(sub, None),
+                    "RESETSTAT" | "REWRITE" => return Err(wrong_args(&format!("config|{sub}"))),
+                    _ => {
+                        return Err(Reply::err(format!(
+                            "unknown subcommand '{}'. Try CONFIG HELP.",
+                            String::from_utf8_lossy(&rest[0][..rest[0].len().min(64)])
+                        )));
+                    }
                 }
+            }
+            "MULTI" => {
+                arity(n == 0)?;
+                Command::Multi
+            }
+            "EXEC" => {
+                arity(n == 0)?;
+                Command::Exec
+            }
+            "DISCARD" => {
+                arity(n == 0)?;
+                Command::Discard
+            }
+            "WATCH" => {
+                arity(n >= 1)?;
+                Command::Watch
+            }
+            "UNWATCH" => {
+                arity(n == 0)?;
+                Command::Unwatch
+            }
+            "SCAN" => {
+                arity(n >= 1)?;
+                parse_scan(&rest)?
+            }
+            "KEYS" => {
+                arity(n == 1)?;
+                Command::Keys(one(&rest))
+            }
+            "TYPE" => {
+                arity(n == 1)?;
+                Command::Type(one(&rest))
+            }
+            "GETDEL" => {
+                arity(n == 1)?;
+                Command::GetDel(one(&rest))
+            }
+            "GETEX" => {
+                arity(n >= 1)?;
+                parse_getex(&rest)?
+            }
+            "SETEX" | "PSETEX" => {
+                arity(n == 3)?;
+                let unit = if name == "SETEX" { 1000 } else { 1 };
+                let ms = expire_ms(&rest[1], unit, &name.to_ascii_lowercase())?;
+                let mut it = rest.into_iter();
+                let (Some(key), _, Some(value)) = (it.next(), it.next(), it.next()) else {
+                    return Err(wrong_args(&name));
+                };
+                Command::Set { key, value, expiry: Expiry::In(ms), nx: false, xx: false, get: false }
             }
             "COMMAND" => Command::CommandDocs,
             "DBSIZE" => Command::DbSize,
@@ -278,14 +411,15 @@ impl Command {
                 arity(n == 1)?;
                 Command::Ttl(one(&rest), name == "PTTL")
             }
-            "EXPIRE" | "PEXPIRE" => {
+            "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" => {
                 arity(n == 2)?;
-                let unit = if name == "EXPIRE" { 1000 } else { 1 };
-                Command::Expire(one(&rest), Some(expire_ms(&rest[1], unit, &name.to_ascii_lowercase())?))
+                let unit = if name.starts_with('P') { 1 } else { 1000 };
+                let ms = expire_any_ms(&rest[1], unit, &name.to_ascii_lowercase())?;
+                Command::Expire(one(&rest), if name.ends_with("AT") { ExpireAt::At(ms) } else { ExpireAt::In(ms) })
             }
             "PERSIST" => {
                 arity(n == 1)?;
-                Command::Expire(one(&rest), None)
+                Command::Expire(one(&rest), ExpireAt::Never)
             }
             "KV.LOOKUP" => {
                 arity(n >= 1)?;
@@ -358,6 +492,52 @@ impl Command {
     }
 }
 
+/// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]`, options in any
+/// order, the last of each kind winning (as Redis).
+fn parse_scan(rest: &[Bytes]) -> Result<Command, Reply> {
+    let cursor = std::str::from_utf8(&rest[0])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| Reply::err("invalid cursor"))?;
+    let (mut pattern, mut count, mut kind) = (None, 10usize, None);
+    let mut opts = rest[1..].iter();
+    while let Some(o) = opts.next() {
+        let v = opts.next().ok_or_else(syntax)?;
+        match String::from_utf8_lossy(o).to_ascii_uppercase().as_str() {
+            "MATCH" => pattern = Some(v.clone()),
+            "COUNT" => {
+                let c = int(v)?;
+                if c < 1 {
+                    return Err(syntax());
+                }
+                count = usize::try_from(c).unwrap_or(usize::MAX);
+            }
+            "TYPE" => kind = Some(v.clone()),
+            _ => return Err(syntax()),
+        }
+    }
+    Ok(Command::Scan { cursor, pattern, count, kind })
+}
+
+/// `GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]`: at most one option.
+fn parse_getex(rest: &[Bytes]) -> Result<Command, Reply> {
+    let key = rest[0].clone();
+    let opt = match rest.get(1) {
+        None => return Ok(Command::GetEx(key, GetExpiry::Keep)),
+        Some(o) => String::from_utf8_lossy(o).to_ascii_uppercase(),
+    };
+    let e = match (opt.as_str(), rest.len()) {
+        ("PERSIST", 2) => GetExpiry::Persist,
+        ("EX" | "PX" | "EXAT" | "PXAT", 3) => {
+            let unit = if opt.starts_with('E') { 1000 } else { 1 };
+            let ms = expire_ms(&rest[2], unit, "getex")?;
+            GetExpiry::Set(if opt.ends_with("AT") { Expiry::At(ms) } else { Expiry::In(ms) })
+        }
+        _ => return Err(syntax()),
+    };
+    Ok(Command::GetEx(key, e))
+}
+
 fn parse_set(rest: Vec<Bytes>) -> Result<Command, Reply> {
     let mut it = rest.into_iter();
     let (Some(key), Some(value)) = (it.next(), it.next()) else { return Err(wrong_args("set")) };
@@ -420,6 +600,70 @@ mod tests {
             p(&["HELLO", "3", "SETNAME", "me", "auth", "u", "pw"]).unwrap(),
             Command::Hello { proto: Some(3), auth: Some((b("u"), b("pw"))) }
         );
+    }
+
+    #[test]
+    fn redis_compatibility_commands_parse_as_redis_reads_them() {
+        let b = |w: &str| Bytes::copy_from_slice(w.as_bytes());
+        assert_eq!(p(&["multi"]).unwrap(), Command::Multi);
+        assert_eq!(p(&["EXEC"]).unwrap(), Command::Exec);
+        assert_eq!(p(&["discard"]).unwrap(), Command::Discard);
+        assert_eq!(p(&["WATCH", "a", "b"]).unwrap(), Command::Watch);
+        assert_eq!(p(&["UNWATCH"]).unwrap(), Command::Unwatch);
+        assert_eq!(p(&["SCAN", "0"]).unwrap(), Command::Scan { cursor: 0, pattern: None, count: 10, kind: None });
+        assert_eq!(
+            p(&["scan", "42", "match", "k*", "COUNT", "500", "TYPE", "string", "COUNT", "7"]).unwrap(),
+            Command::Scan { cursor: 42, pattern: Some(b("k*")), count: 7, kind: Some(b("string")) }
+        );
+        assert_eq!(p(&["KEYS", "*"]).unwrap(), Command::Keys(b("*")));
+        assert_eq!(p(&["TYPE", "k"]).unwrap(), Command::Type(b("k")));
+        assert_eq!(p(&["GETDEL", "k"]).unwrap(), Command::GetDel(b("k")));
+        assert_eq!(p(&["GETEX", "k"]).unwrap(), Command::GetEx(b("k"), GetExpiry::Keep));
+        assert_eq!(p(&["GETEX", "k", "persist"]).unwrap(), Command::GetEx(b("k"), GetExpiry::Persist));
+        assert_eq!(p(&["GETEX", "k", "EX", "3"]).unwrap(), Command::GetEx(b("k"), GetExpiry::Set(Expiry::In(3000))));
+        assert_eq!(p(&["GETEX", "k", "PXAT", "9"]).unwrap(), Command::GetEx(b("k"), GetExpiry::Set(Expiry::At(9))));
+        assert!(matches!(
+            p(&["SETEX", "k", "5", "v"]).unwrap(),
+            Command::Set { expiry: Expiry::In(5000), nx: false, xx: false, get: false, .. }
+        ));
+        assert!(matches!(p(&["PSETEX", "k", "5", "v"]).unwrap(), Command::Set { expiry: Expiry::In(5), .. }));
+        assert_eq!(p(&["EXPIRE", "k", "-3"]).unwrap(), Command::Expire(b("k"), ExpireAt::In(-3000)));
+        assert_eq!(p(&["PEXPIREAT", "k", "77"]).unwrap(), Command::Expire(b("k"), ExpireAt::At(77)));
+        assert_eq!(p(&["EXPIREAT", "k", "2"]).unwrap(), Command::Expire(b("k"), ExpireAt::At(2000)));
+        assert_eq!(p(&["PERSIST", "k"]).unwrap(), Command::Expire(b("k"), ExpireAt::Never));
+        assert_eq!(p(&["CONFIG", "GET", "max*", "save"]).unwrap(), Command::ConfigGet(vec![b("max*"), b("save")]));
+        assert_eq!(
+            p(&["config", "set", "maxmemory", "1"]).unwrap(),
+            Command::ConfigRefused("SET".into(), Some(b("maxmemory")))
+        );
+        assert_eq!(p(&["CONFIG", "RESETSTAT"]).unwrap(), Command::ConfigRefused("RESETSTAT".into(), None));
+        assert_eq!(p(&["INFO", "keyspace"]).unwrap(), Command::Info(vec![b("keyspace")]));
+    }
+
+    #[test]
+    fn mistakes_in_the_new_commands_get_redis_errors() {
+        let err = |w: &[&str]| match p(w) {
+            Err(Reply::Error(e)) => e,
+            other => panic!("{w:?}: {other:?}"),
+        };
+        assert_eq!(err(&["MULTI", "x"]), "ERR wrong number of arguments for 'multi' command");
+        assert_eq!(err(&["WATCH"]), "ERR wrong number of arguments for 'watch' command");
+        assert_eq!(err(&["SCAN", "x"]), "ERR invalid cursor");
+        assert_eq!(err(&["SCAN", "-1"]), "ERR invalid cursor");
+        assert_eq!(err(&["SCAN", "0", "COUNT", "0"]), "ERR syntax error");
+        assert_eq!(err(&["SCAN", "0", "COUNT", "x"]), "ERR value is not an integer or out of range");
+        assert_eq!(err(&["SCAN", "0", "MATCH"]), "ERR syntax error");
+        assert_eq!(err(&["SCAN", "0", "BOGUS", "1"]), "ERR syntax error");
+        assert_eq!(err(&["KEYS"]), "ERR wrong number of arguments for 'keys' command");
+        assert_eq!(err(&["SETEX", "k", "0", "v"]), "ERR invalid expire time in 'setex' command");
+        assert_eq!(err(&["PSETEX", "k", "-1", "v"]), "ERR invalid expire time in 'psetex' command");
+        assert_eq!(err(&["SETEX", "k", "1"]), "ERR wrong number of arguments for 'setex' command");
+        assert_eq!(err(&["GETEX", "k", "EX"]), "ERR syntax error");
+        assert_eq!(err(&["GETEX", "k", "EX", "0"]), "ERR invalid expire time in 'getex' command");
+        assert_eq!(err(&["GETEX", "k", "PERSIST", "EX", "1"]), "ERR syntax error");
+        assert_eq!(err(&["EXPIRE", "k", "99999999999999999"]), "ERR invalid expire time in 'expire' command");
+        assert_eq!(err(&["CONFIG", "SET", "maxmemory"]), "ERR wrong number of arguments for 'config|set' command");
+        assert!(err(&["CONFIG", "BOGUS"]).starts_with("ERR unknown subcommand 'BOGUS'"));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! | offset | len | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `STRATAKV` |
-//! | 8 | 4 | version (2) |
+//! | 8 | 4 | version (3; 2 is read too) |
 //! | 12 | 4 | CRC32C of bytes 16..64 |
 //! | 16 | 8 | log id (random at format) |
 //! | 24 | 8 | segment bytes |
@@ -26,7 +26,7 @@
 //! | offset | len | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `STKVSEG1` |
-//! | 8 | 4 | version (2) |
+//! | 8 | 4 | version (3; 2 is read too) |
 //! | 12 | 4 | CRC32C of bytes 16..64 |
 //! | 16 | 8 | log id |
 //! | 24 | 8 | sequence: higher is newer; 0 never appears |
@@ -39,7 +39,7 @@
 //! | 0 | 4 | magic `KVR1` |
 //! | 4 | 4 | CRC32C of bytes 8..end (header rest, key and value) |
 //! | 8 | 8 | the segment's sequence when written |
-//! | 16 | 1 | kind: 1 put, 2 delete (a tombstone, no value) |
+//! | 16 | 1 | kind: 1 put, 2 delete, 3 delete a namespace, 4 expiry (below) |
 //! | 17 | 3 | unused, zero |
 //! | 20 | 4 | key length |
 //! | 24 | 8 | value length |
@@ -58,14 +58,41 @@
 //! miss, never wrong bytes.
 //!
 //! The version orders records of one key across logs (the SSD and the
-//! pool tier): every put takes a new one, a block written to both logs
-//! carries the same one in each, and a tombstone takes a new one. At
-//! recovery the highest version of a key wins, and each log's record with
-//! that version is a copy of it.
+//! pool tier): every put takes a new one, and a block written to both
+//! logs carries the same one in each. At recovery the highest version of
+//! a key wins, and each log's record with that version is a copy of it.
 //!
-//! Compatibility: a device with another magic or version is formatted
-//! afresh (it is a cache); the version is bumped for any layout change
-//! (2 added the record version).
+//! The kinds:
+//!
+//! - **put** (1): the key's value, with its version and expiry.
+//! - **delete** (2): a tombstone, no value. Its version is the one it
+//!   deletes: it beats puts of that version and older.
+//! - **delete a namespace** (3): the key field is a prefix of internal
+//!   keys (a namespace's, `[name length, name]`, or empty for every key)
+//!   and the version is the highest the store had given when the
+//!   namespace was deleted: every put of a key under the prefix with that
+//!   version or an older one is deleted. One record stands for any number
+//!   of keys (`KV.DELNS`, `FLUSHALL`).
+//! - **expiry** (4): the key's expiry changed (`EXPIRE`, `PERSIST`,
+//!   `GETEX`) while a put of it was in this log. The value is 8 bytes,
+//!   the version of the put it applies to; the version field is a fresh
+//!   stamp that orders expiry records of one put; the expiry field is the
+//!   new expiry (0: none). It applies only while that put is the key's
+//!   newest.
+//!
+//! Records of one log are appended in the order the store made the
+//! changes, so a tombstone, a namespace's deletion or an expiry record
+//! lies after every record it covers: reclaiming segments oldest first
+//! never drops one while what it covers is still on the device.
+//!
+//! Compatibility: a device with another magic is formatted afresh (it is
+//! a cache). Version 2 (before kinds 3 and 4) is read as it is, and its
+//! superblock is rewritten as version 3 when the log is opened, before
+//! anything new is written, so that a build that reads version 2 only
+//! formats it afresh rather than miss a namespace's deletion. A device of
+//! any other version is formatted afresh with a warning naming it. The
+//! version is bumped for any layout change (2 added the record version,
+//! 3 the kinds 3 and 4).
 
 /// Unit of device I/O and alignment of segment starts.
 pub const BLOCK: u64 = 4096;
@@ -76,8 +103,16 @@ pub const SUPER_MAGIC: &[u8; 8] = b"STRATAKV";
 pub const SEG_MAGIC: &[u8; 8] = b"STKVSEG1";
 /// Record magic.
 pub const REC_MAGIC: &[u8; 4] = b"KVR1";
-/// Format version.
-pub const VERSION: u32 = 2;
+/// Format version written.
+pub const VERSION: u32 = 3;
+/// The oldest format version read: the same layout without record
+/// kinds 3 and 4.
+pub const OLDEST_READ: u32 = 2;
+
+/// True for a format version this build reads.
+fn readable(version: u32) -> bool {
+    (OLDEST_READ..=VERSION).contains(&version)
+}
 
 const MAGIC_OFFSET: usize = 0;
 const VERSION_OFFSET: usize = MAGIC_OFFSET + 8;
@@ -137,11 +172,10 @@ impl Super {
         b
     }
 
-    /// Reads a superblock; `None` when it is not one of this version.
+    /// Reads a superblock; `None` when it is not one of a version this
+    /// build reads ([`OLDEST_READ`] to [`VERSION`]).
     pub fn decode(b: &[u8]) -> Option<Super> {
-        if b.len() < HEADER_END
-            || &b[..8] != SUPER_MAGIC
-            || le32(b, VERSION_OFFSET) != VERSION
+        if superblock_version(b).is_none_or(|v| !readable(v))
             || le32(b, CRC_OFFSET) != crc32c::crc32c(&b[ID_OFFSET..HEADER_END])
         {
             return None;
@@ -160,6 +194,12 @@ impl Super {
     }
 }
 
+/// The format version a superblock claims (magic checked, nothing
+/// else); `None` when `b` does not start with one.
+pub fn superblock_version(b: &[u8]) -> Option<u32> {
+    (b.len() >= HEADER_END && &b[..8] == SUPER_MAGIC).then(|| le32(b, VERSION_OFFSET))
+}
+
 /// A segment header for `seq`.
 pub fn encode_segment_header(log_id: u64, seq: u64, out: &mut [u8]) {
     out[..BLOCK as usize].fill(0);
@@ -175,7 +215,7 @@ pub fn encode_segment_header(log_id: u64, seq: u64, out: &mut [u8]) {
 pub fn decode_segment_header(log_id: u64, b: &[u8]) -> Option<u64> {
     if b.len() < HEADER_END
         || &b[..8] != SEG_MAGIC
-        || le32(b, VERSION_OFFSET) != VERSION
+        || !readable(le32(b, VERSION_OFFSET))
         || le32(b, CRC_OFFSET) != crc32c::crc32c(&b[ID_OFFSET..HEADER_END])
         || le64(b, ID_OFFSET) != log_id
     {
@@ -184,13 +224,53 @@ pub fn decode_segment_header(log_id: u64, b: &[u8]) -> Option<u64> {
     Some(le64(b, SEG_SEQ_OFFSET)).filter(|&s| s != 0)
 }
 
-/// What a record says.
+/// What a record says (the module doc's kinds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A value for the key.
     Put,
-    /// The key was deleted.
+    /// The key was deleted, at the record's version and older.
     Delete,
+    /// Every key under the record's key (a prefix) was deleted, at the
+    /// record's version and older.
+    DeletePrefix,
+    /// The expiry of the put whose version the value holds changed.
+    Expiry,
+}
+
+impl Kind {
+    fn code(self) -> u8 {
+        match self {
+            Kind::Put => 1,
+            Kind::Delete => 2,
+            Kind::DeletePrefix => 3,
+            Kind::Expiry => 4,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Kind> {
+        Some(match c {
+            1 => Kind::Put,
+            2 => Kind::Delete,
+            3 => Kind::DeletePrefix,
+            4 => Kind::Expiry,
+            _ => return None,
+        })
+    }
+}
+
+/// Length of an expiry record's value: the version it applies to.
+pub const EXPIRY_VALUE_LEN: usize = 8;
+
+/// An expiry record's value: the version of the put it applies to.
+pub fn encode_expiry_target(version: u64) -> [u8; EXPIRY_VALUE_LEN] {
+    version.to_le_bytes()
+}
+
+/// The version an expiry record's value names; `None` when it is not
+/// [`EXPIRY_VALUE_LEN`] bytes.
+pub fn decode_expiry_target(value: &[u8]) -> Option<u64> {
+    (value.len() == EXPIRY_VALUE_LEN).then(|| le64(value, 0))
 }
 
 /// A record's header fields.
@@ -239,15 +319,7 @@ pub fn encode_record(out: &mut [u8], seq: u64, key: &[u8], value: &[u8], meta: R
     debug_assert_eq!(out.len() as u64, record_len(key.len(), value.len()));
     out[..4].copy_from_slice(REC_MAGIC);
     out[REC_SEQ_OFFSET..REC_KIND_OFFSET].copy_from_slice(&seq.to_le_bytes());
-    out[REC_KIND_OFFSET..REC_KEY_LEN_OFFSET].copy_from_slice(&[
-        match kind {
-            Kind::Put => 1,
-            Kind::Delete => 2,
-        },
-        0,
-        0,
-        0,
-    ]);
+    out[REC_KIND_OFFSET..REC_KEY_LEN_OFFSET].copy_from_slice(&[kind.code(), 0, 0, 0]);
     out[REC_KEY_LEN_OFFSET..REC_VALUE_LEN_OFFSET].copy_from_slice(&(key.len() as u32).to_le_bytes());
     out[REC_VALUE_LEN_OFFSET..REC_EXPIRES_OFFSET].copy_from_slice(&(value.len() as u64).to_le_bytes());
     out[REC_EXPIRES_OFFSET..REC_VERSION_OFFSET].copy_from_slice(&expires_ms.to_le_bytes());
@@ -265,11 +337,7 @@ pub fn decode_record_head(b: &[u8], seq: u64, room: u64) -> Option<RecordHead> {
     if b.len() < REC_HEADER || &b[..4] != REC_MAGIC || le64(b, REC_SEQ_OFFSET) != seq {
         return None;
     }
-    let kind = match b[REC_KIND_OFFSET] {
-        1 => Kind::Put,
-        2 => Kind::Delete,
-        _ => return None,
-    };
+    let kind = Kind::from_code(b[REC_KIND_OFFSET])?;
     let h = RecordHead {
         seq,
         kind,
@@ -316,6 +384,43 @@ mod tests {
             d[i] ^= 0x20;
             assert!(!record_crc_ok(&d), "flip at {i} passed");
         }
+    }
+
+    #[test]
+    fn every_kind_round_trips_and_an_unknown_kind_is_no_record() {
+        for kind in [Kind::Put, Kind::Delete, Kind::DeletePrefix, Kind::Expiry] {
+            let value = if kind == Kind::Expiry { &encode_expiry_target(41)[..] } else { &b""[..] };
+            let mut b = vec![0u8; record_len(2, value.len()) as usize];
+            encode_record(&mut b, 1, b"\x01a", value, RecordMeta { kind, expires_ms: 5, version: 42 });
+            let h = decode_record_head(&b, 1, 1 << 20).unwrap();
+            assert_eq!((h.kind, h.version, h.expires_ms), (kind, 42, 5));
+            assert!(record_crc_ok(&b));
+        }
+        assert_eq!(decode_expiry_target(&encode_expiry_target(7)), Some(7));
+        assert_eq!(decode_expiry_target(b"short"), None);
+        let mut b = vec![0u8; record_len(1, 0) as usize];
+        encode_record(&mut b, 1, b"k", b"", RecordMeta { kind: Kind::Put, expires_ms: 0, version: 1 });
+        b[REC_KIND_OFFSET] = 9;
+        assert!(decode_record_head(&b, 1, 1 << 20).is_none(), "kind 9 is not a record");
+    }
+
+    #[test]
+    fn version_2_headers_are_read_and_other_versions_are_not() {
+        let s = Super { log_id: 5, segment_bytes: 1 << 20, segments: 9 };
+        let mut h = vec![0u8; BLOCK as usize];
+        encode_segment_header(5, 3, &mut h);
+        for (v, read) in [(1u32, false), (2, true), (3, true), (4, false)] {
+            // The version is outside the CRC: a header of another version
+            // is these bytes with that number.
+            let mut sb = s.encode();
+            sb[VERSION_OFFSET..CRC_OFFSET].copy_from_slice(&v.to_le_bytes());
+            assert_eq!(superblock_version(&sb), Some(v));
+            assert_eq!(Super::decode(&sb).is_some(), read, "superblock version {v}");
+            let mut seg = h.clone();
+            seg[VERSION_OFFSET..CRC_OFFSET].copy_from_slice(&v.to_le_bytes());
+            assert_eq!(decode_segment_header(5, &seg).is_some(), read, "segment version {v}");
+        }
+        assert_eq!(superblock_version(&[0u8; 64]), None);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! - [`resp`] is the Redis protocol, sans I/O; [`server`] drives it over
 //!   TCP, [`client`] is a small async client for it.
 //! - [`auth`] says who may use the port (users, passwords, namespaces).
-//! - [`key`] is the reference key scheme engines should use.
+//! - [`key`] is the reference key scheme engines should use; [`glob`]
+//!   matches Redis's key patterns (`KEYS`, `SCAN ... MATCH`).
 //! - [`policy`] holds the eviction policies (S3-FIFO, and LRU to compare).
 //!
 //! The user guide is `docs/kv.md` at the repository root.
@@ -17,6 +18,7 @@ pub mod auth;
 pub mod client;
 pub mod command;
 mod format;
+pub mod glob;
 pub mod key;
 mod log;
 pub mod policy;

@@ -27,12 +27,19 @@
 //! - `inflight_bytes` bounds the memory of sealed, unwritten buffers:
 //!   writers wait in [`LogDev::ready`] (backpressure), they do not queue
 //!   without end;
-//! - a failed write pauses the log: appends are refused and the buffers
-//!   already sealed are dropped unwritten, each noted as a lost [`Span`]
-//!   whose records the store drops from its index. A probe rewrites the
-//!   superblock with backoff until the device answers; the log then
-//!   resumes in a fresh segment, so that the hole the failure left is
-//!   the end of its segment (a recovery scan stops at a hole).
+//! - a failed write or sync pauses the log: appends are refused and the
+//!   buffers already sealed are dropped unwritten, each noted as a lost
+//!   [`Span`] whose records the store drops from its index, and
+//!   [`LogDev::failures`] moves on (so the store can tell that a record
+//!   it appended may not have landed). A probe rewrites the superblock
+//!   with backoff until the device answers; the log then resumes in a
+//!   fresh segment, so that the hole the failure left is the end of its
+//!   segment (a recovery scan stops at a hole);
+//! - syncs are numbered ([`LogState::request_sync`] seals the open buffer
+//!   first): sync `n` answering `Ok` while [`LogDev::failures`] has not
+//!   moved means every record appended before it was requested is on
+//!   the device. Syncs queued together share one device flush (group
+//!   commit).
 //!
 //! The format and its crash cases are in the `format` module.
 
@@ -158,6 +165,8 @@ pub struct LogState<K> {
     /// The device's recovery count when this log last wrote: when it
     /// moves, the log resumes in a fresh segment.
     epoch: u64,
+    /// Syncs requested so far (the last one's number).
+    syncs: u64,
     dev: Arc<LogDev>,
     /// The writer task's queue; the task ends when the state is dropped.
     jobs: mpsc::UnboundedSender<Job>,
@@ -175,6 +184,8 @@ pub struct LogDev {
     failed: AtomicBool,
     /// Times the device came back after a failure.
     epoch: AtomicU64,
+    /// Writes and syncs that failed.
+    failures: AtomicU64,
     /// Sealed buffers that were not written (the device failed).
     lost: Mutex<Vec<Span>>,
     /// The unwritten buffers were over their bound for longer than a
@@ -218,6 +229,9 @@ pub struct Found {
     pub loc: Loc,
     /// Its header.
     pub head: RecordHead,
+    /// For an expiry record ([`Kind::Expiry`]), the version of the put
+    /// it applies to; `None` for other kinds.
+    pub applies_to: Option<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -237,6 +251,7 @@ impl LogDev {
             written: Notify::new(),
             failed: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
             lost: Mutex::new(Vec::new()),
             stalled: AtomicBool::new(false),
             spare: Mutex::new(Vec::new()),
@@ -327,6 +342,23 @@ impl LogDev {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// Writes and syncs that have failed since the log was opened. A
+    /// record appended while this was `n` is on the device once a sync
+    /// requested after it answers `Ok` with this still `n`.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Acquire)
+    }
+
+    /// Notes a failed write or sync whose outcome is unknown: the log
+    /// pauses, and the first failure starts the probe.
+    fn fail(self: &Arc<Self>, e: &LogError) {
+        self.failures.fetch_add(1, Ordering::AcqRel);
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            tracing::error!(error = %e, "KV log write failed; the tier pauses until the device answers");
+            tokio::spawn(probe(Arc::downgrade(self)));
+        }
+    }
+
     /// Reads the value of the record at `loc`, whose key is `key`, once
     /// any write of its range has completed. `None`: the bytes there are
     /// not that record any more (the segment was reused) or are damaged.
@@ -370,10 +402,7 @@ impl LogDev {
             Ok(()) => self.stalled.store(false, Ordering::Release),
             Err(e) => {
                 lock(&self.lost).push(span);
-                if !self.failed.swap(true, Ordering::AcqRel) {
-                    tracing::error!(error = %e, "KV log write failed; the tier pauses until the device answers");
-                    tokio::spawn(probe(Arc::downgrade(self)));
-                }
+                self.fail(&e);
             }
         }
         let mut q = lock(&self.inflight);
@@ -387,7 +416,11 @@ impl LogDev {
 
     /// The writer task: sealed buffers, up to [`WRITES_IN_FLIGHT`] at
     /// once (a drive needs depth to reach its bandwidth). A sync waits
-    /// for every write submitted before it, then flushes.
+    /// for every write submitted before it, then flushes; the syncs and
+    /// writes queued behind it by then join it (up to [`SYNC_BATCH`]
+    /// writes), so that many clients each waiting for a small record to
+    /// be durable cost one flush, not one each. A flush that fails counts
+    /// as a failed write: the log pauses.
     ///
     /// Writes may land out of order. After a crash a scan stops at the
     /// first buffer that did not land (its blocks hold another sequence
@@ -407,19 +440,47 @@ impl LogDev {
             match job {
                 Job::Write { dev_off, buf, sync, span } => writes.push(self.write_one(dev_off, buf, sync, span)),
                 Job::Sync(done) => {
+                    let mut waiting = vec![done];
+                    let mut joined = 0;
+                    while joined < SYNC_BATCH {
+                        match rx.try_recv() {
+                            Ok(Job::Sync(d)) => waiting.push(d),
+                            Ok(Job::Write { dev_off, buf, sync, span }) => {
+                                writes.push(self.write_one(dev_off, buf, sync, span));
+                                joined += 1;
+                            }
+                            Err(_) => break,
+                        }
+                    }
                     while writes.next().await.is_some() {}
                     let r = if self.is_failed() {
                         Err(LogError::Failed)
                     } else {
-                        self.dev.flush().await.map_err(Into::into)
+                        match self.dev.flush().await {
+                            Ok(()) => Ok(()),
+                            Err(e) => {
+                                let e = LogError::from(e);
+                                self.fail(&e);
+                                Err(e)
+                            }
+                        }
                     };
-                    let _ = done.send(r);
+                    for done in waiting {
+                        let _ = done.send(match &r {
+                            Ok(()) => Ok(()),
+                            Err(_) => Err(LogError::Failed),
+                        });
+                    }
                 }
             }
         }
         while writes.next().await.is_some() {}
     }
 }
+
+/// Writes a sync takes along from the queue behind it (see
+/// [`LogDev::run`]).
+const SYNC_BATCH: usize = 4 * WRITES_IN_FLIGHT;
 
 /// Rewrites the superblock of a failed log device, with backoff, until
 /// the write and a flush succeed; then the device is back (its epoch
@@ -472,9 +533,26 @@ impl<K: Clone> LogState<K> {
                         "KV log keeps the segment size it was formatted with"
                     );
                 }
+                let version = format::superblock_version(&first).unwrap_or(format::VERSION);
+                if version != format::VERSION {
+                    // Read as it is; marked as this version before anything
+                    // new is written, so that a build that reads only the
+                    // old one formats it afresh rather than miss records
+                    // of the new kinds (the format module's compatibility).
+                    probe.write_at(0, IoBuf::from_slice(&sb.encode())).await?;
+                    dev.flush().await?;
+                    tracing::info!(from = version, to = format::VERSION, "KV log format upgraded in place");
+                }
                 sb
             }
             None => {
+                if let Some(v) = format::superblock_version(&first) {
+                    tracing::warn!(
+                        found = v,
+                        reads = ?(format::OLDEST_READ..=format::VERSION),
+                        "KV log of a format version this build does not read; formatting it afresh (a cache: its blocks are lost)"
+                    );
+                }
                 let segment_bytes = segment_bytes / BLOCK * BLOCK;
                 let segments = size.saturating_sub(BLOCK) / segment_bytes.max(1);
                 if segment_bytes < 2 * BLOCK || segments < 2 {
@@ -535,6 +613,7 @@ impl<K: Clone> LogState<K> {
             buf: None,
             wbuf,
             epoch: 0,
+            syncs: 0,
             dev: ldev,
             jobs: tx,
         };
@@ -679,13 +758,25 @@ impl<K: Clone> LogState<K> {
             .collect()
     }
 
-    /// Asks the writer to sync once everything sealed so far is written;
-    /// the answer comes on the returned channel (awaited outside the
-    /// store's lock).
-    pub fn request_sync(&self) -> oneshot::Receiver<Result<(), LogError>> {
+    /// Seals the open buffer and asks the writer to sync once everything
+    /// sealed so far is written. Returns the sync's number and the
+    /// channel its answer comes on (awaited outside the store's lock):
+    /// `Ok` means every record appended before this call is on the
+    /// device, unless [`LogDev::failures`] moved meanwhile.
+    pub fn request_sync(&mut self) -> (u64, oneshot::Receiver<Result<(), LogError>>) {
+        self.seal(false);
+        self.syncs += 1;
         let (tx, rx) = oneshot::channel();
-        let _ = self.jobs.send(Job::Sync(tx));
-        rx
+        if self.jobs.send(Job::Sync(tx)).is_err() {
+            self.dev.failed.store(true, Ordering::Release);
+        }
+        (self.syncs, rx)
+    }
+
+    /// The number the next [`LogState::request_sync`] will have: a record
+    /// appended now is covered by that sync and every later one.
+    pub fn next_sync(&self) -> u64 {
+        self.syncs + 1
     }
 }
 
@@ -863,20 +954,25 @@ async fn scan_segment(
                 ahead = BLOCK;
                 let key_end = (format::REC_HEADER + h.key_len) as u64;
                 let b = window(dev, base, seg, &mut win, pos, key_end, ahead).await?;
-                Some((h, Bytes::copy_from_slice(&b[format::REC_HEADER..key_end as usize])))
+                Some((h, Bytes::copy_from_slice(&b[format::REC_HEADER..key_end as usize]), None))
             }
             Some(h) => {
                 ahead = (ahead * 2).min(WINDOW);
                 let b = window(dev, base, seg, &mut win, pos, h.total(), ahead).await?;
                 format::record_crc_ok(b)
                     .then(|| (h, Bytes::copy_from_slice(&b[format::REC_HEADER..format::REC_HEADER + h.key_len])))
+                    .filter(|(h, _)| h.kind != Kind::Expiry || h.value_len == format::EXPIRY_VALUE_LEN as u64)
+                    .map(|(h, key)| {
+                        let value = &b[format::REC_HEADER + h.key_len..];
+                        (h, key, format::decode_expiry_target(value).filter(|_| h.kind == Kind::Expiry))
+                    })
             }
             None => None,
         };
         match rec {
-            Some((h, key)) => {
+            Some((h, key, applies_to)) => {
                 let loc = Loc { seg: i, seq, off: pos, key_len: h.key_len as u32, value_len: h.value_len };
-                found.push(Found { key, loc, head: h });
+                found.push(Found { key, loc, head: h, applies_to });
                 pos = format::align_up(pos + h.total(), 8);
                 retried = false;
             }

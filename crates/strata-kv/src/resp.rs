@@ -133,8 +133,9 @@ fn header(buf: &[u8], at: usize, what: &'static str) -> Result<Option<(i64, usiz
 /// Takes one request from the front of `buf`: its arguments, or
 /// `Ok(None)` when more bytes are needed (then `buf` is untouched, and
 /// its capacity is grown to hold a large bulk string that is on its way,
-/// so that it arrives without being moved again). Empty inline lines are
-/// skipped. An empty array yields an empty argument list.
+/// so that it arrives without being moved again). Empty inline lines and
+/// empty or null arrays (`*0`, `*-1`) are skipped, as Redis skips them:
+/// a request, when there is one, has at least one argument.
 ///
 /// # Errors
 ///
@@ -151,7 +152,10 @@ pub fn parse_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<B
             }
             return Ok(Some(args));
         }
-        return parse_multibulk(buf, limits);
+        match parse_multibulk(buf, limits)? {
+            Some(args) if args.is_empty() => continue,
+            other => return Ok(other),
+        }
     }
 }
 
@@ -618,6 +622,17 @@ mod tests {
         assert_eq!(parse_request(&mut b, &Limits::default()).unwrap().unwrap().len(), 1);
         assert_eq!(parse_request(&mut b, &Limits::default()).unwrap().unwrap().len(), 2);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn empty_and_null_arrays_are_skipped_as_redis_skips_them() {
+        let mut b = BytesMut::from(&b"*0\r\n*-1\r\n\r\n*1\r\n$4\r\nPING\r\n*0\r\n"[..]);
+        let got = parse_request(&mut b, &Limits::default()).unwrap().unwrap();
+        assert_eq!(got, vec![Bytes::from("PING")]);
+        assert_eq!(parse_request(&mut b, &Limits::default()).unwrap(), None);
+        assert!(b.is_empty(), "the trailing *0 was taken");
+        assert_eq!(req(b"*0\r\n").unwrap(), None);
+        assert_eq!(req(b"*-1\r\n*1\r\n").unwrap(), None, "the next request is not all here yet");
     }
 
     #[test]

@@ -23,6 +23,18 @@
 //! the connection at once, unanswered, as redis-server does: a web page
 //! can make a browser send a POST whose body is Redis commands, and
 //! nothing after that line must run.
+//!
+//! The modules below: `txn` takes each request to its reply (and holds
+//! a connection's `MULTI` transaction; `EXEC` runs alone, through the
+//! server's gate), `exec` runs one command against the store, `info`
+//! answers `INFO`, `CONFIG` and `KV.STATS`.
+
+mod exec;
+mod info;
+mod txn;
+
+pub use info::stats_pairs;
+pub use txn::{MAX_QUEUED, MAX_QUEUED_BYTES};
 
 use std::io::IoSlice;
 use std::net::SocketAddr;
@@ -35,9 +47,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::auth::{Access, Grant, looks_like_http};
-use crate::command::{Command, Expiry};
 use crate::resp::{Limits, Out, Reply, parse_request};
-use crate::store::{KvError, KvStore, Presence, PutOpts, unix_ms};
+use crate::store::KvStore;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -121,6 +132,9 @@ struct Shared {
     next_id: AtomicU64,
     started: std::time::Instant,
     addr: SocketAddr,
+    /// Held for reading while a command runs, for writing while a
+    /// transaction (`EXEC`) runs: nothing comes between its commands.
+    gate: tokio::sync::RwLock<()>,
 }
 
 /// Serves `listener` until the future `stop` completes.
@@ -143,6 +157,7 @@ pub async fn serve(
         next_id: AtomicU64::new(1),
         started: std::time::Instant::now(),
         addr: listener.local_addr()?,
+        gate: tokio::sync::RwLock::new(()),
     });
     tokio::pin!(stop);
     loop {
@@ -189,6 +204,8 @@ struct Conn {
     quit: bool,
     /// Who it is; `None` until it authenticates.
     grant: Option<Grant>,
+    /// Its transaction, after `MULTI`.
+    txn: Option<txn::Txn>,
 }
 
 /// The server side of a TLS handshake on `sock`, within [`TLS_HANDSHAKE`].
@@ -220,6 +237,7 @@ where
         ns: Bytes::new(),
         quit: false,
         grant: shared.cfg.access.initial(),
+        txn: None,
     };
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::default();
@@ -237,13 +255,7 @@ where
                         );
                         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "HTTP on the KV port"));
                     }
-                    let reply = match Command::parse(args) {
-                        Ok(cmd) => match refusal(&conn, &cmd) {
-                            Some(no) => no,
-                            None => exec(shared, &mut conn, cmd).await,
-                        },
-                        Err(e) => e,
-                    };
+                    let reply = txn::handle(shared, &mut conn, args).await;
                     reply.encode(conn.proto, &mut out);
                     if conn.quit {
                         return write_chunks(&mut sock, out.take(), stall).await;
@@ -366,332 +378,4 @@ where
         }
     }
     Ok(())
-}
-
-fn kv_err(e: KvError) -> Reply {
-    match e {
-        KvError::Full { .. } | KvError::TooLarge { .. } | KvError::Quota { .. } => Reply::Error(format!("OOM {e}")),
-        e => Reply::err(e),
-    }
-}
-
-fn opt_bulk(v: Option<Bytes>) -> Reply {
-    v.map(Reply::Bulk).unwrap_or(Reply::Nil)
-}
-
-/// Tries of `SET ... GET` before it gives up on a key others keep writing.
-const SET_GET_TRIES: usize = 64;
-
-/// `SET ... GET`: the old value, and the new one stored in its place as
-/// one step. The old value is read (from any tier) knowing its version,
-/// and the store is conditional on that version, so a write in between
-/// makes it read and try again; the value returned is the one replaced.
-async fn set_get(
-    store: &KvStore,
-    ns: &[u8],
-    key: &[u8],
-    value: Bytes,
-    nx: bool,
-    xx: bool,
-    opts: PutOpts,
-) -> Result<Reply, KvError> {
-    for _ in 0..SET_GET_TRIES {
-        let version = store.version(ns, key)?;
-        let old = match version {
-            Some(_) => store.get(ns, key).await?,
-            None => None,
-        };
-        if (nx && version.is_some()) || (xx && version.is_none()) {
-            // Not stored; the reply is the value as it is.
-            return Ok(opt_bulk(old));
-        }
-        let only_if = Some(version.map_or(Presence::Absent, Presence::Version));
-        if store.put(ns, key, value.clone(), PutOpts { only_if, ..opts }).await? {
-            return Ok(opt_bulk(old));
-        }
-    }
-    Ok(Reply::err("SET ... GET: the key kept changing under other writers; try again"))
-}
-
-/// Why `conn` may not run `cmd`, if it may not: not authenticated, or a
-/// user kept to some namespaces reaching for another or for all.
-fn refusal(conn: &Conn, cmd: &Command) -> Option<Reply> {
-    let Some(g) = &conn.grant else {
-        return match cmd {
-            Command::Auth { .. } | Command::Hello { auth: Some(_), .. } | Command::Quit => None,
-            Command::Hello { auth: None, .. } => Some(Reply::Error(
-                "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH \
-                 <user> <pass> option can be used to authenticate the client and select the RESP protocol version at \
-                 the same time"
-                    .into(),
-            )),
-            _ => Some(Reply::Error("NOAUTH Authentication required.".into())),
-        };
-    };
-    if g.is_admin() {
-        return None;
-    }
-    let denied = |what: &str| {
-        tracing::warn!(conn = conn.id, peer = ?conn.peer, user = g.user(), "KV port: {what} denied");
-        Some(Reply::Error(format!("NOPERM User {} has no permissions to {what}", g.user())))
-    };
-    let ns_denied = |ns: &[u8]| denied(&format!("access the '{}' namespace", String::from_utf8_lossy(ns)));
-    match cmd {
-        Command::Flush => denied("run the 'flushall' command"),
-        Command::Quota(_, Some(_)) => denied("set quotas"),
-        Command::Namespace(Some(ns)) | Command::DelNamespace(ns) | Command::Quota(ns, None) if !g.allows(ns) => {
-            ns_denied(ns)
-        }
-        _ => None,
-    }
-}
-
-/// `AUTH` and `HELLO ... AUTH`: the connection becomes `user`'s when the
-/// password is right, and stays as it was when it is not.
-fn authenticate(shared: &Shared, conn: &mut Conn, user: Option<&[u8]>, password: &[u8]) -> Result<(), Reply> {
-    let access = &shared.cfg.access;
-    let name = || String::from_utf8_lossy(user.unwrap_or(crate::auth::DEFAULT_USER.as_bytes())).into_owned();
-    match access.check(user, password) {
-        Some(g) => {
-            tracing::debug!(conn = conn.id, peer = ?conn.peer, user = g.user(), "KV port: authenticated");
-            if !g.allows(&conn.ns) {
-                conn.ns = g.home();
-            }
-            conn.grant = Some(g);
-            Ok(())
-        }
-        None => {
-            tracing::warn!(conn = conn.id, peer = ?conn.peer, user = %name(), "KV port: authentication failed");
-            Err(Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into()))
-        }
-    }
-}
-
-async fn exec(shared: &Shared, conn: &mut Conn, cmd: Command) -> Reply {
-    match run(shared, conn, cmd).await {
-        Ok(r) => r,
-        Err(e) => kv_err(e),
-    }
-}
-
-async fn run(shared: &Shared, conn: &mut Conn, cmd: Command) -> Result<Reply, KvError> {
-    let store = &shared.store;
-    let ns = conn.ns.clone();
-    Ok(match cmd {
-        Command::Ping(None) => Reply::Simple("PONG".into()),
-        Command::Ping(Some(m)) | Command::Echo(m) => Reply::Bulk(m),
-        Command::Auth { user: None, .. } if !shared.cfg.access.required() => Reply::err(
-            "AUTH <password> called without any password configured for the default user. Are you sure your \
-             configuration is correct?",
-        ),
-        Command::Auth { user, password } => match authenticate(shared, conn, user.as_deref(), &password) {
-            Ok(()) => Reply::Ok,
-            Err(no) => no,
-        },
-        Command::Hello { proto, auth } => {
-            if let Some((user, password)) = auth
-                && let Err(no) = authenticate(shared, conn, Some(&user), &password)
-            {
-                return Ok(no);
-            }
-            if let Some(p) = proto {
-                conn.proto = p;
-            }
-            Reply::Map(vec![
-                (Reply::text("server"), Reply::text("redis")),
-                (Reply::text("version"), Reply::text("7.2.0")),
-                (Reply::text("proto"), Reply::Int(i64::from(conn.proto))),
-                (Reply::text("id"), Reply::Int(conn.id as i64)),
-                (Reply::text("mode"), Reply::text("standalone")),
-                (Reply::text("role"), Reply::text("master")),
-                (Reply::text("modules"), Reply::Array(vec![])),
-            ])
-        }
-        Command::Quit => {
-            conn.quit = true;
-            Reply::Ok
-        }
-        Command::Select(0) => Reply::Ok,
-        Command::Select(_) => Reply::err("DB index is out of range"),
-        Command::NoOp => Reply::Ok,
-        Command::ClientId => Reply::Int(conn.id as i64),
-        Command::Info => Reply::text(info(shared)),
-        Command::ConfigGet(pattern) => config_get(shared, &pattern),
-        Command::CommandDocs => Reply::Array(vec![]),
-        Command::DbSize => Reply::Int(store.stats().keys as i64),
-        Command::Flush => {
-            store.clear();
-            Reply::Ok
-        }
-        Command::Save => {
-            store.flush(true).await?;
-            Reply::Ok
-        }
-        Command::KvFlush(all) => {
-            store.flush(all).await?;
-            Reply::Ok
-        }
-        Command::Get(k) => opt_bulk(store.get(&ns, &k).await?),
-        Command::Set { key, value, expiry, nx, xx, get } => {
-            let (expires_ms, keep_ttl) = match expiry {
-                Expiry::None => (0, false),
-                Expiry::In(ms) => (unix_ms().saturating_add(ms), false),
-                Expiry::At(ms) => (ms, false),
-                Expiry::Keep => (0, true),
-            };
-            let opts = PutOpts { expires_ms, keep_ttl, ..PutOpts::default() };
-            if get {
-                return set_get(store, &ns, &key, value, nx, xx, opts).await;
-            }
-            let only_if = match (nx, xx) {
-                (true, _) => Some(Presence::Absent),
-                (_, true) => Some(Presence::Present),
-                _ => None,
-            };
-            match store.put(&ns, &key, value, PutOpts { only_if, ..opts }).await? {
-                true => Reply::Ok,
-                false => Reply::Nil,
-            }
-        }
-        Command::MGet(keys) => {
-            let gets = keys.iter().map(|k| store.get(&ns, k));
-            let got = futures_util::future::join_all(gets).await;
-            Reply::Array(got.into_iter().map(|r| r.map(opt_bulk)).collect::<Result<_, _>>()?)
-        }
-        Command::MSet(pairs) => {
-            for (k, v) in pairs {
-                store.put(&ns, &k, v, PutOpts::default()).await?;
-            }
-            Reply::Ok
-        }
-        Command::Exists(keys) => {
-            let mut n = 0;
-            for k in &keys {
-                n += i64::from(store.exists(&ns, k)?);
-            }
-            Reply::Int(n)
-        }
-        Command::Del(keys) => {
-            let mut n = 0;
-            for k in &keys {
-                n += i64::from(store.delete(&ns, k)?);
-            }
-            Reply::Int(n)
-        }
-        Command::StrLen(k) => Reply::Int(store.get(&ns, &k).await?.map(|v| v.len() as i64).unwrap_or(0)),
-        Command::Ttl(k, ms) => match store.expiry(&ns, &k)? {
-            None => Reply::Int(-2),
-            Some(0) => Reply::Int(-1),
-            Some(at) => {
-                let left = at.saturating_sub(unix_ms());
-                Reply::Int(if ms { left as i64 } else { left.div_ceil(1000) as i64 })
-            }
-        },
-        Command::Expire(k, ms) => {
-            let at = ms.map(|m| unix_ms().saturating_add(m)).unwrap_or(0);
-            Reply::Int(i64::from(store.set_expiry(&ns, &k, at)?))
-        }
-        Command::Lookup(keys) => Reply::Int(store.lookup(&ns, &keys)? as i64),
-        Command::Prefetch { deadline_ms, lease_ms, keys } => {
-            Reply::Int(store.prefetch(&ns, &keys, Duration::from_millis(deadline_ms), lease_ms).await? as i64)
-        }
-        Command::Lease(ms, keys) => {
-            Reply::Int(store.prefetch(&ns, &keys, Duration::from_secs(5), ms.max(1)).await? as i64)
-        }
-        Command::Release(keys) => Reply::Int(store.release(&ns, &keys)? as i64),
-        Command::Pin(pin, keys) => Reply::Int(store.pin(&ns, &keys, pin)? as i64),
-        Command::Stats => stats_reply(store),
-        Command::Namespace(None) => Reply::Bulk(conn.ns.clone()),
-        Command::Namespace(Some(name)) => {
-            if name.len() > 255 {
-                return Err(KvError::BadNamespace(name.len()));
-            }
-            conn.ns = name;
-            Reply::Ok
-        }
-        Command::DelNamespace(name) => Reply::Int(store.delete_namespace(&name)? as i64),
-        Command::Quota(name, Some(bytes)) => {
-            store.set_quota(&name, bytes)?;
-            Reply::Ok
-        }
-        Command::Quota(name, None) => {
-            let (keys, used, quota) = store.namespace_usage(&name);
-            Reply::Map(vec![
-                (Reply::text("keys"), Reply::Int(keys as i64)),
-                (Reply::text("used_bytes"), Reply::Int(used as i64)),
-                (Reply::text("quota_bytes"), Reply::Int(quota as i64)),
-            ])
-        }
-    })
-}
-
-/// The store's statistics as name/value pairs.
-pub fn stats_pairs(store: &KvStore) -> Vec<(&'static str, u64)> {
-    let s = store.stats();
-    vec![
-        ("keys", s.keys),
-        ("dram_keys", s.dram_keys),
-        ("dram_used_bytes", s.dram_used),
-        ("dram_capacity_bytes", s.dram_capacity),
-        ("ssd_keys", s.ssd_keys),
-        ("ssd_live_bytes", s.ssd_live),
-        ("ssd_capacity_bytes", s.ssd_capacity),
-        ("pool_keys", s.pool_keys),
-        ("pool_live_bytes", s.pool_live),
-        ("pool_capacity_bytes", s.pool_capacity),
-        ("gets", s.gets),
-        ("hits_dram", s.hits_dram),
-        ("hits_ssd", s.hits_ssd),
-        ("hits_pool", s.hits_pool),
-        ("hits_peer", s.hits_peer),
-        ("peer_keys", s.peer_keys),
-        ("misses", s.misses),
-        ("puts", s.puts),
-        ("evicted", s.evicted),
-        ("demoted", s.demoted),
-        ("demoted_bytes", s.demoted_bytes),
-        ("not_admitted", s.not_admitted),
-        ("dropped_ssd", s.dropped_ssd),
-        ("dropped_pool", s.dropped_pool),
-        ("lost_ssd", s.lost_ssd),
-        ("lost_pool", s.lost_pool),
-        ("pool_skipped", s.pool_skipped),
-        ("promoted", s.promoted),
-        ("corrupt", s.corrupt),
-        ("expired", s.expired),
-        ("quota_evicted", s.quota_evicted),
-    ]
-}
-
-fn stats_reply(store: &KvStore) -> Reply {
-    Reply::Map(stats_pairs(store).into_iter().map(|(k, v)| (Reply::text(k), Reply::Int(v as i64))).collect())
-}
-
-fn info(shared: &Shared) -> String {
-    let mut s = format!(
-        "# Server\r\nredis_version:7.2.0\r\nstrata_version:{}\r\nredis_mode:standalone\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\
-         # Clients\r\nconnected_clients:{}\r\n# Keyspace\r\n",
-        env!("CARGO_PKG_VERSION"),
-        shared.addr.port(),
-        shared.started.elapsed().as_secs(),
-        shared.clients.load(Ordering::Relaxed),
-    );
-    let st = shared.store.stats();
-    if st.keys > 0 {
-        s.push_str(&format!("db0:keys={},expires=0,avg_ttl=0\r\n", st.keys));
-    }
-    s.push_str("# Strata KV\r\n");
-    for (k, v) in stats_pairs(&shared.store) {
-        s.push_str(&format!("{k}:{v}\r\n"));
-    }
-    s
-}
-
-fn config_get(shared: &Shared, pattern: &[u8]) -> Reply {
-    let max = shared.store.stats().dram_capacity.to_string();
-    let known = [("maxmemory", max.as_str()), ("save", ""), ("appendonly", "no"), ("databases", "1")];
-    let p = String::from_utf8_lossy(pattern).to_ascii_lowercase();
-    let pairs =
-        known.iter().filter(|(k, _)| p == "*" || p == *k).map(|(k, v)| (Reply::text(*k), Reply::text(*v))).collect();
-    Reply::Map(pairs)
 }

@@ -230,7 +230,12 @@ impl ShmClient {
     ///
     /// As [`ShmClient::lease`]; [`ShmError::TooLarge`] for a short
     /// buffer.
-    pub fn get_into(&mut self, ns: &[u8], keys: &[&[u8]], bufs: &mut [&mut [u8]]) -> Result<Vec<Option<usize>>, ShmError> {
+    pub fn get_into(
+        &mut self,
+        ns: &[u8],
+        keys: &[&[u8]],
+        bufs: &mut [&mut [u8]],
+    ) -> Result<Vec<Option<usize>>, ShmError> {
         let leases = self.lease(ns, keys)?;
         let mut out = Vec::with_capacity(leases.len());
         let mut short = None;

@@ -50,7 +50,10 @@ impl Mapping {
     /// memory limit).
     pub fn new(name: &str, len: u64) -> io::Result<Mapping> {
         if len == 0 || !len.is_multiple_of(ALIGN) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{len} bytes is not a positive multiple of {ALIGN}")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{len} bytes is not a positive multiple of {ALIGN}"),
+            ));
         }
         let size = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too large"))?;
         let cname = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the name"))?;
@@ -340,7 +343,14 @@ mod tests {
         let fd = r.mapping().read_only_fd().unwrap();
         // SAFETY: a test mapping request, checked, unmapped below.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         assert_eq!(p, libc::MAP_FAILED, "a shared writable mapping of a read-only fd is refused");
         // SAFETY: as above.

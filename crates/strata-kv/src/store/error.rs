@@ -44,4 +44,18 @@ pub enum KvError {
     /// The SSD log failed to open or to write.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// A change that makes an old log record stale could not make that
+    /// record's invalidation durable (the tier is paused, or its write
+    /// or sync failed). The change is made in memory, but is not
+    /// acknowledged: after a crash the old value could come back. The
+    /// invalidation is written before the next acknowledged change to
+    /// the key.
+    #[error(
+        "the {tier} tier could not durably invalidate the old record (it is paused or failed); the change is \
+         made in memory but not durable: after a crash the old value could return"
+    )]
+    NotDurable {
+        /// The tier's name.
+        tier: &'static str,
+    },
 }

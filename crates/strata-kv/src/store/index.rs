@@ -16,6 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::error::KvError;
+use super::keyorder::KeyOrder;
 use super::tier::{LogTier, PerTier, Tier};
 use crate::log::Loc;
 use crate::policy::{Policy, S3Fifo};
@@ -121,6 +122,8 @@ pub(super) struct PeerLoc {
     pub(super) peer: usize,
     pub(super) loc: Loc,
     pub(super) expires_ms: u64,
+    /// The record's version in the peer's log (its expiry records name it).
+    pub(super) version: u64,
 }
 
 impl PeerLoc {
@@ -144,6 +147,12 @@ pub(super) struct Inner {
     /// Stale items (the entry since gone, rewritten or given another
     /// expiry) are skipped when they come up.
     pub(super) expiring: BinaryHeap<Reverse<(u64, u64, Bytes)>>,
+    /// The map's keys in `SCAN` order.
+    pub(super) order: KeyOrder,
+    /// Entries with an expiry, and the sum of their expiries (`INFO`'s
+    /// `expires` and `avg_ttl`).
+    pub(super) with_expiry: u64,
+    pub(super) expiry_sum: u128,
 }
 
 impl Inner {
@@ -158,6 +167,21 @@ impl Inner {
             next_version: 0,
             peer_index: HashMap::new(),
             expiring: BinaryHeap::new(),
+            order: KeyOrder::default(),
+            with_expiry: 0,
+            expiry_sum: 0,
+        }
+    }
+
+    /// Counts an entry's expiry changing from `old` to `new` (0: none).
+    pub(super) fn note_expiry(&mut self, old: u64, new: u64) {
+        if old != 0 {
+            self.with_expiry -= 1;
+            self.expiry_sum -= u128::from(old);
+        }
+        if new != 0 {
+            self.with_expiry += 1;
+            self.expiry_sum += u128::from(new);
         }
     }
 
@@ -204,6 +228,8 @@ impl Inner {
         if e.expires_ms != 0 {
             self.will_expire(&k, e.expires_ms, e.stamp);
         }
+        self.note_expiry(0, e.expires_ms);
+        self.order.insert(&k);
         self.map.insert(k, e);
         old
     }
@@ -226,6 +252,8 @@ impl Inner {
             st.bytes -= e.size;
             st.keys -= 1;
         }
+        self.note_expiry(e.expires_ms, 0);
+        self.order.remove(k);
         Some(e)
     }
 
@@ -250,6 +278,10 @@ impl Inner {
             }
         }
         assert_eq!(self.dram.used(), dram);
+        assert_eq!(self.order.len(), self.map.len(), "scan order and map disagree");
+        let expiring = self.map.values().filter(|e| e.expires_ms != 0);
+        let (n, sum) = expiring.fold((0u64, 0u128), |(n, s), e| (n + 1, s + u128::from(e.expires_ms)));
+        assert_eq!((self.with_expiry, self.expiry_sum), (n, sum), "expiry accounting");
         for (name, st) in &self.ns {
             let mine = self.map.iter().filter(|(k, _)| ns_of(k) == &name[..]);
             let (keys, bytes) = mine.fold((0, 0), |(n, b), (_, e)| (n + 1, b + e.size));

@@ -50,8 +50,9 @@ impl KvStore {
 
     /// The store's state and counters.
     pub fn stats(&self) -> Stats {
+        let now = self.now();
         let g = lock(&self.inner);
-        self.counters.snapshot(&g, self.cfg.dram_bytes)
+        self.counters.snapshot(&g, self.cfg.dram_bytes, now)
     }
 
     /// Checks the invariants of the module doc (tests).

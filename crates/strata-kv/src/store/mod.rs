@@ -22,15 +22,22 @@
 //!   write. Reads try the SSD copy first; a pool read that takes longer
 //!   than [`POOL_READ_DEADLINE`] is a miss.
 //! - **Backpressure**: a put waits while the SSD log's sealed, unwritten
-//!   buffers are over their bound, rather than queueing without end. It
-//!   waits for the pool's at most [`POOL_WRITE_WAIT`]: a pool that stalls
-//!   (a cut network) is skipped by demotion until its writes move again,
-//!   so a remote volume never stalls the engine's puts for long.
+//!   buffers are over their bound, rather than queueing without end or
+//!   dropping admitted blocks: at most [`SSD_WRITE_WAIT`] for the SSD's,
+//!   [`POOL_WRITE_WAIT`] for the pool's. A tier that stalls past that (a
+//!   hung drive, a cut network) is skipped by demotion until its writes
+//!   move again, so it never stalls the engine's puts for long; an
+//!   admitted block no tier takes is counted as `demote_dropped`.
+//! - **Crash semantics** (the `durable` module): a change that makes a
+//!   log record stale is acknowledged once what invalidates the record
+//!   is on the device, so after a crash a key reads as its newest
+//!   acknowledged value or a miss, never an older one.
 //! - **Failed writes**: a log whose write fails pauses (appends refused),
 //!   drops the records it could not write from the index, and resumes in
 //!   a fresh segment once its device answers again (the `log` module).
 //! - **Recovery**: both logs are scanned at open; for each key the
-//!   record with the highest version wins (a tombstone deletes), and each
+//!   record with the highest version wins (a tombstone deletes, and so
+//!   does a namespace tombstone of a higher version), and each
 //!   log's copy with that version is indexed, so the index and the byte
 //!   counts are what they were at the last written record. Of a large
 //!   record the scan reads only the header and key; its CRC is checked
@@ -47,9 +54,12 @@
 //! - each log tier's `live` is the sum of the record lengths of its
 //!   locations in the map, and every such location is current in its log;
 //! - every location of an entry holds the entry's version;
-//! - a key whose log record is superseded or deleted has a tombstone or a
-//!   newer version in a log, so a restart does not bring the old value
-//!   back.
+//! - a key whose log record is superseded or deleted has a tombstone, a
+//!   namespace tombstone or a newer version in that log, or is marked in
+//!   the tier's `Unsure` until one is known to be on the device; a change
+//!   is acknowledged only once nothing it made stale is unsure (the
+//!   `durable` module), so a restart does not bring an older value back
+//!   than one acknowledged.
 //!
 //! # Layout
 //!
@@ -62,10 +72,12 @@
 //! other's methods on [`KvStore`] (a put makes room through `evict`),
 //! and `evict` calls none of theirs.
 //!
-//! - `tier`: the log tiers as a type, and per-tier state (`PerTier`).
+//! - `tier`: the log tiers as a type, and per-tier state (`PerTier`);
+//!   `unsure`: a tier's invalidations not yet known to be on its device.
 //! - `config`: settings and the tiers' devices; `error`: [`KvError`].
 //! - `index`: the map of entries, namespaces, the expiry queue, the
-//!   peer index, and the accounting between them.
+//!   peer index, and the accounting between them; `keyorder`: the keys
+//!   in `SCAN` order.
 //! - `stats`: counters and their snapshot.
 //! - `recovery`: the index rebuilt from the logs' scans at open.
 //! - `peers`: reading the other writers' logs on a shared pool volume.
@@ -74,13 +86,18 @@
 //! - `write`: put, delete, clear, flush; `read`: get, lookup, prefetch
 //!   and promotion; `evict`: eviction, demotion, tombstones, and
 //!   dropping records the logs no longer hold.
-//! - `namespace`: quotas; `expiry`: TTLs; `pins`: pins and leases.
+//! - `namespace`: quotas; `expiry`: TTLs; `pins`: pins and leases;
+//!   `scan`: listing keys (`SCAN`, `KEYS`).
+//! - `durable`: the crash semantics: what a change writes and waits for
+//!   before it is acknowledged, so that an older value never comes back.
 
 mod config;
+mod durable;
 mod error;
 mod evict;
 mod expiry;
 mod index;
+mod keyorder;
 mod kv_store;
 mod namespace;
 mod open;
@@ -88,11 +105,14 @@ mod peers;
 mod pins;
 mod read;
 mod recovery;
+mod scan;
 mod stats;
 mod tier;
+mod unsure;
 mod write;
 
 pub use config::{Admit, KvConfig, Tiers, ghost_factor_for, segment_size_for};
+pub use durable::DURABLE_WAIT;
 pub use error::KvError;
 pub use expiry::EXPIRE_BATCH;
 pub use index::{ENTRY_OVERHEAD, Pin, dram_size, full_key};
@@ -100,5 +120,6 @@ pub use kv_store::KvStore;
 pub use open::unix_ms;
 pub use peers::PEER_REFRESH;
 pub use read::POOL_READ_DEADLINE;
+pub use scan::MAX_SCAN_COUNT;
 pub use stats::Stats;
-pub use write::{COPY_SMALL_BELOW, POOL_WRITE_WAIT, Presence, PutOpts};
+pub use write::{COPY_SMALL_BELOW, POOL_WRITE_WAIT, Presence, PutOpts, SSD_WRITE_WAIT};

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
+use super::durable::Durability;
 use super::error::KvError;
 use super::index::{Inner, Pin, full_key, lock, ns_of};
 use super::kv_store::KvStore;
@@ -38,20 +39,24 @@ impl KvStore {
         self.namespace_usage(ns).0
     }
 
-    /// Deletes every key of namespace `ns`; returns how many.
+    /// Deletes every key of namespace `ns`, with one namespace tombstone
+    /// per log tier; returns how many once the deletion is durable.
     ///
     /// # Errors
     ///
-    /// A bad namespace.
-    pub fn delete_namespace(&self, ns: &[u8]) -> Result<u64, KvError> {
-        full_key(ns, b"")?;
-        let mut g = lock(&self.inner);
-        let keys: Vec<Bytes> = g.map.keys().filter(|k| ns_of(k) == ns).cloned().collect();
-        for k in &keys {
-            self.remove_entry(&mut g, k);
-        }
-        g.peer_index.retain(|k, _| ns_of(k) != ns);
-        Ok(keys.len() as u64)
+    /// A bad namespace; [`KvError::NotDurable`] as for
+    /// [`KvStore::put`] (the keys are deleted in memory).
+    pub async fn delete_namespace(&self, ns: &[u8]) -> Result<u64, KvError> {
+        let prefix = full_key(ns, b"")?;
+        let (n, pending) = {
+            let mut g = lock(&self.inner);
+            let mut d = Durability::default();
+            let n = self.delete_prefix(&mut g, &prefix, &mut d);
+            g.peer_index.retain(|k, _| ns_of(k) != ns);
+            (n, self.request_if(&mut g, d))
+        };
+        self.settle(pending).await?;
+        Ok(n)
     }
 
     /// Deletes namespace `ns`'s oldest blocks until a block of `size`
@@ -86,7 +91,7 @@ impl KvStore {
                     kept.push((k, stamp));
                     continue;
                 }
-                self.remove_entry(inner, &k);
+                self.remove_entry(inner, &k, &mut Durability::default());
                 self.counters.quota_evicted.fetch_add(1, Ordering::Relaxed);
             }
             let st = inner.ns.get_mut(ns).expect("checked above");

@@ -12,6 +12,7 @@ use strata_block::BlockDevice;
 use tokio::sync::oneshot;
 
 use super::config::{KvConfig, Tiers, ghost_factor_for, segment_size_for};
+use super::durable::PeriodicSync;
 use super::error::KvError;
 use super::index::{Inner, lock};
 use super::kv_store::KvStore;
@@ -19,7 +20,7 @@ use super::peers::{PEER_REFRESH, Peer};
 use super::recovery::recover;
 use super::stats::Counters;
 use super::tier::{LogTier, PerTier, Tier};
-use crate::log::{LogError, LogState};
+use crate::log::LogState;
 use crate::policy::S3Fifo;
 
 /// Milliseconds since the Unix epoch.
@@ -78,7 +79,7 @@ impl KvStore {
             let seg = if t == Tier::Ssd { cfg.segment_bytes } else { segment_size_for(dev.geometry().size_bytes()) };
             let (log, f) = LogState::open(dev, seg).await?;
             devs[t] = Some(log.dev().clone());
-            inner.tiers[t] = Some(LogTier { log, live: 0, keys: 0 });
+            inner.tiers[t] = Some(LogTier { log, live: 0, keys: 0, unsure: Default::default() });
             found.extend(f.into_iter().map(|f| (t, f)));
         }
         recover(&mut inner, found, clock());
@@ -105,13 +106,14 @@ impl KvStore {
 
 /// Every 200 ms, while the store lives: deletes what expired, writes each
 /// log's open buffer out, drops the records of failed writes from the
-/// index, and syncs every second. A tier's next sync is asked for only
-/// once its last one has answered, so a slow device neither holds up the
-/// other tier nor queues syncs.
+/// index, and syncs every second (a sync that lands also settles the
+/// tombstones nobody waited for: those of evictions and expiries). A
+/// tier's next sync is asked for only once its last one has answered, so
+/// a slow device neither holds up the other tier nor queues syncs.
 async fn tick(store: Weak<KvStore>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut n = 0u64;
-    let mut syncing: PerTier<Option<oneshot::Receiver<Result<(), LogError>>>> = PerTier::default();
+    let mut syncing: PerTier<Option<PeriodicSync>> = PerTier::default();
     loop {
         tick.tick().await;
         n += 1;
@@ -122,16 +124,21 @@ async fn tick(store: Weak<KvStore>) {
             KvStore::drop_lost(&mut g, &s.counters, t);
             let Some(tier) = g.tiers[t].as_mut() else { continue };
             tier.log.seal(false);
-            if let Some(rx) = pending {
-                match rx.try_recv() {
+            if let Some((sync, failures, rx)) = pending {
+                let ok = match rx.try_recv() {
                     Err(oneshot::error::TryRecvError::Empty) => continue,
-                    Ok(Err(e)) => tracing::debug!(error = %e, tier = t.name(), "KV log sync failed"),
-                    _ => {}
-                }
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, tier = t.name(), "KV log sync failed");
+                        false
+                    }
+                    Ok(Ok(())) => true,
+                    Err(oneshot::error::TryRecvError::Closed) => false,
+                };
+                s.synced(&mut g, t, *sync, *failures, ok);
                 *pending = None;
             }
             if n.is_multiple_of(5) {
-                *pending = Some(tier.log.request_sync());
+                *pending = s.request_periodic_sync(&mut g, t);
             }
         }
     }

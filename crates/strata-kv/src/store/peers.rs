@@ -82,11 +82,27 @@ impl Peer {
         let now = clock();
         let mut g = lock(index);
         for f in found {
-            match f.head.kind {
-                Kind::Put if f.head.expires_ms == 0 || f.head.expires_ms > now => {
-                    g.peer_index.insert(f.key, PeerLoc { peer: p, loc: f.loc, expires_ms: f.head.expires_ms });
+            let h = f.head;
+            match h.kind {
+                Kind::Put if h.expires_ms == 0 || h.expires_ms > now => {
+                    let pl = PeerLoc { peer: p, loc: f.loc, expires_ms: h.expires_ms, version: h.version };
+                    g.peer_index.insert(f.key, pl);
                 }
-                _ => {
+                // A namespace deleted: the peer's keys under it, found
+                // before this record, are gone (later ones are newer).
+                Kind::DeletePrefix => g.peer_index.retain(|k, pl| !(pl.peer == p && k.starts_with(&f.key))),
+                Kind::Expiry => {
+                    if let Some(pl) = g.peer_index.get_mut(&f.key)
+                        && pl.peer == p
+                        && Some(pl.version) == f.applies_to
+                    {
+                        pl.expires_ms = h.expires_ms;
+                        if pl.expired(now) {
+                            g.peer_index.remove(&f.key);
+                        }
+                    }
+                }
+                Kind::Put | Kind::Delete => {
                     if g.peer_index.get(&f.key).is_some_and(|pl| pl.peer == p) {
                         g.peer_index.remove(&f.key);
                     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::durable::Durability;
 use super::error::KvError;
 use super::index::{Entry, Inner, dram_size, full_key, lock};
 use super::kv_store::KvStore;
@@ -146,7 +147,7 @@ impl KvStore {
     /// now, or read the first copy in a log tier it has not tried.
     fn next_copy(&self, inner: &mut Inner, k: &Bytes, expired: bool, touch: bool, tried: &PerTier<bool>) -> Copy {
         if expired {
-            self.remove_entry(inner, k);
+            self.remove_entry(inner, k, &mut Durability::default());
             self.counters.expired.fetch_add(1, Ordering::Relaxed);
             return Copy::Done(None);
         }

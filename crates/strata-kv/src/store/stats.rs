@@ -24,9 +24,10 @@ pub(super) struct Counters {
     pub(super) demoted: AtomicU64,
     pub(super) demoted_bytes: AtomicU64,
     pub(super) not_admitted: AtomicU64,
+    pub(super) demote_dropped: AtomicU64,
     pub(super) dropped: PerTier<AtomicU64>,
     pub(super) lost: PerTier<AtomicU64>,
-    pub(super) pool_skipped: AtomicU64,
+    pub(super) skipped: PerTier<AtomicU64>,
     pub(super) promoted: AtomicU64,
     pub(super) corrupt: AtomicU64,
     pub(super) expired: AtomicU64,
@@ -38,6 +39,11 @@ pub(super) struct Counters {
 pub struct Stats {
     /// Keys in any tier.
     pub keys: u64,
+    /// Keys with an expiry (expired ones not yet deleted included).
+    pub expires: u64,
+    /// The mean time left to the keys with an expiry, in milliseconds
+    /// (0 when none).
+    pub avg_ttl_ms: u64,
     /// Keys with a DRAM copy.
     pub dram_keys: u64,
     /// DRAM bytes used.
@@ -78,8 +84,12 @@ pub struct Stats {
     pub demoted: u64,
     /// Bytes written to the log tiers by demotion.
     pub demoted_bytes: u64,
-    /// Blocks that left DRAM without being written (not admitted).
+    /// Blocks that left DRAM without being written because the admission
+    /// policy turned them away ([`Admit`](super::Admit)).
     pub not_admitted: u64,
+    /// Blocks that left DRAM admitted but written to no log tier (each
+    /// tier paused, stalled, or the block larger than a segment): gone.
+    pub demote_dropped: u64,
     /// SSD records dropped when their segment was reclaimed.
     pub dropped_ssd: u64,
     /// Pool records dropped when their segment was reclaimed.
@@ -88,6 +98,9 @@ pub struct Stats {
     pub lost_ssd: u64,
     /// Pool records dropped because their write failed.
     pub lost_pool: u64,
+    /// Blocks not written to the SSD tier because its writes were
+    /// stalled (the SSD's bounded wait ran out).
+    pub ssd_skipped: u64,
     /// Blocks not written to the pool because its writes were stalled.
     pub pool_skipped: u64,
     /// Blocks copied back into DRAM from a log tier.
@@ -102,12 +115,16 @@ pub struct Stats {
 
 impl Counters {
     /// A snapshot of these counters and of `g`, the index (locked), in a
-    /// store of `dram_capacity` bytes of DRAM.
-    pub(super) fn snapshot(&self, g: &Inner, dram_capacity: u64) -> Stats {
+    /// store of `dram_capacity` bytes of DRAM, at `now` (Unix ms).
+    pub(super) fn snapshot(&self, g: &Inner, dram_capacity: u64, now: u64) -> Stats {
         let c = self;
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mean_expiry = g.expiry_sum.checked_div(u128::from(g.with_expiry)).unwrap_or(0);
+        let avg_ttl_ms = u64::try_from(mean_expiry.saturating_sub(u128::from(now))).unwrap_or(u64::MAX);
         Stats {
             keys: g.map.len() as u64,
+            expires: g.with_expiry,
+            avg_ttl_ms: if g.with_expiry == 0 { 0 } else { avg_ttl_ms },
             dram_keys: g.dram.len() as u64,
             dram_used: g.dram.used(),
             dram_capacity,
@@ -129,11 +146,13 @@ impl Counters {
             demoted: r(&c.demoted),
             demoted_bytes: r(&c.demoted_bytes),
             not_admitted: r(&c.not_admitted),
+            demote_dropped: r(&c.demote_dropped),
             dropped_ssd: r(&c.dropped[Tier::Ssd]),
             dropped_pool: r(&c.dropped[Tier::Pool]),
             lost_ssd: r(&c.lost[Tier::Ssd]),
             lost_pool: r(&c.lost[Tier::Pool]),
-            pool_skipped: r(&c.pool_skipped),
+            ssd_skipped: r(&c.skipped[Tier::Ssd]),
+            pool_skipped: r(&c.skipped[Tier::Pool]),
             promoted: r(&c.promoted),
             corrupt: r(&c.corrupt),
             expired: r(&c.expired),

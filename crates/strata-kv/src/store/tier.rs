@@ -12,6 +12,7 @@ use std::ops::{Index, IndexMut};
 
 use bytes::Bytes;
 
+use super::unsure::Unsure;
 use crate::log::LogState;
 
 /// A log tier: where a block leaving DRAM is written.
@@ -88,6 +89,8 @@ pub(super) struct LogTier {
     pub(super) live: u64,
     /// Entries with a record here.
     pub(super) keys: u64,
+    /// Invalidations not yet known to be on the device.
+    pub(super) unsure: Unsure,
 }
 
 #[cfg(test)]
