@@ -100,13 +100,16 @@ def fast_loads(sock, want):
     with StrataKV(sock, namespace=b"bench") as kv:
         ks = keys()
         batch = max(1, (64 << 20) // BLOCK)
-        for _ in range(PASSES):
+        # One pass untimed first: the destination's pages are made then,
+        # as an engine's buffers are made once.
+        for p in range(PASSES + 1):
             t = time.perf_counter()
             for i in range(0, N, batch):
                 got = kv.get_into(ks[i : i + batch], dst[i : i + batch])
                 if any(g != BLOCK for g in got):
                     sys.exit(f"a fast-path load missed: {got}")
-            rates.append(TOTAL / (time.perf_counter() - t) / 1e9)
+            if p:
+                rates.append(TOTAL / (time.perf_counter() - t) / 1e9)
     for i in (0, N // 2, N - 1):
         if not numpy.array_equal(dst[i], want[i]):
             sys.exit(f"block {i} read back wrong")
@@ -116,11 +119,12 @@ def fast_loads(sock, want):
 def memcpy_rate(src):
     dst = [numpy.empty(BLOCK, dtype=numpy.uint8) for _ in range(N)]
     rates = []
-    for _ in range(PASSES):
+    for p in range(PASSES + 1):
         t = time.perf_counter()
         for s, d in zip(src, dst):
             numpy.copyto(d, s)
-        rates.append(TOTAL / (time.perf_counter() - t) / 1e9)
+        if p:
+            rates.append(TOTAL / (time.perf_counter() - t) / 1e9)
     return rates
 
 
@@ -170,7 +174,8 @@ def main():
     # 1. DRAM.
     work = tempfile.mkdtemp(prefix="kv-fastpath-")
     try:
-        proc, sock, port = start(work, str(TOTAL * 2), os.path.join(work, "ssd.log") + ":64M")
+        # Room for the blocks twice (fast path, then RESP) and then some.
+        proc, sock, port = start(work, str(TOTAL * 3), os.path.join(work, "ssd.log") + ":64M")
         with StrataKV(sock, namespace=b"bench", staging=256 << 20) as kv:
             st = kv.put(keys(), want)
             if any(s != PUT_STORED for s in st):

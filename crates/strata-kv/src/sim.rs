@@ -57,6 +57,104 @@ pub fn replay(policy: &mut dyn Policy<u64>, capacity: u64, requests: &[Vec<u64>]
     r
 }
 
+/// In which order a request's blocks are used and stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// First block first, as the engine computes them: the chain's head
+    /// ends up least recent, so recency evicts heads first.
+    Chain,
+    /// Last block first: the head ends up most recent, so recency evicts
+    /// a chain from its tail, as a radix tree evicts leaves. A block is
+    /// of use only while every block before it in its chain is cached;
+    /// evicting a head makes the whole rest of the chain dead weight.
+    TailFirst,
+}
+
+/// [`replay`] with a request's blocks used and stored in `order`.
+pub fn replay_in(policy: &mut dyn Policy<u64>, capacity: u64, requests: &[Vec<u64>], order: Order) -> Replay {
+    let mut r = Replay::default();
+    let mut never = |_: &u64| false;
+    let mut touched: Vec<u64> = Vec::new();
+    for chain in requests {
+        r.requests += 1;
+        r.blocks += chain.len() as u64;
+        let hit = chain.iter().take_while(|b| policy.contains(b)).count();
+        r.hits += hit as u64;
+        touched.clear();
+        touched.extend_from_slice(chain);
+        if order == Order::TailFirst {
+            touched.reverse();
+        }
+        for b in &touched {
+            if policy.contains(b) {
+                policy.touch(b);
+                continue;
+            }
+            policy.evict(capacity, 1, &mut never);
+            policy.insert(*b, 1);
+            r.stored += 1;
+        }
+    }
+    r
+}
+
+/// Belady's MIN, the offline optimum a policy is measured against: on a
+/// miss with the cache full, the block used again farthest in the future
+/// (or never) leaves, and a block whose own next use is farther than
+/// every cached block's is not stored at all (MIN with bypass, optimal
+/// for a cache that may decline a block). Uses are the replay's: every
+/// block of every chain, in order. For a prefix cache it is a bound, not
+/// the exact optimum: it values a block by its next use, not by whether
+/// the blocks before it will be cached then.
+pub fn replay_min(capacity: u64, requests: &[Vec<u64>]) -> Replay {
+    use std::collections::{BTreeSet, HashMap};
+    // next[i]: the position of the next use of the block used at i.
+    let uses: Vec<u64> = requests.iter().flatten().copied().collect();
+    let mut next = vec![u64::MAX; uses.len()];
+    let mut later: HashMap<u64, u64> = HashMap::new();
+    for (i, &b) in uses.iter().enumerate().rev() {
+        next[i] = later.insert(b, i as u64).unwrap_or(u64::MAX);
+    }
+    // Cached blocks by their next use, and each block's next use.
+    let mut by_next: BTreeSet<(u64, u64)> = BTreeSet::new();
+    let mut cached: HashMap<u64, u64> = HashMap::new();
+    let mut r = Replay::default();
+    let mut i = 0usize;
+    for chain in requests {
+        r.requests += 1;
+        r.blocks += chain.len() as u64;
+        let hit = chain.iter().take_while(|b| cached.contains_key(*b)).count();
+        r.hits += hit as u64;
+        for (j, &b) in chain.iter().enumerate() {
+            let n = next[i];
+            i += 1;
+            if let Some(old) = cached.get_mut(&b) {
+                by_next.remove(&(*old, b));
+                by_next.insert((n, b));
+                *old = n;
+                continue;
+            }
+            if j >= hit {
+                r.stored += 1;
+            }
+            if capacity == 0 {
+                continue;
+            }
+            if cached.len() as u64 >= capacity {
+                let &(far, victim) = by_next.iter().next_back().expect("a full cache holds blocks");
+                if far <= n {
+                    continue; // bypass: this block is the one used last
+                }
+                by_next.remove(&(far, victim));
+                cached.remove(&victim);
+            }
+            cached.insert(b, n);
+            by_next.insert((n, b));
+        }
+    }
+    r
+}
+
 /// What a two-tier replay counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TieredReplay {
@@ -189,6 +287,33 @@ mod tests {
         }
         let tiny = replay(&mut Lru::default(), 1, &reqs);
         assert!(tiny.hits < ideal.hits);
+    }
+
+    #[test]
+    fn min_is_never_beaten_and_tail_first_keeps_chains_whole() {
+        // Two long chains that alternate, in a cache that holds one and
+        // a half of them.
+        let a: Vec<u64> = (1..=8).collect();
+        let b: Vec<u64> = (101..=108).collect();
+        let reqs: Vec<Vec<u64>> = (0..10).map(|i| if i % 2 == 0 { a.clone() } else { b.clone() }).collect();
+        let min = replay_min(12, &reqs);
+        for order in [Order::Chain, Order::TailFirst] {
+            for p in [&mut S3Fifo::default() as &mut dyn Policy<u64>, &mut Lru::default()] {
+                let r = replay_in(p, 12, &reqs, order);
+                assert!(r.hits <= min.hits, "{order:?}: {r:?} beats MIN {min:?}");
+            }
+        }
+        // Chain-order LRU loses every head, and with it every chain;
+        // tail-first keeps the heads and loses only tails.
+        let chain = replay_in(&mut Lru::default(), 12, &reqs, Order::Chain);
+        let tail = replay_in(&mut Lru::default(), 12, &reqs, Order::TailFirst);
+        assert_eq!(chain.hits, 0);
+        assert!(tail.hits > 0 && min.hits >= tail.hits, "{tail:?} {min:?}");
+        // Chain order is what `replay` does; with room for all, MIN, both
+        // orders and the ideal agree.
+        assert_eq!(replay_in(&mut Lru::default(), 12, &reqs, Order::Chain), replay(&mut Lru::default(), 12, &reqs));
+        assert_eq!(replay_min(100, &reqs).hits, ideal(&reqs).hits);
+        assert_eq!(replay_in(&mut Lru::default(), 100, &reqs, Order::TailFirst).hits, ideal(&reqs).hits);
     }
 
     #[test]

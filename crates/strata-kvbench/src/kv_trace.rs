@@ -1,6 +1,8 @@
 //! `strata bench kv-trace`: hit rate against capacity on a prefix-cache
 //! trace (the Mooncake conversation trace in `../shared/traces/`), for
-//! the KV store's eviction policy (S3-FIFO) and LRU side by side.
+//! the KV store's eviction policy (S3-FIFO) and LRU side by side, each
+//! with a request's blocks used head first (as engines send them) and
+//! tail first (a chain evicted from its tail), against Belady's MIN.
 //!
 //! It replays the trace through `strata_kv::sim` only: no store, no
 //! device, no runtime.
@@ -41,7 +43,10 @@ pub fn kv_trace(args: &TraceOptions) -> anyhow::Result<()> {
     for &cap in &args.capacity {
         let s3 = sim::replay(&mut S3Fifo::default() as &mut dyn Policy<u64>, cap, &reqs);
         let lru = sim::replay(&mut Lru::default(), cap, &reqs);
-        rows.push((cap, s3, lru));
+        let s3_tail = sim::replay_in(&mut S3Fifo::default(), cap, &reqs, sim::Order::TailFirst);
+        let lru_tail = sim::replay_in(&mut Lru::default(), cap, &reqs, sim::Order::TailFirst);
+        let min = sim::replay_min(cap, &reqs);
+        rows.push((cap, s3, lru, [s3_tail, lru_tail, min]));
     }
     let shapes: Vec<(u64, Vec<sim::Replay>)> = args
         .small_percent
@@ -86,10 +91,13 @@ pub fn kv_trace(args: &TraceOptions) -> anyhow::Result<()> {
             "blocks": ideal.blocks,
             "distinct_blocks": distinct,
             "ideal_hit_rate": ideal.hit_rate(),
-            "rows": rows.iter().map(|(c, s3, lru)| serde_json::json!({
+            "rows": rows.iter().map(|(c, s3, lru, [s3_tail, lru_tail, min])| serde_json::json!({
                 "capacity_blocks": c,
                 "s3fifo_hit_rate": s3.hit_rate(),
                 "lru_hit_rate": lru.hit_rate(),
+                "s3fifo_tail_first_hit_rate": s3_tail.hit_rate(),
+                "lru_tail_first_hit_rate": lru_tail.hit_rate(),
+                "min_hit_rate": min.hit_rate(),
                 "s3fifo_stored": s3.stored,
                 "lru_stored": lru.stored,
             })).collect::<Vec<_>>(),
@@ -115,19 +123,29 @@ pub fn kv_trace(args: &TraceOptions) -> anyhow::Result<()> {
         distinct,
         100.0 * ideal.hit_rate()
     );
-    print!("{:>10} {:>8} {:>10} {:>8} {:>10}", "capacity", "% held", "S3-FIFO", "LRU", "S3/LRU");
+    println!("Hit rate; \"tail\": a request's blocks used tail first; /MIN: the share of Belady's MIN reached.");
+    print!(
+        "{:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>10}",
+        "capacity", "% held", "MIN", "S3-FIFO", "LRU", "S3 tail", "LRU tail", "S3/MIN", "tail/MIN", "S3/LRU"
+    );
     for (p, _) in &shapes {
         print!(" {:>9}", if *p == 0 { "adaptive".to_string() } else { format!("small{p}%") });
     }
     println!();
-    for (i, (cap, s3, lru)) in rows.into_iter().enumerate() {
+    for (i, (cap, s3, lru, [s3_tail, lru_tail, min])) in rows.into_iter().enumerate() {
         let ratio = if lru.hits == 0 { f64::INFINITY } else { s3.hits as f64 / lru.hits as f64 };
+        let of_min = |r: &sim::Replay| if min.hits == 0 { 1.0 } else { r.hits as f64 / min.hits as f64 };
         print!(
-            "{:>10} {:>7.1}% {:>9.1}% {:>7.1}% {:>10.3}",
+            "{:>10} {:>7.1}% {:>7.1}% {:>7.1}% {:>7.1}% {:>7.1}% {:>7.1}% {:>7.2} {:>8.2} {:>10.3}",
             cap,
             100.0 * cap as f64 / distinct as f64,
+            100.0 * min.hit_rate(),
             100.0 * s3.hit_rate(),
             100.0 * lru.hit_rate(),
+            100.0 * s3_tail.hit_rate(),
+            100.0 * lru_tail.hit_rate(),
+            of_min(&s3),
+            of_min(&s3_tail),
             ratio
         );
         for (_, runs) in &shapes {

@@ -127,10 +127,9 @@ fn remove_stale(path: &Path) -> io::Result<()> {
             }
             std::fs::remove_file(path)
         }
-        Ok(_) => Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{}: exists and is not a socket", path.display()),
-        )),
+        Ok(_) => {
+            Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{}: exists and is not a socket", path.display())))
+        }
     }
 }
 
@@ -219,18 +218,24 @@ impl Conn {
     }
 
     async fn get(&mut self, ns: &[u8], keys: &[&[u8]]) -> Result<Reply, KvError> {
+        if self.leases.len().saturating_add(keys.len()) > self.cfg.max_leases {
+            return Ok(Reply::Error(format!(
+                "{} leases held and {} asked for (at most {}): release some first",
+                self.leases.len(),
+                keys.len(),
+                self.cfg.max_leases
+            )));
+        }
+        // Every key of the batch at once: blocks on a log tier are read in
+        // parallel (the SSD's queue, the pool's connections).
+        let store = &self.store;
+        let found = futures_util::future::join_all(keys.iter().map(|k| store.get(ns, k))).await;
         let mut out = Vec::with_capacity(keys.len());
-        for k in keys {
-            let Some(b) = self.store.get(ns, k).await? else {
+        for b in found {
+            let Some(b) = b? else {
                 out.push(Got::Miss);
                 continue;
             };
-            if self.leases.len() >= self.cfg.max_leases {
-                return Ok(Reply::Error(format!(
-                    "{} leases held: release some before asking for more",
-                    self.leases.len()
-                )));
-            }
             // A block put through the fast path lies in the region; any
             // other (put over RESP, read back from a log tier) is copied
             // there while leased.

@@ -288,10 +288,13 @@ fn kv_trace_replays_hit_rates_and_refuses_a_bad_trace() {
     assert!(table.contains("3 requests, 9 blocks asked for, 4 distinct"), "{table}");
     assert!(table.contains("unbounded capacity 55.6%"), "{table}");
     let row100 = table.lines().find(|l| l.trim_start().starts_with("100 ")).expect("row for 100");
-    assert_eq!(row100.matches("55.6%").count(), 4, "every policy holds it all: {row100}");
+    // MIN, S3-FIFO, LRU, both tail first, and the two S3-FIFO shapes.
+    assert_eq!(row100.matches("55.6%").count(), 7, "every policy holds it all: {row100}");
     let json = bench(&["kv-trace", path(&trace), "--capacity", "1", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
     assert_eq!(v["rows"][0]["capacity_blocks"], 1);
+    let rate = |k: &str| v["rows"][0][k].as_f64().expect(k);
+    assert!(rate("min_hit_rate") >= rate("lru_hit_rate") && rate("min_hit_rate") >= rate("s3fifo_hit_rate"));
     std::fs::write(&trace, "{\"hash_ids\":[0,\"x\"]}\n").unwrap();
     let bad = bench(&["kv-trace", path(&trace)]);
     assert_eq!(code(&bad), 2);
