@@ -14,6 +14,7 @@
 //!
 //! The user guide is `docs/kv.md` at the repository root.
 
+pub mod admit;
 pub mod auth;
 pub mod client;
 pub mod command;

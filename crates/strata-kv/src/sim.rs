@@ -204,21 +204,30 @@ impl Ring {
 /// with room for `dram_capacity` blocks, and an SSD log of
 /// `ssd_capacity` blocks. A block leaving DRAM is written to the SSD when
 /// it lacks a current copy there and is admitted (read again while in
-/// DRAM, back from the ghost, or `admit_all`); a hit on the SSD promotes
+/// DRAM, back from the ghost, or by `admit`: every block with
+/// [`Admit::All`](crate::Admit::All), and with
+/// [`Admit::Auto`](crate::Admit::Auto) while the SSD holds a tenth of the
+/// distinct blocks stored so far, estimated as the store does); a hit on the SSD promotes
 /// the block into DRAM, keeping its SSD copy; a put of a key (a block
 /// computed after the prefix broke) replaces any SSD copy.
 pub fn replay_tiered(
     dram: &mut dyn Policy<u64>,
     dram_capacity: u64,
     ssd_capacity: u64,
-    admit_all: bool,
+    admit: crate::Admit,
     requests: &[Vec<u64>],
 ) -> TieredReplay {
     let mut r = TieredReplay::default();
     let mut ssd =
         Ring { capacity: ssd_capacity, order: Default::default(), current: Default::default(), next: 0, writes: 0 };
     let mut never = |_: &u64| false;
-    let mut to_dram = |dram: &mut dyn Policy<u64>, ssd: &mut Ring, b: u64| {
+    let mut working_set = crate::admit::WorkingSet::default();
+    let mut to_dram = |dram: &mut dyn Policy<u64>, ssd: &mut Ring, ws: &crate::admit::WorkingSet, b: u64| {
+        let admit_all = match admit {
+            crate::Admit::All => true,
+            crate::Admit::Reused => false,
+            crate::Admit::Auto => ws.admit_all(ssd_capacity),
+        };
         for e in dram.evict(dram_capacity, 1, &mut never) {
             if (e.reused || admit_all) && !ssd.contains(&e.key) {
                 ssd.write(e.key);
@@ -233,7 +242,7 @@ pub fn replay_tiered(
         for &b in &chain[..hit] {
             if !dram.contains(&b) {
                 r.hits_ssd += 1;
-                to_dram(dram, &mut ssd, b);
+                to_dram(dram, &mut ssd, &working_set, b);
             }
             dram.touch(&b);
         }
@@ -244,7 +253,8 @@ pub fn replay_tiered(
                 continue;
             }
             ssd.current.remove(&b);
-            to_dram(dram, &mut ssd, b);
+            working_set.observe(crate::admit::key_hash(&b.to_le_bytes()), 1);
+            to_dram(dram, &mut ssd, &working_set, b);
             r.total.stored += 1;
         }
     }
@@ -323,9 +333,9 @@ mod tests {
         let mut reqs = vec![hot.clone(), hot.clone()];
         reqs.extend((100..140).map(|b| vec![b]));
         reqs.push(hot.clone());
-        let dram_only = replay_tiered(&mut S3Fifo::default(), 8, 0, false, &reqs);
-        let tiered = replay_tiered(&mut S3Fifo::default(), 8, 16, false, &reqs);
-        let all = replay_tiered(&mut S3Fifo::default(), 8, 16, true, &reqs);
+        let dram_only = replay_tiered(&mut S3Fifo::default(), 8, 0, crate::Admit::Reused, &reqs);
+        let tiered = replay_tiered(&mut S3Fifo::default(), 8, 16, crate::Admit::Reused, &reqs);
+        let all = replay_tiered(&mut S3Fifo::default(), 8, 16, crate::Admit::All, &reqs);
         // With no SSD the same as the one-tier replay.
         assert_eq!(dram_only.total, replay(&mut S3Fifo::default(), 8, &reqs));
         assert_eq!((dram_only.hits_ssd, dram_only.ssd_writes), (0, 0));
@@ -335,8 +345,19 @@ mod tests {
         // the hot chain out of a small ring.
         assert!(tiered.ssd_writes < all.ssd_writes, "{tiered:?} {all:?}");
         assert!(tiered.total.hits >= all.total.hits, "{tiered:?} {all:?}");
+        // Auto: this SSD holds 16 of 44 distinct blocks, over a tenth, so
+        // every block is admitted, as with All.
+        let auto = replay_tiered(&mut S3Fifo::default(), 8, 16, crate::Admit::Auto, &reqs);
+        assert_eq!(auto, all);
+        // A ring of 2 blocks is a tenth of the first 20 distinct blocks
+        // and less after: every block until then, only reused ones after.
+        let small_auto = replay_tiered(&mut S3Fifo::default(), 8, 2, crate::Admit::Auto, &reqs);
+        let small_all = replay_tiered(&mut S3Fifo::default(), 8, 2, crate::Admit::All, &reqs);
+        let small_reused = replay_tiered(&mut S3Fifo::default(), 8, 2, crate::Admit::Reused, &reqs);
+        assert!(small_reused.ssd_writes < small_auto.ssd_writes, "{small_reused:?} {small_auto:?}");
+        assert!(small_auto.ssd_writes < small_all.ssd_writes, "{small_auto:?} {small_all:?}");
         // Unbounded tiers reach the ceiling.
-        let big = replay_tiered(&mut Lru::default(), 2, 1000, true, &reqs);
+        let big = replay_tiered(&mut Lru::default(), 2, 1000, crate::Admit::All, &reqs);
         assert_eq!(big.total.hits, ideal(&reqs).hits);
     }
 }

@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use strata_kv::policy::{Lru, Policy, S3Fifo};
+use strata_kv::Admit;
 use strata_kv::sim;
 
 /// What [`kv_trace`] replays (the `strata bench kv-trace` options).
@@ -66,7 +67,7 @@ pub fn kv_trace(args: &TraceOptions) -> anyhow::Result<()> {
     // The two tiers: the store's (S3-FIFO with its ghost sized for the
     // SSD, admitting blocks reused in DRAM or back from the ghost), then
     // LRU and S3-FIFO writing every block that leaves DRAM.
-    let tiered: Vec<(u64, [sim::TieredReplay; 3])> = if args.ssd_ratio == 0 {
+    let tiered: Vec<(u64, [sim::TieredReplay; 4])> = if args.ssd_ratio == 0 {
         Vec::new()
     } else {
         args.capacity
@@ -76,9 +77,10 @@ pub fn kv_trace(args: &TraceOptions) -> anyhow::Result<()> {
                 // The store's ghost, sized for its SSD tier.
                 let ghost = strata_kv::store::ghost_factor_for(cap, ssd);
                 let runs = [
-                    sim::replay_tiered(&mut S3Fifo::with_shape(10, ghost), cap, ssd, false, &reqs),
-                    sim::replay_tiered(&mut Lru::default(), cap, ssd, true, &reqs),
-                    sim::replay_tiered(&mut S3Fifo::default(), cap, ssd, true, &reqs),
+                    sim::replay_tiered(&mut S3Fifo::with_shape(10, ghost), cap, ssd, Admit::Reused, &reqs),
+                    sim::replay_tiered(&mut Lru::default(), cap, ssd, Admit::All, &reqs),
+                    sim::replay_tiered(&mut S3Fifo::default(), cap, ssd, Admit::All, &reqs),
+                    sim::replay_tiered(&mut S3Fifo::with_shape(10, ghost), cap, ssd, Admit::Auto, &reqs),
                 ];
                 (cap, runs)
             })
@@ -101,7 +103,7 @@ pub fn kv_trace(args: &TraceOptions) -> anyhow::Result<()> {
                 "s3fifo_stored": s3.stored,
                 "lru_stored": lru.stored,
             })).collect::<Vec<_>>(),
-            "tiered": tiered.iter().map(|(c, [store, lru, s3all])| serde_json::json!({
+            "tiered": tiered.iter().map(|(c, [store, lru, s3all, auto])| serde_json::json!({
                 "dram_blocks": c,
                 "ssd_blocks": c * args.ssd_ratio,
                 "store_hit_rate": store.total.hit_rate(),
@@ -111,6 +113,8 @@ pub fn kv_trace(args: &TraceOptions) -> anyhow::Result<()> {
                 "lru_all_ssd_writes": lru.ssd_writes,
                 "s3fifo_all_hit_rate": s3all.total.hit_rate(),
                 "s3fifo_all_ssd_writes": s3all.ssd_writes,
+                "store_auto_hit_rate": auto.total.hit_rate(),
+                "store_auto_ssd_writes": auto.ssd_writes,
             })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -158,18 +162,22 @@ pub fn kv_trace(args: &TraceOptions) -> anyhow::Result<()> {
             "\nDRAM and an SSD log of {}x its blocks; hit rate (SSD writes, thousands of blocks):",
             args.ssd_ratio
         );
-        println!("{:>10} {:>10} {:>20} {:>20} {:>20}", "dram", "ssd", "store (S3, reused)", "LRU, all", "S3-FIFO, all");
-        for (cap, [store, lru, s3all]) in &tiered {
+        println!(
+            "{:>10} {:>10} {:>20} {:>20} {:>20} {:>20}",
+            "dram", "ssd", "store (S3, reused)", "LRU, all", "S3-FIFO, all", "store (S3, auto)"
+        );
+        for (cap, [store, lru, s3all, auto]) in &tiered {
             let cell = |t: &sim::TieredReplay| {
                 format!("{:.1}% ({:.0}k)", 100.0 * t.total.hit_rate(), t.ssd_writes as f64 / 1e3)
             };
             println!(
-                "{:>10} {:>10} {:>20} {:>20} {:>20}",
+                "{:>10} {:>10} {:>20} {:>20} {:>20} {:>20}",
                 cap,
                 cap * args.ssd_ratio,
                 cell(store),
                 cell(lru),
-                cell(s3all)
+                cell(s3all),
+                cell(auto)
             );
         }
     }

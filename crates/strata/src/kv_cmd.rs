@@ -62,9 +62,11 @@ struct ServeArgs {
     /// lookups see the blocks the other servers wrote.
     #[arg(long, default_value = "0/1", value_parser = parse_region)]
     pool_region: (u64, u64),
-    /// Which blocks leaving DRAM are written to SSD: `reused` (read again
-    /// while in DRAM; one-hit blocks never touch the drive) or `all`.
-    #[arg(long, default_value = "reused")]
+    /// Which blocks leaving DRAM are written to SSD: `auto` (every block
+    /// while the SSD holds a tenth of the working set, the distinct blocks
+    /// stored, or more; else as `reused`), `reused` (read again while in
+    /// DRAM; one-hit blocks never touch the drive) or `all`.
+    #[arg(long, default_value = "auto")]
     admit: String,
     /// Accept a file system without O_DIRECT (tmpfs) for the SSD tier.
     #[arg(long)]
@@ -200,9 +202,10 @@ fn parse_quota(s: &str) -> Result<(String, u64), String> {
 pub fn main(args: KvArgs) -> anyhow::Result<()> {
     let KvCommand::Serve(args) = args.command;
     let admit = match args.admit.as_str() {
+        "auto" => Admit::Auto,
         "reused" => Admit::Reused,
         "all" => Admit::All,
-        other => anyhow::bail!("--admit {other:?}: expected reused or all"),
+        other => anyhow::bail!("--admit {other:?}: expected auto, reused or all"),
     };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))

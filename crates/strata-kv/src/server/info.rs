@@ -43,6 +43,7 @@ pub fn stats_pairs(store: &KvStore) -> Vec<(&'static str, u64)> {
         ("evicted", s.evicted),
         ("demoted", s.demoted),
         ("demoted_bytes", s.demoted_bytes),
+        ("working_set_bytes", s.working_set_bytes),
         ("not_admitted", s.not_admitted),
         ("demote_dropped", s.demote_dropped),
         ("dropped_ssd", s.dropped_ssd),

@@ -22,8 +22,11 @@ pub struct Tiers {
 /// Which blocks leaving DRAM are written to the SSD tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Admit {
-    /// Blocks read again while in DRAM, returning blocks and pinned ones.
+    /// Every block while the log tier below DRAM holds a tenth of the
+    /// working set or more, else as [`Admit::Reused`] ([`crate::admit`]).
     #[default]
+    Auto,
+    /// Blocks read again while in DRAM, returning blocks and pinned ones.
     Reused,
     /// Every block.
     All,
@@ -42,7 +45,7 @@ pub struct KvConfig {
 
 impl Default for KvConfig {
     fn default() -> Self {
-        KvConfig { dram_bytes: 1 << 30, admit: Admit::Reused, segment_bytes: 256 << 20 }
+        KvConfig { dram_bytes: 1 << 30, admit: Admit::Auto, segment_bytes: 256 << 20 }
     }
 }
 

@@ -67,6 +67,20 @@ impl KvStore {
 
     /// A block has left DRAM's policy: write it to each log tier that
     /// lacks it if admitted, and forget it if no tier holds it then.
+    /// Whether every block leaving DRAM goes to the log tiers now (see
+    /// [`Admit`]): by [`Admit::Auto`], while the first log tier below DRAM
+    /// holds a tenth of the working set.
+    pub(super) fn admit_all(&self, inner: &Inner) -> bool {
+        match self.cfg.admit {
+            Admit::All => true,
+            Admit::Reused => false,
+            Admit::Auto => {
+                let below = Tier::ALL.iter().find_map(|&t| inner.tiers[t].as_ref().map(|x| x.log.capacity()));
+                below.is_some_and(|bytes| inner.working_set.admit_all(bytes))
+            }
+        }
+    }
+
     fn demote(&self, inner: &mut Inner, k: Bytes, reused: bool, now: u64) {
         let Some(e) = inner.map.get_mut(&k) else { return };
         let Some(value) = e.value.take() else { return };
@@ -80,7 +94,9 @@ impl KvStore {
             }
             return;
         }
-        let admit = reused || self.cfg.admit == Admit::All || e.pin != Pin::None;
+        let pinned = e.pin != Pin::None;
+        let admit = reused || pinned || self.admit_all(inner);
+        let Some(e) = inner.map.get_mut(&k) else { return };
         let (have, meta) = (e.locs, RecordMeta { kind: Kind::Put, expires_ms: e.expires_ms, version: e.version });
         let mut refused = None;
         for t in Tier::ALL {

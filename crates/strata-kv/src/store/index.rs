@@ -153,6 +153,9 @@ pub(super) struct Inner {
     /// `expires` and `avg_ttl`).
     pub(super) with_expiry: u64,
     pub(super) expiry_sum: u128,
+    /// The distinct blocks stored since the store opened (estimated), for
+    /// [`Admit::Auto`](super::Admit::Auto).
+    pub(super) working_set: crate::admit::WorkingSet,
 }
 
 impl Inner {
@@ -170,6 +173,7 @@ impl Inner {
             order: KeyOrder::default(),
             with_expiry: 0,
             expiry_sum: 0,
+            working_set: crate::admit::WorkingSet::default(),
         }
     }
 

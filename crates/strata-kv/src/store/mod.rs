@@ -8,10 +8,12 @@
 //!   when everything left is pinned or leased.
 //! - **Demotion** is write-behind: a block leaving DRAM is appended to the
 //!   SSD log's write buffer, under the lock, and written by the log's
-//!   writer task. Only blocks that were read again while in DRAM (or came
-//!   back after an eviction, or are pinned) are written: a block put once
-//!   and never read leaves without wearing the drive ([`Admit::Reused`],
-//!   the default; [`Admit::All`] writes every block).
+//!   writer task. With [`Admit::Reused`] only blocks that were read again
+//!   while in DRAM (or came back after an eviction, or are pinned) are
+//!   written: a block put once and never read leaves without wearing the
+//!   drive; [`Admit::All`] writes every block, and [`Admit::Auto`] (the
+//!   default) does as `All` while the tier below DRAM holds a tenth of the
+//!   working set, as `Reused` after (`crate::admit`).
 //!   A block admitted to the log tiers is appended to each of them (SSD
 //!   and pool) that lacks it: the pool is the tier other hosts can see,
 //!   and one that outlives the SSD's ring, so a block reaches it when it

@@ -159,6 +159,8 @@ pub(super) fn recover(inner: &mut Inner, found: Vec<(Tier, Found)>, now: u64) {
         }
         let size = dram_size(k.len(), n.value_len as usize);
         let e = Entry { locs: n.locs, version: n.version, expires_ms: n.expires_ms, ..Entry::new(size) };
+        // What the logs hold was stored: part of the working set.
+        inner.working_set.observe(crate::admit::key_hash(&k), size);
         inner.insert_entry(k, e);
     }
 }

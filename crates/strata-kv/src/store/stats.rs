@@ -39,6 +39,10 @@ pub(super) struct Counters {
 pub struct Stats {
     /// Keys in any tier.
     pub keys: u64,
+    /// Bytes of the distinct blocks stored since the store opened
+    /// (estimated; what [`Admit::Auto`](super::Admit::Auto) weighs the
+    /// log tier against).
+    pub working_set_bytes: u64,
     /// Keys with an expiry (expired ones not yet deleted included).
     pub expires: u64,
     /// The mean time left to the keys with an expiry, in milliseconds
@@ -123,6 +127,7 @@ impl Counters {
         let avg_ttl_ms = u64::try_from(mean_expiry.saturating_sub(u128::from(now))).unwrap_or(u64::MAX);
         Stats {
             keys: g.map.len() as u64,
+            working_set_bytes: g.working_set.bytes(),
             expires: g.with_expiry,
             avg_ttl_ms: if g.with_expiry == 0 { 0 } else { avg_ttl_ms },
             dram_keys: g.dram.len() as u64,

@@ -133,6 +133,7 @@ impl KvStore {
             }
             let version = inner.new_version();
             inner.dram.insert(k.clone(), size);
+            inner.working_set.observe(crate::admit::key_hash(&k), size);
             inner.insert_entry(k.clone(), Entry { value: Some(value), version, expires_ms, pin, ..Entry::new(size) });
             self.invalidate(inner, &k, &mut d);
             self.request_if(inner, d)
