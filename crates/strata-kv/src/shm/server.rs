@@ -37,6 +37,9 @@ pub struct ShmConfig {
     pub max_staging: u64,
     /// The most leases one client holds at once.
     pub max_leases: usize,
+    /// The most clients connected at once; more are answered with an
+    /// error and closed.
+    pub max_clients: usize,
 }
 
 impl ShmConfig {
@@ -44,7 +47,13 @@ impl ShmConfig {
     /// that (blocks in DRAM, and evicted ones still leased), 256 MiB of
     /// staging per client, 65,536 leases.
     pub fn for_dram(socket: PathBuf, dram_bytes: u64) -> ShmConfig {
-        ShmConfig { socket, region_bytes: dram_bytes.saturating_mul(2), max_staging: 256 << 20, max_leases: 65_536 }
+        ShmConfig {
+            socket,
+            region_bytes: dram_bytes.saturating_mul(2),
+            max_staging: 256 << 20,
+            max_leases: 65_536,
+            max_clients: 1024,
+        }
     }
 }
 
@@ -85,6 +94,7 @@ impl ShmServer {
         tokio::pin!(stop);
         let ShmServer { store, region, cfg, listener } = self;
         let cfg = Arc::new(cfg);
+        let clients = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         loop {
             tokio::select! {
                 _ = &mut stop => break,
@@ -97,11 +107,23 @@ impl ShmServer {
                             continue;
                         }
                     };
+                    use std::sync::atomic::Ordering::AcqRel;
+                    if clients.fetch_add(1, AcqRel) >= cfg.max_clients {
+                        clients.fetch_sub(1, AcqRel);
+                        let refusal = Reply::Error(format!("{} fast-path clients already connected", cfg.max_clients));
+                        tokio::spawn(async move {
+                            let mut stream = stream;
+                            _ = stream.write_all(&refusal.encode()).await;
+                        });
+                        continue;
+                    }
                     let conn = Conn { store: store.clone(), region: region.clone(), cfg: cfg.clone(), leases: HashMap::new(), next_lease: 1, staging: None };
+                    let clients = clients.clone();
                     tokio::spawn(async move {
                         if let Err(e) = conn.run(stream).await {
                             tracing::debug!("fast path client: {e}");
                         }
+                        clients.fetch_sub(1, AcqRel);
                     });
                 }
             }

@@ -13,11 +13,15 @@ use strata_kv::{Admit, KvConfig, KvStore};
 
 /// A store of `dram` bytes of DRAM (no log tier) and its fast path.
 async fn start(dram: u64, region: u64) -> (tempfile::TempDir, std::path::PathBuf, Arc<KvStore>) {
+    start_with(dram, region, 1024).await
+}
+
+async fn start_with(dram: u64, region: u64, clients: usize) -> (tempfile::TempDir, std::path::PathBuf, Arc<KvStore>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kv.sock");
     let kv = KvConfig { dram_bytes: dram, admit: Admit::All, segment_bytes: 1 << 20 };
     let store = KvStore::open(kv, None).await.unwrap();
-    let cfg = ShmConfig { region_bytes: region, ..ShmConfig::for_dram(path.clone(), dram) };
+    let cfg = ShmConfig { region_bytes: region, max_clients: clients, ..ShmConfig::for_dram(path.clone(), dram) };
     let server = ShmServer::bind(store.clone(), cfg).unwrap();
     tokio::spawn(server.serve(std::future::pending()));
     (dir, path, store)
@@ -114,6 +118,28 @@ async fn a_stranger_on_the_socket_gets_an_error_not_a_crash() {
         assert_eq!(s.read(&mut head).unwrap(), 0, "closed");
         // The server still serves others.
         assert!(ShmClient::connect(&path, 4096).is_ok());
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_past_the_limit_are_refused_and_a_slot_frees_when_one_leaves() {
+    let (_dir, path, _store) = start_with(1 << 20, 1 << 20, 2).await;
+    tokio::task::spawn_blocking(move || {
+        let a = ShmClient::connect(&path, 4096).unwrap();
+        let _b = ShmClient::connect(&path, 4096).unwrap();
+        match ShmClient::connect(&path, 4096) {
+            Err(strata_kv::shm::ShmError::Refused(m)) => assert!(m.contains("already connected"), "{m}"),
+            Err(e) => panic!("refused with another error: {e}"),
+            Ok(_) => panic!("a third client was let in"),
+        }
+        drop(a);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while ShmClient::connect(&path, 4096).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the slot never freed");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     })
     .await
     .unwrap();
