@@ -9,8 +9,8 @@
 
 use std::path::PathBuf;
 
-use strata_kv::policy::{Lru, Policy, S3Fifo};
 use strata_kv::Admit;
+use strata_kv::policy::{Lru, Policy, S3Fifo};
 use strata_kv::sim;
 
 /// What [`kv_trace`] replays (the `strata bench kv-trace` options).

@@ -84,11 +84,32 @@ impl KvCache {
         (&self.k[l], &self.v[l])
     }
 
+    /// Makes room for `tokens` more positions in every layer, so that a
+    /// prefill appends without reallocating.
+    pub(crate) fn reserve(&mut self, tokens: usize) {
+        for r in self.k.iter_mut().chain(&mut self.v) {
+            r.reserve(tokens * self.kv_dim);
+        }
+    }
+
     /// Appends one layer's rows for the positions a prefill is computing.
     /// The model appends every layer's rows, then calls [`Self::advance`].
+    #[cfg(test)]
     pub(crate) fn push_rows(&mut self, l: usize, k: &[f32], v: &[f32]) {
         self.k[l].extend_from_slice(k);
         self.v[l].extend_from_slice(v);
+    }
+
+    /// Appends one layer's rows from rows of `src`, `stride` apart, whose
+    /// keys start at column `k_at` and values at `v_at` (the product that
+    /// computes Q, K and V side by side). The model appends every layer's
+    /// rows, then calls [`Self::advance`].
+    pub(crate) fn push_rows_strided(&mut self, l: usize, src: &[f32], stride: usize, k_at: usize, v_at: usize) {
+        let w = self.kv_dim;
+        for row in src.chunks_exact(stride) {
+            self.k[l].extend_from_slice(&row[k_at..k_at + w]);
+            self.v[l].extend_from_slice(&row[v_at..v_at + w]);
+        }
     }
 
     /// Counts `n` appended positions once every layer has them.

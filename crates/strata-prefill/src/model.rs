@@ -3,34 +3,81 @@
 //! The prompt is processed in chunks of [`Model::chunk`] tokens, as
 //! inference engines do (chunked prefill): each chunk's queries attend to
 //! every cached position before them and causally to each other, so the
-//! result does not depend on the chunking, and a prefill after a loaded
-//! prefix computes exactly what a whole prefill computes for those
-//! positions. Memory stays `O(chunk · (width + context))`: attention is
-//! computed per block of 64 queries over all keys, never as a full
-//! `context × context` matrix.
+//! result does not depend on the chunking (up to float rounding), and a
+//! prefill after a loaded prefix computes what a whole prefill computes
+//! for those positions. Memory stays `O(chunk · (width + context))`:
+//! attention works a block of queries at a time over all keys
+//! ([`crate::attention`]), never on a `context × context` matrix.
+//!
+//! Where the time goes, and what keeps it in the matrix kernel:
+//!
+//! - Matrix products are few and large: Q, K and V come from one product
+//!   with the weights side by side (`d × (q + 2·kv)`), the SwiGLU's gate
+//!   and up projections from another (`d × 2f`), and the two products
+//!   that feed the residual stream add into it (`beta = 1`), so there is
+//!   no separate add pass.
+//! - The element-wise work (RMSNorm, rotary embedding, softmax, SwiGLU)
+//!   runs vectorised kernels ([`crate::kernels`]) with a polynomial `exp`.
+//! - Every buffer a chunk needs lives in a workspace that the model keeps
+//!   between calls, and the cache reserves the prompt's rows up front: a
+//!   prefill allocates (and the kernel zeroes pages) only when it needs
+//!   more room than any call before it.
+//!
+//! Determinism: the same model on the same machine gives the same bits
+//! for the same input and chunking on every run, whatever the thread
+//! count (threads split rows of each product and blocks of queries; each
+//! output element is computed by the same code either way). The kernels
+//! are picked once per model ([`Kernels::detect`]).
 
+use std::sync::{Mutex, MutexGuard};
+
+use crate::attention::{Chunk, Shared, ThreadScratch, attention, scratch};
 use crate::gemm::{View, gemm, linear};
+use crate::kernels::Kernels;
 use crate::{KvCache, Shape};
 use strata_rand::Rng;
 
 const RMS_EPS: f32 = 1e-5;
 const ROPE_THETA: f32 = 500_000.0;
-/// Queries per attention block.
-const QUERY_BLOCK: usize = 64;
 
+/// One decoder layer's weights, row-major, input dimension first.
 struct Layer {
     attn_norm: Vec<f32>,
-    wq: Vec<f32>,
-    wk: Vec<f32>,
-    wv: Vec<f32>,
+    /// `[Wq | Wk | Wv]`: `d × (q_dim + 2·kv_dim)`.
+    wqkv: Vec<f32>,
     wo: Vec<f32>,
     ffn_norm: Vec<f32>,
-    w1: Vec<f32>,
-    w3: Vec<f32>,
+    /// `[W1 | W3]` (gate and up): `d × 2f`.
+    w13: Vec<f32>,
     w2: Vec<f32>,
 }
 
+/// Buffers a prefill reuses from call to call (see [`scratch`]).
+#[derive(Default)]
+struct Workspace {
+    /// The residual stream, `chunk × d`.
+    x: Vec<f32>,
+    /// Its normalised copy, `chunk × d`.
+    h: Vec<f32>,
+    /// Q, K and V side by side, `chunk × (q + 2·kv)`.
+    qkv: Vec<f32>,
+    /// Attention output, `chunk × q`.
+    att: Vec<f32>,
+    /// Gate and up side by side, `chunk × 2f`.
+    gu: Vec<f32>,
+    /// Rotary `cos` and `sin` of each position of the chunk, `chunk × head_dim/2`.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    /// Attention's keys and values, rearranged per chunk.
+    shared: Shared,
+    /// One per compute thread.
+    threads: Vec<ThreadScratch>,
+}
+
 /// A Llama-shaped model with random weights.
+///
+/// One prefill runs at a time per model (its workspace is behind a lock);
+/// each uses the model's threads.
 pub struct Model {
     shape: Shape,
     embed: Vec<f32>,
@@ -39,6 +86,8 @@ pub struct Model {
     /// `1 / theta^(2j / head_dim)` for each rotated pair `j`.
     inv_freq: Vec<f32>,
     threads: usize,
+    kernels: Kernels,
+    work: Mutex<Workspace>,
     /// Tokens per prefill chunk.
     pub chunk: usize,
 }
@@ -50,6 +99,18 @@ fn matrix(rng: &mut Rng, n: usize, fan_in: usize) -> Vec<f32> {
     (0..n).map(|_| ((rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a).collect()
 }
 
+/// Row-major matrices with the same rows, side by side.
+fn side_by_side(rows: usize, parts: &[&[f32]]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for r in 0..rows {
+        for p in parts {
+            let w = p.len() / rows;
+            out.extend_from_slice(&p[r * w..(r + 1) * w]);
+        }
+    }
+    out
+}
+
 impl Model {
     /// A model of `shape` with weights drawn from `seed`, computing on
     /// `threads` threads.
@@ -58,27 +119,39 @@ impl Model {
         let mut rng = Rng::new(seed);
         let (d, q, kv, f) = (shape.hidden, shape.q_dim(), shape.kv_dim(), shape.ffn);
         let layers = (0..shape.layers)
-            .map(|_| Layer {
-                attn_norm: vec![1.0; d],
-                wq: matrix(&mut rng, d * q, d),
-                wk: matrix(&mut rng, d * kv, d),
-                wv: matrix(&mut rng, d * kv, d),
-                wo: matrix(&mut rng, q * d, q),
-                ffn_norm: vec![1.0; d],
-                w1: matrix(&mut rng, d * f, d),
-                w3: matrix(&mut rng, d * f, d),
-                w2: matrix(&mut rng, f * d, f),
+            .map(|_| {
+                // Drawn in Llama's order, then laid side by side.
+                let wq = matrix(&mut rng, d * q, d);
+                let wk = matrix(&mut rng, d * kv, d);
+                let wv = matrix(&mut rng, d * kv, d);
+                let wo = matrix(&mut rng, q * d, q);
+                let w1 = matrix(&mut rng, d * f, d);
+                let w3 = matrix(&mut rng, d * f, d);
+                let w2 = matrix(&mut rng, f * d, f);
+                Layer {
+                    attn_norm: vec![1.0; d],
+                    wqkv: side_by_side(d, &[&wq, &wk, &wv]),
+                    wo,
+                    ffn_norm: vec![1.0; d],
+                    w13: side_by_side(d, &[&w1, &w3]),
+                    w2,
+                }
             })
             .collect();
         let half = shape.head_dim / 2;
         let inv_freq = (0..half).map(|j| ROPE_THETA.powf(-(2.0 * j as f32) / shape.head_dim as f32)).collect();
+        let threads = threads.max(1);
+        let work =
+            Workspace { threads: (0..threads).map(|_| ThreadScratch::default()).collect(), ..Default::default() };
         Ok(Model {
             shape,
             embed: matrix(&mut rng, shape.vocab * d, 1),
             layers,
             final_norm: vec![1.0; d],
             inv_freq,
-            threads: threads.max(1),
+            threads,
+            kernels: Kernels::detect(),
+            work: Mutex::new(work),
             chunk: 2048,
         })
     }
@@ -88,167 +161,96 @@ impl Model {
         &self.shape
     }
 
+    /// Threads a prefill computes on.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Which build of the element-wise kernels runs: `"avx512"`,
+    /// `"avx2+fma"` or `"baseline"`.
+    pub fn kernels(&self) -> &'static str {
+        self.kernels.name()
+    }
+
     /// Runs the prefill of `tokens` at positions `cache.len()..`, appending
     /// their keys and values to `cache`, and returns the logits of the
     /// last token (from which the first generated token is sampled).
     /// Returns an empty vector for an empty prompt.
     pub fn prefill(&self, tokens: &[u32], cache: &mut KvCache) -> Vec<f32> {
+        if tokens.is_empty() {
+            return Vec::new();
+        }
+        // The workspace holds only scratch, rewritten before it is read:
+        // one left by a panicked prefill is as good as a fresh one.
+        let mut ws: MutexGuard<'_, Workspace> = self.work.lock().unwrap_or_else(|e| e.into_inner());
+        cache.reserve(tokens.len());
         let mut last = Vec::new();
         for chunk in tokens.chunks(self.chunk.max(1)) {
-            last = self.forward_chunk(chunk, cache);
-        }
-        if last.is_empty() {
-            return last;
+            last = self.forward_chunk(chunk, cache, &mut ws);
         }
         let d = self.shape.hidden;
-        rms_norm(&mut last, &self.final_norm);
+        let mut h = vec![0f32; d];
+        self.kernels.rms_norm(&mut h, &last, &self.final_norm, RMS_EPS);
         let mut logits = vec![0f32; self.shape.vocab];
         // Tied head: logits = h · Eᵀ.
-        gemm(1.0, View::dense(&last, 1, d), View::dense(&self.embed, self.shape.vocab, d).t(), 0.0, &mut logits, 0);
+        gemm(1.0, View::dense(&h, 1, d), View::dense(&self.embed, self.shape.vocab, d).t(), 0.0, &mut logits, 0);
         logits
     }
 
     /// One chunk through every layer; returns the last position's hidden
     /// state.
-    fn forward_chunk(&self, tokens: &[u32], cache: &mut KvCache) -> Vec<f32> {
+    fn forward_chunk(&self, tokens: &[u32], cache: &mut KvCache, ws: &mut Workspace) -> Vec<f32> {
         let s = &self.shape;
         let (n, d, qd, kvd, f) = (tokens.len(), s.hidden, s.q_dim(), s.kv_dim(), s.ffn);
+        let ld = qd + 2 * kvd;
+        let half = s.head_dim / 2;
         let past = cache.len();
-        let mut x = Vec::with_capacity(n * d);
-        for &t in tokens {
-            let row = t as usize % s.vocab;
-            x.extend_from_slice(&self.embed[row * d..(row + 1) * d]);
+        let k = self.kernels;
+        let Workspace { x, h, qkv, att, gu, cos, sin, shared, threads } = ws;
+        let x = scratch(x, n * d);
+        for (row, &t) in x.chunks_exact_mut(d).zip(tokens) {
+            let e = t as usize % s.vocab;
+            row.copy_from_slice(&self.embed[e * d..(e + 1) * d]);
         }
-        let (mut h, mut q, mut k, mut v) =
-            (vec![0f32; n * d], vec![0f32; n * qd], vec![0f32; n * kvd], vec![0f32; n * kvd]);
-        let (mut att, mut proj) = (vec![0f32; n * qd], vec![0f32; n * d]);
-        let (mut g, mut u) = (vec![0f32; n * f], vec![0f32; n * f]);
+        let (h, qkv, att, gu) = (scratch(h, n * d), scratch(qkv, n * ld), scratch(att, n * qd), scratch(gu, n * 2 * f));
+        let (cos, sin) = (scratch(cos, n * half), scratch(sin, n * half));
+        // The rotary angles of the chunk's positions, shared by every layer.
+        for (i, (c, sn)) in cos.chunks_exact_mut(half).zip(sin.chunks_exact_mut(half)).enumerate() {
+            let pos = (past + i) as f32;
+            for ((c, sn), fr) in c.iter_mut().zip(sn.iter_mut()).zip(&self.inv_freq) {
+                (*sn, *c) = (pos * fr).sin_cos();
+            }
+        }
         for (l, w) in self.layers.iter().enumerate() {
-            h.copy_from_slice(&x);
-            for row in h.chunks_mut(d) {
-                rms_norm(row, &w.attn_norm);
+            for (hr, xr) in h.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
+                k.rms_norm(hr, xr, &w.attn_norm, RMS_EPS);
             }
-            linear(&h, n, View::dense(&w.wq, d, qd), &mut q, self.threads);
-            linear(&h, n, View::dense(&w.wk, d, kvd), &mut k, self.threads);
-            linear(&h, n, View::dense(&w.wv, d, kvd), &mut v, self.threads);
-            self.rope(&mut q, qd, past);
-            self.rope(&mut k, kvd, past);
-            cache.push_rows(l, &k, &v);
+            linear(View::dense(h, n, d), View::dense(&w.wqkv, d, ld), 0.0, qkv, ld, self.threads);
+            // Q's heads then K's sit side by side in each row: one pass
+            // rotates both.
+            for (i, row) in qkv.chunks_exact_mut(ld).enumerate() {
+                k.rope(&mut row[..qd + kvd], &cos[i * half..][..half], &sin[i * half..][..half]);
+            }
+            cache.push_rows_strided(l, qkv, ld, qd, qd + kvd);
             let (ck, cv) = cache.layer(l);
-            self.attention(&q, ck, cv, past, n, &mut att);
-            linear(&att, n, View::dense(&w.wo, qd, d), &mut proj, self.threads);
-            add(&mut x, &proj);
-            h.copy_from_slice(&x);
-            for row in h.chunks_mut(d) {
-                rms_norm(row, &w.ffn_norm);
+            let chunk = Chunk { q: qkv, q_stride: ld, k: ck, v: cv, past, n };
+            attention(s, k, &chunk, att, shared, threads);
+            // x += att · Wo
+            linear(View::dense(att, n, qd), View::dense(&w.wo, qd, d), 1.0, x, d, self.threads);
+            for (hr, xr) in h.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
+                k.rms_norm(hr, xr, &w.ffn_norm, RMS_EPS);
             }
-            linear(&h, n, View::dense(&w.w1, d, f), &mut g, self.threads);
-            linear(&h, n, View::dense(&w.w3, d, f), &mut u, self.threads);
-            for (gi, ui) in g.iter_mut().zip(&u) {
-                *gi = *gi / (1.0 + (-*gi).exp()) * ui;
+            linear(View::dense(h, n, d), View::dense(&w.w13, d, 2 * f), 0.0, gu, 2 * f, self.threads);
+            for row in gu.chunks_exact_mut(2 * f) {
+                let (g, u) = row.split_at_mut(f);
+                k.swiglu(g, u);
             }
-            linear(&g, n, View::dense(&w.w2, f, d), &mut proj, self.threads);
-            add(&mut x, &proj);
+            // x += silu(g)·u · W2, reading the gate half of each row.
+            let a = View { data: gu, rows: n, cols: f, rs: 2 * f, cs: 1 };
+            linear(a, View::dense(&w.w2, f, d), 1.0, x, d, self.threads);
         }
         cache.advance(n);
-        x.split_off((n - 1) * d)
-    }
-
-    /// Rotary position embedding, in place, on rows `width` wide (whole
-    /// heads) for positions `past..`.
-    fn rope(&self, rows: &mut [f32], width: usize, past: usize) {
-        let half = self.shape.head_dim / 2;
-        let (mut cos, mut sin) = (vec![0f32; half], vec![0f32; half]);
-        for (i, row) in rows.chunks_exact_mut(width).enumerate() {
-            let pos = (past + i) as f32;
-            for (j, f) in self.inv_freq.iter().enumerate() {
-                (sin[j], cos[j]) = (pos * f).sin_cos();
-            }
-            for head in row.chunks_exact_mut(2 * half) {
-                let (a, b) = head.split_at_mut(half);
-                for j in 0..half {
-                    let (x0, x1) = (a[j], b[j]);
-                    a[j] = x0 * cos[j] - x1 * sin[j];
-                    b[j] = x0 * sin[j] + x1 * cos[j];
-                }
-            }
-        }
-    }
-
-    /// Causal attention of `n` queries at positions `past..past + n` over
-    /// the cache's first `past + n` positions, into `out` (`n × q_dim`).
-    fn attention(&self, q: &[f32], ck: &[f32], cv: &[f32], past: usize, n: usize, out: &mut [f32]) {
-        let s = &self.shape;
-        let (hd, qd, kvd) = (s.head_dim, s.q_dim(), s.kv_dim());
-        let group = s.heads / s.kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let threads = self.threads.min(s.heads).max(1);
-        let head_out: Vec<(usize, Vec<f32>)> = std::thread::scope(|sc| {
-            let workers: Vec<_> = (0..threads)
-                .map(|t| {
-                    sc.spawn(move || {
-                        let mut done = Vec::new();
-                        let mut scores = Vec::new();
-                        for head in (t..s.heads).step_by(threads) {
-                            let kvh = head / group;
-                            let mut o = vec![0f32; n * hd];
-                            for i0 in (0..n).step_by(QUERY_BLOCK) {
-                                let r = QUERY_BLOCK.min(n - i0);
-                                let keys = past + i0 + r;
-                                scores.resize(r * keys, 0.0);
-                                let qv = View { data: &q[i0 * qd + head * hd..], rows: r, cols: hd, rs: qd, cs: 1 };
-                                let kt = View { data: &ck[kvh * hd..], rows: keys, cols: hd, rs: kvd, cs: 1 }.t();
-                                gemm(scale, qv, kt, 0.0, &mut scores, keys);
-                                for (i, row) in scores.chunks_mut(keys).enumerate() {
-                                    softmax_causal(row, past + i0 + i + 1);
-                                }
-                                let vv = View { data: &cv[kvh * hd..], rows: keys, cols: hd, rs: kvd, cs: 1 };
-                                gemm(1.0, View::dense(&scores, r, keys), vv, 0.0, &mut o[i0 * hd..], hd);
-                            }
-                            done.push((head, o));
-                        }
-                        done
-                    })
-                })
-                .collect();
-            workers.into_iter().flat_map(|w| w.join().expect("attention worker panicked")).collect()
-        });
-        for (head, o) in head_out {
-            for (i, row) in o.chunks_exact(hd).enumerate() {
-                out[i * qd + head * hd..][..hd].copy_from_slice(row);
-            }
-        }
-    }
-}
-
-/// Softmax over the first `valid` entries of `row`; the rest (future
-/// positions) become 0.
-fn softmax_causal(row: &mut [f32], valid: usize) {
-    let (live, masked) = row.split_at_mut(valid);
-    let max = live.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for x in live.iter_mut() {
-        *x = (*x - max).exp();
-        sum += *x;
-    }
-    let inv = 1.0 / sum;
-    for x in live.iter_mut() {
-        *x *= inv;
-    }
-    masked.fill(0.0);
-}
-
-fn rms_norm(x: &mut [f32], w: &[f32]) {
-    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let inv = 1.0 / (ms + RMS_EPS).sqrt();
-    for (v, g) in x.iter_mut().zip(w) {
-        *v *= inv * g;
-    }
-}
-
-fn add(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
+        x[(n - 1) * d..].to_vec()
     }
 }
 
@@ -259,60 +261,80 @@ mod tests {
     const MICRO: Shape = Shape { layers: 2, hidden: 8, heads: 4, kv_heads: 2, head_dim: 4, ffn: 12, vocab: 50 };
 
     /// The forward pass written from the definition, one token and one
-    /// dot product at a time.
+    /// dot product at a time, in f64, with the weights read from the
+    /// model's side-by-side matrices by column.
     fn reference(m: &Model, tokens: &[u32]) -> (Vec<f32>, Vec<Vec<f32>>) {
         let s = m.shape;
         let (d, hd, qd, kvd, f) = (s.hidden, s.head_dim, s.q_dim(), s.kv_dim(), s.ffn);
-        let matvec = |x: &[f32], w: &[f32], cols: usize| -> Vec<f32> {
-            (0..cols).map(|j| x.iter().enumerate().map(|(i, xi)| xi * w[i * cols + j]).sum()).collect()
+        // Columns at..at + cols of a row-major matrix `ld` wide.
+        let matvec = |x: &[f64], w: &[f32], ld: usize, at: usize, cols: usize| -> Vec<f64> {
+            (at..at + cols).map(|j| x.iter().enumerate().map(|(i, xi)| xi * w[i * ld + j] as f64).sum()).collect()
         };
-        let mut xs: Vec<Vec<f32>> = tokens.iter().map(|&t| m.embed[t as usize % s.vocab * d..][..d].to_vec()).collect();
+        let norm = |x: &[f64], g: &[f32]| -> Vec<f64> {
+            let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + RMS_EPS as f64).sqrt();
+            x.iter().zip(g).map(|(v, g)| v * inv * *g as f64).collect()
+        };
+        let rope = |x: &mut [f64], p: usize| {
+            for head in x.chunks_exact_mut(hd) {
+                for j in 0..hd / 2 {
+                    let (sn, c) = (p as f64 * m.inv_freq[j] as f64).sin_cos();
+                    let (a, b) = (head[j], head[j + hd / 2]);
+                    head[j] = a * c - b * sn;
+                    head[j + hd / 2] = a * sn + b * c;
+                }
+            }
+        };
+        let ld = qd + 2 * kvd;
+        let mut xs: Vec<Vec<f64>> = tokens
+            .iter()
+            .map(|&t| m.embed[t as usize % s.vocab * d..][..d].iter().map(|&v| v as f64).collect())
+            .collect();
         let mut keys_out = Vec::new();
         for w in &m.layers {
-            let mut ks = Vec::new();
-            let mut vs = Vec::new();
-            let mut qs = Vec::new();
+            let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
             for (p, x) in xs.iter().enumerate() {
-                let mut h = x.clone();
-                rms_norm(&mut h, &w.attn_norm);
-                let (mut q, mut k) = (matvec(&h, &w.wq, qd), matvec(&h, &w.wk, kvd));
-                m.rope(&mut q, qd, p);
-                m.rope(&mut k, kvd, p);
+                let h = norm(x, &w.attn_norm);
+                let (mut q, mut k) = (matvec(&h, &w.wqkv, ld, 0, qd), matvec(&h, &w.wqkv, ld, qd, kvd));
+                rope(&mut q, p);
+                rope(&mut k, p);
                 qs.push(q);
                 ks.push(k);
-                vs.push(matvec(&h, &w.wv, kvd));
+                vs.push(matvec(&h, &w.wqkv, ld, qd + kvd, kvd));
             }
-            keys_out.push(ks.concat());
+            keys_out.push(ks.concat().iter().map(|&v| v as f32).collect());
             for (p, x) in xs.iter_mut().enumerate() {
-                let mut att = vec![0f32; qd];
+                let mut att = vec![0f64; qd];
                 for head in 0..s.heads {
                     let kvh = head / (s.heads / s.kv_heads);
-                    let sc: Vec<f32> = (0..=p)
+                    let sc: Vec<f64> = (0..=p)
                         .map(|j| {
-                            (0..hd).map(|i| qs[p][head * hd + i] * ks[j][kvh * hd + i]).sum::<f32>()
-                                / (hd as f32).sqrt()
+                            (0..hd).map(|i| qs[p][head * hd + i] * ks[j][kvh * hd + i]).sum::<f64>()
+                                / (hd as f64).sqrt()
                         })
                         .collect();
-                    let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let e: Vec<f32> = sc.iter().map(|v| (v - mx).exp()).collect();
-                    let z: f32 = e.iter().sum();
+                    let mx = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
+                    let z: f64 = e.iter().sum();
                     for (j, ej) in e.iter().enumerate() {
                         for i in 0..hd {
                             att[head * hd + i] += ej / z * vs[j][kvh * hd + i];
                         }
                     }
                 }
-                add(x, &matvec(&att, &w.wo, d));
-                let mut h = x.clone();
-                rms_norm(&mut h, &w.ffn_norm);
-                let (g, u) = (matvec(&h, &w.w1, f), matvec(&h, &w.w3, f));
-                let a: Vec<f32> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
-                add(x, &matvec(&a, &w.w2, d));
+                for (a, b) in x.iter_mut().zip(matvec(&att, &w.wo, d, 0, d)) {
+                    *a += b;
+                }
+                let h = norm(x, &w.ffn_norm);
+                let (g, u) = (matvec(&h, &w.w13, 2 * f, 0, f), matvec(&h, &w.w13, 2 * f, f, f));
+                let a: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+                for (a, b) in x.iter_mut().zip(matvec(&a, &w.w2, d, 0, d)) {
+                    *a += b;
+                }
             }
         }
-        let mut last = xs.pop().unwrap();
-        rms_norm(&mut last, &m.final_norm);
-        let logits = (0..s.vocab).map(|t| (0..d).map(|i| last[i] * m.embed[t * d + i]).sum()).collect();
+        let last = norm(&xs.pop().unwrap(), &m.final_norm);
+        let logits =
+            (0..s.vocab).map(|t| (0..d).map(|i| last[i] * m.embed[t * d + i] as f64).sum::<f64>() as f32).collect();
         (logits, keys_out)
     }
 
@@ -333,6 +355,28 @@ mod tests {
         }
         // More than one query block (64) and a ragged last one were used.
         assert_eq!(cache.len(), 150);
+    }
+
+    #[test]
+    fn a_prefill_gives_the_same_bits_every_run_and_on_any_thread_count() {
+        // Long enough for several query blocks and two key tiles.
+        let tokens: Vec<u32> = (0..700).map(|i| (i * 31 + 5) % 50).collect();
+        let run = |threads: usize| {
+            let mut m = Model::random(MICRO, 3, threads).unwrap();
+            m.chunk = 300;
+            let mut c = KvCache::new(&MICRO);
+            let logits = m.prefill(&tokens, &mut c);
+            // The same model again, its workspace now warm.
+            let mut c2 = KvCache::new(&MICRO);
+            let again = m.prefill(&tokens, &mut c2);
+            assert!(c2.prefix_equals(&c, 700));
+            assert!(logits.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()));
+            (logits, c)
+        };
+        let (l1, c1) = run(1);
+        let (l3, c3) = run(3);
+        assert!(c3.prefix_equals(&c1, 700));
+        assert!(l1.iter().zip(&l3).all(|(a, b)| a.to_bits() == b.to_bits()));
     }
 
     #[test]

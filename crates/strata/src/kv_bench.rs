@@ -136,8 +136,21 @@ pub struct TtftArgs {
     replay_block_tokens: usize,
     /// Blocks the engine's own (GPU) prefix cache holds in the replay,
     /// with and without the store.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 256)]
     replay_engine_blocks: u64,
+    /// The store's DRAM during the replay, in replay blocks (fewer than
+    /// the replay's distinct blocks, so that the store evicts to its SSD
+    /// tier and serves part of its hits from there).
+    #[arg(long, default_value_t = 1024)]
+    replay_store_blocks: u64,
+    /// Replay passes of each kind (with the store; the control, where the
+    /// store is asked but holds nothing), alternating.
+    #[arg(long, default_value_t = 3)]
+    replay_passes: usize,
+    /// Side of the square f32 product on which the GEMM library's own
+    /// rate is measured, the yardstick for the prefill's (0: skip).
+    #[arg(long, default_value_t = 2048)]
+    gemm_size: usize,
     /// Model shape for the GPU projection.
     #[arg(long, default_value = "llama-3.1-70b")]
     project_model: String,
@@ -171,6 +184,9 @@ impl From<TtftArgs> for strata_kvbench::TtftOptions {
             replay_requests: a.replay_requests,
             replay_block_tokens: a.replay_block_tokens,
             replay_engine_blocks: a.replay_engine_blocks,
+            replay_store_blocks: a.replay_store_blocks,
+            replay_passes: a.replay_passes,
+            gemm_size: a.gemm_size,
             project_model: a.project_model,
             gpu_tflops: a.gpu_tflops,
             mfu: a.mfu,

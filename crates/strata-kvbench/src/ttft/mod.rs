@@ -13,9 +13,11 @@
 //! Layout, each module using only those listed before it: [`options`]
 //! says what to run; [`prompt`] makes prompts and holds the check every
 //! load passes; [`served`] is the store in this process and its clients;
-//! [`measure`] times one prompt's load from a tier; [`replay`] is the
-//! multi-turn replay; [`projection`] projects the measurements onto a
-//! GPU; [`report`] prints the tables; [`run`] runs it all.
+//! [`measure`] times one prompt's load from a tier and rates the
+//! recompute against the GEMM library's square product; [`replay`] is
+//! the multi-turn replay (alternating passes with the store and a
+//! control, medians and ranges); [`projection`] projects the measurements
+//! onto a GPU; [`report`] prints the tables; [`run`] runs it all.
 
 mod measure;
 mod options;

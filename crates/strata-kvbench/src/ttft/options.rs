@@ -36,6 +36,16 @@ pub struct TtftOptions {
     /// Blocks the engine's own (GPU) prefix cache holds in the replay,
     /// with and without the store.
     pub replay_engine_blocks: u64,
+    /// The store's DRAM during the replay, in replay blocks: less than
+    /// the replay's distinct blocks, so that the store evicts and part of
+    /// its hits come from the SSD tier.
+    pub replay_store_blocks: u64,
+    /// Passes of each kind in the replay (with the store, and the control
+    /// where the store contributes nothing), alternating.
+    pub replay_passes: usize,
+    /// Side of the square product the GEMM library's own rate is measured
+    /// on, the yardstick for the prefill's rate (0: not measured).
+    pub gemm_size: usize,
     /// Model shape for the GPU projection.
     pub project_model: String,
     /// The projection's GPU: dense bf16 TFLOPS (H100 SXM: 989).

@@ -1,13 +1,15 @@
-//! The benchmark from start to end: checks the options, recomputes each
-//! prompt and loads it from DRAM, restarts the store to load from the SSD
-//! tier and then from the pool tier, replays the trace, and prints.
+//! The benchmark from start to end: checks the options, measures the GEMM
+//! library's own rate, recomputes each prompt and loads it from DRAM,
+//! restarts the store to load from the SSD tier and then from the pool
+//! tier, measures the GEMM library again, reopens the store with the
+//! replay's smaller DRAM and replays the trace, and prints.
 
 use std::time::Instant;
 
 use anyhow::Context;
-use strata_prefill::{KvCache, Model, PRESETS, Shape};
+use strata_prefill::{KvCache, Model, PRESETS, Shape, square_gemm_gflops};
 
-use super::measure::{Prompt, Row, load_prompt};
+use super::measure::{GEMM_REPS, GemmRate, Prompt, Row, load_prompt};
 use super::options::TtftOptions;
 use super::projection::projection;
 use super::prompt::{key_context, tokens};
@@ -30,6 +32,13 @@ pub fn ttft(args: &TtftOptions) -> anyhow::Result<()> {
         .with_context(|| format!("--project-model {:?}: expected one of {}", args.project_model, names()))?;
     anyhow::ensure!(args.block_tokens >= 1 && args.replay_block_tokens >= 1, "block sizes must be at least 1 token");
     anyhow::ensure!((1..=64).contains(&args.load_lanes), "--load-lanes {}: expected 1 to 64", args.load_lanes);
+    anyhow::ensure!(
+        (1..=100).contains(&args.replay_passes),
+        "--replay-passes {}: expected 1 to 100",
+        args.replay_passes
+    );
+    anyhow::ensure!(args.replay_store_blocks >= 1, "--replay-store-blocks must be at least 1");
+    anyhow::ensure!(args.gemm_size <= 16_384, "--gemm-size {}: at most 16384", args.gemm_size);
     for &p in &args.prompts {
         anyhow::ensure!(
             p % args.block_tokens == 0,
@@ -52,6 +61,14 @@ pub fn ttft(args: &TtftOptions) -> anyhow::Result<()> {
         allow_buffered: args.allow_buffered,
         load_lanes: args.load_lanes,
     };
+    let gemm = |when: &str| {
+        if args.gemm_size == 0 {
+            return None;
+        }
+        eprintln!("measuring the GEMM library on a {0}x{0}x{0} f32 product ({when})", args.gemm_size);
+        Some(square_gemm_gflops(args.gemm_size, threads, GEMM_REPS))
+    };
+    let gemm_before = gemm("before the prompts");
     let mut srv = Served::start(&spec, true)?;
     let st = srv.store.stats();
     for (tier, present, cap) in
@@ -68,11 +85,12 @@ pub fn ttft(args: &TtftOptions) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let logits = model.prefill(&toks, &mut cache);
         let recompute_s = t0.elapsed().as_secs_f64();
+        let recompute_gflops = shape.prefill_flops(0, n as u64) / recompute_s / 1e9;
         let keys = key_context(&args.model, args.block_tokens, "prompts").chain(&toks);
         srv.put_blocks(&keys, &cache, args.block_tokens, 0)?;
         let p = Prompt { tokens: toks, keys, cache, logits };
         let dram = load_prompt(&mut srv, &model, &p, args.block_tokens, "dram")?;
-        rows.push(Row { tokens: n, recompute_s, tiers: vec![dram] });
+        rows.push(Row { tokens: n, recompute_s, recompute_gflops, tiers: vec![dram] });
         prompts.push(p);
     }
     if spec.ssd.is_some() {
@@ -100,20 +118,32 @@ pub fn ttft(args: &TtftOptions) -> anyhow::Result<()> {
         anyhow::ensure!(read as usize >= blocks, "only {read} of {blocks} blocks were read from the pool tier");
     }
     drop(prompts);
+    let gemm_after = gemm("after the prompts");
+    let gemm = GemmRate::of(args.gemm_size, gemm_before, gemm_after, &rows);
     let replay = match &trace {
-        Some(reqs) => Some(replay(&mut srv, &model, reqs, args)?),
+        Some(reqs) => {
+            // The replay's store: DRAM for `replay_store_blocks` blocks
+            // (plus room for the store's own accounting), and the SSD and
+            // pool tiers as given, so that it evicts to them.
+            let block = KvCache::new(&shape).block_bytes(args.replay_block_tokens) as u64;
+            let replay_spec = StoreSpec { dram: args.replay_store_blocks * block + block / 2, ..spec.clone() };
+            eprintln!("reopening the store with {} MiB of DRAM for the replay", replay_spec.dram >> 20);
+            srv = srv.restart(&replay_spec)?;
+            Some(replay(&mut srv, &model, reqs, args)?)
+        }
         None => None,
     };
     let proj = projection(&project, &rows, args);
     if args.json {
         let v = serde_json::json!({
             "model": args.model, "shape": format!("{shape:?}"), "threads": threads,
+            "kernels": model.kernels(), "gemm": gemm,
             "block_tokens": args.block_tokens, "kv_bytes_per_token": per_token,
             "prompts": rows, "replay": replay, "projection": proj,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    print_tables(args, &shape, threads, &rows, replay.as_ref(), &proj);
+    print_tables(args, &shape, (threads, model.kernels()), gemm.as_ref(), &rows, replay.as_ref(), &proj);
     Ok(())
 }
