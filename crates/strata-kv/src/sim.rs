@@ -34,27 +34,7 @@ impl Replay {
 /// Replays `requests` (each a chain of block ids) against `policy` with
 /// room for `capacity` blocks.
 pub fn replay(policy: &mut dyn Policy<u64>, capacity: u64, requests: &[Vec<u64>]) -> Replay {
-    let mut r = Replay::default();
-    let mut never = |_: &u64| false;
-    for chain in requests {
-        r.requests += 1;
-        r.blocks += chain.len() as u64;
-        let hit = chain.iter().take_while(|b| policy.contains(b)).count();
-        for b in &chain[..hit] {
-            policy.touch(b);
-        }
-        r.hits += hit as u64;
-        for b in &chain[hit..] {
-            if policy.contains(b) {
-                policy.touch(b);
-                continue;
-            }
-            policy.evict(capacity, 1, &mut never);
-            policy.insert(*b, 1);
-            r.stored += 1;
-        }
-    }
-    r
+    replay_in(policy, capacity, requests, Order::Chain)
 }
 
 /// In which order a request's blocks are used and stored.
