@@ -131,6 +131,19 @@ impl ShmClient {
     }
 
     fn call(&mut self, req: &Request<'_>) -> Result<Reply, ShmError> {
+        // The wire carries a namespace of at most 255 bytes and keys of
+        // at most 65,535: refuse longer ones rather than cut them (a cut
+        // one names another block).
+        let (ns, keys): (&[u8], Vec<&[u8]>) = match req {
+            Request::Get { ns, keys } | Request::Exists { ns, keys } | Request::Lookup { ns, keys } => {
+                (ns, keys.clone())
+            }
+            Request::Put { ns, items } => (ns, items.iter().map(|i| i.0).collect()),
+            Request::Hello { .. } | Request::Release(_) => (&[], Vec::new()),
+        };
+        if ns.len() > usize::from(u8::MAX) || keys.iter().any(|k| k.len() > usize::from(u16::MAX)) {
+            return Err(ShmError::Refused("a namespace over 255 bytes or a key over 65,535 bytes".into()));
+        }
         self.sock.write_all(&req.encode())?;
         let mut head = [0u8; wire::LEN_BYTES];
         self.sock.read_exact(&mut head)?;

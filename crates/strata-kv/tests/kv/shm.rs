@@ -71,6 +71,9 @@ async fn blocks_round_trip_and_misses_and_bad_ranges_are_clean() {
         assert!(c.get_into(b"m", &[b"a"], &mut [&mut tiny]).is_err());
         // Another namespace is another key.
         assert_eq!(c.exists(b"n", &[b"a"]).unwrap(), vec![false]);
+        // A namespace the wire cannot carry is refused, not cut short.
+        assert!(c.exists(&[b'n'; 300], &[b"a"]).is_err());
+        assert_eq!(c.exists(b"m", &[b"a"]).unwrap(), vec![true], "and the connection still works");
         // Bigger than the staging area: refused before anything is sent.
         assert!(c.put(b"m", &[b"big"], &[&vec![0; 9 << 20]]).is_err());
     })

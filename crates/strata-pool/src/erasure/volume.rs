@@ -1055,12 +1055,17 @@ impl Inner {
             u.0 |= r.targets;
             u.1.push(self.stripes_of_blocks(r.range()));
         }
-        let holds = |node: NodeId, seq: u64, g: u64| {
-            held.iter()
-                .filter(|(n, _)| *n == node)
-                .flat_map(|(_, l)| l)
-                .any(|r| r.seq == seq && self.stripes_of_blocks(r.range()).contains(&g))
-        };
+        // Which stripes each node holds a record of each update for, so
+        // that a takeover with thousands of records looks each up once.
+        let mut kept: std::collections::HashMap<(NodeId, u64), Vec<std::ops::Range<u64>>> =
+            std::collections::HashMap::new();
+        for (n, l) in held {
+            for r in l.iter().filter(|r| r.seq > through) {
+                kept.entry((*n, r.seq)).or_default().push(self.stripes_of_blocks(r.range()));
+            }
+        }
+        let holds =
+            |node: NodeId, seq: u64, g: u64| kept.get(&(node, seq)).is_some_and(|rs| rs.iter().any(|r| r.contains(&g)));
         let mut missed = BTreeSet::new();
         for (&seq, (targets, ranges)) in &updates {
             if *targets == 0 {
