@@ -11,7 +11,10 @@ One run, ratios printed:
    sequentially with O_DIRECT at the same block size.
 3. RESP: the same blocks with redis-py GET over 1, 2, 4 and 8 connections
    (one process each), so the fast path's gain is seen beside the
-   protocol engines use today.
+   protocol engines use today; and with strata's network client
+   (``strata_kv.net.NetKV``: pipelined over 1, 2, 4 and 8 connections of
+   one process, each value read straight into its NumPy buffer), the path
+   an engine on another host takes.
 
     python3 bench/kv-fastpath.py                      # defaults below
     BLOCK=4M TOTAL=1G PASSES=3 python3 bench/kv-fastpath.py
@@ -161,6 +164,30 @@ def resp_loads(port, conns):
     return sum(g[1] for g in got) / wall / 1e9
 
 
+def net_loads(port, conns, want):
+    """GB/s of NetKV.get_into over every block (medians of PASSES after
+    an untimed pass); checks what it read."""
+    from strata_kv.net import NetKV
+
+    dst = [numpy.empty(BLOCK, dtype=numpy.uint8) for _ in range(N)]
+    rates = []
+    ks = keys()
+    batch = max(conns, (256 << 20) // BLOCK)
+    with NetKV(("127.0.0.1", port), connections=conns) as kv:
+        for p in range(PASSES + 1):
+            t = time.perf_counter()
+            for i in range(0, N, batch):
+                got = kv.get_into(ks[i : i + batch], dst[i : i + batch])
+                if any(g != BLOCK for g in got):
+                    sys.exit(f"a network load missed: {got}")
+            if p:
+                rates.append(TOTAL / (time.perf_counter() - t) / 1e9)
+    for i in (0, N // 2, N - 1):
+        if not numpy.array_equal(dst[i], want[i]):
+            sys.exit(f"block {i} read back wrong over the network client")
+    return rates
+
+
 def fmt(rates):
     return f"{statistics.median(rates):6.2f} GB/s (range {min(rates):.2f}-{max(rates):.2f})"
 
@@ -193,9 +220,15 @@ def main():
         r = redis.Redis(port=port)
         for k, b in zip(keys(), want):
             r.set(k, b.tobytes())
+        resp = {}
         for conns in (1, 2, 4, 8):
             rate = resp_loads(port, conns)
+            resp[conns] = rate
             print(f"RESP   redis-py GET x{conns}      {rate:6.2f} GB/s   fast path / RESP {statistics.median(fast) / rate:5.1f}x")
+        for conns in (1, 2, 4, 8):
+            net = net_loads(port, conns, want)
+            print(f"RESP   NetKV get_into x{conns}    {fmt(net)}   / redis-py x{conns} {statistics.median(net) / resp[conns]:4.1f}x"
+                  f"   / best redis-py {statistics.median(net) / max(resp.values()):4.1f}x")
         stop(proc)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -68,6 +68,17 @@ class Server:
                 raise RuntimeError("the server did not start: " + open(os.path.join(self.dir, "log")).read())
             time.sleep(0.02)
 
+    def port(self):
+        """The Redis port the server chose (it logs it once bound)."""
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            with open(os.path.join(self.dir, "log")) as log:
+                for line in log:
+                    if "serving (RESP2/RESP3) on" in line:
+                        return int(line.rsplit(":", 1)[1].split()[0])
+            time.sleep(0.02)
+        raise RuntimeError("the server did not log its port: " + open(os.path.join(self.dir, "log")).read())
+
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
