@@ -17,11 +17,20 @@
 //! fails to overwrite part of one sends the poison (which tests look for)
 //! rather than, by chance, plausible bytes of another volume.
 //!
+//! A buffer may also lie in memory someone else owns
+//! ([`IoBuf::from_external`]): a shared region that a reader maps, so
+//! that an `O_DIRECT` read lands where the reader copies from instead of
+//! in the heap first. Such a buffer keeps its owner alive and hands it
+//! back when dropped; it is never pooled nor freed by this module.
+//!
 //! Invariants: `ptr` is a live allocation of `cap` bytes aligned to
 //! [`IO_ALIGN`] (or dangling when `cap == 0`), and bytes `0..cap` are
 //! initialised (zeroed when first allocated, later overwritten only with
-//! initialised bytes). Pooled pointers are allocations of exactly their
-//! class size with [`IO_ALIGN`] alignment, owned by the pool alone.
+//! initialised bytes); when `owner` is set the memory is the owner's,
+//! valid and exclusive to this buffer until the owner is dropped, and
+//! otherwise this module allocated it. Pooled pointers are allocations
+//! of exactly their class size with [`IO_ALIGN`] alignment, owned by the
+//! pool alone.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::cell::RefCell;
@@ -39,6 +48,9 @@ pub struct IoBuf {
     ptr: NonNull<u8>,
     len: usize,
     cap: usize,
+    /// The owner of external memory ([`IoBuf::from_external`]); `None`
+    /// for memory this module allocated.
+    owner: Option<Box<dyn Send + Sync>>,
 }
 
 // SAFETY: IoBuf owns its allocation exclusively, like a Vec<u8>; moving it
@@ -57,13 +69,13 @@ impl IoBuf {
     pub fn zeroed(len: usize) -> IoBuf {
         let cap = len.div_ceil(IO_ALIGN) * IO_ALIGN;
         if cap == 0 {
-            return IoBuf { ptr: NonNull::dangling(), len: 0, cap: 0 };
+            return IoBuf { ptr: NonNull::dangling(), len: 0, cap: 0, owner: None };
         }
         let layout = Self::layout(cap);
         // SAFETY: layout has a non-zero size (cap > 0 checked above).
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        IoBuf { ptr, len, cap }
+        IoBuf { ptr, len, cap, owner: None }
     }
 
     /// A buffer of `len` bytes whose contents are unspecified (left by a
@@ -73,7 +85,7 @@ impl IoBuf {
         let cap = len.div_ceil(IO_ALIGN) * IO_ALIGN;
         #[allow(unused_mut)]
         let mut buf = match pool::take(cap) {
-            Some((ptr, cap)) => IoBuf { ptr, len, cap },
+            Some((ptr, cap)) => IoBuf { ptr, len, cap, owner: None },
             None => IoBuf::zeroed(pool::class_size(cap).unwrap_or(cap)).with_len(len),
         };
         #[cfg(debug_assertions)]
@@ -88,6 +100,27 @@ impl IoBuf {
     /// filled (debug builds).
     pub fn holds_poison(bytes: &[u8]) -> bool {
         bytes.chunks_exact(POISON.len()).any(|c| c == POISON)
+    }
+
+    /// A buffer of `len` bytes over `cap` bytes of memory at `ptr` that
+    /// `owner` keeps alive: an I/O reads into (or writes from) that memory
+    /// itself. `owner` is dropped when the buffer is, never before.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be aligned to [`IO_ALIGN`], valid for reads and writes
+    /// of `cap` initialised bytes for as long as `owner` lives, and used
+    /// by no one else (no other reference, in this process, to those bytes)
+    /// until `owner` is dropped; `cap` a multiple of [`IO_ALIGN`] and
+    /// `len <= cap`.
+    pub unsafe fn from_external(ptr: NonNull<u8>, len: usize, cap: usize, owner: Box<dyn Send + Sync>) -> IoBuf {
+        debug_assert!(ptr.as_ptr() as usize % IO_ALIGN == 0 && cap % IO_ALIGN == 0 && len <= cap);
+        IoBuf { ptr, len, cap, owner: Some(owner) }
+    }
+
+    /// True when the memory is an owner's ([`IoBuf::from_external`]).
+    pub fn is_external(&self) -> bool {
+        self.owner.is_some()
     }
 
     fn with_len(mut self, len: usize) -> IoBuf {
@@ -158,7 +191,8 @@ impl IoBuf {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        if self.cap != 0 && !pool::give(self.ptr, self.cap) {
+        // External memory goes back with its owner (dropped after this).
+        if self.owner.is_none() && self.cap != 0 && !pool::give(self.ptr, self.cap) {
             // SAFETY: ptr came from alloc_zeroed with this exact layout and
             // the pool did not take it.
             unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.cap)) }
@@ -314,5 +348,38 @@ mod tests {
     #[should_panic(expected = "beyond capacity")]
     fn set_len_beyond_capacity_panics() {
         IoBuf::zeroed(10).set_len(IO_ALIGN + 1);
+    }
+
+    #[test]
+    fn an_external_buffer_is_the_owners_memory_and_goes_back_with_it() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        struct Owner {
+            dropped: Arc<AtomicBool>,
+        }
+        impl Drop for Owner {
+            fn drop(&mut self) {
+                self.dropped.store(true, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicBool::new(false));
+        // Memory no one frees (leaked for the test), so that no later
+        // allocation can be at its address.
+        let layout = IoBuf::layout(2 * IO_ALIGN);
+        // SAFETY: a non-zero size.
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).unwrap();
+        let owner = Box::new(Owner { dropped: dropped.clone() });
+        // SAFETY: the memory is aligned, 8 KiB, zeroed, never freed, and
+        // touched by no one but `ext`.
+        let mut ext = unsafe { IoBuf::from_external(ptr, 5000, 2 * IO_ALIGN, owner) };
+        assert!(ext.is_external());
+        assert_eq!((ext.len(), ext.capacity(), ext.as_mut_ptr()), (5000, 2 * IO_ALIGN, ptr.as_ptr()));
+        ext.as_mut_slice()[4999] = 7;
+        drop(ext);
+        assert!(dropped.load(Ordering::SeqCst), "the owner is dropped with the buffer");
+        // Not put on the free list: the next buffer of that class is not it.
+        let mut next = IoBuf::recycled(2 * IO_ALIGN);
+        assert_ne!(next.as_mut_ptr(), ptr.as_ptr());
     }
 }

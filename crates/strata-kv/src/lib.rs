@@ -29,5 +29,5 @@ pub mod shm;
 pub mod sim;
 pub mod store;
 
-pub use log::LogError;
+pub use log::{LogError, Place};
 pub use store::{Admit, KvConfig, KvError, KvStore, Pin, PutOpts, Stats, Tiers};

@@ -209,13 +209,26 @@ pub struct LogDev {
 /// hold others too) is copied out, so that DRAM holds what it counts.
 /// A large one keeps its buffer (its header and the block ends are a
 /// sliver of it) and is not copied.
-fn value_of(buf: IoBuf, range: std::ops::Range<usize>) -> Bytes {
+fn value_of(mut buf: IoBuf, range: std::ops::Range<usize>) -> Bytes {
+    if buf.is_external() {
+        // The caller's memory, to be read where it is: never copied out,
+        // and nothing but the value left in it.
+        let all = buf.as_mut_slice();
+        all[..range.start].fill(0);
+        all[range.end..].fill(0);
+        return Bytes::from_owner(buf).slice(range);
+    }
     let waste = buf.capacity() - range.len();
     if waste > range.len() / 8 {
         return Bytes::copy_from_slice(&buf.as_slice()[range]);
     }
     Bytes::from_owner(buf).slice(range)
 }
+
+/// Gives the buffer a read of so many bytes lands in, or `None` for a
+/// fresh heap buffer ([`LogDev::read_in`]). A buffer of another length is
+/// not used.
+pub type Place<'a> = &'a (dyn Fn(usize) -> Option<IoBuf> + Sync);
 
 /// Written buffers a log keeps for reuse.
 const SPARE_BUFFERS: usize = 4;
@@ -291,9 +304,19 @@ impl LogDev {
     }
 
     async fn read_at(&self, dev_off: u64, len: u64) -> Result<IoBuf, LogError> {
+        self.read_at_in(dev_off, len, None).await
+    }
+
+    /// [`read_at`](Self::read_at) into a buffer `place` gives, when it
+    /// gives one of `len` bytes.
+    async fn read_at_in(&self, dev_off: u64, len: u64, place: Option<Place<'_>>) -> Result<IoBuf, LogError> {
         // Not a recycled buffer: those come in powers of two, and a value
         // promoted into DRAM keeps the buffer it was read into.
-        let (buf, r) = self.dev.read(dev_off / BLOCK, IoBuf::zeroed(len as usize)).await;
+        let buf = place
+            .and_then(|f| f(len as usize))
+            .filter(|b| b.len() == len as usize)
+            .unwrap_or_else(|| IoBuf::zeroed(len as usize));
+        let (buf, r) = self.dev.read(dev_off / BLOCK, buf).await;
         r?;
         Ok(buf)
     }
@@ -363,6 +386,15 @@ impl LogDev {
     /// any write of its range has completed. `None`: the bytes there are
     /// not that record any more (the segment was reused) or are damaged.
     pub async fn read(&self, key: &[u8], loc: Loc) -> Result<Option<Bytes>, LogError> {
+        self.read_in(key, loc, None).await
+    }
+
+    /// [`read`](Self::read), with the record's blocks read into a buffer
+    /// `place` gives (the fast path's shared region), when it gives one:
+    /// the value is then a slice of that buffer, read in place by
+    /// `O_DIRECT`, and the bytes around it (the record's header, the
+    /// neighbours sharing its first and last blocks) are zeroed.
+    pub async fn read_in(&self, key: &[u8], loc: Loc, place: Option<Place<'_>>) -> Result<Option<Bytes>, LogError> {
         let start = self.sb.segment_start(loc.seg) + loc.off;
         let end = start + loc.len();
         loop {
@@ -374,7 +406,7 @@ impl LogDev {
             notified.await;
         }
         let a = start / BLOCK * BLOCK;
-        let buf = self.read_at(a, format::align_up(end, BLOCK) - a).await?;
+        let buf = self.read_at_in(a, format::align_up(end, BLOCK) - a, place).await?;
         let skip = (start - a) as usize;
         let rec = &buf[skip..skip + loc.len() as usize];
         let ok = format::decode_record_head(rec, loc.seq, loc.len())
@@ -1057,5 +1089,25 @@ mod tests {
         let v = value_of(small, 200..4296);
         assert_ne!(v.as_ptr() as usize, at + 200);
         assert!(v.len() == 4096 && v.iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn a_value_read_into_the_callers_region_stays_there_alone() {
+        use crate::shm::region::Region;
+        let region = Region::new(4 * 4096).unwrap();
+        // A small value, which a heap buffer would copy out: here kept in
+        // place, and the header and neighbours around it zeroed.
+        let mut buf = region.alloc_io(8192).unwrap();
+        buf.as_mut_slice().fill(0xaa);
+        let v = value_of(buf, 200..4296);
+        let at = region.mapping().offset_of(&v).expect("in the region");
+        assert_eq!(at % 4096, 200, "read in place, not copied");
+        assert!(v.len() == 4096 && v.iter().all(|&b| b == 0xaa));
+        let mut around = vec![1; 8192];
+        region.mapping().copy_out(at - 200, 8192, &mut around).unwrap();
+        assert!(around[..200].iter().all(|&b| b == 0) && around[4296..].iter().all(|&b| b == 0));
+        assert_eq!(region.used(), 8192);
+        drop(v);
+        assert_eq!(region.used(), 0, "the extent goes back with the value");
     }
 }

@@ -79,6 +79,11 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// Where the block lies in the shared region.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
     /// The block's length.
     pub fn len(&self) -> u64 {
         self.len

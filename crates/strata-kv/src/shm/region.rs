@@ -18,6 +18,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use std::ptr::NonNull;
+use strata_block::IoBuf;
 
 /// Extents are multiples of this, at offsets that are: pages, so that a
 /// client's copy starts aligned and a later O_DIRECT read can land in
@@ -241,6 +243,25 @@ impl Region {
         let rounded = (len as u64).max(1).div_ceil(ALIGN) * ALIGN;
         let offset = self.lock().take(rounded)?;
         Some(Slot { region: self.clone(), offset, len, extent: rounded })
+    }
+
+    /// An extent of `len` bytes as an I/O buffer, so that an `O_DIRECT`
+    /// read lands in the region itself; the extent is given back when the
+    /// buffer (or the last [`Bytes`] made of it) is dropped. `None` when
+    /// the region has no room.
+    pub fn alloc_io(self: &Arc<Region>, len: usize) -> Option<IoBuf> {
+        let slot = self.alloc(len)?;
+        // SAFETY: the extent's start, in a page-aligned mapping at a
+        // multiple of ALIGN, is not null.
+        let ptr = NonNull::new(unsafe { self.map.base.add(slot.offset as usize) })?;
+        let cap = usize::try_from(slot.extent).ok()?;
+        // SAFETY: the extent lies inside the mapping (the allocator's
+        // invariant), starts at a multiple of ALIGN (= IO_ALIGN) from a
+        // page-aligned base, and is `cap` bytes of initialised (memfd)
+        // memory; the slot, the buffer's owner, is its only user until it
+        // is dropped (not Clone; the extent is free again only after its
+        // Drop), and clients map the region read-only.
+        Some(unsafe { IoBuf::from_external(ptr, len, cap, Box::new(slot)) })
     }
 
     /// `b` as a new [`Bytes`] in the region (a copy), or `None` when it

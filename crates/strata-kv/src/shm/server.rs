@@ -250,8 +250,13 @@ impl Conn {
         }
         // Every key of the batch at once: blocks on a log tier are read in
         // parallel (the SSD's queue, the pool's connections).
+        // A block on a log tier is read straight into the region (O_DIRECT
+        // into a leased extent); only when the region is full is it read
+        // into the heap and copied below.
         let store = &self.store;
-        let found = futures_util::future::join_all(keys.iter().map(|k| store.get(ns, k))).await;
+        let region = &self.region;
+        let place = move |len: usize| region.alloc_io(len);
+        let found = futures_util::future::join_all(keys.iter().map(|k| store.get_placed(ns, k, &place))).await;
         let mut out = Vec::with_capacity(keys.len());
         for b in found {
             let Some(b) = b? else {

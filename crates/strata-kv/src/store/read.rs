@@ -18,7 +18,7 @@ use super::error::KvError;
 use super::index::{Entry, Inner, dram_size, full_key, lock};
 use super::kv_store::KvStore;
 use super::tier::{PerTier, Tier};
-use crate::log::{Loc, LogError};
+use crate::log::{Loc, LogError, Place};
 use crate::policy::Policy;
 
 /// A pool read slower than this is answered as a miss: recomputing a
@@ -54,21 +54,42 @@ impl KvStore {
     pub async fn get(&self, ns: &[u8], key: &[u8]) -> Result<Option<Bytes>, KvError> {
         let k = full_key(ns, key)?;
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
-        let got = self.get_full(&k, true).await;
-        let c = match &got {
-            Some((_, Source::Dram)) => &self.counters.hits_dram,
-            Some((_, Source::Log(Tier::Ssd))) => &self.counters.hits_ssd,
-            Some((_, Source::Peer)) => &self.counters.hits_peer,
-            Some((_, Source::Log(Tier::Pool))) => &self.counters.hits_pool,
-            None => &self.counters.misses,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+        let got = self.get_full(&k, true, None).await;
+        self.count_get(got.as_ref().map(|(_, s)| *s));
         Ok(got.map(|(v, _)| v))
     }
 
+    /// [`get`](Self::get), with a block that must be read from a log
+    /// tier read into the buffer `place` gives when it gives one (the
+    /// fast path's shared region: the block is then read there in place,
+    /// promoted into DRAM as it lies, and a client copies it from there).
+    ///
+    /// # Errors
+    ///
+    /// A bad namespace.
+    pub async fn get_placed(&self, ns: &[u8], key: &[u8], place: Place<'_>) -> Result<Option<Bytes>, KvError> {
+        let k = full_key(ns, key)?;
+        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        let got = self.get_full(&k, true, Some(place)).await;
+        self.count_get(got.as_ref().map(|(_, s)| *s));
+        Ok(got.map(|(v, _)| v))
+    }
+
+    /// Counts a get's outcome under where it was found.
+    fn count_get(&self, source: Option<Source>) {
+        let c = match source {
+            Some(Source::Dram) => &self.counters.hits_dram,
+            Some(Source::Log(Tier::Ssd)) => &self.counters.hits_ssd,
+            Some(Source::Peer) => &self.counters.hits_peer,
+            Some(Source::Log(Tier::Pool)) => &self.counters.hits_pool,
+            None => &self.counters.misses,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Looks `k` up; `(value, where it was found)`. `touch`: count it as
-    /// a use.
-    async fn get_full(&self, k: &Bytes, touch: bool) -> Option<(Bytes, Source)> {
+    /// a use. `place`: where a log tier's read lands ([`Place`]).
+    async fn get_full(&self, k: &Bytes, touch: bool, place: Option<Place<'_>>) -> Option<(Bytes, Source)> {
         let now = self.now();
         let mut tried = PerTier::<bool>::default();
         loop {
@@ -87,11 +108,13 @@ impl KvStore {
             tried[t] = true;
             let dev = self.devs[t].clone()?;
             let read = match t {
-                Tier::Pool => tokio::time::timeout(POOL_READ_DEADLINE, dev.read(k, loc)).await.unwrap_or_else(|_| {
-                    tracing::warn!(deadline = ?POOL_READ_DEADLINE, "KV pool read missed its deadline");
-                    Err(LogError::Failed)
-                }),
-                Tier::Ssd => dev.read(k, loc).await,
+                Tier::Pool => {
+                    tokio::time::timeout(POOL_READ_DEADLINE, dev.read_in(k, loc, place)).await.unwrap_or_else(|_| {
+                        tracing::warn!(deadline = ?POOL_READ_DEADLINE, "KV pool read missed its deadline");
+                        Err(LogError::Failed)
+                    })
+                }
+                Tier::Ssd => dev.read_in(k, loc, place).await,
             };
             let value = match read {
                 Ok(Some(v)) => v,
@@ -255,7 +278,7 @@ impl KvStore {
     ) -> Result<usize, KvError> {
         let n = self.lookup(ns, chain)?;
         let keys = chain[..n].iter().map(|k| full_key(ns, k.as_ref())).collect::<Result<Vec<_>, _>>()?;
-        let loads = futures_util::future::join_all(keys.iter().map(|k| self.get_full(k, false)));
+        let loads = futures_util::future::join_all(keys.iter().map(|k| self.get_full(k, false, None)));
         let _ = tokio::time::timeout(deadline, loads).await;
         let now = self.now();
         let mut g = lock(&self.inner);

@@ -216,3 +216,53 @@ async fn readers_and_writers_at_once_see_whole_blocks_and_leases_hold() {
     assert!(written.load(Ordering::Relaxed) > 2 * 6 * KEYS, "the writers churned DRAM several times over");
     assert!(reads > 100, "the readers read ({reads})");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_on_the_ssd_tier_are_read_in_place_into_the_region() {
+    use strata_block::{BlockDevice, MemDevice};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.sock");
+    // DRAM for four of the 40 blocks: the rest live only on the SSD tier.
+    let kv = KvConfig { dram_bytes: 4 * 70_000, admit: Admit::All, segment_bytes: 1 << 20 };
+    let ssd = Arc::new(MemDevice::new(4096, (16 << 20) / 4096)) as Arc<dyn BlockDevice>;
+    let store = KvStore::open(kv, Some(ssd)).await.unwrap();
+    let server = ShmServer::bind(store.clone(), ShmConfig::for_dram(path.clone(), 8 << 20)).unwrap();
+    tokio::spawn(server.serve(std::future::pending()));
+    for i in 0..40u32 {
+        store
+            .put(b"", format!("k{i}").as_bytes(), bytes::Bytes::from(block(i, 1, 60_000)), Default::default())
+            .await
+            .unwrap();
+    }
+    store.flush(true).await.unwrap();
+    let before = store.stats();
+    tokio::task::spawn_blocking(move || {
+        let mut c = ShmClient::connect(&path, 1 << 20).unwrap();
+        let names: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+        let keys: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+        let leases = c.lease(b"", &keys).unwrap();
+        let mut in_place = 0;
+        for (i, l) in leases.iter().enumerate() {
+            let l = l.expect("every block is on some tier");
+            assert_eq!(named(c.leased(&l)), Some((i as u32, 1)), "block {i}");
+            // A block read in place starts after its record's header, not
+            // at a page: the O_DIRECT read's own buffer, not a copy.
+            in_place += usize::from(l.offset() % 4096 != 0);
+        }
+        let all: Vec<_> = leases.into_iter().flatten().collect();
+        c.release(&all).unwrap();
+        // Read again, now that they were promoted (and some evicted again).
+        let mut outs: Vec<Vec<u8>> = (0..40).map(|_| vec![0; 60_000]).collect();
+        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        assert!(c.get_into(b"", &keys, &mut refs).unwrap().iter().all(|g| *g == Some(60_000)));
+        for (i, o) in outs.iter().enumerate() {
+            assert_eq!(named(o), Some((i as u32, 1)), "block {i}, second read");
+        }
+        in_place
+    })
+    .await
+    .map(|in_place| assert!(in_place >= 30, "only {in_place} of 40 blocks read in place"))
+    .unwrap();
+    let st = store.stats();
+    assert!(st.hits_ssd - before.hits_ssd >= 30, "{st:?}");
+}
