@@ -18,6 +18,7 @@ One run, ratios printed:
 
     python3 bench/kv-fastpath.py                      # defaults below
     BLOCK=4M TOTAL=1G PASSES=3 python3 bench/kv-fastpath.py
+    PARTS=ssd python3 bench/kv-fastpath.py            # only some: dram, ssd
     STRATA_BIN=target/release/strata ...
 
 Every block read is checked against what was put; the script exits
@@ -52,6 +53,7 @@ TOTAL = size(os.environ.get("TOTAL", "1G"))
 PASSES = int(os.environ.get("PASSES", "3"))
 BIN = os.environ.get("STRATA_BIN", str(ROOT / "target" / "release" / "strata"))
 N = TOTAL // BLOCK
+PARTS = set(os.environ.get("PARTS", "dram,ssd").split(","))
 
 
 def start(work, dram, ssd, extra=()):
@@ -188,6 +190,17 @@ def net_loads(port, conns, want):
     return rates
 
 
+def cpu_seconds(pid):
+    """User plus system CPU seconds a process has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Skip(Exception):
+    """A part left out by PARTS."""
+
+
 def fmt(rates):
     return f"{statistics.median(rates):6.2f} GB/s (range {min(rates):.2f}-{max(rates):.2f})"
 
@@ -201,6 +214,8 @@ def main():
     # 1. DRAM.
     work = tempfile.mkdtemp(prefix="kv-fastpath-")
     try:
+        if "dram" not in PARTS:
+            raise _Skip
         # Room for the blocks twice (fast path, then RESP) and then some.
         proc, sock, port = start(work, str(TOTAL * 3), os.path.join(work, "ssd.log") + ":64M")
         with StrataKV(sock, namespace=b"bench", staging=256 << 20) as kv:
@@ -230,6 +245,8 @@ def main():
             print(f"RESP   NetKV get_into x{conns}    {fmt(net)}   / redis-py x{conns} {statistics.median(net) / resp[conns]:4.1f}x"
                   f"   / best redis-py {statistics.median(net) / max(resp.values()):4.1f}x")
         stop(proc)
+    except _Skip:
+        pass
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -237,14 +254,20 @@ def main():
     # the SSD tier's file.
     work = tempfile.mkdtemp(prefix="kv-fastpath-", dir=os.environ.get("SSD_DIR", str(ROOT / "target")))
     try:
+        if "ssd" not in PARTS:
+            raise _Skip
         log = os.path.join(work, "ssd.log")
         proc, sock, port = start(work, str(max(TOTAL // 8, 64 << 20)), f"{log}:{TOTAL * 2}")
         with StrataKV(sock, namespace=b"bench", staging=256 << 20) as kv:
             if any(s != PUT_STORED for s in kv.put(keys(), want)):
                 sys.exit("puts not stored")
         time.sleep(2)  # demotion is write-behind
+        cpu0 = cpu_seconds(proc.pid)
         ssd = fast_loads(sock, want)
+        cpu = cpu_seconds(proc.pid) - cpu0
         stop(proc)
+        # The server's CPU per GB loaded (the untimed pass included).
+        print(f"SSD    server CPU          {cpu / (TOTAL * (PASSES + 1) / 1e9):6.3f} s per GB loaded")
         fio = shutil.which("fio")
         if fio:
             out = subprocess.run(
@@ -257,6 +280,8 @@ def main():
             print(f"SSD    ratio fast/fio      {statistics.median(ssd) / fio_rate:.2f}")
         else:
             print(f"SSD    fast path get_into  {fmt(ssd)}  (fio not installed: no reference)")
+    except _Skip:
+        pass
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("ok")
