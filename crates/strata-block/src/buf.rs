@@ -114,7 +114,7 @@ impl IoBuf {
     /// until `owner` is dropped; `cap` a multiple of [`IO_ALIGN`] and
     /// `len <= cap`.
     pub unsafe fn from_external(ptr: NonNull<u8>, len: usize, cap: usize, owner: Box<dyn Send + Sync>) -> IoBuf {
-        debug_assert!(ptr.as_ptr() as usize % IO_ALIGN == 0 && cap % IO_ALIGN == 0 && len <= cap);
+        debug_assert!((ptr.as_ptr() as usize).is_multiple_of(IO_ALIGN) && cap.is_multiple_of(IO_ALIGN) && len <= cap);
         IoBuf { ptr, len, cap, owner: Some(owner) }
     }
 
