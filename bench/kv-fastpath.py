@@ -19,6 +19,8 @@ One run, ratios printed:
     python3 bench/kv-fastpath.py                      # defaults below
     BLOCK=4M TOTAL=1G PASSES=3 python3 bench/kv-fastpath.py
     PARTS=ssd python3 bench/kv-fastpath.py            # only some: dram, ssd
+    HUGEPAGES=1 PARTS=dram python3 ...                # the region on 2 MiB huge pages
+                                                      # (sysctl vm.nr_hugepages first)
     STRATA_BIN=target/release/strata ...
 
 Every block read is checked against what was put; the script exits
@@ -56,10 +58,16 @@ N = TOTAL // BLOCK
 PARTS = set(os.environ.get("PARTS", "dram,ssd").split(","))
 
 
+HUGEPAGES = os.environ.get("HUGEPAGES", "0") == "1"
+
+
 def start(work, dram, ssd, extra=()):
     sock = os.path.join(work, "shm.sock")
     args = [BIN, "kv", "serve", "--listen", "127.0.0.1:0", "--dram", dram, "--ssd", ssd, "--shm", sock,
             "--admit", "all", "--allow-buffered", *extra]
+    if HUGEPAGES:
+        # Room for the blocks put through the fast path, on huge pages.
+        args += ["--shm-hugepages", "--shm-region", str(TOTAL * 2)]
     log = open(os.path.join(work, "log"), "w")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 60

@@ -40,6 +40,8 @@ pub struct ShmConfig {
     /// The most clients connected at once; more are answered with an
     /// error and closed.
     pub max_clients: usize,
+    /// The region on 2 MiB huge pages (hugetlbfs), reserved up front.
+    pub hugepages: bool,
 }
 
 impl ShmConfig {
@@ -53,6 +55,7 @@ impl ShmConfig {
             max_staging: 256 << 20,
             max_leases: 65_536,
             max_clients: 1024,
+            hugepages: false,
         }
     }
 }
@@ -73,7 +76,7 @@ impl ShmServer {
     ///
     /// The region could not be made (memory), or the socket not bound.
     pub fn bind(store: Arc<KvStore>, cfg: ShmConfig) -> io::Result<ShmServer> {
-        let region = Region::new(cfg.region_bytes)?;
+        let region = if cfg.hugepages { Region::new_huge(cfg.region_bytes)? } else { Region::new(cfg.region_bytes)? };
         remove_stale(&cfg.socket)?;
         let listener = UnixListener::bind(&cfg.socket)?;
         std::fs::set_permissions(&cfg.socket, std::os::unix::fs::PermissionsExt::from_mode(0o660))?;

@@ -266,3 +266,41 @@ async fn blocks_on_the_ssd_tier_are_read_in_place_into_the_region() {
     let st = store.stats();
     assert!(st.hits_ssd - before.hits_ssd >= 30, "{st:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_on_huge_pages_serves_clients_or_is_refused_saying_how_to_reserve_them() {
+    let free: u64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().find_map(|l| l.strip_prefix("HugePages_Free:").and_then(|v| v.trim().parse().ok())))
+        .unwrap_or(0);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.sock");
+    let kv = KvConfig { dram_bytes: 4 << 20, admit: Admit::All, segment_bytes: 1 << 20 };
+    let store = KvStore::open(kv, None).await.unwrap();
+    let cfg = |region: u64| ShmConfig { region_bytes: region, hugepages: true, ..ShmConfig::for_dram(path.clone(), 4 << 20) };
+    // More than the kernel's pool holds: refused before anything is bound.
+    let e = ShmServer::bind(store.clone(), cfg((free + 1) * (2 << 20))).err().expect("refused");
+    assert!(e.to_string().contains("vm.nr_hugepages"), "{e}");
+    assert!(!path.exists());
+    if free < 4 {
+        eprintln!("{free} free huge pages: the served region is not exercised here (CI reserves 32)");
+        return;
+    }
+    let server = ShmServer::bind(store.clone(), cfg(5 << 20)).unwrap();
+    assert_eq!(server.region().mapping().len(), 6 << 20, "rounded up to 2 MiB pages");
+    tokio::spawn(server.serve(std::future::pending()));
+    tokio::task::spawn_blocking(move || {
+        let mut c = ShmClient::connect(&path, 1 << 20).unwrap();
+        let blocks: Vec<Vec<u8>> = (0..8).map(|i| block(i, 1, 300_000)).collect();
+        let refs: Vec<&[u8]> = blocks.iter().map(|b| b.as_slice()).collect();
+        let names: Vec<String> = (0..8).map(|i| format!("h{i}")).collect();
+        let keys: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+        assert!(c.put(b"", &keys, &refs).unwrap().iter().all(|s| *s == PutStatus::Stored));
+        let mut outs: Vec<Vec<u8>> = (0..8).map(|_| vec![0; 300_000]).collect();
+        let mut bufs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        assert!(c.get_into(b"", &keys, &mut bufs).unwrap().iter().all(|g| *g == Some(300_000)));
+        assert!(outs == blocks);
+    })
+    .await
+    .unwrap();
+}
