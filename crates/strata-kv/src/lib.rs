@@ -30,4 +30,4 @@ pub mod sim;
 pub mod store;
 
 pub use log::{LogError, Place};
-pub use store::{Admit, KvConfig, KvError, KvStore, Pin, PutOpts, Stats, Tiers};
+pub use store::{Admit, KvConfig, KvError, KvStore, LOAD_SOURCES, LoadStats, Pin, PutOpts, Stats, Tiers};

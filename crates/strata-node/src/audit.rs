@@ -332,19 +332,26 @@ impl AuditLog {
     }
 }
 
-/// Opens the node's audit log and sends the target's access events to it.
+/// Opens the node's audit log and sends the target's access events to it,
+/// and to `also` (the node's event log) when given.
 pub fn open_audit(
     dir: &std::path::Path,
     meta: std::sync::Arc<dyn strata_meta::MetaStore>,
     node: &str,
     target: &strata_target::Target,
+    also: Option<strata_target::AccessSink>,
 ) -> std::io::Result<std::sync::Arc<AuditLog>> {
     let log = AuditLog::open(dir, meta, node)?;
     let sink = log.clone();
     target.set_access_sink(std::sync::Arc::new(move |e: strata_target::AccessEvent| {
+        use strata_target::AccessKind as K;
+        if let Some(also) = &also {
+            also(e.clone());
+        }
         let outcome = match e.kind {
-            strata_target::AccessKind::Connected | strata_target::AccessKind::Authenticated => "ok",
-            _ => "refused",
+            K::Connected | K::Authenticated => "ok",
+            K::Disconnected | K::KeepAliveExpired => "closed",
+            K::ConnectRefused | K::AuthenticationFailed => "refused",
         };
         sink.record(
             e.kind.name(),

@@ -195,7 +195,9 @@ impl Node {
         let ids = NamespaceIds { nguid: rec.nguid, uuid: rec.uuid, eui64: rec.eui64 };
         let kept = self.reservations_of(&rec.nqn);
         let cell = kept.load(rec.nsid, rec.id).await;
-        let ns = Namespace::new(rec.nsid, ids, vol.clone() as Arc<dyn BlockDevice>).with_reservations(cell);
+        let ns = Namespace::new(rec.nsid, ids, vol.clone() as Arc<dyn BlockDevice>)
+            .with_reservations(cell)
+            .with_metrics(self.target.io_metrics().volume(&rec.name));
         match self.target.subsystem(&rec.nqn) {
             Some(sub) => {
                 // Another volume's subsystem: the namespace is masked to
@@ -392,6 +394,7 @@ impl Node {
             tracing::warn!(name, "forgetting the deleted volume's reservations: {e}");
         }
         self.volumes.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.target.io_metrics().remove_volume(name);
         self.store.delete_volume(rec.id).await.map_err(|e| NodeError::Internal(e.into()))?;
         self.refresh_acl(&rec.nqn).await.map_err(NodeError::Internal)?;
         tracing::info!(name, "volume deleted");

@@ -17,6 +17,12 @@ pub enum AccessKind {
     Authenticated,
     /// A queue failed DH-HMAC-CHAP, or did not try in time.
     AuthenticationFailed,
+    /// A host's admin queue closed: its controller is gone (the host
+    /// disconnected, the connection failed, or keep-alive expired).
+    Disconnected,
+    /// A controller's keep-alive timer expired (the host went silent); a
+    /// `Disconnected` follows.
+    KeepAliveExpired,
 }
 
 impl AccessKind {
@@ -27,6 +33,8 @@ impl AccessKind {
             AccessKind::ConnectRefused => "connect-refused",
             AccessKind::Authenticated => "auth-ok",
             AccessKind::AuthenticationFailed => "auth-failed",
+            AccessKind::Disconnected => "disconnect",
+            AccessKind::KeepAliveExpired => "keep-alive-expired",
         }
     }
 }

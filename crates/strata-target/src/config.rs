@@ -86,6 +86,10 @@ pub struct TargetConfig {
     /// How TLS PSKs are derived from configured ones (see
     /// `strata_auth::tls`). Default: libnvme's construction.
     pub tls_derivation: strata_auth::Derivation,
+    /// Record per-volume and per-host data-path metrics
+    /// ([`crate::io_metrics`]). Off saves a few relaxed atomic adds and a
+    /// clock read per command (for benchmarks). Default: true.
+    pub io_metrics: bool,
 }
 
 impl TargetConfig {
@@ -116,6 +120,7 @@ impl Default for TargetConfig {
             retry_unknown_subsystems: false,
             tls: strata_tls::TlsMode::Off,
             tls_derivation: strata_auth::Derivation::Compat,
+            io_metrics: true,
         }
     }
 }

@@ -184,6 +184,8 @@ impl std::fmt::Display for End {
 struct QueueGuard {
     ctrl: Arc<Controller>,
     qid: u16,
+    inner: Arc<TargetInner>,
+    peer: SocketAddr,
 }
 
 impl Drop for QueueGuard {
@@ -193,6 +195,15 @@ impl Drop for QueueGuard {
                 tracing::info!(cntlid = self.ctrl.cntlid(), hostnqn = self.ctrl.hostnqn(), "controller removed");
             }
             self.ctrl.kill();
+            let ctrl = &self.ctrl;
+            self.inner.access(|| AccessEvent {
+                kind: AccessKind::Disconnected,
+                peer: self.peer,
+                hostnqn: ctrl.hostnqn().to_owned(),
+                subnqn: ctrl.subsystem().map(|s| s.nqn().to_owned()).unwrap_or_default(),
+                qid: 0,
+                detail: format!("controller {} removed", ctrl.cntlid()),
+            });
         } else {
             self.ctrl.detach_io_queue(self.qid);
         }
@@ -527,16 +538,30 @@ impl Conn<'_> {
         slot.connected();
         self.rbuf_read = RBUF_READ;
         self.transport.set_queue_params(connected.sqsize, connected.sq_flow_disabled);
-        let _guard = QueueGuard { ctrl: connected.ctrl.clone(), qid: connected.qid };
+        let _guard =
+            QueueGuard { ctrl: connected.ctrl.clone(), qid: connected.qid, inner: self.inner.clone(), peer: self.peer };
         self.dead = Some(connected.ctrl.watch_dead());
         if connected.qid == 0 {
             let ctrl = connected.ctrl.clone();
             let inner = self.inner.clone();
+            let peer = self.peer;
             tokio::spawn(async move {
                 if ctrl.watch_keep_alive().await == KeepAliveEnd::Expired {
                     Counters::bump(&inner.admission.counters.keep_alive_expiries);
                     tracing::warn!(cntlid = ctrl.cntlid(), hostnqn = ctrl.hostnqn(), kato = ?ctrl.kato(),
                         "keep-alive timeout expired; tearing down the controller");
+                    inner.access(|| AccessEvent {
+                        kind: AccessKind::KeepAliveExpired,
+                        peer,
+                        hostnqn: ctrl.hostnqn().to_owned(),
+                        subnqn: ctrl.subsystem().map(|s| s.nqn().to_owned()).unwrap_or_default(),
+                        qid: 0,
+                        detail: format!(
+                            "no keep-alive within {:?}; controller {} torn down",
+                            ctrl.kato(),
+                            ctrl.cntlid()
+                        ),
+                    });
                 }
             });
         }

@@ -163,6 +163,9 @@ pub struct Controller {
     /// Woken when `inflight` drops to zero.
     drained: Notify,
     dead: watch::Sender<bool>,
+    /// The host's data-path metrics, set once when the controller is
+    /// created (see [`crate::io_metrics`]).
+    host_metrics: std::sync::OnceLock<Arc<crate::io_metrics::IoMetrics>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -220,7 +223,26 @@ impl Controller {
             inflight: AtomicUsize::new(0),
             drained: Notify::new(),
             dead,
+            host_metrics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sets the host's data-path metrics (first call only; `None` leaves
+    /// them unset: nothing is recorded).
+    pub(crate) fn set_host_metrics(&self, metrics: Option<Arc<crate::io_metrics::IoMetrics>>) {
+        if let Some(m) = metrics {
+            let _ = self.host_metrics.set(m);
+        }
+    }
+
+    /// The host's data-path metrics, if recorded.
+    pub(crate) fn host_metrics(&self) -> Option<&Arc<crate::io_metrics::IoMetrics>> {
+        self.host_metrics.get()
+    }
+
+    /// I/O queues connected now (the admin queue not counted).
+    pub fn io_queue_count(&self) -> usize {
+        self.lock().io_queues.len()
     }
 
     /// Controller ID.

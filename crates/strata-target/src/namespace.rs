@@ -50,6 +50,10 @@ pub struct Namespace {
     /// there as the host that sent it, so that the reservations the owner
     /// keeps apply to each host, whichever node it came through.
     pub forward: Option<Arc<dyn HostForward>>,
+    /// The volume's data-path metrics (see [`crate::io_metrics`]), taken
+    /// from the target's registry when the namespace is made; `None`
+    /// records nothing. A swap of the device keeps the old namespace's.
+    pub metrics: Option<Arc<crate::io_metrics::IoMetrics>>,
 }
 
 /// What [`HostForward::reservation`] returns: the completion's status
@@ -83,12 +87,32 @@ pub trait HostForward: Send + Sync {
 impl Namespace {
     /// A namespace hosts address with the standard NVM commands.
     pub fn new(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>) -> Namespace {
-        Namespace { nsid, ids, device, fence: None, undo: None, notes: None, reservations: None, forward: None }
+        Namespace {
+            nsid,
+            ids,
+            device,
+            fence: None,
+            undo: None,
+            notes: None,
+            reservations: None,
+            forward: None,
+            metrics: None,
+        }
     }
 
     /// A replica on the internal fabric, guarded by `fence`.
     pub fn fenced(nsid: u32, ids: NamespaceIds, device: Arc<dyn BlockDevice>, fence: Arc<EpochFence>) -> Namespace {
-        Namespace { nsid, ids, device, fence: Some(fence), undo: None, notes: None, reservations: None, forward: None }
+        Namespace {
+            nsid,
+            ids,
+            device,
+            fence: Some(fence),
+            undo: None,
+            notes: None,
+            reservations: None,
+            forward: None,
+            metrics: None,
+        }
     }
 
     /// A shard of an erasure-coded volume on the internal fabric: fenced,
@@ -109,6 +133,7 @@ impl Namespace {
             notes: None,
             reservations: None,
             forward: None,
+            metrics: None,
         }
     }
 
@@ -123,6 +148,13 @@ impl Namespace {
     /// [`Namespace::forward`]).
     pub fn with_forward(mut self, forward: Arc<dyn HostForward>) -> Namespace {
         self.forward = Some(forward);
+        self
+    }
+
+    /// The same namespace, recording its I/O in `metrics` (see
+    /// [`Namespace::metrics`]); `None` records nothing.
+    pub fn with_metrics(mut self, metrics: Option<Arc<crate::io_metrics::IoMetrics>>) -> Namespace {
+        self.metrics = metrics;
         self
     }
 

@@ -11,11 +11,17 @@
 //! Completed Reads and Writes, and media errors, are counted on the
 //! namespace for the SMART / Health log (see
 //! [`NamespaceIoStats`](crate::controller::NamespaceIoStats)).
+//!
+//! Every command is also recorded in the data-path metrics
+//! ([`crate::io_metrics`]) of its host (all commands, by the controller's
+//! metrics) and of its volume (commands that reach an active namespace, by
+//! the namespace's metrics): both were resolved before the command, so
+//! recording is a few relaxed atomic adds.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use strata_block::{BlockDevice, BlockError, IoBuf, ReadData, Refused, Sender};
 use strata_nvme::command::{DatasetManagement, DsmRange, ReadWrite, Sqe, WriteZeroes, fenced, io};
@@ -26,6 +32,7 @@ use strata_nvme::status::Status;
 
 use crate::budget::{DataBudget, Permit};
 use crate::controller::Controller;
+use crate::io_metrics::IoOp;
 use crate::namespace::Namespace;
 use crate::reservation::{Access, HostId, access_of};
 use crate::subsystem::{NsEntry, Subsystem};
@@ -69,6 +76,45 @@ fn refused(nsid: u32, r: Refused) -> (Status, u64) {
 pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command, budget: &DataBudget) -> IoReply {
     // An R2T write's buffer stays charged until the device is done with it.
     let Command { sqe, data, read_len, permit: _permit } = cmd;
+    let host_metrics = ctrl.host_metrics();
+    let started = host_metrics.map(|_| Instant::now());
+    let write_len = data.as_ref().map_or(0, |d| d.len());
+    // The latency the volume recorded, if it did: one clock read serves both.
+    let mut measured = None;
+    let reply = run(ctrl, sub, sqid, sqe, data, read_len, budget, started, &mut measured).await;
+    if let (Some(m), Some(t)) = (host_metrics, started) {
+        let latency = measured.unwrap_or_else(|| t.elapsed());
+        m.record(IoOp::of(sqe.opcode()), data_bytes(&sqe, read_len, write_len, &reply.0), latency, reply.0.status);
+    }
+    reply
+}
+
+/// The data bytes command `sqe` moved, if it completed with `cqe`: the
+/// transfer of a Read (`read_len`) or Write (`write_len`, the data it
+/// carried) that succeeded, otherwise none.
+fn data_bytes(sqe: &Sqe, read_len: usize, write_len: usize, cqe: &Cqe) -> u64 {
+    if !cqe.status.is_success() {
+        return 0;
+    }
+    match sqe.opcode() {
+        io::READ => read_len as u64,
+        io::WRITE => write_len as u64,
+        _ => 0,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    ctrl: &Controller,
+    sub: &Subsystem,
+    sqid: u16,
+    sqe: Sqe,
+    data: Option<IoBuf>,
+    read_len: usize,
+    budget: &DataBudget,
+    started: Option<Instant>,
+    measured: &mut Option<Duration>,
+) -> IoReply {
     let cid = sqe.cid();
     let sender = ctrl.sender();
     // A namespace masked from this host does not exist for it.
@@ -86,7 +132,7 @@ pub async fn execute(ctrl: &Controller, sub: &Subsystem, sqid: u16, cmd: Command
     } else if is_reservation(sqe.opcode()) {
         (reservation_command(ctrl, sub, &sqe, data, read_len).await, 0)
     } else {
-        (dispatch(sub, &sqe, data, read_len, budget, sender, &ctrl.hostid()).await, 0)
+        (dispatch(sub, &sqe, data, read_len, budget, sender, &ctrl.hostid(), started, measured).await, 0)
     };
     match result {
         Ok(data) => {
@@ -304,6 +350,7 @@ fn undo_page(records: &mut [strata_block::UndoRecord], read_len: usize) -> Optio
 
 type Outcome = Result<Option<(ReadData, Option<Permit>)>, (Status, u64)>;
 
+#[allow(clippy::too_many_arguments)]
 async fn dispatch(
     sub: &Subsystem,
     sqe: &Sqe,
@@ -312,6 +359,8 @@ async fn dispatch(
     budget: &DataBudget,
     sender: Sender,
     host: &HostId,
+    started: Option<Instant>,
+    measured: &mut Option<Duration>,
 ) -> Outcome {
     // A path that does not serve the namespaces says so with a path
     // status: the host retries on another path instead of failing the I/O.
@@ -342,7 +391,43 @@ async fn dispatch(
         return Ok(None);
     }
     let Some(entry) = sub.entry(nsid) else { return Err((Status::INVALID_NS.dnr(), 0)) };
-    if kept_out(&entry) {
+    let Some(metrics) = &entry.ns.metrics else {
+        return on_entry(&entry, sub, sqe, data, read_len, budget, sender, host).await;
+    };
+    let _in_flight = metrics.start();
+    // The host's clock when it records too; otherwise from here.
+    let started = started.unwrap_or_else(Instant::now);
+    let write_len = data.as_ref().map_or(0, |d| d.len() as u64);
+    let outcome = on_entry(&entry, sub, sqe, data, read_len, budget, sender, host).await;
+    let (op, status) = (IoOp::of(sqe.opcode()), outcome.as_ref().map_or_else(|(s, _)| *s, |_| Status::SUCCESS));
+    let bytes = match op {
+        IoOp::Read => read_len as u64,
+        IoOp::Write => write_len,
+        _ => 0,
+    };
+    let latency = started.elapsed();
+    *measured = Some(latency);
+    metrics.record(op, bytes, latency, status);
+    outcome
+}
+
+/// The rest of [`dispatch`] for a command on the active namespace `entry`.
+#[allow(clippy::too_many_arguments)]
+async fn on_entry(
+    entry: &NsEntry,
+    sub: &Subsystem,
+    sqe: &Sqe,
+    data: Option<IoBuf>,
+    read_len: usize,
+    budget: &DataBudget,
+    sender: Sender,
+    host: &HostId,
+) -> Outcome {
+    let nsid = sqe.nsid();
+    // As `kept_out` in `dispatch`.
+    let access = access_of(sqe.opcode());
+    let reserved = sub.serves_reservations();
+    if reserved && entry.ns.forward.is_none() && access != Access::Free && !entry.reservations.allows(host, access) {
         return Err((Status::RESERVATION_CONFLICT.dnr(), 0));
     }
     // Counted until it ends, for a Preempt and Abort that names its host.
@@ -368,15 +453,15 @@ async fn dispatch(
         },
     };
     match opcode {
-        io::READ => read(&entry, dev, sqe, read_len, budget).await,
-        io::WRITE => write(&entry, dev, sqe, data).await,
+        io::READ => read(entry, dev, sqe, read_len, budget).await,
+        io::WRITE => write(entry, dev, sqe, data).await,
         io::FLUSH => dev.flush().await.map(|_| None).map_err(|e| (status_of(&e, true), 0)),
         io::WRITE_ZEROES => write_zeroes(dev, sqe).await,
         io::DATASET_MANAGEMENT => dataset_management(dev, sqe, data).await,
         io::COMPARE => compare(ns, dev, sqe, data, budget).await,
         _ => Err((Status::INVALID_OPCODE.dnr(), 0)),
     }
-    .inspect_err(|e| media_error(&entry, e))
+    .inspect_err(|e| media_error(entry, e))
 }
 
 /// Counts a media and data integrity error on `ns`. A miscompare is in

@@ -360,7 +360,7 @@ impl Subsystem {
     /// # Errors
     ///
     /// [`SubsystemError::NoSuchNamespace`].
-    pub fn replace_namespace(&self, ns: Namespace) -> Result<Arc<Namespace>, SubsystemError> {
+    pub fn replace_namespace(&self, mut ns: Namespace) -> Result<Arc<Namespace>, SubsystemError> {
         let nsid = ns.nsid;
         let (old, seen_changed) = {
             let mut map = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
@@ -372,6 +372,9 @@ impl Subsystem {
             let reservations = ns.reservations.clone().unwrap_or_else(|| old.reservations.clone());
             reservations.served_in(self.me.clone(), nsid);
             let counters = old.counters.clone();
+            if ns.metrics.is_none() {
+                ns.metrics = old.ns.metrics.clone();
+            }
             map.insert(nsid, Arc::new(NsEntry { ns: Arc::new(ns), counters, reservations }));
             (old, seen_changed)
         };

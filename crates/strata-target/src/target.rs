@@ -139,6 +139,8 @@ pub(crate) struct TargetInner {
     tls_psks: Arc<RwLock<HashMap<String, TlsPsk>>>,
     /// The TLS server context, built by the first port with TLS.
     tls_ctx: std::sync::OnceLock<openssl::ssl::SslContext>,
+    /// Data-path metrics of volumes and hosts.
+    io_metrics: crate::io_metrics::IoMetricsRegistry,
 }
 
 /// An NVMe/TCP target.
@@ -167,7 +169,6 @@ impl Target {
         let config = TargetConfig { cntlids, ..config };
         Target {
             inner: Arc::new(TargetInner {
-                config,
                 subsystems: RwLock::new(BTreeMap::new()),
                 remote: RwLock::new(Vec::new()),
                 ports: RwLock::new(Vec::new()),
@@ -186,8 +187,17 @@ impl Target {
                 access_sink: RwLock::new(None),
                 tls_psks: Arc::new(RwLock::new(HashMap::new())),
                 tls_ctx: std::sync::OnceLock::new(),
+                io_metrics: crate::io_metrics::IoMetricsRegistry::new(config.io_metrics),
+                config,
             }),
         }
+    }
+
+    /// The data-path metrics of volumes and hosts: a namespace takes its
+    /// volume's with [`Namespace::with_metrics`](crate::Namespace::with_metrics);
+    /// controllers take their host's when created.
+    pub fn io_metrics(&self) -> &crate::io_metrics::IoMetricsRegistry {
+        &self.inner.io_metrics
     }
 
     /// Adds an NVM subsystem.
@@ -622,6 +632,9 @@ impl TargetInner {
             );
             ctrl.touch();
             if let ControllerKind::Io(sub) = &kind {
+                if !sub.is_internal() {
+                    ctrl.set_host_metrics(self.io_metrics.host(&d.hostnqn));
+                }
                 sub.register_controller(&ctrl);
             }
             let key = (d.subnqn.clone(), cntlid);

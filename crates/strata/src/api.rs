@@ -3,8 +3,11 @@
 //!
 //! | method | path                         | on | body / answer                              |
 //! |--------|------------------------------|----|--------------------------------------------|
+//! | GET    | /, /dashboard/...            | SC | the web dashboard (`dashboard`; no token)  |
 //! | GET    | /api/v1/status               | S  | version, listeners, drives, capacity       |
-//! | GET    | /metrics                     | S  | Prometheus text                            |
+//! | GET    | /api/v1/stats/io             | SC | cumulative I/O counters and latency buckets per volume and host (`io_stats`) |
+//! | GET    | /metrics                     | SC | Prometheus text (`metrics`)                |
+//! | GET    | /api/v1/events?since=SEQ&follow=1 | SC | recent events, or followed (server-sent events; `api_events`) |
 //! | GET    | /api/v1/pool                 | C  | the pool's status (`PoolStatus`)           |
 //! | GET    | /api/v1/pool/settings        | C  | the pool's settings                        |
 //! | PATCH  | /api/v1/pool/settings        | C  | settings to change                         |
@@ -51,7 +54,10 @@ use serde_json::{Value, json};
 use strata_meta::NewVolume;
 use tokio::net::TcpListener;
 
+use strata_events::{EventLog, NewEvent, Severity};
 use strata_node::audit::AuditLog;
+
+use crate::api_events::{ApiBody, events_route};
 use strata_node::cluster::{Answer, ClusterNode, SettingsPatch};
 use strata_node::hosts::{HostSpec, Hosts, HostsError};
 use strata_node::node::{Node, NodeError};
@@ -69,21 +75,31 @@ pub async fn serve(
     tokens: Arc<Tokens>,
     hosts: Arc<Hosts>,
     audit: Arc<AuditLog>,
+    events: Arc<EventLog>,
     addr: SocketAddr,
     tls: Option<openssl::ssl::SslAcceptor>,
 ) -> anyhow::Result<SocketAddr> {
     serve_http(addr, tls, move |req| {
         let (backend, tokens, hosts, audit) = (backend.clone(), tokens.clone(), hosts.clone(), audit.clone());
+        let events = events.clone();
         async move {
+            if req.method() == Method::GET
+                && let Some((content_type, body)) = crate::dashboard::asset(req.uri().path())
+            {
+                return crate::dashboard::response(content_type, body).map(ApiBody::from);
+            }
             let (method, path) = (req.method().clone(), req.uri().path().to_string());
             let what = format!("{method} {path}");
             let (auth, role, actor) = match authorize(&tokens, &req).await {
                 Ok(a) => a,
                 Err((refused, actor)) => {
                     audit.record("api", &actor, &what, refused.status().as_str(), "refused");
-                    return refused;
+                    return refused.map(ApiBody::from);
                 }
             };
+            if req.uri().path().trim_end_matches('/') == "/api/v1/events" {
+                return events_route(&events, req).await;
+            }
             let resp = match (req.method(), req.uri().path().trim_end_matches('/')) {
                 (_, p) if p == "/api/v1/tokens" || p.starts_with("/api/v1/tokens/") => {
                     token_route(&tokens, req, role).await
@@ -95,10 +111,51 @@ pub async fn serve(
             if method != Method::GET {
                 audit.record("api", &actor, &what, resp.status().as_str(), "");
             }
-            resp
+            let resp = if method != Method::GET && resp.status().is_success() {
+                volume_event(&events, &method, &path, resp).await
+            } else {
+                resp
+            };
+            resp.map(ApiBody::from)
         }
     })
     .await
+}
+
+/// Tells the event log of a volume made, changed or deleted through the
+/// API (`resp` is the successful reply, which names the volume).
+async fn volume_event(
+    events: &EventLog,
+    method: &Method,
+    path: &str,
+    resp: Response<Full<Bytes>>,
+) -> Response<Full<Bytes>> {
+    let path = path.trim_end_matches('/');
+    let Some(rest) = path.strip_prefix("/api/v1/volumes") else { return resp };
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+    let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let name = v.get("name").and_then(Value::as_str).map(str::to_string);
+    let event = match (method, rest.trim_start_matches('/').split('/').collect::<Vec<_>>().as_slice()) {
+        (&Method::POST, [""]) => name.map(|n| {
+            let size = v.get("size").and_then(Value::as_str).unwrap_or("");
+            NewEvent::new("volume.created", Severity::Info, format!("volume {n} created ({size})")).volume(n)
+        }),
+        (&Method::PATCH, [n]) => {
+            let size = v.get("size").and_then(Value::as_str).unwrap_or("");
+            Some(
+                NewEvent::new("volume.changed", Severity::Info, format!("volume {n} changed (size {size})")).volume(*n),
+            )
+        }
+        (&Method::DELETE, [n]) => {
+            Some(NewEvent::new("volume.deleted", Severity::Info, format!("volume {n} deleted")).volume(*n))
+        }
+        _ => None,
+    };
+    if let Some(e) = event {
+        events.emit(e);
+    }
+    Response::from_parts(parts, Full::new(bytes))
 }
 
 /// `GET /api/v1/audit?since=SEQ&limit=N` (records after SEQ, oldest
@@ -347,7 +404,7 @@ pub async fn serve_http<H, F>(
 ) -> anyhow::Result<SocketAddr>
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
-    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+    F: std::future::Future<Output = Response<ApiBody>> + Send + 'static,
 {
     let listener =
         TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr} for the HTTP API: {e}"))?;
@@ -383,15 +440,14 @@ async fn serve_connection<I, H, F>(io: I, handler: H)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
-    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+    F: std::future::Future<Output = Response<ApiBody>> + Send + 'static,
 {
     let svc = service_fn(move |req| {
         let op = tokio::spawn(handler(req));
         async move {
-            Ok::<_, Infallible>(
-                op.await
-                    .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, format!("the request failed: {e}"))),
-            )
+            Ok::<_, Infallible>(op.await.unwrap_or_else(|e| {
+                error(StatusCode::INTERNAL_SERVER_ERROR, format!("the request failed: {e}")).map(ApiBody::from)
+            }))
         }
     });
     if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(io), svc).await {
@@ -412,7 +468,7 @@ async fn tls_accept(
     Ok(s)
 }
 
-fn reply(status: StatusCode, body: impl serde::Serialize) -> Response<Full<Bytes>> {
+pub(crate) fn reply(status: StatusCode, body: impl serde::Serialize) -> Response<Full<Bytes>> {
     let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
     text.push(b'\n');
     Response::builder()
@@ -422,7 +478,7 @@ fn reply(status: StatusCode, body: impl serde::Serialize) -> Response<Full<Bytes
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
-fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response<Full<Bytes>> {
+pub(crate) fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response<Full<Bytes>> {
     reply(status, json!({ "error": msg.to_string() }))
 }
 
@@ -580,9 +636,19 @@ async fn handle(backend: &Backend, req: Request<Incoming>, auth: String) -> Resp
             Ok(Answer::Owner(at)) => forwarded(at, "GET", &path, None, &auth).await,
             Err(e) => node_error(e),
         },
+        (&Method::GET, ["api", "v1", "stats", "io"], Serve(node)) => {
+            reply(StatusCode::OK, crate::io_stats::snapshot(node.target()))
+        }
+        (&Method::GET, ["api", "v1", "stats", "io"], Cluster(c)) => {
+            reply(StatusCode::OK, crate::io_stats::snapshot(c.target()))
+        }
         // A single node.
         (&Method::GET, ["api", "v1", "status"], Serve(node)) => reply(StatusCode::OK, status(node)),
         (&Method::GET, ["metrics"], Serve(node)) => metrics(node).await,
+        (&Method::GET, ["metrics"], Cluster(c)) => {
+            let out = crate::metrics::cluster_exposition(c, target_stats(c.target())).await;
+            metrics_reply(out)
+        }
         // A cluster.
         (&Method::GET, ["api", "v1", "pool"], Cluster(c)) => match c.status().await {
             Ok(v) => reply(StatusCode::OK, v),
@@ -605,7 +671,7 @@ async fn handle(backend: &Backend, req: Request<Incoming>, auth: String) -> Resp
         (&Method::DELETE, ["api", "v1", "nodes", name], Cluster(c)) => {
             answer(c.remove_node(name).await, StatusCode::OK)
         }
-        (_, ["api", "v1", ..], _) | (_, ["metrics"], Serve(_)) => {
+        (_, ["api", "v1", ..], _) | (_, ["metrics"], _) => {
             error(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not supported on {path}"))
         }
         (_, _, Serve(_)) => {
@@ -702,15 +768,15 @@ fn status(node: &Node) -> Value {
         "drives": drives,
         "subsystems": node.target().subsystems().len(),
         "controllers": node.target().controller_count(),
-        "target": target_stats(node).into_iter().map(|(k, v, _, _)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "target": target_stats(node.target()).into_iter().map(|(k, v, _, _)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
     })
 }
 
 /// The target's counters: name, value, whether it is a counter (else a
 /// gauge), and its help text.
-fn target_stats(node: &Node) -> Vec<(&'static str, u64, bool, &'static str)> {
-    let t = node.target().stats();
-    let buffers = node.target().buffer_bytes_in_use() as u64;
+fn target_stats(target: &strata_target::Target) -> Vec<(&'static str, u64, bool, &'static str)> {
+    let t = target.stats();
+    let buffers = target.buffer_bytes_in_use() as u64;
     vec![
         ("connections", t.connections_now, false, "NVMe/TCP connections open."),
         ("pending_connections", t.pending_now, false, "Connections that have not completed Connect."),
@@ -729,47 +795,12 @@ fn target_stats(node: &Node) -> Vec<(&'static str, u64, bool, &'static str)> {
 }
 
 async fn metrics(node: &Node) -> Response<Full<Bytes>> {
-    use std::fmt::Write;
-    let stats = node.store().stats();
-    let mut out = String::new();
-    let _ = writeln!(out, "# HELP strata_drive_capacity_bytes Bytes of drive space usable for extents.");
-    let _ = writeln!(out, "# TYPE strata_drive_capacity_bytes gauge");
-    for d in &stats.drives {
-        let _ = writeln!(out, "strata_drive_capacity_bytes{{drive=\"{}\"}} {}", d.path, d.capacity_bytes);
-    }
-    let _ = writeln!(out, "# HELP strata_drive_allocated_bytes Bytes of drive space allocated to volumes.");
-    let _ = writeln!(out, "# TYPE strata_drive_allocated_bytes gauge");
-    for d in &stats.drives {
-        let _ = writeln!(
-            out,
-            "strata_drive_allocated_bytes{{drive=\"{}\"}} {}",
-            d.path,
-            d.extents_allocated * u64::from(stats.extent_size)
-        );
-    }
-    if let Ok(vols) = node.list_volumes().await {
-        let _ = writeln!(out, "# HELP strata_volume_size_bytes Provisioned size of a volume.");
-        let _ = writeln!(out, "# TYPE strata_volume_size_bytes gauge");
-        for v in &vols {
-            let _ = writeln!(out, "strata_volume_size_bytes{{volume=\"{}\"}} {}", v.name, v.size_bytes);
-        }
-        let _ = writeln!(out, "# HELP strata_volume_allocated_bytes Backing bytes allocated to a volume.");
-        let _ = writeln!(out, "# TYPE strata_volume_allocated_bytes gauge");
-        for v in &vols {
-            let _ = writeln!(out, "strata_volume_allocated_bytes{{volume=\"{}\"}} {}", v.name, v.allocated_bytes);
-        }
-    }
-    let _ = writeln!(out, "# HELP strata_controllers Live NVMe controllers.");
-    let _ = writeln!(out, "# TYPE strata_controllers gauge");
-    let _ = writeln!(out, "strata_controllers {}", node.target().controller_count());
-    for (name, value, counter, help) in target_stats(node) {
-        let kind = if counter { "counter" } else { "gauge" };
-        let _ = writeln!(out, "# HELP strata_target_{name} {help}");
-        let _ = writeln!(out, "# TYPE strata_target_{name} {kind}");
-        let _ = writeln!(out, "strata_target_{name} {value}");
-    }
+    metrics_reply(crate::metrics::exposition(node, target_stats(node.target())).await)
+}
+
+fn metrics_reply(out: String) -> Response<Full<Bytes>> {
     Response::builder()
-        .header("content-type", "text/plain; version=0.0.4")
+        .header("content-type", crate::metrics::CONTENT_TYPE)
         .body(Full::new(Bytes::from(out)))
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::header::{CONNECTION, CONTENT_TYPE, HOST};
@@ -106,13 +106,18 @@ async fn exchange(base: &str, method: &str, path: &str, body: Option<&Value>) ->
     let auth = token()?.map(|t| format!("Bearer {t}"));
     let (status, json, bytes) = send(base, method, path, body, auth.as_deref()).await?;
     if !status.is_success() {
-        let msg = match &json {
-            Some(v) => v.get("error").and_then(Value::as_str).unwrap_or("(no message)").to_owned(),
-            None => String::from_utf8_lossy(&bytes).trim().to_owned(),
-        };
-        bail!("{msg} (HTTP {})", status.as_u16());
+        return Err(refusal(status, json.as_ref(), &bytes));
     }
     json.context("API answer is not JSON")
+}
+
+/// An API's error answer as an error: its `error` message, or its text.
+fn refusal(status: hyper::StatusCode, json: Option<&Value>, bytes: &[u8]) -> anyhow::Error {
+    let msg = match json {
+        Some(v) => v.get("error").and_then(Value::as_str).unwrap_or("(no message)").to_owned(),
+        None => String::from_utf8_lossy(bytes).trim().to_owned(),
+    };
+    anyhow!("{msg} (HTTP {})", status.as_u16())
 }
 
 /// Sends `method path` to another node's API at `base` from inside a
@@ -146,6 +151,24 @@ async fn send(
     body: Option<&Value>,
     authorization: Option<&str>,
 ) -> anyhow::Result<(hyper::StatusCode, Option<Value>, Bytes)> {
+    let resp = start(base, method, path, body, authorization, "application/json").await?;
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.context("reading the API answer")?.to_bytes();
+    let json: Option<Value> =
+        if bytes.trim_ascii().is_empty() { Some(Value::Null) } else { serde_json::from_slice(&bytes).ok() };
+    Ok((status, json, bytes))
+}
+
+/// Connects to the API at `base` and sends one request; the answer's
+/// head, its body still to be read.
+async fn start(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    authorization: Option<&str>,
+    accept: &str,
+) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
     let (tls, hostport) = match base.strip_prefix("https://") {
         Some(rest) => (true, rest),
         None => (false, base.strip_prefix("http://").unwrap_or(base)),
@@ -165,18 +188,52 @@ async fn send(
         .uri(path)
         .header(HOST, hostport)
         .header(CONTENT_TYPE, "application/json")
+        .header(hyper::header::ACCEPT, accept)
         .header(CONNECTION, "close");
     if let Some(a) = authorization.filter(|a| !a.is_empty()) {
         req = req.header(hyper::header::AUTHORIZATION, a);
     }
     let req =
         req.body(Full::new(Bytes::from(payload))).with_context(|| format!("building the request {method} {path}"))?;
-    let resp = sender.send_request(req).await.context("sending the request to the API")?;
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.context("reading the API answer")?.to_bytes();
-    let json: Option<Value> =
-        if bytes.trim_ascii().is_empty() { Some(Value::Null) } else { serde_json::from_slice(&bytes).ok() };
-    Ok((status, json, bytes))
+    sender.send_request(req).await.context("sending the request to the API")
+}
+
+/// `GET path` as a stream (server-sent events): calls `each` with every
+/// chunk of the answer as it arrives, until the server ends it, `each`
+/// returns false, or the connection fails. No deadline: a follower waits
+/// as long as it is left running.
+///
+/// # Errors
+///
+/// The API cannot be reached, refuses (with its message), or the
+/// connection breaks.
+pub fn follow(base: &str, path: &str, mut each: impl FnMut(&[u8]) -> bool) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("starting the HTTP client's runtime")?;
+    rt.block_on(async {
+        let auth = token()?.map(|t| format!("Bearer {t}"));
+        let mut resp =
+            tokio::time::timeout(TIMEOUT, start(base, "GET", path, None, auth.as_deref(), "text/event-stream"))
+                .await
+                .map_err(|_| anyhow!("the strata API at {base} did not answer within {TIMEOUT:?}"))??;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            return Err(refusal(status, serde_json::from_slice::<Value>(&bytes).ok().as_ref(), &bytes));
+        }
+        while let Some(frame) = resp.body_mut().frame().await {
+            let frame = frame.context("reading the event stream")?;
+            if let Some(data) = frame.data_ref()
+                && !each(data)
+            {
+                return Ok(());
+            }
+        }
+        Ok(())
+    })
 }
 
 /// HTTP/1.1 over `io` to the API at `base`. The connection future moves

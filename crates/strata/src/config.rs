@@ -8,12 +8,16 @@
 //! http = "127.0.0.1:7420"
 //! drives = ["/dev/nvme1n1", "/var/lib/strata/extra.img:100G"]
 //! default_volume_size = "8G"
+//! log_format = "json"
 //! ```
+//!
+//! `dist/strata.toml` is a sample with every key; a test loads it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use crate::logging::LogFormat;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 pub use strata_node::config::{PoolFile, RuntimeModel, ServeConfig, parse_duration_secs};
@@ -66,6 +70,8 @@ pub struct FileConfig {
     pub io_threads: Option<usize>,
     /// Microseconds an idle I/O queue busy-polls before sleeping.
     pub poll_us: Option<u64>,
+    /// Record per-volume and per-host I/O metrics (default true).
+    pub metrics: Option<bool>,
     /// TLS on the NVMe/TCP and discovery ports: off, allowed, required.
     pub tls: Option<String>,
     /// How TLS PSKs are derived from hosts' configured PSKs: compat
@@ -85,6 +91,8 @@ pub struct FileConfig {
     pub io_buffer_budget: Option<String>,
     /// How long commands of a closed connection are waited for.
     pub drain_timeout: Option<String>,
+    /// Log lines on stderr: "text" (the default) or "json".
+    pub log_format: Option<LogFormat>,
     /// `[node]`: settings of `strata node`; `strata serve` ignores them.
     pub node: Option<NodeFile>,
     /// `[pool]`: the pool's settings a new cluster starts with (see
@@ -101,6 +109,22 @@ pub fn pool_file(path: Option<&Path>) -> anyhow::Result<PoolFile> {
     match path {
         Some(p) => Ok(read_file(p)?.pool.unwrap_or_default()),
         None => Ok(PoolFile::default()),
+    }
+}
+
+/// The log format: `--log-format` (or `STRATA_LOG_FORMAT`) over the
+/// config file's `log_format` over text.
+///
+/// # Errors
+///
+/// The config file cannot be read or is not valid.
+pub fn log_format(args: &ServeArgs) -> anyhow::Result<LogFormat> {
+    if let Some(f) = args.log_format {
+        return Ok(f);
+    }
+    match &args.config {
+        Some(p) => Ok(read_file(p)?.log_format.unwrap_or_default()),
+        None => Ok(LogFormat::default()),
     }
 }
 
@@ -204,6 +228,11 @@ pub struct ServeArgs {
     /// sleeps: lower latency for more CPU, for dedicated cores. Default: 0
     #[arg(long, value_name = "US")]
     pub poll_us: Option<u64>,
+    /// Do not record per-volume and per-host I/O metrics (counts, bytes,
+    /// latency histograms) on the data path: to measure what they cost.
+    /// Config file: `metrics = false`. Default: recorded
+    #[arg(long)]
+    pub no_io_metrics: bool,
     /// TLS 1.3 with pre-shared keys on the NVMe/TCP and discovery ports:
     /// off, allowed (each host chooses) or required. Hosts prove the PSK
     /// given with `strata host add NQN --tls-psk`. Default: off
@@ -214,6 +243,10 @@ pub struct ServeArgs {
     /// keyring) or rfc8446 (later libnvme). Default: compat
     #[arg(long, value_name = "KIND")]
     pub tls_derivation: Option<String>,
+    /// Log lines on stderr: text (coloured only on a terminal without
+    /// NO_COLOR) or json (one object per line). Default: text
+    #[arg(long, value_name = "FORMAT", env = "STRATA_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
     /// TOML config file with the same keys.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -309,6 +342,7 @@ pub fn load(args: &ServeArgs) -> anyhow::Result<ServeConfig> {
     if let Some(d) = args.tls_derivation.clone().or(file.tls_derivation.take()) {
         target.tls_derivation = d.parse().map_err(|e: String| anyhow::anyhow!("--tls-derivation: {e}"))?;
     }
+    target.io_metrics = !args.no_io_metrics && file.metrics.unwrap_or(true);
     let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
     let pick = |cli: &[String], file: Option<Vec<String>>, default: &str| -> Vec<String> {
         if !cli.is_empty() { cli.to_vec() } else { file.unwrap_or_else(|| vec![default.to_string()]) }
@@ -452,6 +486,71 @@ mod tests {
         assert!(e.contains("--tls") && e.contains("off, allowed or required"), "{e}");
         let args = ServeArgs { tls_derivation: Some("x".into()), ..Default::default() };
         assert!(format!("{:#}", load(&args).unwrap_err()).contains("--tls-derivation"));
+    }
+
+    /// `dist/strata.toml`, the sample shipped beside the systemd units.
+    fn sample() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/strata.toml")
+    }
+
+    #[test]
+    fn the_sample_config_loads_as_shipped_and_with_every_key_set() {
+        let c = load(&ServeArgs { config: Some(sample()), ..Default::default() }).unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/strata"));
+        // "#key = value" lines are settings: uncommented, each must be a
+        // key this version knows, with a value it accepts.
+        let text = std::fs::read_to_string(sample()).unwrap();
+        let all: String = text
+            .lines()
+            .map(|l| match l.strip_prefix('#') {
+                Some(rest) if rest.starts_with(|c: char| c.is_ascii_lowercase() || c == '[') => rest,
+                _ => l,
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("all.toml");
+        std::fs::write(&path, &all).unwrap();
+        let c = load(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap();
+        assert_eq!(c.drives, vec!["/dev/nvme1n1".to_string(), "/dev/nvme2n1".to_string()]);
+        assert_eq!(
+            log_format(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap(),
+            LogFormat::Text
+        );
+        let node = node_file(Some(&path)).unwrap();
+        assert_eq!(node.etcd.map(|e| e.len()), Some(3));
+        assert_eq!(pool_file(Some(&path)).unwrap().rebuild_mbps, Some(200));
+        for key in ["max_connections", "io_buffer_budget", "log_format", "tls_derivation", "lease_ttl", "balance_for"] {
+            assert!(all.lines().any(|l| l.starts_with(&format!("{key} = "))), "the sample lacks {key}");
+        }
+    }
+
+    #[test]
+    fn io_metrics_are_on_unless_the_file_or_the_flag_turns_them_off() {
+        assert!(load(&ServeArgs::default()).unwrap().target.io_metrics);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strata.toml");
+        std::fs::write(&path, "metrics = false\n").unwrap();
+        assert!(!load(&ServeArgs { config: Some(path.clone()), ..Default::default() }).unwrap().target.io_metrics);
+        std::fs::write(&path, "metrics = true\n").unwrap();
+        let args = ServeArgs { config: Some(path), no_io_metrics: true, ..Default::default() };
+        assert!(!load(&args).unwrap().target.io_metrics, "the flag wins");
+    }
+
+    #[test]
+    fn log_format_comes_from_the_command_line_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strata.toml");
+        std::fs::write(&path, "log_format = \"json\"\n").unwrap();
+        let args = ServeArgs { config: Some(path.clone()), ..Default::default() };
+        assert_eq!(log_format(&args).unwrap(), LogFormat::Json);
+        load(&args).unwrap();
+        let args = ServeArgs { config: Some(path.clone()), log_format: Some(LogFormat::Text), ..Default::default() };
+        assert_eq!(log_format(&args).unwrap(), LogFormat::Text);
+        assert_eq!(log_format(&ServeArgs::default()).unwrap(), LogFormat::Text);
+        std::fs::write(&path, "log_format = \"xml\"\n").unwrap();
+        let e = format!("{:#}", log_format(&ServeArgs { config: Some(path), ..Default::default() }).unwrap_err());
+        assert!(e.contains("xml"), "{e}");
     }
 
     #[test]

@@ -68,6 +68,10 @@ struct ServeArgs {
     /// DRAM; one-hit blocks never touch the drive) or `all`.
     #[arg(long, default_value = "auto")]
     admit: String,
+    /// Log lines on stderr: text (coloured only on a terminal without
+    /// NO_COLOR) or json (one object per line).
+    #[arg(long, value_name = "FORMAT", env = "STRATA_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: crate::logging::LogFormat,
     /// Accept a file system without O_DIRECT (tmpfs) for the SSD tier.
     #[arg(long)]
     allow_buffered: bool,
@@ -116,6 +120,11 @@ struct ServeArgs {
     /// they are first used.
     #[arg(long, value_parser = parse_size)]
     shm_region: Option<u64>,
+    /// Serve Prometheus metrics (gets, bytes and latency per tier, puts,
+    /// evictions, demotion, each tier's fill) at http://ADDR/metrics. No
+    /// token: bind it to loopback or a management network.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<std::net::SocketAddr>,
     /// Put the shared region on 2 MiB huge pages (hugetlbfs): fewer TLB
     /// misses in the clients' copies, pages reserved at start. The kernel
     /// must have them reserved (sysctl vm.nr_hugepages); the region is
@@ -213,10 +222,7 @@ pub fn main(args: KvArgs) -> anyhow::Result<()> {
         "all" => Admit::All,
         other => anyhow::bail!("--admit {other:?}: expected auto, reused or all"),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    crate::logging::init(args.log_format)?;
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
         anyhow::ensure!(n > 0, "--threads must be at least 1");
@@ -287,6 +293,11 @@ async fn serve(args: ServeArgs, admit: Admit) -> anyhow::Result<()> {
     }
     if tls.is_some() {
         tracing::info!("TLS on every connection");
+    }
+    if let Some(addr) = args.metrics {
+        let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("--metrics {addr}"))?;
+        tracing::info!("Prometheus metrics on http://{}/metrics", l.local_addr()?);
+        crate::metrics::serve_kv_metrics(l, store.clone());
     }
     let server_cfg = ServerConfig {
         max_clients: args.max_clients,

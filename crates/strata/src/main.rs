@@ -2,19 +2,32 @@
 //! single-machine by default); `strata volume ...` manages volumes through
 //! the node's HTTP API; `strata bench ...` measures an NVMe/TCP target
 //! (see `bench_cmd`); `strata sim` runs the pool's scale simulator (see
-//! `sim_cmd`); `strata kv serve` runs the KV-cache store (see `kv_cmd`).
+//! `sim_cmd`); `strata kv serve` runs the KV-cache store (see `kv_cmd`);
+//! `strata doctor` checks a machine for running strata (see `doctor_cmd`).
+//! The serving commands log through `logging`.
 
 mod api;
+mod api_events;
 mod audit_cmd;
 mod bench_cmd;
 mod client;
 mod config;
+mod dashboard;
+mod doctor_cmd;
+mod events_cmd;
+mod events_watch;
 mod host_cmd;
+mod io_stats;
 mod kv_bench;
 mod kv_cmd;
+mod logging;
+mod metrics;
 mod node_cmd;
 mod pool_view;
 mod sim_cmd;
+mod status_cmd;
+mod top_cmd;
+mod topology_cmd;
 
 use std::time::Duration;
 
@@ -104,6 +117,24 @@ enum Command {
     /// The tiered KV-cache store (DRAM, SSD) for LLM inference, over the
     /// Redis protocol.
     Kv(kv_cmd::KvArgs),
+    /// Check this machine for running strata: kernel modules, O_DIRECT
+    /// and free space on the data dir, open-file limit, clock sync, etcd,
+    /// ports. Each check says ok, warn or fail and how to fix it (exit 0:
+    /// no fail, 1: some check failed).
+    Doctor(doctor_cmd::DoctorArgs),
+    /// The node's (or cluster's) health on one screen and what needs the
+    /// operator (exit 0: healthy, 1: needs attention, 2: unreachable).
+    Status(status_cmd::StatusArgs),
+    /// The busiest volumes and hosts with live IOPS, throughput and
+    /// latency percentiles, refreshed in place.
+    Top(top_cmd::TopArgs),
+    /// The node's recent events (connects, refusals, volume, drive, node
+    /// and replica changes, fill thresholds); `--follow` for new ones as
+    /// they happen.
+    Events(events_cmd::EventsArgs),
+    /// Where this host's GPUs, NICs and NVMe drives sit (NUMA node, PCIe
+    /// root complex), cross-NUMA placements, and pinning advice.
+    Topology(topology_cmd::TopologyArgs),
 }
 
 #[derive(Subcommand)]
@@ -332,6 +363,26 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => return bench_cmd::main(*args),
         Command::Sim(args) => return sim_cmd::main(args),
         Command::Kv(args) => kv_cmd::main(args),
+        Command::Status(args) => {
+            quiet_on_broken_pipe();
+            return status_cmd::main(args);
+        }
+        Command::Top(args) => {
+            quiet_on_broken_pipe();
+            top_cmd::main(args)
+        }
+        Command::Events(args) => {
+            quiet_on_broken_pipe();
+            events_cmd::main(args)
+        }
+        Command::Topology(args) => {
+            quiet_on_broken_pipe();
+            topology_cmd::main(args)
+        }
+        Command::Doctor(args) => {
+            quiet_on_broken_pipe();
+            return doctor_cmd::main(args);
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -343,10 +394,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init(config::log_format(&args)?)?;
     let cfg = config::load(&args)?;
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if matches!(cfg.runtime, config::RuntimeModel::PerCore { .. }) {
@@ -359,10 +407,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn node(args: node_cmd::NodeArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init(config::log_format(&args.serve)?)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(node_cmd::run(args))
 }
@@ -492,12 +537,20 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     // without proving it, or goes unrecorded.
     let hosts = std::sync::Arc::new(strata_node::hosts::Hosts::new(node.meta(), node.target().clone()));
     hosts.apply().await?;
-    let audit = strata_node::audit::open_audit(&cfg.data_dir, node.meta(), "local", node.target())
-        .map_err(|e| anyhow::anyhow!("cannot open the audit log in {}: {e}", cfg.data_dir.display()))?;
+    let events = std::sync::Arc::new(strata_events::EventLog::default());
+    let audit = strata_node::audit::open_audit(
+        &cfg.data_dir,
+        node.meta(),
+        "local",
+        node.target(),
+        Some(events_watch::access_sink(events.clone())),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot open the audit log in {}: {e}", cfg.data_dir.display()))?;
     node.listen(&cfg).await?;
     let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(node.meta()));
     let token_file = tokens.ensure_local(&cfg.data_dir, "local admin (strata serve)").await?;
-    let http = api::serve(api::Backend::Serve(node.clone()), tokens, hosts, audit, cfg.http, api_tls).await?;
+    events_watch::spawn_drive_watch(node.clone(), events.clone());
+    let http = api::serve(api::Backend::Serve(node.clone()), tokens, hosts, audit, events, cfg.http, api_tls).await?;
     let a = cfg.listen[0];
     let host = if a.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.ip().to_string() };
     println!("strata {} serving; data dir {}", env!("CARGO_PKG_VERSION"), cfg.data_dir.display());
@@ -510,6 +563,7 @@ async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         println!("  volume {} ({}): {}", v.name, v.size, v.connect);
     }
     println!("  API: {scheme}://{http}/api/v1/volumes (admin token: {})", token_file.display());
+    println!("  dashboard: {scheme}://{http}/ (sign in with that token, or open {scheme}://{http}/#token=TOKEN)");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),

@@ -207,14 +207,29 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     hosts.spawn_refresh();
-    let audit = strata_node::audit::open_audit(&data_dir, cluster.meta(), &name, cluster.target())
-        .map_err(|e| anyhow::anyhow!("cannot open the audit log in {}: {e}", data_dir.display()))?;
+    let events = std::sync::Arc::new(strata_events::EventLog::default());
+    let audit = strata_node::audit::open_audit(
+        &data_dir,
+        cluster.meta(),
+        &name,
+        cluster.target(),
+        Some(crate::events_watch::access_sink(events.clone())),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot open the audit log in {}: {e}", data_dir.display()))?;
     let mut running = tokio::spawn(cluster.clone().run());
     let tokens = std::sync::Arc::new(strata_node::tokens::Tokens::new(cluster.meta()));
     let token_file = tokens.ensure_local(&data_dir, &format!("local admin (node {name})")).await?;
-    let http =
-        crate::api::serve(crate::api::Backend::Cluster(cluster.clone()), tokens, hosts, audit, node.http, api_tls)
-            .await?;
+    let http = crate::api::serve(
+        crate::api::Backend::Cluster(cluster.clone()),
+        tokens,
+        hosts,
+        audit,
+        events.clone(),
+        node.http,
+        api_tls,
+    )
+    .await?;
+    crate::events_watch::spawn_pool_watch(cluster.clone(), events);
     println!(
         "strata {} node {name} (id {}) in a cluster of {} nodes; fabric {}; API {scheme}://{http}/api/v1/pool \
          (admin token: {})",

@@ -271,8 +271,7 @@ impl Region {
     fn make(len: u64, huge: bool) -> io::Result<Arc<Region>> {
         let unit = if huge { HUGE_PAGE } else { ALIGN };
         let len = len.max(unit).div_ceil(unit) * unit;
-        let map =
-            if huge { Mapping::huge("strata-kv-region", len)? } else { Mapping::new("strata-kv-region", len)? };
+        let map = if huge { Mapping::huge("strata-kv-region", len)? } else { Mapping::new("strata-kv-region", len)? };
         let mut free = Free::default();
         free.insert(0, len);
         Ok(Arc::new(Region { map, free: Mutex::new(free) }))
@@ -386,9 +385,7 @@ mod tests {
     fn huge_pages_free() -> u64 {
         std::fs::read_to_string("/proc/meminfo")
             .ok()
-            .and_then(|m| {
-                m.lines().find_map(|l| l.strip_prefix("HugePages_Free:").and_then(|v| v.trim().parse().ok()))
-            })
+            .and_then(|m| m.lines().find_map(|l| l.strip_prefix("HugePages_Free:").and_then(|v| v.trim().parse().ok())))
             .unwrap_or(0)
     }
 
@@ -396,7 +393,9 @@ mod tests {
     fn a_region_on_huge_pages_works_when_they_are_reserved_and_is_refused_plainly_when_not() {
         let free = huge_pages_free();
         // More than the pool holds: refused, saying how to reserve them.
-        let e = Region::new_huge((free + 1) * HUGE_PAGE).err().expect("more huge pages than are free");
+        let Err(e) = Region::new_huge((free + 1) * HUGE_PAGE) else {
+            panic!("more huge pages than are free were mapped")
+        };
         assert!(e.to_string().contains("vm.nr_hugepages"), "{e}");
         if free == 0 {
             // CI reserves some (.ci/run); a machine without them checks

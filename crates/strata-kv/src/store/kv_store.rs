@@ -55,6 +55,12 @@ impl KvStore {
         self.counters.snapshot(&g, self.cfg.dram_bytes, now)
     }
 
+    /// Gets by where they were answered: bytes and latency
+    /// ([`LOAD_SOURCES`](super::LOAD_SOURCES) order).
+    pub fn loads(&self) -> Vec<super::LoadStats> {
+        self.counters.loads()
+    }
+
     /// Checks the invariants of the module doc (tests).
     #[doc(hidden)]
     pub fn check_invariants(&self) {

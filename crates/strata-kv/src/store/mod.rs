@@ -123,5 +123,5 @@ pub use open::unix_ms;
 pub use peers::PEER_REFRESH;
 pub use read::POOL_READ_DEADLINE;
 pub use scan::MAX_SCAN_COUNT;
-pub use stats::Stats;
+pub use stats::{LOAD_SOURCES, LoadStats, Stats};
 pub use write::{COPY_SMALL_BELOW, POOL_WRITE_WAIT, Presence, PutOpts, SSD_WRITE_WAIT};

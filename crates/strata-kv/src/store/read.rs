@@ -9,7 +9,7 @@
 //! than [`POOL_READ_DEADLINE`] is a miss, as is a peer read that slow.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -54,8 +54,9 @@ impl KvStore {
     pub async fn get(&self, ns: &[u8], key: &[u8]) -> Result<Option<Bytes>, KvError> {
         let k = full_key(ns, key)?;
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let got = self.get_full(&k, true, None).await;
-        self.count_get(got.as_ref().map(|(_, s)| *s));
+        self.count_get(got.as_ref().map(|(v, s)| (*s, v.len())), started);
         Ok(got.map(|(v, _)| v))
     }
 
@@ -70,21 +71,26 @@ impl KvStore {
     pub async fn get_placed(&self, ns: &[u8], key: &[u8], place: Place<'_>) -> Result<Option<Bytes>, KvError> {
         let k = full_key(ns, key)?;
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let got = self.get_full(&k, true, Some(place)).await;
-        self.count_get(got.as_ref().map(|(_, s)| *s));
+        self.count_get(got.as_ref().map(|(v, s)| (*s, v.len())), started);
         Ok(got.map(|(v, _)| v))
     }
 
-    /// Counts a get's outcome under where it was found.
-    fn count_get(&self, source: Option<Source>) {
-        let c = match source {
-            Some(Source::Dram) => &self.counters.hits_dram,
-            Some(Source::Log(Tier::Ssd)) => &self.counters.hits_ssd,
-            Some(Source::Peer) => &self.counters.hits_peer,
-            Some(Source::Log(Tier::Pool)) => &self.counters.hits_pool,
-            None => &self.counters.misses,
+    /// Counts a get's outcome (where it was found and how many bytes)
+    /// and its latency since `started`.
+    fn count_get(&self, found: Option<(Source, usize)>, started: Instant) {
+        let (c, i) = match found.map(|(s, _)| s) {
+            Some(Source::Dram) => (&self.counters.hits_dram, 0),
+            Some(Source::Log(Tier::Ssd)) => (&self.counters.hits_ssd, 1),
+            Some(Source::Log(Tier::Pool)) => (&self.counters.hits_pool, 2),
+            Some(Source::Peer) => (&self.counters.hits_peer, 3),
+            None => (&self.counters.misses, 4),
         };
         c.fetch_add(1, Ordering::Relaxed);
+        self.counters.load_latency[i].observe(started.elapsed());
+        let bytes = found.map_or(0, |(_, n)| n as u64);
+        self.counters.load_bytes[i].fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Looks `k` up; `(value, where it was found)`. `touch`: count it as

@@ -6,6 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use strata_metrics::{HistogramSnapshot, LatencyHistogram};
+
 use super::index::Inner;
 use super::tier::{PerTier, Tier};
 use crate::policy::Policy;
@@ -32,6 +34,42 @@ pub(super) struct Counters {
     pub(super) corrupt: AtomicU64,
     pub(super) expired: AtomicU64,
     pub(super) quota_evicted: AtomicU64,
+    /// Gets' latency by where they were answered ([`LOAD_SOURCES`]).
+    pub(super) load_latency: [LatencyHistogram; 5],
+    /// Bytes those gets returned.
+    pub(super) load_bytes: [AtomicU64; 5],
+}
+
+/// Where a get was answered, in the order of [`Counters::load_latency`]:
+/// DRAM, the SSD tier, the pool tier, a peer's log, or a miss.
+pub const LOAD_SOURCES: [&str; 5] = ["dram", "ssd", "pool", "peer", "miss"];
+
+/// Gets answered from one place: how many bytes, and how long they took
+/// from the call to the answer (a log tier's read and the promotion into
+/// DRAM included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadStats {
+    /// One of [`LOAD_SOURCES`].
+    pub source: &'static str,
+    /// Bytes returned.
+    pub bytes: u64,
+    /// Their latencies (the count is the number of gets).
+    pub latency: HistogramSnapshot,
+}
+
+impl Counters {
+    /// Loads by where they were answered.
+    pub(super) fn loads(&self) -> Vec<LoadStats> {
+        LOAD_SOURCES
+            .iter()
+            .enumerate()
+            .map(|(i, &source)| LoadStats {
+                source,
+                bytes: self.load_bytes[i].load(Ordering::Relaxed),
+                latency: self.load_latency[i].snapshot(),
+            })
+            .collect()
+    }
 }
 
 /// A snapshot of the store's state and counters.

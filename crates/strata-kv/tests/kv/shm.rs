@@ -277,9 +277,10 @@ async fn a_region_on_huge_pages_serves_clients_or_is_refused_saying_how_to_reser
     let path = dir.path().join("kv.sock");
     let kv = KvConfig { dram_bytes: 4 << 20, admit: Admit::All, segment_bytes: 1 << 20 };
     let store = KvStore::open(kv, None).await.unwrap();
-    let cfg = |region: u64| ShmConfig { region_bytes: region, hugepages: true, ..ShmConfig::for_dram(path.clone(), 4 << 20) };
+    let cfg =
+        |region: u64| ShmConfig { region_bytes: region, hugepages: true, ..ShmConfig::for_dram(path.clone(), 4 << 20) };
     // More than the kernel's pool holds: refused before anything is bound.
-    let e = ShmServer::bind(store.clone(), cfg((free + 1) * (2 << 20))).err().expect("refused");
+    let Err(e) = ShmServer::bind(store.clone(), cfg((free + 1) * (2 << 20))) else { panic!("not refused") };
     assert!(e.to_string().contains("vm.nr_hugepages"), "{e}");
     assert!(!path.exists());
     if free < 4 {

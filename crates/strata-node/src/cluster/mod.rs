@@ -1432,7 +1432,12 @@ impl ClusterNode {
         let cell = reservations::load(&self.etcd, &keys, &rec.name).await?;
         let kept = reservations::EtcdReservations::new(self.etcd.clone());
         kept.own(rec.nsid, keys.clone(), token.clone());
-        let hosts_ns = Namespace::new(rec.nsid, ids, vol.clone()).with_reservations(cell.clone());
+        // The volume's I/O is counted here, at its owner: its own hosts'
+        // and, through the proxy, the other nodes' paths' (a path node
+        // counts its hosts, not the volume), so each command counts once.
+        let metrics = self.target.io_metrics().volume(&rec.name);
+        let hosts_ns =
+            Namespace::new(rec.nsid, ids, vol.clone()).with_reservations(cell.clone()).with_metrics(metrics.clone());
         let sub = match path {
             Some(sub) => {
                 sub.set_allowed_hosts(rec.allowed_hosts.clone());
@@ -1454,7 +1459,9 @@ impl ClusterNode {
         let proxy_nsid = u32::try_from(rec.id).context("volume id beyond the proxy's NSIDs")?;
         let _ = self.proxy.remove_namespace(proxy_nsid);
         self.proxy_reservations.own(proxy_nsid, keys.clone(), token.clone());
-        self.proxy.add_namespace(Namespace::new(proxy_nsid, ids, vol.clone()).with_reservations(cell))?;
+        self.proxy.add_namespace(
+            Namespace::new(proxy_nsid, ids, vol.clone()).with_reservations(cell).with_metrics(metrics),
+        )?;
         tracing::info!(volume = %rec.name, "serving the volume");
         // Fenced: the path turns to ANA change at once, so that the hosts
         // send their I/O elsewhere (the volume answers path errors) until

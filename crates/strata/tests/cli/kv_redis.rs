@@ -624,3 +624,39 @@ fn with_tls_the_port_serves_redis_cli_and_redis_py_over_tls_only() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("readable by others"), "{err}");
 }
+
+/// `--metrics`: a known workload (three SETs, two hits and a miss) shows
+/// up exactly per tier, parsed by the Prometheus client's own parser.
+#[test]
+fn kv_metrics_count_gets_per_tier_and_their_bytes_exactly() {
+    let _group = strata_testkit::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics = format!("127.0.0.1:{port}");
+    let kv = Kv::start(dir.path(), "64M", &["--metrics", &metrics]);
+    for (k, n) in [("a", 1000), ("b", 3000), ("c", 5)] {
+        assert_eq!(kv.cli(&["SET", k, &"x".repeat(n)]), "OK");
+    }
+    assert_eq!(kv.cli(&["GET", "c"]), "xxxxx");
+    assert_eq!(kv.cli(&["STRLEN", "a"]), "1000");
+    let _ = kv.cli(&["GET", "b"]);
+    assert_eq!(kv.cli(&["GET", "nope"]), "");
+    let out = Command::new("curl").args(["-s", "-m", "5", &format!("http://{metrics}/metrics")]).output().unwrap();
+    let m = crate::parse_metrics(&String::from_utf8_lossy(&out.stdout));
+    let s = |name: &str, labels: &[(&str, &str)]| crate::sample(&m, name, labels);
+    assert_eq!(s("strata_kv_gets_total", &[("tier", "dram")]), 3.0, "GET c, STRLEN a (it reads the block), GET b");
+    assert_eq!(s("strata_kv_gets_total", &[("tier", "miss")]), 1.0);
+    assert_eq!(s("strata_kv_gets_total", &[("tier", "ssd")]), 0.0);
+    assert_eq!(s("strata_kv_get_bytes_total", &[("tier", "dram")]), 4005.0);
+    assert_eq!(s("strata_kv_get_latency_seconds_count", &[("tier", "dram")]), 3.0);
+    assert_eq!(s("strata_kv_get_latency_seconds_bucket", &[("tier", "miss"), ("le", "+Inf")]), 1.0);
+    assert_eq!(s("strata_kv_puts_total", &[]), 3.0);
+    assert_eq!(s("strata_kv_keys", &[("tier", "dram")]), 3.0);
+    assert_eq!(s("strata_kv_capacity_bytes", &[("tier", "dram")]), 64.0 * 1024.0 * 1024.0);
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://{metrics}/other")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
+    drop(kv);
+}

@@ -1018,3 +1018,153 @@ fn the_api_over_tls_is_reached_only_through_a_trusted_certificate() {
     let (ok, _, err) = list("http", Some(&cert));
     assert!(!ok, "plain HTTP reached the HTTPS API: {err}");
 }
+
+/// `GET /metrics` with the admin token, parsed by the Prometheus client's
+/// own parser (`tests/metrics_parse.py`, which also checks the histograms'
+/// and counters' conventions): every sample, by name.
+fn scrape(server: &Server) -> serde_json::Map<String, serde_json::Value> {
+    let token = std::fs::read_to_string(&server.token_file).unwrap();
+    let (code, text) = curl("GET", &format!("http://{}/metrics", server.api), Some(token.trim()));
+    assert_eq!(code, 200, "{text}");
+    crate::parse_metrics(&text)
+}
+
+use crate::sample;
+
+/// A known workload (100 4 KiB writes, 50 8 KiB reads, one read past the
+/// end, 3 flushes) shows up exactly in the volume's and the host's
+/// families, the latency histograms count every command, and
+/// `--no-io-metrics` records none of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exposition_counts_a_known_workload_exactly() {
+    let _group = strata_testkit::group(module_path!());
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0000-metrics-test";
+    let cfg = HostConfig { hostnqn: HOST.into(), io_queues: 2, ..HostConfig::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let ctrl = Controller::connect(server.io, NQN, &cfg).await.expect("connect");
+    for i in 0..100u64 {
+        ctrl.write(1, i * 3, pattern(i, 1), false).await.unwrap();
+    }
+    for i in 0..50u64 {
+        assert_eq!(ctrl.read(1, i * 2, 2).await.unwrap().len(), 2 * BS);
+    }
+    // 64 MiB of 4 KiB blocks: block 16384 is past the end.
+    assert!(ctrl.read(1, 16384, 1).await.is_err());
+    for _ in 0..3 {
+        ctrl.flush(1).await.unwrap();
+    }
+    let m = scrape(&server);
+    for (what, name) in [("volume", "default"), ("host", HOST)] {
+        let total = format!("strata_{what}_io_total");
+        let bytes = format!("strata_{what}_io_bytes_total");
+        let count = format!("strata_{what}_io_latency_seconds_count");
+        let bucket = format!("strata_{what}_io_latency_seconds_bucket");
+        for (op, n, b) in [("write", 100.0, 100.0 * 4096.0), ("read", 51.0, 50.0 * 8192.0), ("flush", 3.0, 0.0)] {
+            let l = [(what, name), ("op", op)];
+            assert_eq!(sample(&m, &total, &l), n, "{what} {op} commands");
+            assert_eq!(sample(&m, &bytes, &l), b, "{what} {op} bytes");
+            assert_eq!(sample(&m, &count, &l), n, "{what} {op} histogram count");
+            assert_eq!(sample(&m, &bucket, &[(what, name), ("op", op), ("le", "+Inf")]), n);
+            // Loopback and a file drive: every command under 10 s.
+            assert_eq!(sample(&m, &bucket, &[(what, name), ("op", op), ("le", "10")]), n);
+        }
+        assert_eq!(sample(&m, &total, &[(what, name), ("op", "other")]), 0.0);
+        let errors = format!("strata_{what}_io_errors_total");
+        assert_eq!(sample(&m, &errors, &[(what, name), ("status", "0x080")]), 1.0, "LBA out of range");
+        assert_eq!(sample(&m, &format!("strata_{what}_io_in_flight"), &[(what, name)]), 0.0);
+    }
+    assert_eq!(sample(&m, "strata_host_controllers", &[("host", HOST)]), 1.0);
+    assert_eq!(sample(&m, "strata_host_connections", &[("host", HOST)]), 3.0, "admin + 2 I/O queues");
+    assert_eq!(sample(&m, "strata_volume_size_bytes", &[("volume", "default")]), 64.0 * 1024.0 * 1024.0);
+    assert!(m.contains_key("strata_target_keep_alive_expiries_total"));
+    drop(ctrl);
+    drop(server);
+
+    // Recording off: the same families, and no series for the volume.
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--no-io-metrics"]);
+    let ctrl = Controller::connect(server.io, NQN, &cfg).await.expect("connect");
+    ctrl.write(1, 0, pattern(0, 1), false).await.unwrap();
+    let m = scrape(&server);
+    assert!(!m.contains_key("strata_volume_io_total"), "recorded with --no-io-metrics");
+    assert_eq!(sample(&m, "strata_host_connections", &[("host", HOST)]), 3.0);
+}
+
+/// `strata events` against a live node: a host's connect and disconnect,
+/// a refused connect with its reason, and a volume made and deleted
+/// through the CLI arrive on a follower as they happen (server-sent
+/// events) and are listed afterwards in order, numbered without gaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_tell_connects_refusals_and_volume_changes_as_they_happen() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let api = format!("http://{}", server.api);
+    let events = |extra: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.arg("events").args(["--api", &api, "--token-file", &server.token_file]).args(extra);
+        c
+    };
+    let mut follower =
+        events(&["--json", "--follow", "--last", "0"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(serde_json::from_str(&line).expect("a JSON event per line")).is_err() {
+                return;
+            }
+        }
+    });
+    let next = |kind: &str| loop {
+        let e = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no {kind} event within 20 s"));
+        if e["kind"] == kind {
+            return e;
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await; // the follower is subscribed
+
+    let cfg = HostConfig { io_queues: 1, ..HostConfig::default() };
+    let ctrl = connect(server.io).await;
+    let e = next("host.connected");
+    assert_eq!(e["severity"], "info");
+    assert!(e["message"].as_str().unwrap().contains(NQN), "{e}");
+    drop(ctrl);
+    let e = next("host.disconnected");
+    assert!(e["reason"].as_str().unwrap().contains("removed"), "{e}");
+
+    let refused = Controller::connect(server.io, "nqn.2026-11.io.strata:no-such-volume", &cfg).await;
+    assert!(refused.is_err());
+    let e = next("host.refused");
+    assert_eq!(e["severity"], "warning");
+    assert_eq!(e["host"], cfg.hostnqn.as_str());
+    assert!(!e["reason"].as_str().unwrap_or("").is_empty(), "a refusal says why: {e}");
+
+    assert!(server.cli(&["create", "ev1", "--size", "16M"]).status.success());
+    let e = next("volume.created");
+    assert_eq!(e["volume"], "ev1");
+    assert!(server.cli(&["delete", "ev1"]).status.success());
+    assert_eq!(next("volume.deleted")["volume"], "ev1");
+    let _ = follower.kill();
+    let _ = follower.wait();
+
+    // Listed afterwards: the same events, oldest first, numbered 1, 2, ...
+    let out = events(&["--json", "--last", "100"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let seqs: Vec<u64> = listed.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "numbered without gaps from 1");
+    let kinds: Vec<&str> = listed.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    for k in ["host.connected", "host.disconnected", "host.refused", "volume.created", "volume.deleted"] {
+        assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+    }
+    let pos = |k: &str| kinds.iter().position(|x| *x == k).unwrap();
+    assert!(pos("host.connected") < pos("host.disconnected") && pos("volume.created") < pos("volume.deleted"));
+    // A person's view: one line each, no JSON.
+    let out = events(&[]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.contains("volume.deleted") && l.contains("volume ev1 deleted")), "{text}");
+    assert!(!text.contains('{'), "no JSON in the view for people: {text}");
+}

@@ -102,6 +102,29 @@ fn a_rep3_volume_keeps_flushed_writes_through_a_kill_9_of_its_owner_and_the_node
         c.flush(1).await.expect("flush");
     });
 
+    // /metrics on a cluster node: the pool as it sees it, and the
+    // volume's I/O counted at its owner, once.
+    let owner_name = crate::common::node_name(&nodes[0], owner).expect("the owner's name");
+    let owner_proc = nodes.iter().find(|n| n.name == owner_name).expect("the owner's process");
+    let text = owner_proc.metrics();
+    for line in [
+        "strata_pool_node_up{node=\"n1\"} 1",
+        "strata_pool_node_up{node=\"n2\"} 1",
+        "strata_pool_node_up{node=\"n3\"} 1",
+        "strata_pool_volume_state{volume=\"v1\",state=\"healthy\"} 1",
+        "strata_pool_volume_in_sync_holders{volume=\"v1\"} 3",
+        "strata_pool_volume_holders{volume=\"v1\"} 3",
+        "strata_volume_io_total{volume=\"v1\",op=\"write\"} 64",
+        "strata_volume_io_total{volume=\"v1\",op=\"flush\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} missing from the owner's /metrics:\n{text}");
+    }
+    let other = nodes.iter().find(|n| n.name != owner_name).unwrap().metrics();
+    assert!(
+        !other.lines().any(|l| l.starts_with("strata_volume_io_total{volume=\"v1\"")),
+        "a node that does not own v1 counted its I/O:\n{other}"
+    );
+
     // Hosts are the cluster's: a DH-HMAC-CHAP key added through one node
     // is asked for on every node's path within the hosts' refresh period,
     // and the key lets the host in there.

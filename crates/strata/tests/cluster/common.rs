@@ -153,6 +153,16 @@ impl NodeProc {
         std::fs::read_to_string(self.dir.join("api-token")).unwrap_or_default().trim().to_string()
     }
 
+    /// Its `/metrics` text (empty when it does not answer).
+    pub fn metrics(&self) -> String {
+        Command::new("curl")
+            .args(["-s", "-m", "5", &format!("http://{}/metrics", self.addrs.http)])
+            .args(["-H", &format!("Authorization: Bearer {}", self.token())])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
     /// A blocking call to its HTTP API; `None` when it does not answer
     /// with JSON.
     pub fn api(&self, method: &str, path: &str, body: Option<Value>) -> Option<Value> {
