@@ -25,6 +25,11 @@ step "the Python fast-path client's tests (against target/debug/strata)"
 cargo build -p strata --quiet
 STRATA_BIN=target/debug/strata /usr/bin/python3 -m unittest discover -s clients/python/tests
 
+step "the web dashboard in headless Chromium, and strata top in tmux, against a loaded node"
+# Screenshots and the terminal capture go to target/dashboard-screens/.
+STRATA_BIN=target/debug/strata /usr/bin/python3 tests/browser/dashboard.py target/dashboard-screens
+STRATA_BIN=target/debug/strata bash tests/terminal/top.sh target/dashboard-screens
+
 fuzz_seconds=${FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ] && command -v cargo-fuzz >/dev/null 2>&1; then
     step "fuzz: ${fuzz_seconds}s per target"
