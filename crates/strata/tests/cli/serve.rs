@@ -1078,6 +1078,21 @@ async fn exposition_counts_a_known_workload_exactly() {
     assert_eq!(sample(&m, "strata_host_connections", &[("host", HOST)]), 3.0, "admin + 2 I/O queues");
     assert_eq!(sample(&m, "strata_volume_size_bytes", &[("volume", "default")]), 64.0 * 1024.0 * 1024.0);
     assert!(m.contains_key("strata_target_keep_alive_expiries_total"));
+    // Every series the sample Grafana dashboard and alert rules ask for
+    // is one this node exports (a renamed family breaks them silently).
+    for file in ["dist/grafana/strata.json", "dist/prometheus/strata-alerts.yml"] {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../").to_string() + file).unwrap();
+        let mut names: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("strata_") && !w.starts_with("strata_pool_"))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() >= 8, "{file}: {names:?}");
+        for n in names {
+            assert!(m.contains_key(n), "{file} asks for {n}, which /metrics does not export");
+        }
+    }
     drop(ctrl);
     drop(server);
 
