@@ -20,7 +20,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 use strata_node::cluster::ClusterNode;
 use strata_node::node::Node;
-use strata_node::pool_status::Liveness;
+use strata_node::pool_status::{FillKind, Liveness};
 use strata_target::io_metrics::{ErrorCount, IoMetrics, OpSnapshot};
 
 /// The content type of [`exposition`]'s text.
@@ -75,6 +75,8 @@ struct Pool {
     allocated_bytes: u64,
     /// Seconds the status took to read (mostly etcd round trips).
     status_seconds: f64,
+    /// Copies under way.
+    rebuilds: Vec<Rebuild>,
 }
 
 /// The `/metrics` text of `node`; `target` is the target's counters.
@@ -135,6 +137,30 @@ pub async fn cluster_exposition(cluster: &ClusterNode, target: Vec<TargetStat>) 
                 .iter()
                 .map(|v| (v.name.clone(), v.replicas.len() as u64, v.in_sync.len() as u64, v.state.as_str()))
                 .collect(),
+            rebuilds: st
+                .volumes
+                .iter()
+                .flat_map(|v| {
+                    let name_of = |id: u32| {
+                        st.nodes.iter().find(|n| n.id == id).map_or_else(|| id.to_string(), |n| n.name.clone())
+                    };
+                    v.resync.iter().map(move |r| {
+                        let kind = match r.kind {
+                            FillKind::Resync => "resync",
+                            FillKind::Rebuild => "rebuild",
+                        };
+                        Rebuild {
+                            volume: v.name.clone(),
+                            node: name_of(r.node),
+                            kind,
+                            left: r.bytes_left,
+                            size: r.bytes_total,
+                            rate: r.rate_bytes_per_sec,
+                            eta: r.eta_secs,
+                        }
+                    })
+                })
+                .collect(),
             raw_bytes: st.totals.raw_bytes,
             provisioned_bytes: st.totals.provisioned_bytes,
             allocated_bytes: st.totals.allocated_bytes,
@@ -142,6 +168,21 @@ pub async fn cluster_exposition(cluster: &ClusterNode, target: Vec<TargetStat>) 
         });
     }
     encode(scrape)
+}
+
+/// One copy an owner runs (a resync, or a move's fill).
+#[derive(Debug)]
+struct Rebuild {
+    volume: String,
+    /// The node copied to.
+    node: String,
+    /// `resync` (a stale holder copied back) or `rebuild` (a move's new
+    /// holder filled: a rebuild, drain or rebalance).
+    kind: &'static str,
+    left: u64,
+    size: u64,
+    rate: u64,
+    eta: Option<u64>,
 }
 
 /// The pool families.
@@ -194,6 +235,35 @@ fn pool_families(enc: &mut DescriptorEncoder, p: &Pool) -> Fmt {
         p.provisioned_bytes,
     )?;
     single(enc, "strata_pool_allocated", "Bytes allocated on the pool's drives.", bytes, false, p.allocated_bytes)?;
+    let labels = |r: &Rebuild| [("volume", r.volume.clone()), ("node", r.node.clone()), ("kind", r.kind.to_string())];
+    gauges(
+        enc,
+        "strata_pool_rebuild_left",
+        "Bytes a resync or fill still has to copy to a node.",
+        bytes,
+        p.rebuilds.iter().map(|r| (labels(r), r.left)),
+    )?;
+    gauges(
+        enc,
+        "strata_pool_rebuild_size",
+        "Bytes the resync or fill had to copy when it began.",
+        bytes,
+        p.rebuilds.iter().map(|r| (labels(r), r.size)),
+    )?;
+    gauges(
+        enc,
+        "strata_pool_rebuild_rate",
+        "The owner's copy rate, bytes per second.",
+        None,
+        p.rebuilds.iter().map(|r| (labels(r), r.rate)),
+    )?;
+    gauges(
+        enc,
+        "strata_pool_rebuild_eta",
+        "Seconds left at that rate (absent while the rate is 0).",
+        Some(&Unit::Seconds),
+        p.rebuilds.iter().filter_map(|r| r.eta.map(|eta| (labels(r), eta))),
+    )?;
     let m = enc.encode_descriptor(
         "strata_pool_status_read",
         "Time the scrape took to read the pool's status (etcd round trips).",
@@ -559,6 +629,41 @@ mod tests {
     use strata_target::io_metrics::IoOp;
 
     use super::*;
+
+    #[test]
+    fn pool_families_name_each_node_volume_and_copy() {
+        let pool = Pool {
+            nodes: vec![("n1".into(), 1), ("n2".into(), 0)],
+            volumes: vec![("v".into(), 3, 2, "degraded"), ("w".into(), 3, 3, "healthy")],
+            raw_bytes: 300,
+            provisioned_bytes: 200,
+            allocated_bytes: 100,
+            status_seconds: 0.25,
+            rebuilds: vec![Rebuild {
+                volume: "v".into(),
+                node: "n3".into(),
+                kind: "rebuild",
+                left: 1 << 20,
+                size: 4 << 20,
+                rate: 1 << 19,
+                eta: Some(2),
+            }],
+        };
+        let text = encode(Scrape { pool: Some(pool), ..Scrape::default() });
+        for line in [
+            "strata_pool_node_up{node=\"n2\"} 0\n",
+            "strata_pool_volume_in_sync_holders{volume=\"v\"} 2\n",
+            "strata_pool_volume_state{volume=\"v\",state=\"degraded\"} 1\n",
+            "strata_pool_volumes_not_healthy 1\n",
+            "strata_pool_raw_bytes 300\n",
+            "strata_pool_rebuild_left_bytes{volume=\"v\",node=\"n3\",kind=\"rebuild\"} 1048576\n",
+            "strata_pool_rebuild_size_bytes{volume=\"v\",node=\"n3\",kind=\"rebuild\"} 4194304\n",
+            "strata_pool_rebuild_eta_seconds{volume=\"v\",node=\"n3\",kind=\"rebuild\"} 2\n",
+            "strata_pool_status_read_seconds 0.25\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from:\n{text}");
+        }
+    }
 
     #[test]
     fn io_families_are_conventional_and_cumulative() {

@@ -233,6 +233,13 @@ function render(status, pool, volumes, io) {
   for (const v of volumes) {
     const pv = poolVols.get(v.name) || {};
     const state = pv.state || v.state || "online";
+    for (const r of pv.resync || []) {
+      const done = r.bytes_total ? Math.round(100 * (1 - r.bytes_left / r.bytes_total)) : 0;
+      const to = ((pool.nodes || []).find((n) => n.id === r.node) || {}).name || r.node;
+      const eta = r.eta_secs != null ? ", about " + Math.ceil(r.eta_secs / 60) + " min left" : "";
+      alerts.push(["warning", "volume " + v.name + ": " + (r.kind === "rebuild" ? "rebuilding" : "resyncing") + " to node " + to +
+        ", " + done + "% done (" + fmtBytes(r.bytes_left) + " left at " + fmtBytes(r.rate_bytes_per_sec) + "/s" + eta + ")"]);
+    }
     if (["degraded", "down", "offline", "rebuilding"].includes(state)) {
       alerts.push([state === "down" || state === "offline" ? "error" : "warning", "volume " + v.name + " is " + state]);
     }
