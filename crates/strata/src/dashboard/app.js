@@ -298,7 +298,11 @@ async function tick() {
       st.lastSeq = Math.max(0, head.last_seq - 200);
     }
     const page = await get("/api/v1/events?since=" + st.lastSeq + "&limit=1000");
-    for (const e of page.events) { st.events.push(e); st.lastSeq = e.seq; }
+    for (const e of page.events) {
+      if (e.seq <= st.lastSeq) continue; // already shown
+      st.events.push(e);
+      st.lastSeq = e.seq;
+    }
     if (st.events.length > 500) st.events.splice(0, st.events.length - 500);
     render(status, pool, Array.isArray(volumes) ? volumes : [], io);
     document.getElementById("main").hidden = false;
