@@ -40,7 +40,8 @@ if [ "$fuzz_seconds" != 0 ] && command -v cargo-fuzz >/dev/null 2>&1; then
     # etcd client's response parsers, an erasure-coded shard's undo log,
     # the KV server's RESP parsers and its SSD log's recovery from damage,
     # the in-band authentication messages, keys and state machine, and TLS
-    # PSK identities and the server's TLS handshake.
+    # PSK identities and the server's TLS handshake, and the event-stream
+    # parser of `strata events --follow`.
     # No sanitizer: the targets are safe Rust (a panic or an overflow with
     # debug assertions is the failure), and ASan doubles the build. All
     # targets build in one cargo run, so the dependencies compile once.
@@ -50,7 +51,7 @@ if [ "$fuzz_seconds" != 0 ] && command -v cargo-fuzz >/dev/null 2>&1; then
         exit 1
     fi
     for t in pdu_decode target_transport host_parsers store_format store_recovery meta_records etcd_responses undo_log \
-        kv_resp kv_shm_wire kv_recovery auth_messages tls_server; do
+        kv_resp kv_shm_wire kv_recovery auth_messages tls_server events_sse; do
         (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none "$t" -- -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 2>&1 |
             grep -E "^(Done|==|.*(panicked|ERROR|SUMMARY))" || true)
         # A crash leaves an artifact; fail on it.

@@ -23,6 +23,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+pub mod sse;
+pub use sse::to_sse;
+
 /// Events kept by [`EventLog::default`].
 pub const DEFAULT_CAPACITY: usize = 10_000;
 
@@ -244,15 +247,6 @@ impl EventLog {
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.last.subscribe()
     }
-}
-
-/// One event as a server-sent event (`text/event-stream`): its number as
-/// the id (so a reconnecting browser's `Last-Event-ID` resumes after it),
-/// its kind as the event name, its JSON as the data.
-pub fn to_sse(e: &Event, json: &str) -> String {
-    // The JSON is one line (serde_json's compact form has no newline), so
-    // one data field carries it.
-    format!("id: {}\nevent: {}\ndata: {}\n\n", e.seq, e.kind, json.replace('\n', " "))
 }
 
 #[cfg(test)]

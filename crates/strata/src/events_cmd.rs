@@ -8,6 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::Context;
 use serde_json::Value;
 use strata_events::Event;
+use strata_events::sse::SseParser;
 
 /// Arguments of `strata events`.
 #[derive(clap::Args, Debug)]
@@ -101,68 +102,9 @@ fn print_event(out: &mut impl Write, e: &Event, json: bool) -> anyhow::Result<()
     Ok(())
 }
 
-/// One server-sent event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseMessage {
-    /// Its `event:` name (`message` when none was given).
-    pub event: String,
-    /// Its `data:` lines, joined by newlines.
-    pub data: String,
-}
-
-/// Splits a `text/event-stream` into messages, chunk by chunk (a message
-/// may straddle chunks). Comments (`:` lines) and fields other than
-/// `event` and `data` are skipped.
-#[derive(Debug, Default)]
-pub struct SseParser {
-    buf: Vec<u8>,
-}
-
-impl SseParser {
-    /// The messages completed by `chunk`.
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseMessage> {
-        self.buf.extend_from_slice(chunk);
-        let mut out = Vec::new();
-        while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
-            let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-            let text = String::from_utf8_lossy(&block);
-            let (mut event, mut data) = (String::new(), Vec::new());
-            for line in text.lines() {
-                if let Some(v) = line.strip_prefix("event:") {
-                    event = v.trim().to_string();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push(v.strip_prefix(' ').unwrap_or(v).to_string());
-                }
-            }
-            if !data.is_empty() {
-                out.push(SseMessage {
-                    event: if event.is_empty() { "message".into() } else { event },
-                    data: data.join("\n"),
-                });
-            }
-        }
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn messages_are_split_across_chunks_and_comments_skipped() {
-        let mut p = SseParser::default();
-        assert!(p.feed(b": strata events\n\nid: 1\nevent: host.connected\ndata: {\"a\":").is_empty());
-        let m = p.feed(b"1}\n\n: keep-alive\n\nevent: missed\ndata: {\"missed\": 3}\n\nid: 2\n");
-        assert_eq!(
-            m,
-            vec![
-                SseMessage { event: "host.connected".into(), data: "{\"a\":1}".into() },
-                SseMessage { event: "missed".into(), data: "{\"missed\": 3}".into() },
-            ]
-        );
-        assert_eq!(p.feed(b"data: x\ndata: y\n\n"), vec![SseMessage { event: "message".into(), data: "x\ny".into() }]);
-    }
 
     #[test]
     fn an_event_prints_one_line_for_people() {
