@@ -749,12 +749,22 @@ mod tests {
         let url = format!("http://{}/", l.local_addr().unwrap());
         let server = std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
-            let mut req = [0u8; 512];
-            let _ = s.read(&mut req).unwrap();
+            // The whole request first: closing with unread bytes would
+            // reset the connection under the client's read.
+            let mut req = Vec::new();
+            let mut buf = [0u8; 512];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
             s.write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"health\":\"true\",\"reason\":\"\"}",
             )
             .unwrap();
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
         });
         let c = check_etcd(&url);
         server.join().unwrap();
